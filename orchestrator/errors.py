@@ -1,0 +1,35 @@
+"""Exceptions the orchestrator raises on purpose. The CLI turns each into one stderr line."""
+
+from __future__ import annotations
+
+
+class OrchestratorError(Exception):
+    """Base class: a problem the user can fix. Exit code 2 unless a subclass says otherwise."""
+
+    exit_code = 2
+
+
+class SpecError(OrchestratorError, ValueError):
+    """The spec file (or a flag that overrides it) breaks a rule.
+
+    The message reads ``FILE:LINE: FIELD.PATH: rule, got VALUE`` so an editor can jump to it.
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+                 field: str | None = None) -> None:
+        self.file, self.line, self.field, self.rule = file, line, field, message
+        where = file or "<spec>"
+        if line is not None:
+            where = f"{where}:{line}"
+        text = f"{where}: {field}: {message}" if field else f"{where}: {message}"
+        super().__init__(text)
+
+
+class StudyError(OrchestratorError):
+    """The study's storage cannot be used as asked (locked, corrupt, created by another spec)."""
+
+
+class FailureBudgetExceeded(OrchestratorError):
+    """More trials failed (other than by running out of memory) than ``search.max_failures``."""
+
+    exit_code = 3

@@ -1,0 +1,63 @@
+"""Check an experiment module against the contract, in a subprocess, before a study exists.
+
+``python -m orchestrator.harness.probe MODULE DEVICE FIXED_JSON`` prints one JSON line:
+``{"ok": true, "device": "cpu", "params": [...] | null, ...}`` or ``{"ok": false, "error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+import traceback
+
+
+def probe(module_name: str, device: str, fixed: dict) -> dict:
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return {"ok": False, "error": f"no module named {module_name!r} (run from the project root, "
+                                      "or install the package that provides it)"}
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001
+        traceback.print_exc()
+        return {"ok": False, "error": f"importing {module_name} failed: {type(exc).__name__}: {exc}"}
+    build = getattr(module, "build", None)
+    if not callable(build):
+        return {"ok": False, "error": f"{module_name} does not follow the experiment contract: it has no "
+                                      "build(params, device) function (see README, 'Your own experiment')"}
+    params = getattr(module, "PARAMS", None)
+    if params is not None and not isinstance(params, dict):
+        return {"ok": False, "error": f"{module_name}.PARAMS must be a dict of parameter names to defaults"}
+    validate = getattr(module, "validate_params", None)
+    if callable(validate):
+        try:
+            validate(fixed)
+        except ValueError as exc:
+            return {"ok": False, "error": str(exc), "field": getattr(exc, "field", None)}
+    from orchestrator.harness import backend
+
+    try:
+        resolved = backend.resolve(device)
+        info = backend.describe(resolved)
+    except Exception as exc:  # noqa: BLE001
+        return {"ok": False, "error": f"device {device!r} cannot be used: {type(exc).__name__}: {exc}"}
+    if resolved == "cuda" and not __import__("torch").cuda.is_available():
+        return {"ok": False, "error": "device cuda was asked for but torch sees no CUDA device"}
+    if resolved == "mps" and not __import__("torch").backends.mps.is_available():
+        return {"ok": False, "error": "device mps was asked for but torch.backends.mps is not available"}
+    import torch
+
+    available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    return {"ok": True, "device": resolved, "available": available, "params": sorted(params) if params is not None else None,
+            "device_name": info.get("device_name"), "torch_version": info.get("torch_version"),
+            "total_memory_gib": info.get("total_memory_gib")}
+
+
+if __name__ == "__main__":
+    out = probe(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
+    print("PROBE " + json.dumps(out, default=str))

@@ -1,0 +1,251 @@
+"""The measured training loop: one trial's warm-up and timed window, with every memory knob.
+
+Reads top to bottom: set limits -> build the workload -> apply knobs -> warm up -> timed window
+(synchronized at both ends) -> figures. Raises on failure; ``__main__`` turns that into a status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import math
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+from orchestrator import knobs
+from orchestrator import metrics as M
+from orchestrator.harness import backend
+from orchestrator.harness.workload import Workload
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+MAX_STEPS_FACTOR = 50  # the min_measure_s extension never runs more than 50x measure_steps
+
+
+class Progress:
+    """Where the trial is, so a failure can say at which phase and step it happened."""
+
+    def __init__(self) -> None:
+        self.phase, self.step = "setup", 0
+
+
+def apply_limits(params: dict[str, Any], device: str, applied: dict[str, Any]) -> None:
+    """Process-wide limits, before the model exists."""
+    if "memory_fraction" in params and device in ("cuda", "mps"):
+        backend.set_memory_fraction(device, params["memory_fraction"])
+        applied["memory_fraction"] = params["memory_fraction"]
+    if "cpu_memory_limit_gib" in params and device == "cpu":
+        backend.limit_cpu_memory(params["cpu_memory_limit_gib"])
+        applied["cpu_memory_limit_gib"] = params["cpu_memory_limit_gib"]
+
+
+def wrap_checkpointing(blocks: Any) -> int:
+    """Recompute each block's activations in backward (non-reentrant, as torch recommends)."""
+    from torch.utils.checkpoint import checkpoint
+
+    n = 0
+    for block in blocks:
+        inner = block.forward
+
+        @functools.wraps(inner)
+        def forward(*args: Any, _inner: Callable = inner, **kwargs: Any) -> Any:
+            return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+
+        block.forward = forward
+        n += 1
+    return n
+
+
+def make_optimizer(name: str, params: Any, lr: float, device: str) -> tuple[torch.optim.Optimizer, str]:
+    """Return the optimizer and the implementation actually used."""
+    params = list(params)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9), "sgd"
+    if name in ("adamw", "adamw_fused"):
+        try:
+            return torch.optim.AdamW(params, lr=lr, fused=True), "adamw_fused"
+        except (RuntimeError, ValueError):
+            if name == "adamw_fused":
+                raise
+    if name == "adamw_forloop":
+        return torch.optim.AdamW(params, lr=lr, foreach=False, fused=False), "adamw_forloop"
+    return torch.optim.AdamW(params, lr=lr, foreach=True), "adamw_foreach"
+
+
+def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
+    """Run one trial; return its metrics and what was applied. Raises on any failure."""
+    started = time.perf_counter()
+    params = dict(config["params"])
+    settings = config["trial"]
+    device = backend.resolve(params.get("device", "auto"))
+    applied: dict[str, Any] = {"device": device}
+    not_applied = dict(config.get("not_applied", {}))
+    for name in params:
+        if not knobs.applies(name, device) and name not in not_applied:
+            not_applied[name] = f"read on {'/'.join(sorted(knobs.KNOBS[name].devices))} only; ignored on {device}"
+
+    apply_limits(params, device, applied)
+    seed = int(params.get("seed", 0))
+    torch.manual_seed(seed)
+
+    progress.phase = "build"
+    module = importlib.import_module(config["experiment"])
+    workload: Workload = module.build(params, torch.device(device))
+    model = workload.model
+    model.train()
+
+    if params.get("activation_checkpointing"):
+        applied["activation_checkpointing"] = wrap_checkpointing(workload.blocks) > 0
+        if not applied["activation_checkpointing"]:
+            not_applied["activation_checkpointing"] = "the experiment lists no blocks to checkpoint"
+    if params.get("compile"):
+        model = torch.compile(model)
+        applied["compile"] = True
+
+    lr = float(params.get("lr", workload.lr))
+    optimizer, impl = make_optimizer(params.get("optimizer", "adamw"), workload.model.parameters(), lr, device)
+    applied["optimizer"] = impl
+
+    dtype_name = params.get("dtype", "float32")
+    amp_dtype = DTYPES[dtype_name]
+    autocast = (torch.autocast(device_type=device, dtype=amp_dtype) if amp_dtype != torch.float32
+                else contextlib.nullcontext())
+    scaler = torch.amp.GradScaler(device) if amp_dtype == torch.float16 else None
+    applied["dtype"] = f"autocast {dtype_name}" if amp_dtype != torch.float32 else "float32"
+    applied["grad_scaler"] = scaler is not None
+
+    batch_size = int(params["batch_size"])
+    accum = int(params.get("grad_accum_steps", 1))
+    set_to_none = params.get("zero_grad", "set_to_none") == "set_to_none"
+    empty_every = int(params.get("empty_cache_every", 0))
+    applied.update(batch_size=batch_size, grad_accum_steps=accum, zero_grad_set_to_none=set_to_none,
+                   empty_cache_every=empty_every)
+
+    def train_step() -> torch.Tensor:
+        """One optimizer step over ``accum`` micro-batches; returns the mean loss (on device)."""
+        total = torch.zeros((), device=device)
+        for _ in range(accum):
+            batch = workload.make_batch(batch_size)
+            with autocast:
+                loss = workload.loss(model, batch)
+            total += loss.detach().float()
+            scaled = loss / accum
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=set_to_none)
+        return total / accum
+
+    # Warm-up: allocations, optimizer state, autotuning and compilation happen here, unmeasured.
+    progress.phase = "compile" if params.get("compile") else "warmup"
+    warm_losses = []
+    for i in range(settings["warmup_steps"]):
+        progress.step = i
+        warm_losses.append(train_step())
+        if empty_every and (i + 1) % empty_every == 0:
+            backend.empty_cache(device)
+        progress.phase = "warmup"
+    loss_first = warm_losses[0].item()  # outside the window: deliberate host read
+    backend.synchronize(device)  # sync point: the window starts with an idle device
+    startup_s = time.perf_counter() - started
+
+    # Timed window: at least measure_steps steps and at least min_measure_s seconds.
+    progress.phase = "measure"
+    backend.reset_peak(device)
+    use_events = device == "cuda"
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(2)] if use_events else []
+    marks: list[Any] = []
+    driver_peak = 0
+    losses: list[torch.Tensor] = []
+    min_steps, min_s = settings["measure_steps"], settings["min_measure_s"]
+    t0 = time.perf_counter()
+    if use_events:
+        events[0].record()
+        marks.append(events[0])
+    else:
+        marks.append(t0)
+    step = 0
+    while True:
+        progress.step = step
+        losses.append(train_step())
+        step += 1
+        if empty_every and step % empty_every == 0:
+            backend.empty_cache(device)
+        if use_events:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            marks.append(ev)
+        else:
+            if device == "mps":
+                backend.synchronize(device)  # sync point: MPS memory is sampled after each step
+                driver_peak = max(driver_peak, backend.driver_bytes(device) or 0)
+            marks.append(time.perf_counter())
+        if step >= min_steps and (time.perf_counter() - t0 >= min_s or step >= min_steps * MAX_STEPS_FACTOR):
+            break
+    backend.synchronize(device)  # sync point: the window ends when the device is done
+    elapsed = time.perf_counter() - t0
+
+    if use_events:
+        step_ms = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+    else:
+        step_ms = [(b - a) * 1000 for a, b in zip(marks, marks[1:])]
+    window_losses = torch.stack(losses).float()
+    mean_loss = window_losses.mean().item()  # after the window: deliberate host read
+    finite = bool(torch.isfinite(window_losses).all().item()) and math.isfinite(loss_first)
+
+    samples_per_step = batch_size * accum
+    result_metrics: dict[str, float | None] = {
+        M.SAMPLES_PER_S: samples_per_step * step / elapsed,
+        M.TOKENS_PER_S: (samples_per_step * step * workload.tokens_per_sample / elapsed
+                         if workload.tokens_per_sample else None),
+        M.STEP_TIME_MS_P50: statistics.median(step_ms),
+        M.STEP_TIME_MS_P90: _percentile(step_ms, 0.9),
+        M.THROUGHPUT_CV: _subwindow_cv(step_ms),
+        M.LOSS: mean_loss,
+        M.LOSS_FIRST: loss_first,
+        M.MEASURE_S: elapsed,
+        M.MEASURE_STEPS: float(step),
+        M.STARTUP_S: startup_s,
+    }
+    peaks = backend.peak_stats(device)
+    result_metrics.update(peaks)
+    if device == "cuda":
+        result_metrics[M.PEAK_MEMORY_GIB] = peaks[M.PEAK_RESERVED_GIB]
+    elif device == "mps":
+        result_metrics[M.PEAK_DRIVER_GIB] = driver_peak / backend.GIB
+        result_metrics[M.PEAK_MEMORY_GIB] = driver_peak / backend.GIB
+    else:
+        result_metrics[M.PEAK_MEMORY_GIB] = peaks[M.PEAK_RSS_GIB]
+
+    info = dict(workload.info)
+    if device == "mps":
+        ratio = params.get("memory_fraction", params.get("mps_high_watermark_ratio", 1.7))
+        recommended = torch.mps.recommended_max_memory() / backend.GIB
+        info.update(recommended_max_memory_gib=recommended,
+                    effective_cap_gib=(ratio * recommended) if ratio else None)
+    return {"finite": finite, "metrics": result_metrics, "applied": applied,
+            "not_applied": not_applied, "info": info, "device": device}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def _subwindow_cv(step_ms: list[float], parts: int = 5) -> float | None:
+    """Spread of throughput across sub-windows: std / mean of per-part step rates."""
+    n = min(parts, len(step_ms))
+    if n < 2:
+        return None
+    size = len(step_ms) // n
+    rates = [size / sum(step_ms[i * size:(i + 1) * size]) for i in range(n)]
+    mean = statistics.fmean(rates)
+    return statistics.pstdev(rates) / mean if mean else None

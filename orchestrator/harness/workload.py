@@ -1,0 +1,49 @@
+"""The experiment contract: what an experiment module gives the trial harness.
+
+An experiment is a Python module named by the spec's ``experiment:`` key. It provides::
+
+    PARAMS: dict[str, object]          # its own parameters and their defaults (optional)
+    def build(params: dict, device: torch.device) -> Workload: ...
+    def validate_params(params: dict) -> None: ...   # optional: raise ValueError on bad fixed params
+
+``params`` holds every fixed and sampled parameter of the trial (harness knobs such as
+``batch_size`` and ``dtype`` included, read-only). The harness owns everything else: the
+device, mixed precision, the optimizer, gradient accumulation, activation checkpointing,
+``torch.compile``, the timed window and the memory figures.
+
+This module must stay importable without torch: the orchestrator reads it only for the docs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+
+@dataclass
+class Workload:
+    """One trainable workload, built for one trial on one device."""
+
+    model: "torch.nn.Module"
+    """The model, on ``device``, in float32 (the harness applies autocast for other dtypes)."""
+
+    make_batch: Callable[[int], Any]
+    """``make_batch(batch_size)`` returns one micro-batch, already on the device."""
+
+    loss: Callable[["torch.nn.Module", Any], "torch.Tensor"]
+    """``loss(model, batch)`` runs the forward pass and returns a scalar loss tensor."""
+
+    tokens_per_sample: int | None = None
+    """Tokens in one sample (the sequence length for language models); None if not meaningful."""
+
+    blocks: Sequence["torch.nn.Module"] = field(default_factory=tuple)
+    """Submodules that ``activation_checkpointing: true`` wraps with ``torch.utils.checkpoint``."""
+
+    lr: float = 1e-4
+    """Learning rate the harness's optimizer uses (a spec's ``lr`` overrides it)."""
+
+    info: dict[str, Any] = field(default_factory=dict)
+    """Extra facts worth recording with the result (for example ``num_parameters``)."""

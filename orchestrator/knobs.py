@@ -1,0 +1,151 @@
+"""The harness's own knobs: their types, the rules their values obey, and where they apply.
+
+Pure data and pure functions (no torch). The spec validator checks every fixed value and every
+choice or range bound against ``Knob.check``; the planner uses ``Knob.devices`` to decide which
+knobs a device reads. Parameters that are not knobs belong to the experiment.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+DEVICES = ("mps", "cuda", "cpu")
+ALL = frozenset(DEVICES)
+DTYPES = ("float32", "float16", "bfloat16")
+OPTIMIZERS = ("adamw", "adamw_fused", "adamw_foreach", "adamw_forloop", "sgd")
+ZERO_GRAD = ("set_to_none", "zero_fill")
+
+
+def is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    kind: str                          # "int" | "float" | "bool" | "str" | "choice"
+    check: Callable[[Any], str | None]  # None when the value is fine, else the rule it breaks
+    devices: frozenset[str] = ALL      # the devices that read this knob
+    env: str | None = None             # environment variable the launcher sets, if any
+    doc: str = ""
+
+
+def _positive_int(what: str) -> Callable[[Any], str | None]:
+    return lambda v: None if is_int(v) and v > 0 else f"{what} must be positive integers"
+
+
+def _nonneg_int(what: str) -> Callable[[Any], str | None]:
+    return lambda v: None if is_int(v) and v >= 0 else f"{what} must be integers >= 0"
+
+
+def _one_of(options: tuple[str, ...], what: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in options else f"{what} must be one of {', '.join(options)}"
+
+
+def _bool(what: str) -> Callable[[Any], str | None]:
+    return lambda v: None if isinstance(v, bool) else f"{what} must be true or false"
+
+
+def _ratio(v: Any) -> str | None:
+    if is_number(v) and 0.0 <= v <= 2.0:
+        return None
+    return "watermark ratios must be numbers from 0.0 to 2.0 (0.0 disables the cap)"
+
+
+def _fraction(v: Any) -> str | None:
+    if is_number(v) and 0.0 < v <= 2.0:
+        return None
+    return ("memory_fraction must be a number in (0, 2]: at most 1.0 on CUDA, "
+            "up to 2.0 on MPS (relative to the recommended working set)")
+
+
+def _positive_number(what: str) -> Callable[[Any], str | None]:
+    return lambda v: None if is_number(v) and v > 0 else f"{what} must be a positive number"
+
+
+def _alloc_conf(v: Any) -> str | None:
+    if not isinstance(v, str) or not v.strip():
+        return "cuda_alloc_conf must be a non-empty string such as 'expandable_segments:True'"
+    for part in v.split(","):
+        if ":" not in part:
+            return "cuda_alloc_conf must be comma-separated key:value pairs"
+    return None
+
+
+KNOBS: dict[str, Knob] = {k.name: k for k in (
+    Knob("device", "choice", _one_of(DEVICES, "device"),
+         doc="where the trial runs; top-level `device:` or swept in `space:`"),
+    Knob("batch_size", "int", _positive_int("batch sizes"), doc="micro-batch size"),
+    Knob("grad_accum_steps", "int", _positive_int("gradient accumulation steps"),
+         doc="micro-batches per optimizer step; the loss is scaled by 1/k"),
+    Knob("effective_batch_size", "int", _positive_int("effective batch sizes"),
+         doc="batch_size x grad_accum_steps held fixed; grad_accum_steps is derived"),
+    Knob("seq_len", "int", _positive_int("sequence lengths"), doc="tokens per sample"),
+    Knob("dtype", "choice", _one_of(DTYPES, "dtype"),
+         doc="float32, or autocast to float16 (with GradScaler) or bfloat16"),
+    Knob("activation_checkpointing", "bool", _bool("activation_checkpointing"),
+         doc="recompute each block's activations in backward (use_reentrant=False)"),
+    Knob("zero_grad", "choice", _one_of(ZERO_GRAD, "zero_grad"),
+         doc="set_to_none frees gradients between steps; zero_fill keeps them"),
+    Knob("empty_cache_every", "int", _nonneg_int("empty_cache_every"),
+         doc="call the backend's empty_cache every N optimizer steps; 0 = never"),
+    Knob("compile", "bool", _bool("compile"), doc="torch.compile the model (experimental on MPS)"),
+    Knob("optimizer", "choice", _one_of(OPTIMIZERS, "optimizer"),
+         doc="adamw picks fused where the device supports it, else foreach"),
+    Knob("lr", "float", _positive_number("lr"), doc="learning rate"),
+    Knob("seed", "int", _nonneg_int("seed"), doc="seed for the model and the synthetic data"),
+    Knob("mps_high_watermark_ratio", "float", _ratio, frozenset({"mps"}),
+         env="PYTORCH_MPS_HIGH_WATERMARK_RATIO",
+         doc="hard cap = ratio x recommended working set; 0.0 = no cap"),
+    Knob("mps_low_watermark_ratio", "float", _ratio, frozenset({"mps"}),
+         env="PYTORCH_MPS_LOW_WATERMARK_RATIO",
+         doc="soft limit where the allocator starts reclaiming; must not exceed the high ratio"),
+    Knob("mps_fallback", "bool", _bool("mps_fallback"), frozenset({"mps"}),
+         env="PYTORCH_ENABLE_MPS_FALLBACK", doc="run ops MPS lacks on the CPU"),
+    Knob("memory_fraction", "float", _fraction, frozenset({"mps", "cuda"}),
+         doc="per-process memory cap (torch.{cuda,mps}.set_per_process_memory_fraction)"),
+    Knob("cuda_alloc_conf", "str", _alloc_conf, frozenset({"cuda"}), env="PYTORCH_CUDA_ALLOC_CONF",
+         doc="CUDA caching-allocator settings"),
+    Knob("cpu_memory_limit_gib", "float", _positive_number("cpu_memory_limit_gib"),
+         frozenset({"cpu"}), doc="RLIMIT_DATA for the trial process: a real CPU out-of-memory"),
+)}
+
+# MPS refuses a low watermark above the high one; its default low ratio is 1.4.
+MPS_DEFAULT_LOW_WATERMARK = 1.4
+
+
+def applies(name: str, device: str) -> bool:
+    """Whether ``device`` reads knob ``name`` (experiment parameters always apply)."""
+    knob = KNOBS.get(name)
+    return knob is None or device in knob.devices
+
+
+def mps_watermarks(high: float | None, low: float | None) -> tuple[float | None, float | None]:
+    """The (high, low) pair to export. MPS fails at its first allocation if low > high, and
+    its default low is 1.4, so a high ratio given alone pulls low down to match."""
+    if high is not None and low is None and high != 0.0 and high < MPS_DEFAULT_LOW_WATERMARK:
+        low = high
+    return high, low
+
+
+def trial_env(params: dict[str, Any], device: str) -> dict[str, str]:
+    """Environment variables a trial's process must start with (allocators read them once)."""
+    env: dict[str, str] = {}
+    if device == "mps":
+        high, low = mps_watermarks(params.get("mps_high_watermark_ratio"),
+                                   params.get("mps_low_watermark_ratio"))
+        if high is not None:
+            env["PYTORCH_MPS_HIGH_WATERMARK_RATIO"] = repr(float(high))
+        if low is not None:
+            env["PYTORCH_MPS_LOW_WATERMARK_RATIO"] = repr(float(low))
+        if "mps_fallback" in params:
+            env["PYTORCH_ENABLE_MPS_FALLBACK"] = "1" if params["mps_fallback"] else "0"
+    if device == "cuda" and "cuda_alloc_conf" in params:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = str(params["cuda_alloc_conf"])
+    return env

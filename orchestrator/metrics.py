@@ -1,0 +1,26 @@
+"""Metric names (with their units) shared by the harness, the orchestrator and MLflow."""
+
+from __future__ import annotations
+
+SAMPLES_PER_S = "samples_per_s"
+TOKENS_PER_S = "tokens_per_s"
+STEP_TIME_MS_P50 = "step_time_ms_p50"
+STEP_TIME_MS_P90 = "step_time_ms_p90"
+THROUGHPUT_CV = "throughput_cv"            # coefficient of variation over sub-windows (0.02 = 2 %)
+PEAK_MEMORY_GIB = "peak_memory_gib"        # the headline peak; meaning per backend in the README
+PEAK_ALLOCATED_GIB = "peak_allocated_gib"  # CUDA/MPS: peak bytes held by live tensors
+PEAK_RESERVED_GIB = "peak_reserved_gib"    # CUDA/MPS: peak bytes the caching allocator held
+PEAK_DRIVER_GIB = "peak_driver_gib"        # MPS: max driver_allocated_memory sampled per step
+PEAK_RSS_GIB = "peak_rss_gib"              # the trial process's peak resident set
+LOSS = "loss"                              # mean training loss over the timed window
+LOSS_FIRST = "loss_first"                  # loss of the first warm-up step
+MEASURE_S = "measure_s"                    # length of the timed window
+MEASURE_STEPS = "measure_steps_done"       # optimizer steps in the timed window
+DURATION_S = "duration_s"                  # wall time of the whole trial process
+STARTUP_S = "startup_s"                    # process start to the first warm-up step
+
+# What a spec may name as objective or constraint.
+OBJECTIVE_METRICS = (
+    SAMPLES_PER_S, TOKENS_PER_S, STEP_TIME_MS_P50, STEP_TIME_MS_P90, PEAK_MEMORY_GIB,
+    PEAK_ALLOCATED_GIB, PEAK_RESERVED_GIB, PEAK_RSS_GIB, LOSS, DURATION_S,
+)

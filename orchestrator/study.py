@@ -1,0 +1,145 @@
+"""The Optuna study behind a spec: open or resume it, refuse a mismatched one, lock it.
+
+Optuna's storage is used as it is (RDBStorage over the spec's URL); this module only adds what a
+resumable single-orchestrator sweep needs around it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from orchestrator.errors import StudyError
+from orchestrator.spec import SweepSpec
+
+FINGERPRINT_ATTR = "orchestrate.fingerprint"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URL, else None."""
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///"):])
+    return None
+
+
+def check_url_opens(url: str, what: str) -> None:
+    """Fail early (before anything is created) when a storage URL cannot work."""
+    path = sqlite_path(url)
+    if path is not None:
+        if path.exists() and not path.is_file():
+            raise StudyError(f"{what} {url}: {path} is not a file")
+        parent = path.resolve().parent
+        if not parent.exists() and parent != Path("mlruns").resolve():
+            raise StudyError(f"{what} {url}: folder {parent} does not exist; create it or fix the URL")
+        if parent.exists() and not os.access(parent, os.W_OK):
+            raise StudyError(f"{what} {url}: folder {parent} is not writable")
+        if path.exists():
+            with open(path, "rb") as f:
+                head = f.read(16)
+            if head and head != b"SQLite format 3\x00":
+                raise StudyError(f"{what} {url}: {path} is not an SQLite database; move it aside "
+                                 "or point the URL elsewhere")
+        return
+    if url.split(":", 1)[0] in ("http", "https", "databricks"):
+        return
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(url)
+        with engine.connect():
+            pass
+    except Exception as exc:  # noqa: BLE001 - any driver error means the URL cannot be used
+        raise StudyError(f"{what} {url}: cannot connect ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+@contextmanager
+def study_lock(url: str, name: str) -> Iterator[None]:
+    """One orchestrator per SQLite study: SQLite cannot coordinate workers safely (notes).
+    ``flock`` is released by the OS when the holder dies, even by SIGKILL."""
+    path = sqlite_path(url)
+    if path is None:  # a server database: coordination is the scale-out design's job
+        yield
+        return
+    import fcntl
+
+    lock_path = path.with_name(f"{path.name}.{name}.lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise StudyError(f"study {name!r} is being run by another orchestrate (pid {holder}); "
+                             f"lock {lock_path}. Wait for it to finish or stop it, then run again") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def make_sampler(spec: SweepSpec, n_existing: int):
+    """Samplers are not stored by Optuna: rebuilt from the spec on every run. The seed is offset by
+    the number of trials already in the study, so a resume does not replay the first proposals."""
+    import optuna
+
+    seed = None if spec.search.seed is None else spec.search.seed + 7919 * n_existing
+    name = spec.search.sampler
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    return optuna.samplers.RandomSampler(seed=seed)  # grid: every trial is enqueued by the sweep
+
+
+def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any]):
+    """Create the study, or load it and check it was made from the same spec."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    directions = [d for _, d in spec.objective.metrics]
+    kwargs: dict[str, Any] = {}
+    if storage_url.startswith("sqlite"):
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
+    try:
+        storage = optuna.storages.RDBStorage(storage_url, **kwargs)
+        existing = {s.study_name: s for s in storage.get_all_studies()}
+        n_existing = 0
+        if spec.name in existing:
+            n_existing = storage.get_n_trials(existing[spec.name]._study_id)
+        study = optuna.create_study(study_name=spec.name, storage=storage, directions=directions,
+                                    sampler=make_sampler(spec, n_existing), load_if_exists=True)
+    except SQLAlchemyError as exc:
+        msg = str(exc).splitlines()[0]
+        hint = ("another program holds a write lock; close it (an open optuna-dashboard?) and retry"
+                if "locked" in msg else "the file may be corrupt: move it aside to start a new study")
+        raise StudyError(f"storage {storage_url}: {msg}; {hint}") from None
+    except (RuntimeError, ValueError) as exc:  # e.g. a schema from an unknown Optuna version
+        raise StudyError(f"storage {storage_url}: {str(exc).splitlines()[0]}") from None
+
+    stored_dirs = [d.name.lower() for d in study.directions]
+    if stored_dirs != directions:
+        raise _mismatch(spec, storage_url, f"objective directions: stored {stored_dirs}, spec {directions}")
+    stored = study.user_attrs.get(FINGERPRINT_ATTR)
+    if stored is None:
+        if study.trials:
+            raise _mismatch(spec, storage_url, "the study was not created by orchestrate")
+        study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
+    elif stored != json.loads(json.dumps(fingerprint)):
+        diffs = [f"{k}: stored {json.dumps(stored.get(k))}, spec {json.dumps(fingerprint.get(k))}"
+                 for k in sorted(set(stored) | set(fingerprint))
+                 if stored.get(k) != json.loads(json.dumps(fingerprint.get(k)))]
+        raise _mismatch(spec, storage_url, "; ".join(diffs))
+    return study
+
+
+def _mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:
+    return StudyError(
+        f"study {spec.name!r} in {url} was created from a different spec ({what}). "
+        f"To keep both, give this spec a new `name:`; to start over, delete the old study: "
+        f"optuna delete-study --study-name {spec.name} --storage {url}")

@@ -1,0 +1,364 @@
+"""The sweep loop: ask Optuna, run the trial in a subprocess, tell Optuna, record in MLflow.
+
+Order per trial (so that a SIGKILL at any point can be repaired on the next start):
+  1. ask            -> Optuna trial RUNNING
+  2. MLflow run     -> child run RUNNING, tagged with the trial number
+  3. the subprocess -> result file
+  4. tell Optuna    -> the result, with status and metrics as user attributes
+  5. finish MLflow  -> metrics, tags, artifacts, terminal status (idempotent)
+``recover`` redoes step 5 for told trials and ends RUNNING trials as interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator import knobs
+from orchestrator import metrics as M
+from orchestrator.errors import FailureBudgetExceeded
+from orchestrator.launch import StopFlag, launch_trial
+from orchestrator.outcome import Outcome
+from orchestrator.space import Plan, config_key, configurations, suggest, trial_params
+from orchestrator.spec import SweepSpec
+from orchestrator.tracking import Tracker
+
+RESULT_STATUSES = ("ok", "oom", "timeout", "crashed", "error", "diverged")
+INFEASIBLE = ("oom", "crashed")       # told as PRUNED + a violated constraint: no invented value
+FAILED = ("error", "timeout", "diverged", "interrupted")  # told as FAIL
+FIT_CONSTRAINT = "fits_in_memory"
+MAX_REPEATS = 10
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@dataclass
+class SweepState:
+    """What the study holds, by configuration."""
+
+    results: dict[str, Any] = field(default_factory=dict)  # config key -> FrozenTrial with a result
+
+    @property
+    def done(self) -> int:
+        return len(self.results)
+
+
+def result_trials(study: Any) -> list[Any]:
+    """Trials that hold a measured (or otherwise final) result, one per configuration."""
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get("status") in RESULT_STATUSES and "repeat_of" not in t.user_attrs]
+
+
+def objective_values(spec: SweepSpec, metrics: dict[str, float]) -> list[float] | None:
+    values = [metrics.get(m) for m, _ in spec.objective.metrics]
+    if any(v is None or v != v for v in values):
+        return None
+    return [float(v) for v in values]
+
+
+def is_feasible(trial: Any) -> bool:
+    return trial.state.name == "COMPLETE" and all(v <= 0 for v in trial.constraints.values())
+
+
+def best_trials(study: Any, spec: SweepSpec) -> list[Any]:
+    """Feasible measured trials, best first (single objective), or the Pareto front."""
+    feasible = [t for t in result_trials(study) if is_feasible(t)]
+    if len(spec.objective.metrics) == 1:
+        sign = -1 if spec.objective.metrics[0][1] == "maximize" else 1
+        return sorted(feasible, key=lambda t: sign * t.values[0])
+    front = []
+    for t in feasible:
+        if not any(_dominates(o.values, t.values, spec) for o in feasible if o is not t):
+            front.append(t)
+    return sorted(front, key=lambda t: t.number)
+
+
+def _dominates(a: list[float], b: list[float], spec: SweepSpec) -> bool:
+    better = False
+    for x, y, (_, d) in zip(a, b, spec.objective.metrics):
+        x, y = (x, y) if d == "minimize" else (-x, -y)
+        if x > y:
+            return False
+        better |= x < y
+    return better
+
+
+def tell(study: Any, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[str, Any]) -> None:
+    """Record a trial's outcome in Optuna; OOM and crashes are infeasible, never given a value."""
+    from optuna.trial import TrialState
+
+    metrics = outcome.metrics
+    trial.set_user_attr("status", outcome.status)
+    if outcome.detail:
+        trial.set_user_attr("detail", outcome.detail[:2000])
+    trial.set_user_attr("metrics", metrics)
+    for k, v in extra.items():
+        trial.set_user_attr(k, v)
+    if outcome.status in INFEASIBLE:
+        trial.set_constraint(FIT_CONSTRAINT, 1.0)
+        study.tell(trial, state=TrialState.PRUNED)
+        return
+    values = objective_values(spec, metrics) if outcome.status == "ok" else None
+    if values is None:
+        if outcome.status == "ok":
+            trial.set_user_attr("status", "error")
+            trial.set_user_attr("detail", "the trial did not report the objective metric(s)")
+        study.tell(trial, state=TrialState.FAIL)
+        return
+    trial.set_constraint(FIT_CONSTRAINT, -1.0)
+    for c in spec.objective.constraints:
+        value = metrics.get(c.metric)
+        trial.set_constraint(c.metric, c.violation(value) if value is not None else 1.0)
+    study.tell(trial, values)
+
+
+def run_tags(trial_like: Any, outcome_result: dict[str, Any], status: str, detail: str | None) -> dict[str, str]:
+    prov = outcome_result.get("provenance", {}) or {}
+    tags = {"status": status, "device": outcome_result.get("applied", {}).get("device", ""),
+            "device_name": prov.get("device_name", ""), "torch_version": prov.get("torch_version", "")}
+    if detail:
+        tags["detail"] = detail
+    if outcome_result.get("not_applied"):
+        tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in outcome_result["not_applied"].items())
+    if "phase" in outcome_result:
+        tags["failed_in"] = f"{outcome_result['phase']} step {outcome_result.get('step')}"
+    if "signal" in outcome_result:
+        tags["signal"] = outcome_result["signal"]
+    return {k: v for k, v in tags.items() if v not in (None, "")}
+
+
+def run_metrics(trial_metrics: dict[str, float], result: dict[str, Any], extra: dict[str, Any]) -> dict[str, float]:
+    out = dict(trial_metrics)
+    for k in (M.DURATION_S, "process_peak_rss_gib"):
+        if extra.get(k) is not None:
+            out[k] = extra[k]
+    for k, v in (result.get("memory_at_failure") or {}).items():
+        if isinstance(v, (int, float)):
+            out[f"at_oom_{k}"] = v
+    return out
+
+
+class Sweep:
+    """One invocation of ``orchestrate SPEC``: recover, then run until the study is complete."""
+
+    def __init__(self, spec: SweepSpec, plan: Plan, study: Any, tracker: Tracker, work_dir: Path,
+                 stop: StopFlag, echo: Callable[[str], None] = print) -> None:
+        self.spec, self.plan, self.study, self.tracker = spec, plan, study, tracker
+        self.work_dir, self.stop, self.echo = work_dir, stop, echo
+        self.configs = configurations(plan) if plan.finite() else None
+        self.target = spec.search.n_trials or (len(self.configs) if self.configs is not None else 0)
+        if self.configs is not None:
+            self.target = min(self.target, len(self.configs))
+        self.rng = random.Random(spec.search.seed)
+        self.failures = 0
+        self.stopped_because: str | None = None
+
+    # -- recovery ---------------------------------------------------------------------------------
+    def recover(self) -> int:
+        """Repair what a killed orchestrator left: returns how many trials were ended as interrupted."""
+        from optuna.trial import TrialState
+
+        runs = self.tracker.trial_runs()
+        interrupted = 0
+        for t in self.study.get_trials(deepcopy=False):
+            mine = runs.get(t.number, [])
+            if t.state == TrialState.RUNNING:
+                trial = self._trial_handle(t)
+                trial.set_user_attr("status", "interrupted")
+                trial.set_user_attr("detail", "the orchestrator died during this trial; its configuration is run again")
+                self.study.tell(t.number, state=TrialState.FAIL)
+                if not mine:
+                    mine = [self._mlflow_run_for(t)]
+                for run in mine:
+                    self.tracker.finish_trial(run.info.run_id, "interrupted", {}, {"detail": "orchestrator died"}, [])
+                interrupted += 1
+                continue
+            if t.state == TrialState.WAITING:
+                continue
+            status = t.user_attrs.get("status", "interrupted")
+            if not mine:
+                mine = [self._mlflow_run_for(t)]
+            for run in mine:
+                if run.info.status not in ("FINISHED", "FAILED", "KILLED"):
+                    self._finish_from_record(run.info.run_id, t, status)
+        return interrupted
+
+    def _trial_handle(self, frozen: Any) -> Any:
+        import optuna
+
+        return optuna.trial.Trial(self.study, frozen._trial_id)
+
+    def _mlflow_run_for(self, t: Any) -> Any:
+        run_id = self.tracker.start_trial(t.number, t.params, {})
+        return self.tracker.client.get_run(run_id)
+
+    def _finish_from_record(self, run_id: str, t: Any, status: str) -> None:
+        trial_dir = self.trial_dir(t.number)
+        metrics = dict(t.user_attrs.get("metrics", {}))
+        extra = {k: t.user_attrs.get(k) for k in (M.DURATION_S, "process_peak_rss_gib")}
+        result = _read_json(trial_dir / "result.json")
+        self.tracker.finish_trial(run_id, status, run_metrics(metrics, result, extra),
+                                  run_tags(t, result, status, t.user_attrs.get("detail")),
+                                  self._files(trial_dir))
+
+    def trial_dir(self, number: int) -> Path:
+        return self.work_dir / f"trial-{number:04d}"
+
+    @staticmethod
+    def _files(trial_dir: Path) -> list[Path]:
+        return [trial_dir / "trial.log", trial_dir / "result.json", trial_dir / "config.json"]
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def state(self) -> SweepState:
+        return SweepState({config_key(t.params): t for t in result_trials(self.study)})
+
+    def retry_interrupted(self, state: SweepState) -> None:
+        """Put configurations whose trial was interrupted back in Optuna's queue (once each)."""
+        from optuna.trial import TrialState
+
+        queued = {config_key(t.params) for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+            key = config_key(t.params)
+            if t.user_attrs.get("status") == "interrupted" and key not in state.results and key not in queued and t.params:
+                self.study.enqueue_trial(t.params)
+                queued.add(key)
+
+    def next_grid_config(self, state: SweepState) -> dict[str, Any] | None:
+        assert self.configs is not None
+        for config in self.configs:
+            if config_key(config) not in state.results:
+                return config
+        return None
+
+    def run(self, on_result: Callable[[Any, Outcome, float], None]) -> None:
+        from optuna.trial import TrialState
+
+        state = self.state()
+        self.retry_interrupted(state)
+        started = time.monotonic()
+        repeats = 0
+        since_best = 0
+        while state.done < self.target:
+            if self.stop.tripped:
+                raise Interrupted(self.stop.signum or 2)
+            if self.spec.search.timeout_min is not None and time.monotonic() - started > self.spec.search.timeout_min * 60:
+                self.stopped_because = f"search.timeout_min={self.spec.search.timeout_min:g} reached"
+                return
+            if self.spec.search.patience is not None and since_best >= self.spec.search.patience:
+                self.stopped_because = f"no improvement in {since_best} trials (search.patience)"
+                return
+            waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+            if not waiting:
+                forced = None
+                if self.spec.search.sampler == "grid":
+                    forced = self.next_grid_config(state)
+                elif repeats >= MAX_REPEATS:
+                    forced = self._random_unvisited(state)
+                if forced is not None:
+                    self.study.enqueue_trial(forced)
+                elif self.spec.search.sampler == "grid" or repeats >= MAX_REPEATS:
+                    self.stopped_because = "every configuration of the space has a result"
+                    return
+            trial = self.study.ask()
+            sampled = suggest(trial, self.plan)
+            key = config_key(sampled)
+            if key in state.results:
+                self._tell_repeat(trial, state.results[key])
+                repeats += 1
+                continue
+            repeats = 0
+            best_before = self._best_value()
+            outcome = self.run_trial(trial, sampled)
+            state = self.state()
+            best_after = self._best_value()
+            since_best = 0 if best_after is not None and best_after != best_before else since_best + 1
+            on_result(trial, outcome, 0.0)
+            if outcome.status == "interrupted":
+                raise Interrupted(self.stop.signum or 2)
+            if outcome.status in ("error", "timeout", "diverged") or (
+                    outcome.status == "crashed" and outcome.result.get("signal") != "SIGKILL"):
+                self.failures += 1
+                if self.failures > self.spec.search.max_failures:
+                    raise FailureBudgetExceeded(
+                        f"{self.failures} trials failed (error, timeout, crash or divergence; OOM not "
+                        f"counted), more than search.max_failures={self.spec.search.max_failures}. "
+                        f"The study is saved: fix the cause (see the trial logs in {self.work_dir}) and "
+                        f"run the same command to resume")
+
+    def _best_value(self) -> float | None:
+        best = best_trials(self.study, self.spec)
+        return best[0].values[0] if best and len(self.spec.objective.metrics) == 1 else None
+
+    def _random_unvisited(self, state: SweepState) -> dict[str, Any] | None:
+        if self.configs is None:
+            return None
+        left = [c for c in self.configs if config_key(c) not in state.results]
+        return self.rng.choice(left) if left else None
+
+    def _tell_repeat(self, trial: Any, original: Any) -> None:
+        """The sampler proposed a configuration that already has a result: answer from the record."""
+        from optuna.trial import TrialState
+
+        status = original.user_attrs.get("status")
+        run_id = self.tracker.start_trial(trial.number, trial.params, {"repeat_of": str(original.number)})
+        trial.set_user_attr("mlflow_run_id", run_id)
+        trial.set_user_attr("repeat_of", original.number)
+        trial.set_user_attr("status", status)
+        for k, v in original.constraints.items():
+            trial.set_constraint(k, v)
+        if original.state == TrialState.COMPLETE:
+            self.study.tell(trial, original.values)
+        else:
+            self.study.tell(trial, state=original.state)
+        self.tracker.finish_trial(run_id, status, {}, {"repeat_of": str(original.number),
+                                                        "detail": f"same configuration as trial {original.number}; not run again"}, [])
+
+    def run_trial(self, trial: Any, sampled: dict[str, Any]) -> Outcome:
+        params = trial_params(self.plan, sampled)
+        device = params["device"]
+        not_applied = {k: v for k, v in self.plan.not_applied.items()}
+        run_id = self.tracker.start_trial(trial.number, params, {"device": device})
+        trial.set_user_attr("mlflow_run_id", run_id)
+        config = {
+            "experiment": self.spec.experiment,
+            "params": params,
+            "not_applied": not_applied,
+            "trial": {"warmup_steps": self.spec.trial.warmup_steps,
+                      "measure_steps": self.spec.trial.measure_steps,
+                      "min_measure_s": self.spec.trial.min_measure_s},
+        }
+        env = knobs.trial_env(params, device)
+        trial_dir = self.trial_dir(trial.number)
+        launched = launch_trial(config, trial_dir, env, self.spec.trial.timeout_s, self.stop)
+        outcome = launched.outcome
+        extra = {M.DURATION_S: round(launched.duration_s, 3), "trial_dir": str(trial_dir),
+                 "process_peak_rss_gib": launched.peak_rss_gib}
+        if env:
+            extra["env"] = env
+        tell(self.study, trial, self.spec, outcome, extra)
+        status = "error" if outcome.status == "ok" and objective_values(self.spec, outcome.metrics) is None else outcome.status
+        tags = run_tags(trial, outcome.result, status, outcome.detail)
+        tags.setdefault("device", device)
+        if not_applied and "not_applied" not in tags:
+            tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in not_applied.items())
+        self.tracker.finish_trial(run_id, status, run_metrics(outcome.metrics, outcome.result, extra),
+                                  tags, self._files(trial_dir))
+        outcome.status = status
+        return outcome
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,132 @@
+"""MLflow records: one experiment per spec name, one parent run per study, one child per trial.
+
+A thin wrapper over ``MlflowClient`` (no fluent API, no global state). mlflow is imported when
+a ``Tracker`` is made, never by ``--help`` or ``--dry-run``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import StudyError
+
+MLFLOW_STATUS = {"ok": "FINISHED", "interrupted": "KILLED"}  # every other status: FAILED
+TERMINAL = ("FINISHED", "FAILED", "KILLED")
+
+
+def artifact_root(tracking_uri: str, experiment: str) -> str | None:
+    """Artifacts beside a local SQLite store (``mlruns/<experiment>/...``); None = MLflow's choice."""
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri[len("sqlite:///"):]).resolve()
+        return (db.parent / experiment).as_uri()
+    return None
+
+
+def absolute_uri(uri: str) -> str:
+    """``sqlite:///mlruns/x.db`` relative to the working directory, made absolute for printing."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+    return uri
+
+
+class Tracker:
+    def __init__(self, tracking_uri: str, experiment: str) -> None:
+        import mlflow  # noqa: F401 - heavy; imported only for real runs
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+
+        self.uri = absolute_uri(tracking_uri)
+        try:
+            self.client = MlflowClient(tracking_uri=self.uri)
+            exp = self.client.get_experiment_by_name(experiment)
+            if exp is None:
+                exp_id = self.client.create_experiment(experiment, artifact_location=artifact_root(self.uri, experiment))
+            elif exp.lifecycle_stage == "deleted":
+                raise StudyError(f"MLflow experiment {experiment!r} in {self.uri} is deleted; restore it "
+                                 f"(mlflow experiments restore --experiment-id {exp.experiment_id}) or rename the spec")
+            else:
+                exp_id = exp.experiment_id
+        except MlflowException as exc:
+            raise StudyError(f"tracking_uri {self.uri}: cannot open the MLflow store: {str(exc).splitlines()[0]}") from None
+        self.experiment_id = exp_id
+        self.parent_id: str | None = None
+
+    # -- the study's parent run ---------------------------------------------------------------
+    def open_parent(self, study: str, storage: str, spec_path: Path) -> str:
+        """Find the study's parent run (resume) or create it; mark it RUNNING."""
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.role = 'sweep' and tags.study = '{study}' and tags.storage = '{storage}'",
+            max_results=1, order_by=["attributes.start_time ASC"])
+        if runs:
+            self.parent_id = runs[0].info.run_id
+            self.client.update_run(self.parent_id, status="RUNNING")
+        else:
+            run = self.client.create_run(self.experiment_id, run_name=study,
+                                         tags={"role": "sweep", "study": study, "storage": storage})
+            self.parent_id = run.info.run_id
+        self.client.log_artifact(self.parent_id, str(spec_path))
+        return self.parent_id
+
+    def close_parent(self, status: str, description: str, metrics: dict[str, float]) -> None:
+        assert self.parent_id is not None
+        self.client.set_tag(self.parent_id, "mlflow.note.content", description)
+        self._log_metrics(self.parent_id, metrics)
+        self.client.set_terminated(self.parent_id, status)
+
+    # -- one child run per trial --------------------------------------------------------------
+    def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str]) -> str:
+        assert self.parent_id is not None
+        from mlflow.entities import Param, RunTag
+
+        run = self.client.create_run(
+            self.experiment_id, run_name=f"trial-{number:03d}",
+            tags={"mlflow.parentRunId": self.parent_id, "role": "trial", "trial_number": str(number),
+                  "status": "running", **tags})
+        self.client.log_batch(run.info.run_id, params=[Param(k, _param(v)) for k, v in sorted(params.items())])
+        return run.info.run_id
+
+    def finish_trial(self, run_id: str, status: str, metrics: dict[str, float], tags: dict[str, str],
+                     files: list[Path]) -> None:
+        """Idempotent: a resume may call it again for a trial whose orchestrator died midway."""
+        self._log_metrics(run_id, metrics)
+        from mlflow.entities import RunTag
+
+        all_tags = {"status": status, **tags}
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in all_tags.items()])
+        for path in files:
+            if path.exists():
+                self.client.log_artifact(run_id, str(path))
+        self.client.set_terminated(run_id, MLFLOW_STATUS.get(status, "FAILED"))
+
+    def trial_runs(self) -> dict[int, list[Any]]:
+        """Child runs of the parent, by Optuna trial number."""
+        out: dict[int, list[Any]] = {}
+        token = None
+        while True:
+            page = self.client.search_runs(
+                [self.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{self.parent_id}'",
+                max_results=1000, page_token=token)
+            for run in page:
+                number = run.data.tags.get("trial_number")
+                if number is not None and number.isdigit():
+                    out.setdefault(int(number), []).append(run)
+            token = page.token
+            if not token:
+                return out
+
+    def _log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
+        if batch:
+            self.client.log_batch(run_id, metrics=batch)
+
+
+def _param(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
