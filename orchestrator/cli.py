@@ -25,8 +25,16 @@ EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
 USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--n-trials N] [--device D]"""
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, like every other error of this tool."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"orchestrate: {message} (see orchestrate --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="orchestrate", usage=USAGE,
         description="Run the training sweep a YAML spec describes (or resume it), each trial in a "
                     "fresh subprocess; results go to Optuna (the study) and MLflow (the runs).",
@@ -157,7 +165,8 @@ def probe_experiment(spec: SweepSpec) -> dict[str, Any]:
     result = json.loads(line[len("PROBE "):])
     if not result["ok"]:
         field = result.get("field")
-        path = ("fixed", field) if field and field in spec.fixed else ("experiment",)
+        path = (("device",) if field == "device" else ("fixed", field) if field and field in spec.fixed
+                else ("experiment",))
         raise spec.error(path, result["error"])
     return result
 
@@ -190,8 +199,13 @@ def run(spec: SweepSpec) -> int:
     from orchestrator.study import check_url_opens, open_study, study_lock
     from orchestrator.sweep import Interrupted, Sweep
 
-    check_url_opens(spec.storage, "storage")
-    check_url_opens(spec.tracking_uri, "tracking_uri")
+    from orchestrator.errors import StudyError
+
+    for field, url in (("storage", spec.storage), ("tracking_uri", spec.tracking_uri)):
+        try:
+            check_url_opens(url, field)
+        except StudyError as exc:
+            raise spec.error((field,), f"{str(exc).split(': ', 1)[-1]}, got {url!r}") from None
     probe = probe_experiment(spec)
     check_experiment_params(spec, probe)
     device = probe["device"]
@@ -211,7 +225,7 @@ def run(spec: SweepSpec) -> int:
             tracker = Tracker(spec.tracking_uri, spec.name)
             parent = tracker.open_parent(spec.name, absolute_uri(spec.storage), spec.path)
             study.set_user_attr("mlflow_parent_run_id", parent)
-            work_dir = Path("mlruns") / ".trials" / spec.name
+            work_dir = (Path("mlruns") / ".trials" / spec.name).resolve()
             sweep = Sweep(spec, plan, study, tracker, work_dir, stop)
             return _drive(spec, plan, probe, study, tracker, sweep, stop, Interrupted)
     finally:

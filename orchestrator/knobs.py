@@ -116,7 +116,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          frozenset({"cpu"}), doc="RLIMIT_DATA for the trial process: a real CPU out-of-memory"),
 )}
 
-# MPS refuses a low watermark above the high one; its default low ratio is 1.4.
+# MPS refuses a low watermark above the high one (unless high is 0.0: no cap); its defaults on
+# Apple Silicon (unified memory) are 1.7 for the high ratio and 1.4 for the low one.
+MPS_DEFAULT_HIGH_WATERMARK = 1.7
 MPS_DEFAULT_LOW_WATERMARK = 1.4
 
 

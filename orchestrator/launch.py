@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.faultpoints import reached
 from orchestrator.outcome import Outcome, classify
 
 POLL_S = 0.05
@@ -88,6 +89,7 @@ def launch_trial(config: dict[str, Any], trial_dir: Path, env: dict[str, str], t
             _kill_group(proc.pid)
     timed_out = False
     rusage = None
+    reached("trial_running")
     try:
         while True:
             pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)

@@ -45,12 +45,13 @@ class Range:
     integer: bool = False
 
     def grid_values(self) -> tuple[Any, ...]:
-        """The values a grid visits; needs a step."""
+        """The values a grid visits, both bounds included; needs a step (the validator makes
+        ``high - low`` a multiple of it)."""
         assert self.step is not None
         if self.integer:
             return tuple(range(int(self.low), int(self.high) + 1, int(self.step)))
-        n = int((self.high - self.low) / self.step + 1e-9)
-        return tuple(round(self.low + i * self.step, 12) for i in range(n + 1))
+        n = round((self.high - self.low) / self.step)
+        return tuple(round(self.low + i * self.step, 12) for i in range(n)) + (self.high,)
 
 
 Dimension = Choice | Range
@@ -117,7 +118,18 @@ class SweepSpec:
         return self.lines.get(tuple(path))
 
     def error(self, path: tuple, rule: str) -> SpecError:
-        return SpecError(rule, file=str(self.path), line=self.lines.get(path), field=dotted(path))
+        """A rule broken by ``path``, found after loading (by the experiment probe, say)."""
+        return SpecError(rule, file=str(self.path), line=_line_of(self.lines, path),
+                         field=dotted(path) or None)
+
+
+def _line_of(lines: dict[tuple, int], path: tuple) -> int | None:
+    """The line of ``path``, else of its nearest parent that has one."""
+    while True:
+        line = lines.get(path)
+        if line is not None or not path:
+            return line
+        path = path[:-1]
 
 
 TOP_KEYS = ("name", "experiment", "device", "fixed", "space", "objective", "search", "trial",
@@ -125,46 +137,54 @@ TOP_KEYS = ("name", "experiment", "device", "fixed", "space", "objective", "sear
 REQUIRED_TOP = ("name", "experiment")
 
 
-def show(value: Any) -> str:
-    """A value as the user wrote it in YAML."""
+def show(value: Any, spelled: str | None = None) -> str:
+    """A value as the user wrote it in YAML; ``spelled`` is the text of a boolean or null
+    written another way (``yes``, ``off``, ``~``)."""
     if isinstance(value, bool):
-        return "true" if value else "false"
+        word = "true" if value else "false"
+        return f"{spelled} (YAML reads it as {word})" if spelled and spelled != word else word
     if value is None:
-        return "null (empty)"
+        return "nothing (an empty value)" if not spelled or spelled == "null" else f"{spelled} (null)"
     if isinstance(value, str):
-        return repr(value)
+        if _NUMBER.fullmatch(value.strip()):
+            if "e" in value.lower():
+                return f"'{value}' (text, not a number: YAML reads only forms like 1.0e+3 as numbers)"
+            return f"'{value}' (text, not a number: remove the quotes)"
+        return f"'{value}'"
     if isinstance(value, dict):
         return "a mapping"
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return "a list"
     return str(value)
+
+
+_NUMBER = re.compile(r"[-+]?(\d[\d_]*\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 class _Checker:
     """Raises ``SpecError`` with file and line for a field path."""
 
-    def __init__(self, file: str, lines: dict[tuple, int], overrides: dict[tuple, str]) -> None:
+    def __init__(self, file: str, lines: dict[tuple, int], overrides: dict[tuple, str],
+                 spelled: dict[tuple, str] | None = None) -> None:
         self.file, self.lines, self.overrides = file, lines, overrides
+        self.spelled = spelled or {}
 
     def fail(self, path: tuple, rule: str, value: Any = ..., *, show_value: bool = True) -> SpecError:
-        text = f"{rule}, got {show(value)}" if show_value and value is not ... else rule
+        if show_value and value is not ...:
+            rule = f"{rule}, got {show(value, None if path in self.overrides else self.spelled.get(path))}"
         field_name = dotted(path) or None
-        if path in self.overrides:
-            return SpecError(text, file=self.overrides[path], field=field_name)
-        line = self.lines.get(path)
-        probe = path
-        while line is None and probe:
-            probe = probe[:-1]
-            line = self.lines.get(probe)
-        return SpecError(text, file=self.file, line=line, field=field_name)
+        if path in self.overrides:  # the value came from a flag: name the flag, not a line
+            return SpecError(rule, file=self.overrides[path], field=field_name)
+        return SpecError(rule, file=self.file, line=_line_of(self.lines, path), field=field_name)
 
-    def mapping(self, path: tuple, value: Any, allowed: tuple[str, ...],
+    def mapping(self, path: tuple, value: Any, allowed: tuple[str, ...] | None = None,
                 required: tuple[str, ...] = ()) -> dict[str, Any]:
+        """``value`` as a mapping whose keys are among ``allowed`` (None: any name)."""
         if not isinstance(value, dict):
             raise self.fail(path, "must be a mapping of keys to values" if path
                             else "the top level must be a mapping of keys to values", value)
         for key in value:
-            if key not in allowed:
+            if allowed is not None and key not in allowed:
                 hint = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
                 did = f"did you mean {hint[0]!r}? " if hint else ""
                 raise self.fail(path + (key,), f"unknown key; {did}valid keys are {', '.join(allowed)}",
@@ -199,24 +219,32 @@ class _Checker:
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
     """Read and check a spec. ``overrides`` maps flags (``--n-trials``) to (field path, value)."""
     path = Path(path)
-    data, lines = load_yaml(path)
+    data, lines, spelled = load_yaml(path)
     flag_of: dict[tuple, str] = {}
     for flag, (field_path, value) in (overrides or {}).items():
+        if value is None:
+            continue
         node = data
         for part in field_path[:-1]:
-            if isinstance(node, dict) and part not in node:
+            if isinstance(node, dict) and node.get(part) is None:  # absent or an empty section
                 node[part] = {}
             node = node.get(part) if isinstance(node, dict) else None
-        if value is not None and isinstance(node, dict):  # else check_spec reports the bad node
+        if isinstance(node, dict):  # else check_spec reports the node that is not a mapping
             node[field_path[-1]] = value
             flag_of[tuple(field_path)] = flag
-    return check_spec(data, path, lines, flag_of)
+    return check_spec(data, path, lines, flag_of, spelled)
 
 
 def check_spec(data: Any, path: Path, lines: dict[tuple, int],
-               flag_of: dict[tuple, str] | None = None) -> SweepSpec:
-    c = _Checker(str(path), lines, flag_of or {})
+               flag_of: dict[tuple, str] | None = None,
+               spelled: dict[tuple, str] | None = None) -> SweepSpec:
+    c = _Checker(str(path), lines, flag_of or {}, spelled)
     top = c.mapping((), data, TOP_KEYS, REQUIRED_TOP)
+
+    def section(key: str) -> Any:
+        """A section's mapping; an empty one (every entry commented out) counts as absent."""
+        value = top.get(key)
+        return {} if value is None else value
 
     name = top["name"]
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name):
@@ -228,15 +256,14 @@ def check_spec(data: Any, path: Path, lines: dict[tuple, int],
     device = top.get("device", "auto")
     c.one_of(("device",), device, ("auto",) + knobs.DEVICES, "device")
 
-    fixed = top.get("fixed") or {}
-    c.mapping(("fixed",), fixed, tuple(fixed) if isinstance(fixed, dict) else ())
-    space_raw = top.get("space") or {}
-    c.mapping(("space",), space_raw, tuple(space_raw) if isinstance(space_raw, dict) else ())
+    fixed_raw = c.mapping(("fixed",), section("fixed"))
+    space_raw = c.mapping(("space",), section("space"))
 
-    for key, value in fixed.items():
+    fixed: dict[str, Any] = {}
+    for key, value in fixed_raw.items():
         if key == "device":
             raise c.fail(("fixed", "device"), "set the device with the top-level `device:` key or sweep it in `space:`", show_value=False)
-        _check_value(c, ("fixed", key), key, value)
+        fixed[key] = _check_value(c, ("fixed", key), key, value)
     space: dict[str, Dimension] = {}
     for key, value in space_raw.items():
         if key in fixed:
@@ -244,45 +271,65 @@ def check_spec(data: Any, path: Path, lines: dict[tuple, int],
                          "a parameter is either fixed or swept", show_value=False)
         space[key] = _check_dimension(c, ("space", key), key, value)
     if "device" in space and "device" in top:
+        if ("device",) in c.overrides:
+            raise c.fail(("device",), f"cannot override the device: space.device sweeps it "
+                         f"(line {lines.get(('space', 'device'))})", top["device"])
         raise c.fail(("device",), "device is swept in space; remove the top-level device key", show_value=False)
 
-    objective = _check_objective(c, top.get("objective", {"metric": "samples_per_s", "direction": "maximize"}))
-    search = _check_search(c, top.get("search", {}), space)
-    trial = _check_trial(c, top.get("trial", {}))
+    objective = _check_objective(c, section("objective"))
+    search = _check_search(c, section("search"), space)
+    trial = _check_trial(c, section("trial"))
     _check_combinations(c, fixed, space)
 
     storage = _check_url(c, ("storage",), top.get("storage", DEFAULT_STORAGE), "storage")
     tracking = _check_url(c, ("tracking_uri",), top.get("tracking_uri", DEFAULT_TRACKING_URI), "tracking_uri")
-    return SweepSpec(path=path, name=name, experiment=experiment, device=device, fixed=dict(fixed),
+    return SweepSpec(path=path, name=name, experiment=experiment, device=device, fixed=fixed,
                      space=space, objective=objective, search=search, trial=trial, storage=storage,
                      tracking_uri=tracking, lines=lines)
 
 
-def _check_value(c: _Checker, path: tuple, name: str, value: Any) -> None:
+def _check_value(c: _Checker, path: tuple, name: str, value: Any) -> Any:
+    """Check one fixed value or choice; return it as the trial receives it (a float knob given
+    an int gets the float)."""
     knob = knobs.KNOBS.get(name)
     if knob is not None:
-        if knob.kind == "float" and knobs.is_int(value):
-            value = float(value)
-        rule = knob.check(value)
+        rule = knob.check(float(value) if knob.kind == "float" and knobs.is_int(value) else value)
         if rule:
             raise c.fail(path, rule, value)
-    elif not isinstance(value, (str, int, float, bool)) or value is None:
+        return float(value) if knob.kind == "float" else value
+    if isinstance(value, float) and not knobs.is_number(value):
+        raise c.fail(path, "experiment parameters must be finite numbers", value)
+    if not isinstance(value, (str, int, float, bool)):
         raise c.fail(path, "experiment parameters must be a string, number or boolean", value)
+    return value
+
+
+def _same_key(value: Any) -> Any:
+    """Values a trial cannot tell apart compare equal (1 and 1.0; not true and 1)."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, (int, float)):
+        return ("number", float(value))
+    return (type(value).__name__, value)
 
 
 def _check_dimension(c: _Checker, path: tuple, name: str, value: Any) -> Dimension:
     if isinstance(value, list):
         if not value:
             raise c.fail(path, "a list of choices must not be empty", show_value=False)
+        values = []
+        seen: set[Any] = set()
         for i, item in enumerate(value):
             if name == "device" and item == "auto":
                 raise c.fail(path + (i,), "a swept device must be mps, cuda or cpu", item)
-            _check_value(c, path + (i,), name, item)
-        if len(set(map(repr, value))) != len(value):
-            raise c.fail(path, "choices must not repeat", value, show_value=False)
-        return Choice(tuple(value))
+            values.append(_check_value(c, path + (i,), name, item))
+            if _same_key(item) in seen:
+                raise c.fail(path + (i,), "choices must not repeat", item)
+            seen.add(_same_key(item))
+        return Choice(tuple(values))
     if not isinstance(value, dict):
-        raise c.fail(path, "a space entry is a list of choices or a range {low, high, step, log}", value)
+        raise c.fail(path, "a space entry is a list of choices or a range {low, high, step, log} "
+                     "(a single value belongs in fixed)", value)
     c.mapping(path, value, ("low", "high", "step", "log"), ("low", "high"))
     knob = knobs.KNOBS.get(name)
     if knob is not None and knob.kind not in ("int", "float"):
@@ -291,9 +338,14 @@ def _check_dimension(c: _Checker, path: tuple, name: str, value: Any) -> Dimensi
     for bound, v in (("low", low), ("high", high)):
         if not knobs.is_number(v):
             raise c.fail(path + (bound,), "range bounds must be numbers", v)
-    integer = knobs.is_int(low) and knobs.is_int(high) and (knob is None or knob.kind == "int")
-    if knob is not None and knob.kind == "int" and not integer:
-        raise c.fail(path, f"{name} ranges need integer bounds", f"{low}..{high}", show_value=True)
+    step = value.get("step")
+    # An experiment's own parameter is an integer range when all its numbers are integers.
+    integer = (knobs.is_int(low) and knobs.is_int(high) and (step is None or knobs.is_int(step))
+               if knob is None else knob.kind == "int")
+    if integer:
+        for bound, v in (("low", low), ("high", high)):
+            if not knobs.is_int(v):
+                raise c.fail(path + (bound,), f"{name} ranges need integer bounds", v)
     for bound, v in (("low", low), ("high", high)):
         _check_value(c, path + (bound,), name, v)
     if low > high:
@@ -304,7 +356,6 @@ def _check_dimension(c: _Checker, path: tuple, name: str, value: Any) -> Dimensi
         raise c.fail(path + ("log",), "log must be true or false", log)
     if log and low <= 0:
         raise c.fail(path + ("low",), "log: true needs low > 0", low)
-    step = value.get("step")
     if step is not None:
         if not knobs.is_number(step) or step <= 0:
             raise c.fail(path + ("step",), "step must be a positive number", step)
@@ -312,7 +363,13 @@ def _check_dimension(c: _Checker, path: tuple, name: str, value: Any) -> Dimensi
             raise c.fail(path + ("step",), "step of an integer range must be an integer", step)
         if log:
             raise c.fail(path + ("step",), "step and log: true cannot be combined (as in Optuna)", step)
-    return Range(low=low, high=high, step=step, log=log, integer=integer)
+        n = (high - low) / step
+        if abs(n - round(n)) > 1e-9 * max(1.0, abs(n)):
+            raise c.fail(path + ("step",), f"high - low must be a multiple of step so that both "
+                         f"bounds are visited (low {low}, high {high})", step)
+    if integer:
+        return Range(low=low, high=high, step=step, log=log, integer=True)
+    return Range(low=float(low), high=float(high), step=None if step is None else float(step), log=log)
 
 
 def _check_objective(c: _Checker, raw: Any) -> Objective:
@@ -369,10 +426,10 @@ def _check_search(c: _Checker, raw: Any, space: dict[str, Dimension]) -> SearchS
             if isinstance(dim, Range) and dim.step is None:
                 raise c.fail(("space", name), "grid sampling over a range needs a step",
                              show_value=False)
-    finite = all(isinstance(d, Choice) or d.step is not None for d in space.values())
-    if n_trials is None and not finite:
-        raise c.fail(path, "missing required key search.n_trials (the space has a continuous range)",
-                     show_value=False)
+    continuous = [n for n, d in space.items() if isinstance(d, Range) and d.step is None]
+    if n_trials is None and continuous:
+        raise c.fail(("space", continuous[0]), "a range without a step is continuous: set "
+                     "search.n_trials (how many trials to run) or give the range a step", show_value=False)
     return SearchSettings(sampler=sampler, n_trials=n_trials, seed=seed, max_failures=max_failures,
                           timeout_min=timeout_min, patience=patience)
 
@@ -389,8 +446,10 @@ def _check_trial(c: _Checker, raw: Any) -> TrialSettings:
     )
 
 
-def _values(fixed: dict[str, Any], space: dict[str, Dimension], name: str) -> tuple[tuple, tuple[Any, ...]] | None:
-    """The values a parameter can take, with its path; None if absent or continuous."""
+def _values(fixed: dict[str, Any], space: dict[str, Dimension], name: str,
+            ends: bool = False) -> tuple[tuple, tuple[Any, ...]] | None:
+    """The values a parameter can take, with its path; None if absent or (unless ``ends``: then
+    its bounds stand for it) a continuous range."""
     if name in fixed:
         return ("fixed", name), (fixed[name],)
     dim = space.get(name)
@@ -398,7 +457,16 @@ def _values(fixed: dict[str, Any], space: dict[str, Dimension], name: str) -> tu
         return ("space", name), dim.values
     if isinstance(dim, Range) and dim.integer:
         return ("space", name), tuple(range(int(dim.low), int(dim.high) + 1, int(dim.step or 1)))
+    if isinstance(dim, Range) and ends:
+        return ("space", name), (dim.low, dim.high)
     return None
+
+
+def _item(where: tuple, values: tuple[Any, ...], value: Any, space: dict[str, Dimension]) -> tuple:
+    """The path of ``value`` inside a list of choices (so the message points at its line)."""
+    if where[0] == "space" and isinstance(space.get(where[1]), Choice):
+        return where + (values.index(value),)
+    return where
 
 
 def _check_combinations(c: _Checker, fixed: dict[str, Any], space: dict[str, Dimension]) -> None:
@@ -408,47 +476,70 @@ def _check_combinations(c: _Checker, fixed: dict[str, Any], space: dict[str, Dim
         if "grad_accum_steps" in fixed or "grad_accum_steps" in space:
             where = ("fixed" if "grad_accum_steps" in fixed else "space", "grad_accum_steps")
             raise c.fail(where, "grad_accum_steps is derived from effective_batch_size / batch_size; "
-                         "give one or the other", show_value=False)
+                         "give one or the other, not both", show_value=False)
         bs = _values(fixed, space, "batch_size")
         if bs is None or eff is None:
             raise c.fail(("space", "effective_batch_size") if "effective_batch_size" in space else ("fixed", "effective_batch_size"),
                          "effective_batch_size needs batch_size as a fixed value or a list of choices", show_value=False)
         for b, e in itertools.product(bs[1], eff[1]):
             if e % b:
-                raise c.fail(bs[0], f"effective_batch_size {e} is not a multiple of batch_size {b}; "
-                             "remove that batch size or change the effective batch", show_value=False)
-    high = _values(fixed, space, "mps_high_watermark_ratio")
-    low = _values(fixed, space, "mps_low_watermark_ratio")
-    if high is not None and low is not None:
-        for h, lo in itertools.product(high[1], low[1]):
+                raise c.fail(_item(bs[0], bs[1], b, space),
+                             f"each batch size must divide effective_batch_size {e}", b)
+    high = _values(fixed, space, "mps_high_watermark_ratio", ends=True)
+    low = _values(fixed, space, "mps_low_watermark_ratio", ends=True)
+    if low is not None:
+        for h, lo in itertools.product(high[1] if high else (knobs.MPS_DEFAULT_HIGH_WATERMARK,), low[1]):
             if h != 0.0 and lo > h:
-                raise c.fail(low[0], f"the low watermark must not exceed the high one, "
-                             f"got low {lo} > high {h}", show_value=False)
+                if high is None:
+                    raise c.fail(_item(low[0], low[1], lo, space), "the low watermark must not exceed "
+                                 f"MPS's default high one, {h}, when mps_high_watermark_ratio is not given", lo)
+                raise c.fail(_item(low[0], low[1], lo, space), "the low watermark must not exceed "
+                             f"the high one ({h})", lo)
 
 
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
+_DRIVER_PACKAGES = {"psycopg": "psycopg[binary]", "psycopg2": "psycopg2-binary",
+                    "mysqldb": "mysqlclient", "pymysql": "PyMySQL"}
 
 
 def _check_url(c: _Checker, path: tuple, value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise c.fail(path, f"{what} must be a URL such as {DEFAULT_STORAGE if what == 'storage' else DEFAULT_TRACKING_URI}", value)
-    if what == "tracking_uri" and not _URL.match(value):
-        raise c.fail(path, "MLflow 3 refuses a plain folder as tracking store; "
-                     f"use a URL such as {DEFAULT_TRACKING_URI}", value)
-    if what == "tracking_uri" and value.startswith("file:"):
-        raise c.fail(path, f"MLflow 3 refuses the file store; use {DEFAULT_TRACKING_URI}", value)
-    if what == "tracking_uri" and value.split(":", 1)[0] in ("http", "https", "databricks"):
-        return value
+    """A URL Optuna (storage) or MLflow (tracking_uri) can open; the connection itself is tried
+    at run time, but a missing database driver is caught here, before anything runs."""
+    example = DEFAULT_STORAGE if what == "storage" else DEFAULT_TRACKING_URI
+    if not isinstance(value, str) or not value.strip():
+        raise c.fail(path, f"{what} must be a URL such as {example}", value)
+    if what == "tracking_uri":
+        if value == "databricks" or re.match(r"^(https?|databricks)://", value):
+            return value
+        if value.startswith("file:"):
+            raise c.fail(path, f"MLflow 3 refuses the file store; use a URL such as {example}", value)
+        if not _URL.match(value):
+            raise c.fail(path, "MLflow 3 refuses a plain folder as tracking store; "
+                         f"use a URL such as {example}", value)
     from sqlalchemy.engine import make_url  # light import; no engine is created here
     from sqlalchemy.exc import ArgumentError
+
     try:
         url = make_url(value)
-    except (ArgumentError, ValueError) as exc:
-        raise c.fail(path, f"{what} is not a database URL ({exc})", value) from None
+    except (ArgumentError, ValueError):
+        raise c.fail(path, f"{what} must be a database URL such as {example}", value) from None
     backend = url.get_backend_name()
     if backend not in ("sqlite", "postgresql", "mysql", "mssql", "oracle"):
-        raise c.fail(path, f"{what} must be a sqlite://, postgresql:// or mysql:// URL", value)
-    if backend == "sqlite" and not url.database:
+        raise c.fail(path, f"{what} must be a sqlite:///, postgresql:// or mysql:// URL", value)
+    if backend == "sqlite" and (not url.database or url.database == ":memory:"):
         raise c.fail(path, f"{what} needs a file path (sqlite:///path/to/file.db); an in-memory "
                      "database would lose the study", value)
+    try:
+        dialect = url.get_dialect()
+    except (ArgumentError, ImportError):
+        raise c.fail(path, f"{what} names a database driver SQLAlchemy does not know "
+                     f"({url.get_driver_name()})", value) from None
+    if backend != "sqlite":
+        try:
+            dialect.import_dbapi()
+        except ImportError:
+            driver = url.get_driver_name()
+            package = _DRIVER_PACKAGES.get(driver, driver)
+            raise c.fail(path, f"{what} needs the {backend} driver {driver}, which is not installed "
+                         f"(pip install '{package}')", value) from None
     return value

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator import knobs
+from orchestrator.faultpoints import reached
 from orchestrator import metrics as M
 from orchestrator.errors import FailureBudgetExceeded
 from orchestrator.launch import StopFlag, launch_trial
@@ -269,6 +270,7 @@ class Sweep:
                     self.stopped_because = "every configuration of the space has a result"
                     return
             trial = self.study.ask()
+            reached("after_ask")
             sampled = suggest(trial, self.plan)
             key = config_key(sampled)
             if key in state.results:
@@ -328,6 +330,7 @@ class Sweep:
         not_applied = {k: v for k, v in self.plan.not_applied.items()}
         run_id = self.tracker.start_trial(trial.number, params, {"device": device})
         trial.set_user_attr("mlflow_run_id", run_id)
+        reached("after_run_start")
         config = {
             "experiment": self.spec.experiment,
             "params": params,
@@ -345,6 +348,7 @@ class Sweep:
         if env:
             extra["env"] = env
         tell(self.study, trial, self.spec, outcome, extra)
+        reached("after_tell")
         status = "error" if outcome.status == "ok" and objective_values(self.spec, outcome.metrics) is None else outcome.status
         tags = run_tags(trial, outcome.result, status, outcome.detail)
         tags.setdefault("device", device)
@@ -352,6 +356,7 @@ class Sweep:
             tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in not_applied.items())
         self.tracker.finish_trial(run_id, status, run_metrics(outcome.metrics, outcome.result, extra),
                                   tags, self._files(trial_dir))
+        reached("after_finish")
         outcome.status = status
         return outcome
 

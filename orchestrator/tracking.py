@@ -34,10 +34,14 @@ def absolute_uri(uri: str) -> str:
 
 class Tracker:
     def __init__(self, tracking_uri: str, experiment: str) -> None:
+        import logging
+
         import mlflow  # noqa: F401 - heavy; imported only for real runs
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
+        for name in ("mlflow", "alembic"):  # table-creation chatter on a new store
+            logging.getLogger(name).setLevel(logging.WARNING)
         self.uri = absolute_uri(tracking_uri)
         try:
             self.client = MlflowClient(tracking_uri=self.uri)

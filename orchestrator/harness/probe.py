@@ -45,11 +45,11 @@ def probe(module_name: str, device: str, fixed: dict) -> dict:
         resolved = backend.resolve(device)
         info = backend.describe(resolved)
     except Exception as exc:  # noqa: BLE001
-        return {"ok": False, "error": f"device {device!r} cannot be used: {type(exc).__name__}: {exc}"}
+        return {"ok": False, "field": "device", "error": f"device {device!r} cannot be used: {type(exc).__name__}: {exc}"}
     if resolved == "cuda" and not __import__("torch").cuda.is_available():
-        return {"ok": False, "error": "device cuda was asked for but torch sees no CUDA device"}
+        return {"ok": False, "field": "device", "error": "device cuda was asked for but torch sees no CUDA device"}
     if resolved == "mps" and not __import__("torch").backends.mps.is_available():
-        return {"ok": False, "error": "device mps was asked for but torch.backends.mps is not available"}
+        return {"ok": False, "field": "device", "error": "device mps was asked for but torch.backends.mps is not available"}
     import torch
 
     available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}

@@ -75,6 +75,20 @@ def make_optimizer(name: str, params: Any, lr: float, device: str) -> tuple[torc
     return torch.optim.AdamW(params, lr=lr, foreach=True), "adamw_foreach"
 
 
+def accumulate(model: torch.nn.Module, loss_fn: Callable, batches: Any, k: int,
+               autocast: Any, scaler: Any) -> torch.Tensor:
+    """Forward and backward over ``k`` micro-batches, each loss scaled by 1/k, so the summed
+    gradient equals that of one batch k times larger. Returns the mean loss, on the device."""
+    total = None
+    for batch in batches:
+        with autocast:
+            loss = loss_fn(model, batch)
+        total = loss.detach().float() if total is None else total + loss.detach().float()
+        scaled = loss / k
+        (scaler.scale(scaled) if scaler is not None else scaled).backward()
+    return total / k
+
+
 def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
     """Run one trial; return its metrics and what was applied. Raises on any failure."""
     started = time.perf_counter()
@@ -126,21 +140,15 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
 
     def train_step() -> torch.Tensor:
         """One optimizer step over ``accum`` micro-batches; returns the mean loss (on device)."""
-        total = torch.zeros((), device=device)
-        for _ in range(accum):
-            batch = workload.make_batch(batch_size)
-            with autocast:
-                loss = workload.loss(model, batch)
-            total += loss.detach().float()
-            scaled = loss / accum
-            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        batches = (workload.make_batch(batch_size) for _ in range(accum))
+        loss = accumulate(model, workload.loss, batches, accum, autocast, scaler)
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
         else:
             optimizer.step()
         optimizer.zero_grad(set_to_none=set_to_none)
-        return total / accum
+        return loss
 
     # Warm-up: allocations, optimizer state, autotuning and compilation happen here, unmeasured.
     progress.phase = "compile" if params.get("compile") else "warmup"

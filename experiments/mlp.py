@@ -1,0 +1,107 @@
+"""A residual MLP classifier on synthetic data labelled by a fixed random teacher network.
+
+A second experiment under the same contract as ``experiments.bert``: inputs are standard normal,
+and each label is the argmax of a random one-hidden-layer tanh "teacher" fixed by the seed, so the
+classes are learnable (the student can represent the teacher) but not linearly separable.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from orchestrator.harness.workload import Workload
+
+PARAMS: dict[str, object] = {"in_features": 64, "hidden_size": 256, "num_layers": 4, "num_classes": 10,
+                             "lr": 1e-3, "seed": 0}
+TEACHER_WIDTH = 128
+POSITIVE_INTS = ("in_features", "hidden_size", "num_layers")
+
+
+def _invalid(field: str, message: str) -> ValueError:
+    """A ValueError that names the parameter, so the spec error can point at its line."""
+    exc = ValueError(message)
+    exc.field = field  # type: ignore[attr-defined]  # read by orchestrator.harness.probe
+    return exc
+
+
+def validate_params(params: dict[str, Any]) -> None:
+    """Raise ValueError naming the rule and the value; only keys present in ``params`` are checked."""
+    for key in POSITIVE_INTS:
+        if key in params and not (isinstance(params[key], int) and not isinstance(params[key], bool)
+                                  and params[key] > 0):
+            raise _invalid(key, f"{key} must be a positive integer, got {params[key]!r}")
+    if "num_classes" in params:
+        n = params["num_classes"]
+        if not (isinstance(n, int) and not isinstance(n, bool) and n >= 2):
+            raise _invalid("num_classes", f"num_classes must be an integer >= 2, got {n!r}")
+
+
+class Block(nn.Module):
+    """One hidden layer: x + Linear(GELU(Linear(LayerNorm(x))))."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.fc1 = nn.Linear(width, width)
+        self.fc2 = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(F.gelu(self.fc1(self.norm(x))))
+
+
+class MLP(nn.Module):
+    """Input projection -> ``num_layers`` residual blocks -> LayerNorm -> class logits."""
+
+    def __init__(self, in_features: int, hidden_size: int, num_layers: int, num_classes: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(in_features, hidden_size)
+        self.blocks = nn.ModuleList(Block(hidden_size) for _ in range(num_layers))
+        self.norm = nn.LayerNorm(hidden_size)
+        self.head = nn.Linear(hidden_size, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.proj(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def classification_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+
+def build(params: dict[str, Any], device: torch.device) -> Workload:
+    """The workload for one trial; harness keys in ``params`` (batch_size, dtype, ...) are ignored."""
+    validate_params(params)
+    get = lambda key: params.get(key, PARAMS[key])  # noqa: E731
+    in_features, hidden, layers, classes = (int(get(k)) for k in ("in_features", "hidden_size", "num_layers",
+                                                                    "num_classes"))
+    seed = int(get("seed"))
+
+    with torch.random.fork_rng(devices=[]):  # seeded init on the CPU, the same for every device
+        torch.manual_seed(seed)
+        model = MLP(in_features, hidden, layers, classes)
+    cpu = torch.Generator().manual_seed(seed)
+    w1 = torch.randn(in_features, TEACHER_WIDTH, generator=cpu) / math.sqrt(in_features)
+    w2 = torch.randn(TEACHER_WIDTH, classes, generator=cpu) / math.sqrt(TEACHER_WIDTH)
+    model, w1, w2 = model.to(device), w1.to(device), w2.to(device)
+    try:
+        generator: torch.Generator | None = torch.Generator(device=device).manual_seed(seed + 1)
+    except (RuntimeError, TypeError):
+        generator = None
+
+    def make_batch(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(batch_size, in_features, device=device, generator=generator)
+        return x, (torch.tanh(x @ w1) @ w2).argmax(dim=1)
+
+    return Workload(model=model, make_batch=make_batch, loss=classification_loss, tokens_per_sample=None,
+                    blocks=tuple(model.blocks), lr=float(get("lr")),
+                    info={"num_parameters": sum(p.numel() for p in model.parameters()),
+                          "in_features": in_features, "hidden_size": hidden, "num_layers": layers,
+                          "num_classes": classes})

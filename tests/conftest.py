@@ -1,0 +1,113 @@
+"""Shared helpers: run the installed `orchestrate` as a user would, and read what it recorded
+through Optuna's and MLflow's own APIs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ORCHESTRATE = str(Path(sys.executable).with_name("orchestrate"))
+
+
+def write_spec(directory: Path, text: str, name: str = "spec.yaml") -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+def orchestrate(args: list[str], cwd: Path, env: dict[str, str] | None = None,
+                timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ORCHESTRATE, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def load_study(cwd: Path, name: str):
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{cwd}/mlruns/optuna.db")
+
+
+def child_runs(cwd: Path, name: str) -> list[Any]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{cwd}/mlruns/mlflow.db")
+    exp = client.get_experiment_by_name(name)
+    return client.search_runs([exp.experiment_id], filter_string="tags.role = 'trial'", max_results=10000)
+
+
+def parent_runs(cwd: Path, name: str) -> list[Any]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{cwd}/mlruns/mlflow.db")
+    exp = client.get_experiment_by_name(name)
+    return client.search_runs([exp.experiment_id], filter_string="tags.role = 'sweep'")
+
+
+RESULT = ("ok", "oom", "timeout", "crashed", "error", "diverged", "skipped")
+
+
+def result_trials(study: Any) -> list[Any]:
+    return [t for t in study.get_trials() if t.user_attrs.get("status") in RESULT
+            and "repeat_of" not in t.user_attrs]
+
+
+def check_records(cwd: Path, name: str, n_results: int | None = None) -> dict[str, Any]:
+    """The invariants every sweep must keep, whatever happened to the orchestrator."""
+    from optuna.trial import TrialState
+
+    from orchestrator.space import config_key
+
+    study = load_study(cwd, name)
+    trials = study.get_trials()
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING], "trials left RUNNING"
+    results = result_trials(study)
+    keys = [config_key(t.params) for t in results]
+    assert len(keys) == len(set(keys)), f"a configuration was measured twice: {sorted(keys)}"
+    if n_results is not None:
+        assert len(results) == n_results
+    runs = child_runs(cwd, name)
+    by_number: dict[int, list[Any]] = {}
+    for run in runs:
+        by_number.setdefault(int(run.data.tags["trial_number"]), []).append(run)
+    told = [t for t in trials if t.state != TrialState.WAITING]
+    assert sorted(by_number) == sorted(t.number for t in told), "Optuna trials and MLflow runs differ"
+    for t in told:
+        (run,) = by_number[t.number]  # exactly one MLflow run per Optuna trial
+        status = t.user_attrs["status"]
+        assert run.info.status in ("FINISHED", "FAILED", "KILLED"), (t.number, run.info.status)
+        assert run.data.tags["status"] == status, (t.number, run.data.tags["status"], status)
+        expected = {"ok": "FINISHED", "interrupted": "KILLED"}.get(status, "FAILED")
+        if "repeat_of" not in t.user_attrs:
+            assert run.info.status == expected, (t.number, status, run.info.status)
+        if "mlflow_run_id" in t.user_attrs:
+            assert t.user_attrs["mlflow_run_id"] == run.info.run_id
+    return {"study": study, "results": results, "runs": by_number}
+
+
+def trial_processes(marker: str) -> list[int]:
+    """PIDs of live processes whose command line mentions ``marker`` (Linux /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = next((ln for ln in (entry / "status").read_text().splitlines() if ln.startswith("State:")), "")
+        except OSError:
+            continue
+        if marker in cmd and "Z" not in state.split()[1:2]:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """An empty folder to run `orchestrate` in, as a user's project folder."""
+    return tmp_path

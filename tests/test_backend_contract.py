@@ -1,0 +1,132 @@
+"""Contract tests for the MPS- and CUDA-only code paths.
+
+MPS and CUDA do not exist on the machines these tests run on. These tests replace the torch
+functions with recorders and check WHICH calls the harness makes, with which arguments: that the
+thin device layer follows the facts in ../shared/notes/mps_cuda_cpu_memory.md. They are not
+evidence that anything works on a Mac or a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from orchestrator import knobs
+from orchestrator.harness import backend
+
+pytestmark = pytest.mark.contract
+
+
+class Recorder:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.mp = monkeypatch
+
+    def patch(self, owner: Any, name: str, result: Any = None) -> None:
+        label = f"{getattr(owner, '__name__', owner)}.{name}"
+
+        def fake(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((label, args))
+            return result
+
+        self.mp.setattr(owner, name, fake, raising=False)
+
+    def names(self) -> list[str]:
+        return [n for n, _ in self.calls]
+
+
+@pytest.fixture
+def rec(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    return Recorder(monkeypatch)
+
+
+def test_mps_sync_empty_cache_and_fraction(rec: Recorder) -> None:
+    for name in ("synchronize", "empty_cache", "set_per_process_memory_fraction"):
+        rec.patch(torch.mps, name)
+    backend.synchronize("mps")
+    backend.empty_cache("mps")
+    backend.set_memory_fraction("mps", 1)  # an int from YAML: MPS raises TypeError on an int
+    assert rec.names() == ["torch.mps.synchronize", "torch.mps.empty_cache",
+                           "torch.mps.set_per_process_memory_fraction"]
+    (arg,) = rec.calls[-1][1]
+    assert isinstance(arg, float) and arg == 1.0
+
+
+def test_mps_peak_uses_torch_accelerator_and_driver_memory(rec: Recorder) -> None:
+    rec.patch(torch.accelerator, "reset_peak_memory_stats")
+    rec.patch(torch.accelerator, "max_memory_allocated", 3 * backend.GIB)
+    rec.patch(torch.accelerator, "max_memory_reserved", 4 * backend.GIB)
+    rec.patch(torch.mps, "driver_allocated_memory", 5 * backend.GIB)
+    backend.reset_peak("mps")
+    peaks = backend.peak_stats("mps")
+    assert backend.driver_bytes("mps") == 5 * backend.GIB
+    assert "torch.accelerator.reset_peak_memory_stats" in rec.names()
+    assert peaks["peak_allocated_gib"] == 3.0 and peaks["peak_reserved_gib"] == 4.0
+
+
+def test_mps_peak_reads_none_before_the_first_allocation(rec: Recorder) -> None:
+    rec.patch(torch.accelerator, "max_memory_allocated", 0)  # 2.13 returns 0 before any MPS use
+    rec.patch(torch.accelerator, "max_memory_reserved", 0)
+    peaks = backend.peak_stats("mps")
+    assert peaks["peak_allocated_gib"] is None and peaks["peak_reserved_gib"] is None
+
+
+def test_cuda_calls(rec: Recorder) -> None:
+    for name in ("synchronize", "empty_cache", "set_per_process_memory_fraction", "reset_peak_memory_stats"):
+        rec.patch(torch.cuda, name)
+    rec.patch(torch.cuda, "max_memory_allocated", 2 * backend.GIB)
+    rec.patch(torch.cuda, "max_memory_reserved", 3 * backend.GIB)
+    backend.synchronize("cuda")
+    backend.empty_cache("cuda")
+    backend.set_memory_fraction("cuda", 0.15)
+    backend.reset_peak("cuda")
+    peaks = backend.peak_stats("cuda")
+    assert rec.names()[:4] == ["torch.cuda.synchronize", "torch.cuda.empty_cache",
+                               "torch.cuda.set_per_process_memory_fraction", "torch.cuda.reset_peak_memory_stats"]
+    assert rec.calls[2][1] == (0.15,)
+    assert peaks["peak_allocated_gib"] == 2.0 and peaks["peak_reserved_gib"] == 3.0
+
+
+def test_cpu_paths_make_no_device_calls(rec: Recorder) -> None:
+    for owner in (torch.cuda, torch.mps):
+        for name in ("synchronize", "empty_cache"):
+            rec.patch(owner, name)
+    backend.synchronize("cpu")
+    backend.empty_cache("cpu")
+    assert rec.calls == []
+
+
+def test_auto_prefers_mps_then_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert backend.resolve("auto") == "mps"
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert backend.resolve("auto") == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert backend.resolve("auto") == "cpu"
+    assert backend.resolve("mps") == "mps"
+
+
+# The environment a trial starts with: MPS reads these once, when its allocator is built.
+ENV_CASES = [
+    ({"mps_high_watermark_ratio": 1.0}, "mps",
+     {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "1.0", "PYTORCH_MPS_LOW_WATERMARK_RATIO": "1.0"}),
+    ({"mps_high_watermark_ratio": 1.7}, "mps", {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "1.7"}),
+    ({"mps_high_watermark_ratio": 0.0}, "mps", {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.0"}),
+    ({"mps_high_watermark_ratio": 1.2, "mps_low_watermark_ratio": 0.8}, "mps",
+     {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": "1.2", "PYTORCH_MPS_LOW_WATERMARK_RATIO": "0.8"}),
+    ({"mps_fallback": True}, "mps", {"PYTORCH_ENABLE_MPS_FALLBACK": "1"}),
+    ({"mps_fallback": False}, "mps", {"PYTORCH_ENABLE_MPS_FALLBACK": "0"}),
+    ({"mps_high_watermark_ratio": 1.0, "mps_fallback": True}, "cuda", {}),
+    ({"cuda_alloc_conf": "expandable_segments:True"}, "cuda",
+     {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+    ({"cuda_alloc_conf": "expandable_segments:True"}, "mps", {}),
+    ({"batch_size": 8}, "cpu", {}),
+]
+
+
+@pytest.mark.parametrize("params, device, env", ENV_CASES)
+def test_trial_environment(params: dict, device: str, env: dict) -> None:
+    assert knobs.trial_env(params, device) == env

@@ -1,0 +1,210 @@
+"""Faults in trials and kills of the orchestrator never lose or duplicate a result.
+
+Real orchestrator processes, real trial subprocesses (the fault-injection experiment), real
+Optuna (SQLite) and MLflow (SQLite) stores; invariants are read back through their own APIs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ORCHESTRATE, check_records, child_runs, load_study, orchestrate, trial_processes, write_spec
+
+pytestmark = pytest.mark.slow
+
+FAULT_STATUS = {
+    "none": ("ok", None),
+    "oom_cuda": ("oom", "CUDA out of memory"),
+    "oom_mps": ("oom", "MPS backend out of memory"),
+    "oom_cpu": ("oom", "DefaultCPUAllocator: can't allocate memory"),
+    "allocate": ("oom", "DefaultCPUAllocator"),
+    "segfault": ("crashed", "SIGSEGV"),
+    "sigkill": ("crashed", "SIGKILL"),
+    "hang": ("timeout", "timeout_s=6"),
+    "exit": ("error", "exited with code 3"),
+    "exception": ("error", "ValueError: injected failure: this is the exception's last line"),
+    "nan": ("diverged", "NaN"),
+    "truncated_result": ("error", "unreadable result file"),
+    "garbage_result": ("error", "unreadable result file"),
+}
+
+
+def fault_spec(directory: Path, faults: list[str], **search: object) -> Path:
+    extra = "".join(f"\n          {k}: {v}" for k, v in search.items())
+    return write_spec(directory, f"""
+        name: faults
+        experiment: experiments.faults
+        device: cpu
+        fixed:
+          batch_size: 8
+          cpu_memory_limit_gib: 2.0
+        space:
+          fault: [{", ".join(faults)}]
+        search:
+          sampler: grid{extra}
+        trial:
+          warmup_steps: 1
+          measure_steps: 2
+          min_measure_s: 0.05
+          timeout_s: 6
+        """)
+
+
+def test_every_fault_gets_its_status_and_the_sweep_goes_on(project: Path) -> None:
+    spec = fault_spec(project, list(FAULT_STATUS), max_failures=50)
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 0, proc.stderr
+    records = check_records(project, "faults", n_results=len(FAULT_STATUS))
+    for t in records["results"]:
+        status, detail = FAULT_STATUS[t.params["fault"]]
+        assert t.user_attrs["status"] == status, (t.params, t.user_attrs)
+        if detail:
+            assert detail in t.user_attrs["detail"], (t.params, t.user_attrs["detail"])
+        # OOM and crashes reach the sampler as infeasible, with no invented objective value.
+        if status in ("oom", "crashed"):
+            assert t.state.name == "PRUNED" and t.values is None and t.constraints["fits_in_memory"] > 0
+        elif status == "ok":
+            assert t.state.name == "COMPLETE" and t.values[0] > 0
+        else:
+            assert t.state.name == "FAIL"
+        log = Path(t.user_attrs["trial_dir"]) / "trial.log"
+        assert log.exists()
+        run = records["runs"][t.number][0]
+        assert "trial.log" in {a.path for a in _artifacts(project, run.info.run_id)}
+    exception = next(t for t in records["results"] if t.params["fault"] == "exception")
+    assert "Traceback" in (Path(exception.user_attrs["trial_dir"]) / "trial.log").read_text()
+
+
+def _artifacts(project: Path, run_id: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(f"sqlite:///{project}/mlruns/mlflow.db").list_artifacts(run_id)
+
+
+def test_failure_budget_stops_with_exit_3_and_the_study_resumes(project: Path) -> None:
+    spec = fault_spec(project, ["exception", "exit", "none", "oom_cpu"], max_failures=1)
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 3, proc.stderr
+    assert "search.max_failures=1" in proc.stderr and "Traceback" not in proc.stderr
+    check_records(project, "faults", n_results=2)
+    # OOM trials do not count toward the budget; a resume (with a larger budget) finishes the grid.
+    spec = fault_spec(project, ["exception", "exit", "none", "oom_cpu"], max_failures=5)
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 0, proc.stderr
+    check_records(project, "faults", n_results=4)
+
+
+KILL_POINTS = ["after_ask:2", "after_run_start:2", "trial_running:2", "after_tell:2", "after_finish:2"]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_sigkill_at_any_point_then_resume_loses_nothing(project: Path, point: str) -> None:
+    spec = write_spec(project, """
+        name: kill
+        experiment: experiments.faults
+        device: cpu
+        fixed: {batch_size: 4}
+        space:
+          hidden_size: [8, 16, 24]
+        search: {sampler: grid}
+        trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.05, timeout_s: 60}
+        """)
+    killed = orchestrate([str(spec)], project, env={"ORCHESTRATE_KILL_AT": point})
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
+    time.sleep(0.5)
+    assert trial_processes(str(project / "mlruns")) == [], "a trial outlived its orchestrator"
+    before = {t.number: t.user_attrs.get("metrics") for t in load_study(project, "kill").get_trials()
+              if t.user_attrs.get("status") == "ok"}
+
+    resumed = orchestrate([str(spec)], project)
+    assert resumed.returncode == 0, resumed.stderr
+    records = check_records(project, "kill", n_results=3)
+    after = {t.number: t.user_attrs.get("metrics") for t in records["results"]}
+    for number, metrics in before.items():  # nothing finished was lost or re-measured
+        assert after[number] == metrics
+    interrupted = [t for t in records["study"].get_trials() if t.user_attrs.get("status") == "interrupted"]
+    if point.startswith(("after_ask", "after_run_start", "trial_running")):
+        # killed before the result was told: the trial is ended as interrupted and its
+        # configuration measured again
+        (lost,) = interrupted
+        assert records["runs"][lost.number][0].info.status == "KILLED"
+        config = lost.params or lost.system_attrs.get("fixed_params")  # killed before suggest
+        assert config in [t.params for t in records["results"]]
+        assert "1 interrupted trial(s) will run again" in resumed.stdout
+    else:
+        # killed after Optuna had the result: nothing is re-run, the MLflow run is completed
+        assert interrupted == []
+        assert len(records["study"].get_trials()) == 3
+
+
+def test_sigkill_mid_trial_with_tpe_retries_that_configuration(project: Path) -> None:
+    spec = write_spec(project, """
+        name: kill_tpe
+        experiment: experiments.faults
+        device: cpu
+        fixed: {batch_size: 4}
+        space:
+          hidden_size: [8, 16, 24, 32, 40, 48]
+        search: {sampler: tpe, n_trials: 4, seed: 1}
+        trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.05, timeout_s: 60}
+        """)
+    killed = orchestrate([str(spec)], project, env={"ORCHESTRATE_KILL_AT": "trial_running:3"})
+    assert killed.returncode == -signal.SIGKILL
+    resumed = orchestrate([str(spec)], project)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "1 interrupted trial(s) will run again" in resumed.stdout
+    records = check_records(project, "kill_tpe", n_results=4)
+    (lost,) = [t for t in records["study"].get_trials() if t.user_attrs.get("status") == "interrupted"]
+    assert lost.params in [t.params for t in records["results"]]
+    assert records["runs"][lost.number][0].info.status == "KILLED"
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_and_sigterm_kill_the_trial_and_record_it_interrupted(project: Path, signum: int, code: int) -> None:
+    spec = fault_spec(project, ["hang", "none"])
+    proc = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not trial_processes(str(project / "mlruns")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, (out, err)
+    assert "Resume with: orchestrate" in err and "Traceback" not in err
+    assert len([ln for ln in err.splitlines() if ln.startswith("orchestrate:")]) == 1
+    time.sleep(0.3)
+    assert trial_processes(str(project / "mlruns")) == []
+    records = check_records(project, "faults", n_results=0)
+    (t,) = records["study"].get_trials()
+    assert t.state.name == "FAIL" and t.user_attrs["status"] == "interrupted"
+    assert records["runs"][t.number][0].info.status == "KILLED"
+    # and the same command resumes: the interrupted configuration runs again (and times out)
+    proc2 = orchestrate([str(spec)], project)
+    assert proc2.returncode == 0, proc2.stderr
+    check_records(project, "faults", n_results=2)
+
+
+def test_a_second_orchestrator_on_the_same_study_refuses_naming_the_lock(project: Path) -> None:
+    spec = fault_spec(project, ["hang", "none"])
+    first = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not trial_processes(str(project / "mlruns")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        second = orchestrate([str(spec)], project)
+        assert second.returncode == 2
+        assert "being run by another orchestrate" in second.stderr
+        assert "optuna.db.faults.lock" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=30)
+    check_records(project, "faults")
