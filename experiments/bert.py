@@ -107,16 +107,21 @@ def validate_params(params: dict[str, Any]) -> None:
         if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 < p <= 1.0):
             raise _invalid("mask_prob", f"mask_prob must be a number in (0, 1], got {p!r}")
 
-    # Cross-field rules: a value counts as known when given, or taken from a preset that was
-    # named (a preset that is searched in `space:` is not here; build() checks that case).
+    # Cross-field rules see a value when it is given, or comes from a preset that is named here
+    # (a preset searched in `space:` is not: build() checks that case).
     _, config = resolve_config(params)
-    known = {k for k in CONFIG_FIELDS if params.get(k) is not None} | (set(CONFIG_FIELDS) if "model" in params else set())
+    known = set(CONFIG_FIELDS) if "model" in params else {k for k in CONFIG_FIELDS if params.get(k) is not None}
+    check_shapes(params, config, params.get("seq_len"), known)
+
+
+def check_shapes(params: dict[str, Any], config: BertConfig, seq_len: int | None, known: set[str]) -> None:
+    """hidden_size must split into heads and seq_len fit the position table (where both are known)."""
     if {"hidden_size", "num_heads"} <= known and config.hidden_size % config.num_heads:
         raise _invalid("hidden_size" if "hidden_size" in params else "num_heads",
                        f"hidden_size must be divisible by num_heads, got hidden_size {config.hidden_size} "
                        f"and num_heads {config.num_heads}")
-    if "seq_len" in params and "max_position" in known and params["seq_len"] > config.max_position:
-        raise _invalid("seq_len", f"seq_len must be at most max_position, got seq_len {params['seq_len']} "
+    if seq_len is not None and "max_position" in known and seq_len > config.max_position:
+        raise _invalid("seq_len", f"seq_len must be at most max_position, got seq_len {seq_len} "
                        f"and max_position {config.max_position}")
 
 
@@ -269,13 +274,8 @@ def build(params: dict[str, Any], device: torch.device) -> Workload:
     """The workload for one trial; harness keys in ``params`` (batch_size, dtype, ...) are ignored."""
     validate_params(params)
     preset, config = resolve_config(params)
-    if config.hidden_size % config.num_heads:
-        raise _invalid("hidden_size", f"hidden_size must be divisible by num_heads, got hidden_size "
-                       f"{config.hidden_size} and num_heads {config.num_heads}")
     seq_len = int(params.get("seq_len", PARAMS["seq_len"]))
-    if seq_len > config.max_position:
-        raise _invalid("seq_len", f"seq_len must be at most max_position, got seq_len {seq_len} "
-                       f"and max_position {config.max_position}")
+    check_shapes(params, config, seq_len, set(CONFIG_FIELDS))
     dropout = float(params.get("dropout", PARAMS["dropout"]))
     mask_prob = float(params.get("mask_prob", PARAMS["mask_prob"]))
     seed = int(params.get("seed", PARAMS["seed"]))

@@ -79,10 +79,10 @@ def classification_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tenso
 def build(params: dict[str, Any], device: torch.device) -> Workload:
     """The workload for one trial; harness keys in ``params`` (batch_size, dtype, ...) are ignored."""
     validate_params(params)
-    get = lambda key: params.get(key, PARAMS[key])  # noqa: E731
-    in_features, hidden, layers, classes = (int(get(k)) for k in ("in_features", "hidden_size", "num_layers",
-                                                                    "num_classes"))
-    seed = int(get("seed"))
+    p = {**PARAMS, **params}
+    in_features, hidden, layers, classes = (int(p[k]) for k in ("in_features", "hidden_size", "num_layers",
+                                                                 "num_classes"))
+    seed = int(p["seed"])
 
     with torch.random.fork_rng(devices=[]):  # seeded init on the CPU, the same for every device
         torch.manual_seed(seed)
@@ -101,7 +101,7 @@ def build(params: dict[str, Any], device: torch.device) -> Workload:
         return x, (torch.tanh(x @ w1) @ w2).argmax(dim=1)
 
     return Workload(model=model, make_batch=make_batch, loss=classification_loss, tokens_per_sample=None,
-                    blocks=tuple(model.blocks), lr=float(get("lr")),
-                    info={"num_parameters": sum(p.numel() for p in model.parameters()),
+                    blocks=tuple(model.blocks), lr=float(p["lr"]),
+                    info={"num_parameters": sum(w.numel() for w in model.parameters()),
                           "in_features": in_features, "hidden_size": hidden, "num_layers": layers,
                           "num_classes": classes})

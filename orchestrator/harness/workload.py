@@ -7,9 +7,21 @@ An experiment is a Python module named by the spec's ``experiment:`` key. It pro
     def validate_params(params: dict) -> None: ...   # optional: raise ValueError on bad fixed params
 
 ``params`` holds every fixed and sampled parameter of the trial (harness knobs such as
-``batch_size`` and ``dtype`` included, read-only). The harness owns everything else: the
-device, mixed precision, the optimizer, gradient accumulation, activation checkpointing,
-``torch.compile``, the timed window and the memory figures.
+``batch_size`` and ``dtype`` included, read-only); ``PARAMS`` defaults are not filled in, so
+``build`` applies its own. The harness owns everything else: the device, mixed precision, the
+optimizer, gradient accumulation, activation checkpointing, ``torch.compile``, the timed window
+and the memory figures. It seeds torch's global RNG with ``params.get("seed", 0)`` before
+``build``.
+
+Rules an experiment must follow:
+- ``make_batch`` runs inside the timed window for every micro-batch: keep it on the device,
+  cheap and free of host syncs (no ``.item()``, no CPU->device copies).
+- ``loss`` must call the model it is given (it may be the ``torch.compile``d one) and call each
+  block as ``block(x)``, never ``block.forward(x)`` (checkpointing replaces ``forward``).
+- ``validate_params`` sees the fixed parameters only (before any trial); a ``ValueError`` with a
+  ``field`` attribute naming the parameter points the error at that line of the spec. Rules on
+  swept values are checked by ``build`` (the trial then ends as ``error``).
+- ``info`` must be JSON-serialisable.
 
 This module must stay importable without torch: the orchestrator reads it only for the docs.
 """
