@@ -22,7 +22,11 @@ from orchestrator.spec import SweepSpec, load_spec
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
 
-USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--n-trials N] [--device D]"""
+USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--n-trials N] [--device D] [--export FILE]
+       orchestrate report SPEC [--format text|json] [--out DIR]     (orchestrate report --help)
+       orchestrate best SPEC [-o FILE]                              (the best configuration as YAML)
+       orchestrate ui [--port N]                                    (the MLflow UI on 127.0.0.1)"""
+SUBCOMMANDS = {"report": "orchestrator.report", "best": "orchestrator.report", "ui": "orchestrator.ui"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,11 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's, else sqlite:///mlruns/mlflow.db)")
     p.add_argument("--n-trials", type=int, help="total trials the study should hold (overrides search.n_trials)")
     p.add_argument("--device", help="auto, mps, cuda or cpu (overrides the spec's device)")
+    p.add_argument("--export", metavar="FILE", type=Path,
+                   help="after the sweep, write the best configuration to FILE as flat YAML")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SUBCOMMANDS:
+        import importlib
+
+        return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -65,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             print_plan(spec)
             return EXIT_OK
-        return run(spec)
+        return run(spec, export=args.export)
     except OrchestratorError as exc:
         print(f"orchestrate: {exc}" if not isinstance(exc, SpecError) else str(exc), file=sys.stderr)
         return exc.exit_code
@@ -122,7 +132,7 @@ def print_plan(spec: SweepSpec) -> None:
     art = artifact_root(tracking, spec.name)
     out.append(f"  tracking     {tracking} (MLflow experiment {spec.name!r})" + (f", artifacts in {art}" if art else ""))
     used = [k for k in list(plan.fixed) + list(plan.searched) if k in knobs.KNOBS and k not in plan.not_applied]
-    out.append(f"  knobs on {device:<4s} applied: {', '.join(used) or 'none'}")
+    out.append(f"  knobs on {device}  applied: {', '.join(used) or 'none'}")
     for k, why in plan.not_applied.items():
         out.append(f"               not applied: {k} ({why})")
     print("\n".join(out))
@@ -193,7 +203,7 @@ def check_experiment_params(spec: SweepSpec, probe: dict[str, Any]) -> None:
             raise spec.error(("space", "device"), f"device {device} is not available on this machine")
 
 
-def run(spec: SweepSpec) -> int:
+def run(spec: SweepSpec, export: Path | None = None) -> int:
     from orchestrator.launch import StopFlag
     from orchestrator.space import fingerprint, make_plan
     from orchestrator.study import check_url_opens, open_study, study_lock
@@ -227,7 +237,12 @@ def run(spec: SweepSpec) -> int:
             study.set_user_attr("mlflow_parent_run_id", parent)
             work_dir = (Path("mlruns") / ".trials" / spec.name).resolve()
             sweep = Sweep(spec, plan, study, tracker, work_dir, stop)
-            return _drive(spec, plan, probe, study, tracker, sweep, stop, Interrupted)
+            code = _drive(spec, plan, probe, study, tracker, sweep, stop, Interrupted)
+            if export is not None and code == 0:
+                from orchestrator.report import export_best
+
+                print(export_best(spec, study, export))
+            return code
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

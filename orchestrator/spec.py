@@ -88,6 +88,11 @@ class SearchSettings:
     """Failures other than out-of-memory tolerated in one invocation before it stops (exit 3)."""
     timeout_min: float | None = None
     patience: int | None = None
+    skip_predicted_oom: bool = True
+    """Skip (record as ``skipped``) configurations that need at least as much memory as one that
+    ran out of memory, by ``memory_order``."""
+    memory_order: dict[str, Any] = field(default_factory=dict)
+    """Parameter -> how memory grows with it; merged over ``dominance.DEFAULT_ORDER``."""
 
 
 @dataclass(frozen=True)
@@ -406,7 +411,8 @@ def _check_objective(c: _Checker, raw: Any) -> Objective:
 
 def _check_search(c: _Checker, raw: Any, space: dict[str, Dimension]) -> SearchSettings:
     path = ("search",)
-    s = c.mapping(path, raw, ("sampler", "n_trials", "seed", "max_failures", "timeout_min", "patience"))
+    s = c.mapping(path, raw, ("sampler", "n_trials", "seed", "max_failures", "timeout_min", "patience",
+                              "skip_predicted_oom", "memory_order"))
     sampler = c.one_of(path + ("sampler",), s.get("sampler", "tpe"), SAMPLERS, "sampler")
     n_trials = s.get("n_trials")
     if n_trials is not None:
@@ -430,8 +436,36 @@ def _check_search(c: _Checker, raw: Any, space: dict[str, Dimension]) -> SearchS
     if n_trials is None and continuous:
         raise c.fail(("space", continuous[0]), "a range without a step is continuous: set "
                      "search.n_trials (how many trials to run) or give the range a step", show_value=False)
+    skip = s.get("skip_predicted_oom", True)
+    if not isinstance(skip, bool):
+        raise c.fail(path + ("skip_predicted_oom",), "skip_predicted_oom must be true or false", skip)
     return SearchSettings(sampler=sampler, n_trials=n_trials, seed=seed, max_failures=max_failures,
-                          timeout_min=timeout_min, patience=patience)
+                          timeout_min=timeout_min, patience=patience, skip_predicted_oom=skip,
+                          memory_order=_check_memory_order(c, s.get("memory_order") or {}, space))
+
+
+def _check_memory_order(c: _Checker, raw: Any, space: dict[str, Dimension]) -> dict[str, Any]:
+    from orchestrator.dominance import DEFAULT_ORDER, ORDER_WORDS
+
+    path = ("search", "memory_order")
+    c.mapping(path, raw, tuple(raw) if isinstance(raw, dict) else ())
+    order: dict[str, Any] = dict(DEFAULT_ORDER)
+    for name, rule in raw.items():
+        where = path + (name,)
+        if isinstance(rule, dict):
+            for value, rank in rule.items():
+                if not knobs.is_number(rank):
+                    raise c.fail(where + (value,), "memory ranks must be numbers (higher = more memory)", rank)
+            dim = space.get(name)
+            if isinstance(dim, Choice):
+                missing = [v for v in dim.values if v not in rule]
+                if missing:
+                    raise c.fail(where, f"give a rank to every choice of space.{name}; missing "
+                                 f"{', '.join(map(show, missing))}", show_value=False)
+        elif rule not in ORDER_WORDS:
+            raise c.fail(where, f"a memory order is {', '.join(ORDER_WORDS)} or a mapping of value to rank", rule)
+        order[name] = rule
+    return order
 
 
 def _check_trial(c: _Checker, raw: Any) -> TrialSettings:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator import knobs
+from orchestrator.dominance import predicted_oom
 from orchestrator.faultpoints import reached
 from orchestrator import metrics as M
 from orchestrator.errors import FailureBudgetExceeded
@@ -29,8 +30,8 @@ from orchestrator.space import Plan, config_key, configurations, suggest, trial_
 from orchestrator.spec import SweepSpec
 from orchestrator.tracking import Tracker
 
-RESULT_STATUSES = ("ok", "oom", "timeout", "crashed", "error", "diverged")
-INFEASIBLE = ("oom", "crashed")       # told as PRUNED + a violated constraint: no invented value
+RESULT_STATUSES = ("ok", "oom", "skipped", "timeout", "crashed", "error", "diverged")
+INFEASIBLE = ("oom", "skipped", "crashed")  # told as PRUNED + a violated constraint: no invented value
 FAILED = ("error", "timeout", "diverged", "interrupted")  # told as FAIL
 FIT_CONSTRAINT = "fits_in_memory"
 MAX_REPEATS = 10
@@ -47,6 +48,11 @@ class SweepState:
     """What the study holds, by configuration."""
 
     results: dict[str, Any] = field(default_factory=dict)  # config key -> FrozenTrial with a result
+
+    @property
+    def ooms(self) -> list[tuple[int, dict[str, Any]]]:
+        """Measured out-of-memory trials: the evidence for predicted ones."""
+        return sorted((t.number, t.params) for t in self.results.values() if t.user_attrs.get("status") == "oom")
 
     @property
     def done(self) -> int:
@@ -207,8 +213,9 @@ class Sweep:
         metrics = dict(t.user_attrs.get("metrics", {}))
         extra = {k: t.user_attrs.get(k) for k in (M.DURATION_S, "process_peak_rss_gib")}
         result = _read_json(trial_dir / "result.json")
-        self.tracker.finish_trial(run_id, status, run_metrics(metrics, result, extra),
-                                  run_tags(t, result, status, t.user_attrs.get("detail")),
+        tags = run_tags(t, result, status, t.user_attrs.get("detail"))
+        tags.update({k: str(t.user_attrs[k]) for k in ("reason", "predicted_by", "repeat_of") if k in t.user_attrs})
+        self.tracker.finish_trial(run_id, status, run_metrics(metrics, result, extra), tags,
                                   self._files(trial_dir))
 
     def trial_dir(self, number: int) -> Path:
@@ -278,8 +285,10 @@ class Sweep:
                 repeats += 1
                 continue
             repeats = 0
+            proof = (predicted_oom(sampled, state.ooms, self.spec.search.memory_order)
+                     if self.spec.search.skip_predicted_oom else None)
             best_before = self._best_value()
-            outcome = self.run_trial(trial, sampled)
+            outcome = self.run_trial(trial, sampled, proof)
             state = self.state()
             best_after = self._best_value()
             since_best = 0 if best_after is not None and best_after != best_before else since_best + 1
@@ -324,7 +333,9 @@ class Sweep:
         self.tracker.finish_trial(run_id, status, {}, {"repeat_of": str(original.number),
                                                         "detail": f"same configuration as trial {original.number}; not run again"}, [])
 
-    def run_trial(self, trial: Any, sampled: dict[str, Any]) -> Outcome:
+    def run_trial(self, trial: Any, sampled: dict[str, Any], predicted_by: int | None = None) -> Outcome:
+        """Run one configuration, or, when an earlier OOM proves it cannot fit, record it as
+        skipped without a subprocess (same five steps, so a kill is repaired the same way)."""
         params = trial_params(self.plan, sampled)
         device = params["device"]
         not_applied = {k: v for k, v in self.plan.not_applied.items()}
@@ -341,6 +352,15 @@ class Sweep:
         }
         env = knobs.trial_env(params, device)
         trial_dir = self.trial_dir(trial.number)
+        if predicted_by is not None:
+            outcome = Outcome("skipped", f"predicted out of memory: needs at least as much memory as "
+                              f"trial {predicted_by}, which ran out of memory", {})
+            extra: dict[str, Any] = {"reason": "predicted_oom", "predicted_by": predicted_by}
+            tell(self.study, trial, self.spec, outcome, extra)
+            reached("after_tell")
+            self.tracker.finish_trial(run_id, "skipped", {}, {"device": device, "reason": "predicted_oom",
+                                      "predicted_by": str(predicted_by), "detail": outcome.detail}, [])
+            return outcome
         launched = launch_trial(config, trial_dir, env, self.spec.trial.timeout_s, self.stop)
         outcome = launched.outcome
         extra = {M.DURATION_S: round(launched.duration_s, 3), "trial_dir": str(trial_dir),

@@ -1,0 +1,99 @@
+"""Search behaviour end to end: OOM-aware skipping on a real CPU OOM, resume keeps the skip
+records, repeats are answered from the record, and the stopping rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import check_records, load_study, orchestrate, write_spec
+
+pytestmark = pytest.mark.slow
+
+SKIP_SPEC = """
+    name: skip
+    experiment: experiments.bert
+    device: cpu
+    fixed: {model: tiny, seq_len: 32, cpu_memory_limit_gib: 1.0}
+    space:
+      batch_size: [8, 4096, 8192]
+      dtype: [bfloat16, float32]
+    search: {sampler: grid}
+    trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.05, timeout_s: 60}
+    """
+
+
+def test_a_real_oom_skips_larger_configurations_without_running_them(project: Path) -> None:
+    spec = write_spec(project, SKIP_SPEC)
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 0, proc.stderr
+    records = check_records(project, "skip", n_results=6)
+    status = {(t.params["batch_size"], t.params["dtype"]): t for t in records["results"]}
+    assert status[(8, "bfloat16")].user_attrs["status"] == "ok"
+    oom = status[(4096, "bfloat16")]
+    assert oom.user_attrs["status"] == "oom"            # measured: a real CPU out-of-memory
+    for key in ((4096, "float32"), (8192, "bfloat16"), (8192, "float32")):
+        t = status[key]
+        assert t.user_attrs["status"] == "skipped" and t.user_attrs["reason"] == "predicted_oom"
+        assert t.user_attrs["predicted_by"] == oom.number
+        assert "trial_dir" not in t.user_attrs           # no subprocess was started
+        assert not Path(project / "mlruns" / ".trials" / "skip" / f"trial-{t.number:04d}").exists()
+        assert t.state.name == "PRUNED" and t.values is None and t.constraints["fits_in_memory"] > 0
+        run = records["runs"][t.number][0]
+        assert run.data.tags["status"] == "skipped" and run.data.tags["predicted_by"] == str(oom.number)
+    assert "3 skipped" in proc.stdout
+
+    # a resumed study keeps its skip records and runs nothing
+    again = orchestrate([str(spec)], project)
+    assert again.returncode == 0 and "6 of 6 trials done" in again.stdout
+    after = check_records(project, "skip", n_results=6)
+    assert sorted(t.number for t in after["results"] if t.user_attrs["status"] == "skipped") == \
+        sorted(status[k].number for k in ((4096, "float32"), (8192, "bfloat16"), (8192, "float32")))
+
+
+def test_skipping_can_be_turned_off(project: Path) -> None:
+    spec = write_spec(project, SKIP_SPEC.replace("batch_size: [8, 4096, 8192]", "batch_size: [4096]")
+                      .replace("{sampler: grid}", "{sampler: grid, skip_predicted_oom: false}"))
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 0, proc.stderr
+    records = check_records(project, "skip", n_results=2)
+    assert [t.user_attrs["status"] for t in records["results"]] == ["oom", "oom"]
+
+
+def test_tpe_repeats_are_answered_from_the_record_and_never_rerun(project: Path) -> None:
+    spec = write_spec(project, """
+        name: repeat
+        experiment: experiments.faults
+        device: cpu
+        fixed: {batch_size: 4}
+        space:
+          hidden_size: [8, 16, 24]
+        search: {sampler: tpe, seed: 0}
+        trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.02, timeout_s: 60}
+        """)
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 0, proc.stderr
+    records = check_records(project, "repeat", n_results=3)  # n_trials defaults to the 3 configurations
+    trials = records["study"].get_trials()
+    for t in trials:
+        if "repeat_of" in t.user_attrs:
+            original = trials[t.user_attrs["repeat_of"]]
+            assert original.params == t.params and original.values == t.values
+
+
+def test_patience_stops_the_search(project: Path) -> None:
+    spec = write_spec(project, """
+        name: patience
+        experiment: experiments.faults
+        device: cpu
+        fixed: {batch_size: 4}
+        space:
+          fault: [none, exception, exception2, exception3, exception4]
+        search: {sampler: grid, patience: 2, max_failures: 10}
+        trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.02, timeout_s: 60}
+        """.replace("exception2, exception3, exception4", "exit, oom_cpu, nan"))
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 0, proc.stderr
+    assert "no improvement in 2 trials (search.patience)" in proc.stdout
+    assert len(load_study(project, "patience").get_trials()) == 3
