@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator import knobs
+from orchestrator.dominance import DEFAULT_ORDER
 from orchestrator.errors import SpecError
 from orchestrator.metrics import OBJECTIVE_METRICS
 from orchestrator.yamlsource import dotted, load_yaml
@@ -91,7 +92,7 @@ class SearchSettings:
     skip_predicted_oom: bool = True
     """Skip (record as ``skipped``) configurations that need at least as much memory as one that
     ran out of memory, by ``memory_order``."""
-    memory_order: dict[str, Any] = field(default_factory=dict)
+    memory_order: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_ORDER))
     """Parameter -> how memory grows with it; merged over ``dominance.DEFAULT_ORDER``."""
 
 
