@@ -231,8 +231,8 @@ def run(spec: SweepSpec, export: Path | None = None) -> int:
         with study_lock(spec.storage, spec.name):
             from orchestrator.tracking import Tracker, absolute_uri
 
+            tracker = Tracker(spec.tracking_uri, spec.name)  # first: mlflow is the heavier import
             study = open_study(spec, spec.storage, fingerprint(spec, plan))
-            tracker = Tracker(spec.tracking_uri, spec.name)
             parent = tracker.open_parent(spec.name, absolute_uri(spec.storage), spec.path)
             study.set_user_attr("mlflow_parent_run_id", parent)
             work_dir = (Path("mlruns") / ".trials" / spec.name).resolve()

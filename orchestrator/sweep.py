@@ -158,9 +158,11 @@ class Sweep:
     """One invocation of ``orchestrate SPEC``: recover, then run until the study is complete."""
 
     def __init__(self, spec: SweepSpec, plan: Plan, study: Any, tracker: Tracker, work_dir: Path,
-                 stop: StopFlag, echo: Callable[[str], None] = print) -> None:
+                 stop: StopFlag, launcher: Callable[..., Any] = launch_trial) -> None:
+        """``launcher`` runs one trial (``launch.launch_trial``'s signature); the search-efficiency
+        benchmark passes one that answers from a recorded table instead (``orchestrator.replay``)."""
         self.spec, self.plan, self.study, self.tracker = spec, plan, study, tracker
-        self.work_dir, self.stop, self.echo = work_dir, stop, echo
+        self.work_dir, self.stop, self.launcher = work_dir, stop, launcher
         self.configs = configurations(plan) if plan.finite() else None
         self.target = spec.search.n_trials or (len(self.configs) if self.configs is not None else 0)
         if self.configs is not None:
@@ -361,7 +363,7 @@ class Sweep:
             self.tracker.finish_trial(run_id, "skipped", {}, {"device": device, "reason": "predicted_oom",
                                       "predicted_by": str(predicted_by), "detail": outcome.detail}, [])
             return outcome
-        launched = launch_trial(config, trial_dir, env, self.spec.trial.timeout_s, self.stop)
+        launched = self.launcher(config, trial_dir, env, self.spec.trial.timeout_s, self.stop)
         outcome = launched.outcome
         extra = {M.DURATION_S: round(launched.duration_s, 3), "trial_dir": str(trial_dir),
                  "process_peak_rss_gib": launched.peak_rss_gib}
