@@ -22,7 +22,6 @@ from orchestrator.harness import backend
 from orchestrator.harness.workload import Workload
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-MAX_STEPS_FACTOR = 50  # the min_measure_s extension never runs more than 50x measure_steps
 
 
 class Progress:
@@ -194,7 +193,7 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
                 backend.synchronize(device)  # sync point: MPS memory is sampled after each step
                 driver_peak = max(driver_peak, backend.driver_bytes(device) or 0)
             marks.append(time.perf_counter())
-        if step >= min_steps and (time.perf_counter() - t0 >= min_s or step >= min_steps * MAX_STEPS_FACTOR):
+        if step >= min_steps and time.perf_counter() - t0 >= min_s:
             break
     backend.synchronize(device)  # sync point: the window ends when the device is done
     elapsed = time.perf_counter() - t0
