@@ -10,7 +10,7 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from orchestrator.errors import StudyError
 from orchestrator.spec import SweepSpec
@@ -54,6 +54,20 @@ def check_url_opens(url: str, what: str) -> None:
     except Exception as exc:  # noqa: BLE001 - any driver error means the URL cannot be used
         raise StudyError(f"{what} {url}: cannot connect ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def create_sqlite_atomically(url: str, init: Callable[[str], None]) -> None:
+    """Build a new SQLite store under a temporary name and rename it into place when its schema
+    is complete. A SIGKILL during the first migrations (MLflow's alembic, Optuna's tables) would
+    otherwise leave a half-made database that no later run can open."""
+    path = sqlite_path(url)
+    if path is None or path.exists():
+        return
+    for stale in path.parent.glob(f".{path.name}.init-*"):  # left by a run killed while creating
+        stale.unlink(missing_ok=True)
+    tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
+    init(f"sqlite:///{tmp.resolve()}")
+    os.replace(tmp, path)
 
 
 @contextmanager
@@ -107,6 +121,7 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any]):
     if storage_url.startswith("sqlite"):
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
     try:
+        create_sqlite_atomically(storage_url, lambda url: optuna.storages.RDBStorage(url, **kwargs))
         storage = optuna.storages.RDBStorage(storage_url, **kwargs)
         existing = {s.study_name: s for s in storage.get_all_studies()}
         n_existing = 0

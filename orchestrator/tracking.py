@@ -43,7 +43,10 @@ class Tracker:
         for name in ("mlflow", "alembic"):  # table-creation chatter on a new store
             logging.getLogger(name).setLevel(logging.WARNING)
         self.uri = absolute_uri(tracking_uri)
+        from orchestrator.study import create_sqlite_atomically
+
         try:
+            create_sqlite_atomically(self.uri, lambda url: MlflowClient(url).search_experiments(max_results=1))
             self.client = MlflowClient(tracking_uri=self.uri)
             exp = self.client.get_experiment_by_name(experiment)
             if exp is None:

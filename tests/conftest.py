@@ -39,7 +39,7 @@ def child_runs(cwd: Path, name: str) -> list[Any]:
 
     client = MlflowClient(f"sqlite:///{cwd}/mlruns/mlflow.db")
     exp = client.get_experiment_by_name(name)
-    return client.search_runs([exp.experiment_id], filter_string="tags.role = 'trial'", max_results=10000)
+    return client.search_runs([exp.experiment_id], filter_string="tags.role = 'trial'", max_results=50000)
 
 
 def parent_runs(cwd: Path, name: str) -> list[Any]:

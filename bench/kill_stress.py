@@ -1,0 +1,155 @@
+"""Kill a real sweep with SIGKILL at random moments, many times, and check nothing is lost.
+
+    python bench/kill_stress.py                 # 50 kills (default), prints a line per kill
+    python bench/kill_stress.py --kills 200 --seed 3
+
+Each round starts `orchestrate` on a small real sweep (the fault-injection experiment's
+healthy MLP, ~2 s a trial), waits a random 0.3-8 s (so kills land during start-up, ask,
+trials, MLflow logging and between trials), and sends SIGKILL. When a study completes, its
+invariants are checked through Optuna's and MLflow's APIs and a new study starts. At the end:
+how many kills were survived, and whether anything was lost, duplicated, left running or
+orphaned. Exit code 1 if any invariant broke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ORCHESTRATE = str(Path(sys.executable).with_name("orchestrate"))
+RESULT = ("ok", "oom", "skipped", "timeout", "crashed", "error", "diverged")
+
+
+def spec_text(name: str, n: int) -> str:
+    return textwrap.dedent(f"""
+        name: {name}
+        experiment: experiments.faults
+        device: cpu
+        fixed: {{batch_size: 4}}
+        space:
+          hidden_size: {{low: 8, high: {8 * n}, step: 8}}
+        search: {{sampler: grid}}
+        trial: {{warmup_steps: 1, measure_steps: 2, min_measure_s: 0.02, timeout_s: 60}}
+        """).lstrip()
+
+
+def live_trials(marker: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (entry / "stat").read_text().split(") ", 1)[1][0]
+            except (OSError, IndexError):
+                continue
+            if marker in cmd and "orchestrator.harness" in cmd and state != "Z":
+                pids.append(int(entry.name))
+    return pids
+
+
+def check(project: Path, name: str, n: int) -> list[str]:
+    """The invariants; returns what broke (empty when all hold)."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+    from optuna.trial import TrialState
+
+    from orchestrator.space import config_key
+
+    problems = []
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{project}/mlruns/optuna.db")
+    trials = study.get_trials()
+    results = [t for t in trials if t.user_attrs.get("status") in RESULT and "repeat_of" not in t.user_attrs]
+    keys = [config_key(t.params) for t in results]
+    if len(results) != n:
+        problems.append(f"{name}: {len(results)} results, expected {n}")
+    if len(set(keys)) != len(keys):
+        problems.append(f"{name}: a configuration was measured twice")
+    if any(t.state == TrialState.RUNNING for t in trials):
+        problems.append(f"{name}: trials left RUNNING")
+    client = MlflowClient(f"sqlite:///{project}/mlruns/mlflow.db")
+    exp = client.get_experiment_by_name(name)
+    runs = client.search_runs([exp.experiment_id], "tags.role = 'trial'", max_results=50000)
+    by_number: dict[int, list] = {}
+    for run in runs:
+        by_number.setdefault(int(run.data.tags["trial_number"]), []).append(run)
+    for t in trials:
+        if t.state == TrialState.WAITING:
+            continue
+        mine = by_number.get(t.number, [])
+        if len(mine) != 1:
+            problems.append(f"{name}: trial {t.number} has {len(mine)} MLflow runs")
+            continue
+        if mine[0].info.status not in ("FINISHED", "FAILED", "KILLED"):
+            problems.append(f"{name}: trial {t.number}'s MLflow run is {mine[0].info.status}")
+        if mine[0].data.tags.get("status") != t.user_attrs.get("status"):
+            problems.append(f"{name}: trial {t.number} status differs between Optuna and MLflow")
+    return problems
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kills", type=int, default=50)
+    p.add_argument("--trials", type=int, default=12, help="configurations per study")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    rng = random.Random(args.seed)
+    project = Path(tempfile.mkdtemp(prefix="kill_stress_"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    kills = studies = 0
+    problems: list[str] = []
+    orphans = 0
+    started = time.monotonic()
+    while kills < args.kills:
+        studies += 1
+        name = f"stress{studies}"
+        spec = project / f"{name}.yaml"
+        spec.write_text(spec_text(name, args.trials))
+        while True:
+            proc = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, env=env,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            delay = rng.uniform(0.3, 8.0)
+            try:
+                proc.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                kills += 1
+                time.sleep(0.3)
+                left = live_trials(str(project))
+                orphans += len(left)
+                for pid in left:
+                    os.kill(pid, signal.SIGKILL)
+                print(f"kill {kills:3d}: {name} after {delay:.2f} s; orphaned trial processes: {len(left)}",
+                      flush=True)
+                if kills >= args.kills:
+                    break
+                continue
+            if proc.returncode != 0:
+                problems.append(f"{name}: orchestrate exited {proc.returncode}: {proc.stderr.read()[-500:]}")
+            break
+        # finish the study without interference, then check it
+        final = subprocess.run([ORCHESTRATE, str(spec)], cwd=project, env=env, capture_output=True, text=True)
+        if final.returncode != 0:
+            problems.append(f"{name}: the final resume exited {final.returncode}: {final.stderr[-500:]}")
+        found = check(project, name, args.trials)
+        problems += found
+        print(f"study {name} complete: {'all invariants hold' if not found else '; '.join(found)}", flush=True)
+    print(f"\n{kills} SIGKILLs of a real sweep across {studies} studies in {time.monotonic() - started:.0f} s; "
+          f"orphaned trial processes: {orphans}; problems: {len(problems)}")
+    for problem in problems:
+        print("  " + problem)
+    print("nothing lost, duplicated or left running" if not problems and not orphans else "INVARIANTS BROKEN")
+    return 0 if not problems and not orphans else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

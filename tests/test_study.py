@@ -1,0 +1,68 @@
+"""A study that cannot be used as asked gets one clear line and a way forward: a spec edited
+after its study started, a corrupt database, a file that is not a database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import load_study, orchestrate, write_spec
+
+pytestmark = pytest.mark.slow
+
+SPEC = """
+    name: edited
+    experiment: experiments.faults
+    device: cpu
+    fixed: {batch_size: 4}
+    space:
+      hidden_size: [8, 16]
+    search: {sampler: grid}
+    trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.02, timeout_s: 60}
+    """
+
+
+@pytest.mark.parametrize("edit, what", [
+    (("hidden_size: [8, 16]", "hidden_size: [8, 16, 32]"), "space: stored"),
+    (("fixed: {batch_size: 4}", "fixed: {batch_size: 8}"), "fixed: stored"),
+    (("search: {sampler: grid}", "search: {sampler: grid}\nobjective: {metric: samples_per_s, direction: minimize}"),
+     "objective directions"),
+])
+def test_a_spec_edited_after_its_study_started_is_refused(project: Path, edit: tuple[str, str], what: str) -> None:
+    spec = write_spec(project, SPEC)
+    assert orchestrate([str(spec)], project).returncode == 0
+    text = spec.read_text().replace(*edit)
+    spec.write_text(text)
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 2
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "created from a different spec" in err and what in err
+    assert "give this spec a new `name:`" in err and "optuna delete-study --study-name edited" in err
+    assert len(load_study(project, "edited").get_trials()) == 2  # nothing mixed in
+
+
+def test_a_file_that_is_not_a_database_is_refused_untouched(project: Path) -> None:
+    (project / "mlruns").mkdir()
+    junk = project / "mlruns" / "optuna.db"
+    junk.write_bytes(b"these are not the bytes of an SQLite database\n" * 10)
+    spec = write_spec(project, SPEC)
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 2, proc.stderr
+    assert "is not an SQLite database" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert junk.read_bytes().startswith(b"these are not")
+
+
+def test_a_corrupt_database_gets_a_way_forward(project: Path) -> None:
+    spec = write_spec(project, SPEC)
+    assert orchestrate([str(spec)], project).returncode == 0
+    db = project / "mlruns" / "optuna.db"
+    data = bytearray(db.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # keep the header, wreck the schema page
+    db.write_bytes(bytes(data))
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "corrupt" in err and "move it aside" in err
