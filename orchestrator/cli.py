@@ -271,10 +271,11 @@ def _drive(spec, plan, probe, study, tracker, sweep, stop, Interrupted) -> int: 
                disable=None)
 
     def on_result(trial: Any, outcome: Any, _: float) -> None:
-        duration = trial.user_attrs.get(M.DURATION_S) if hasattr(trial, "user_attrs") else None
         frozen = study.trials[trial.number]
         bar.write(trial_line(trial.number, frozen.params, outcome.status, outcome.metrics,
                              frozen.user_attrs.get(M.DURATION_S), outcome.detail), file=sys.stdout)
+        if outcome.status == "repeat":
+            return
         best = best_trials(study, spec)
         if best:
             bar.set_postfix_str(f"best #{best[0].number}: " + ", ".join(

@@ -283,8 +283,11 @@ class Sweep:
             sampled = suggest(trial, self.plan)
             key = config_key(sampled)
             if key in state.results:
-                self._tell_repeat(trial, state.results[key])
+                original = state.results[key]
+                self._tell_repeat(trial, original)
                 repeats += 1
+                on_result(trial, Outcome("repeat", f"same configuration as trial {original.number}; "
+                                                   "answered from the record, not run again"), 0.0)
                 continue
             repeats = 0
             proof = (predicted_oom(sampled, state.ooms, self.spec.search.memory_order)
