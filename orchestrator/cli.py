@@ -340,7 +340,8 @@ def _finish(spec, study, tracker, sweep, elapsed: float, parent_status: str, ful
     lines += [f"Study:   {absolute_uri(spec.storage)} (study {spec.name!r})",
               f"Runs:    {tracking} (experiment {spec.name!r})",
               f"Resume:  orchestrate {spec.path}",
-              f"Browse:  mlflow ui --backend-store-uri {tracking}"]
+              f"Browse:  orchestrate ui {spec.path}   (or: mlflow ui --backend-store-uri {tracking})",
+              f"Report:  orchestrate report {spec.path}   (table and plots)"]
     print("\n".join(lines))
 
 

@@ -129,7 +129,8 @@ class Tracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items()
+        # 7 significant digits: readable in the UI, and finer than any measurement's noise
+        batch = [Metric(k, float(f"{v:.7g}"), now, 0) for k, v in metrics.items()
                  if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
         if batch:
             self.client.log_batch(run_id, metrics=batch)

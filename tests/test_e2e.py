@@ -88,7 +88,7 @@ def test_sweep_records_everything_and_a_second_run_resumes(project: Path) -> Non
     (parent,) = parent_runs(project, "tiny_e2e")
     assert parent.info.status == "FINISHED"
     assert "Best:" in parent.data.tags["mlflow.note.content"]
-    assert "Browse:  mlflow ui --backend-store-uri sqlite:///" in proc.stdout
+    assert "mlflow ui --backend-store-uri sqlite:///" in proc.stdout and "Browse:  orchestrate ui" in proc.stdout
     assert "Best: trial" in proc.stdout
 
     again = orchestrate([str(spec)], project)

@@ -1,0 +1,332 @@
+"""``orchestrate report`` and ``orchestrate best``: read a study (finished or not) and show it.
+
+The study is only read: nothing is created where it does not exist. MLflow is opened only to log
+the plots on the study's parent run. torch is never imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sqlite3
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from orchestrator import metrics as M
+from orchestrator.errors import OrchestratorError, SpecError, StudyError
+from orchestrator.spec import SweepSpec, load_spec
+from orchestrator.summary import best_table, fmt_num, fmt_params
+from orchestrator.sweep import RESULT_STATUSES, best_trials, result_trials
+from orchestrator.tracking import absolute_uri
+
+COUNTED = RESULT_STATUSES  # ok, oom, skipped, timeout, crashed, error, diverged
+TOP_MARK = "\n\n#### Top configurations"  # the part of the parent run's description a report rewrites
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line and exit 2, as in ``orchestrate SPEC``."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    p = _Parser(prog=f"orchestrate {command}", description=(
+        "Show a study's trials, counts, best configuration and plots (works while it runs)."
+        if command == "report" else "Write the best feasible configuration as flat YAML."))
+    p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
+    p.add_argument("--storage", help="Optuna storage URL (default: the spec's)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    if command == "report":
+        p.add_argument("--format", choices=("text", "json"), default="text")
+        p.add_argument("--out", type=Path, help="folder for the plots (default: mlruns/reports/NAME/)")
+    else:
+        p.add_argument("-o", "--output", type=Path, help="YAML file to write (default: print it)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    command, rest = argv[0], argv[1:]
+    args = _parser(command).parse_args(rest)
+    try:
+        spec = load_spec(args.spec, {"--storage": (("storage",), args.storage),
+                                     "--tracking-uri": (("tracking_uri",), args.tracking_uri)})
+        study = open_study(spec)
+        if command == "best":
+            text, summary = best_yaml(spec, study)
+            if args.output is None:
+                print(text, end="")
+                print(summary, file=sys.stderr)
+            else:
+                print(export_best(spec, study, args.output))
+            return 0
+        return report(spec, study, args.format, args.out)
+    except OrchestratorError as exc:
+        print(f"orchestrate: {exc}" if not isinstance(exc, SpecError) else str(exc), file=sys.stderr)
+        return exc.exit_code
+    except BrokenPipeError:  # `orchestrate report SPEC | head`: the reader left early; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def open_study(spec: SweepSpec) -> Any:
+    """Load the spec's study without creating a database or a study."""
+    import optuna
+
+    from orchestrator.study import sqlite_path
+
+    url = absolute_uri(spec.storage)
+    missing = StudyError(f"no study {spec.name!r} in {url}; run `orchestrate {spec.path}` first")
+    path = sqlite_path(url)
+    if path is not None and not _has_study(path, spec.name):  # Optuna would create the file, or its tables
+        raise missing
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return optuna.load_study(study_name=spec.name, storage=url)
+    except KeyError:
+        raise missing from None
+    except Exception as exc:  # noqa: BLE001 - a driver or schema error: one line, not a traceback
+        raise StudyError(f"storage {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+def _has_study(path: Path, name: str) -> bool:
+    if not path.is_file():
+        return False
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute("SELECT 1 FROM studies WHERE study_name = ?", (name,)).fetchone() is not None
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+
+
+# -- what the report says -------------------------------------------------------------------------
+
+def trial_row(t: Any) -> dict[str, Any]:
+    attrs = t.user_attrs
+    return {"number": t.number, "state": t.state.name,
+            "status": attrs.get("status", t.state.name.lower()), "params": dict(t.params),
+            "values": list(t.values) if t.values else None, "metrics": attrs.get("metrics", {}),
+            "duration_s": attrs.get(M.DURATION_S), "detail": attrs.get("detail"),
+            "repeat_of": attrs.get("repeat_of"), "mlflow_run_id": attrs.get("mlflow_run_id")}
+
+
+def build_report(spec: SweepSpec, study: Any) -> dict[str, Any]:
+    """Everything ``report`` prints, as plain values (the JSON document, less the plot paths)."""
+    trials = [t for t in study.get_trials(deepcopy=False) if t.state.name != "WAITING"]
+    results = result_trials(study)
+    best = best_trials(study, spec)
+    multi = len(spec.objective.metrics) > 1
+    counts = Counter(t.user_attrs["status"] for t in results)
+    return {
+        "study": spec.name, "storage": absolute_uri(spec.storage), "objective": [list(m) for m in spec.objective.metrics],
+        "target": _target(spec, study), "trials": [trial_row(t) for t in trials],
+        "results": len(results), "counts": {s: counts.get(s, 0) for s in COUNTED},
+        "not_results": len(trials) - len(results),
+        "total_time_s": round(sum(t.user_attrs.get(M.DURATION_S) or 0 for t in trials), 3),
+        "best": trial_row(pick_best(spec, best)) if best else None,
+        "pareto": [trial_row(t) for t in best] if multi else None,
+    }
+
+
+def _device(spec: SweepSpec, study: Any, t: Any = None) -> str:
+    """The device a trial ran on: its result file, its params, the study's plan, the spec."""
+    applied = _result_file(t).get("applied", {}) if t is not None else {}
+    device = applied.get("device") or (t.params.get("device") if t is not None else None)
+    device = device or study.user_attrs.get("orchestrate.fingerprint", {}).get("device")
+    if device in (None, "swept"):
+        from orchestrator.space import guess_device
+
+        device = spec.device if spec.device != "auto" else guess_device()
+    return device
+
+
+def _target(spec: SweepSpec, study: Any) -> int | None:
+    from orchestrator.space import count_configurations, make_plan
+
+    n = count_configurations(make_plan(spec, _device(spec, study)))
+    known = [x for x in (spec.search.n_trials, n) if x is not None]
+    return min(known) if known else None
+
+
+def _result_file(t: Any) -> dict[str, Any]:
+    folder = t.user_attrs.get("trial_dir") if t is not None else None
+    try:
+        data = json.loads((Path(folder) / "result.json").read_text()) if folder else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def provenance(study: Any) -> dict[str, Any]:
+    """device_name, total_memory_gib, torch_version from the first trial result that has them."""
+    for t in study.get_trials(deepcopy=False):
+        prov = _result_file(t).get("provenance") or {}
+        if prov.get("device_name"):
+            return prov
+    return {}
+
+
+def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
+    rows = rep["trials"]
+    names = list(dict.fromkeys(k for r in rows for k in r["params"]))
+    width = {k: max([len(k)] + [len(str(r["params"].get(k, "-"))) for r in rows]) for k in names}
+    align = {k: ">" if all(isinstance(r["params"].get(k), (int, float)) for r in rows) else "<" for k in names}
+    head = f"{'#':>4s}  {'status':<11s} " + " ".join(f"{k:{align[k]}{width[k]}s}" for k in names) + \
+        f" {'samples/s':>10s} {'peak GiB':>8s} {'time s':>7s}  note"
+    where = rep["device"] + (f" ({rep['device_name']})" if rep["device_name"] else "")
+    lines = [f"{spec.name}: {rep['results']} of {rep['target'] or '?'} trials have a result; on {where}"
+             + (f", torch {rep['torch_version']}" if rep["torch_version"] else ""),
+             f"Study: {rep['storage']} (study {spec.name!r})", "", head]
+    for r in rows:
+        note = f"repeat of #{r['repeat_of']}, not a result" if r["repeat_of"] is not None else \
+            "not a result; its configuration runs again" if r["status"] == "interrupted" else \
+            _short(r["detail"] or "") if r["status"] != "ok" else ""
+        m = r["metrics"]
+        lines.append(f"{r['number']:>4d}  {r['status']:<11s} " + " ".join(
+            f"{str(r['params'].get(k, '-')):{align[k]}{width[k]}s}" for k in names) +
+            f" {fmt_num(m.get(M.SAMPLES_PER_S)):>10s} {fmt_num(m.get(M.PEAK_MEMORY_GIB), digits=2):>8s}"
+            f" {fmt_num(r['duration_s']):>7s}  {note}".rstrip())
+    if not rows:
+        lines.append("  (no trials yet)")
+    counts = ", ".join(f"{n} {s}" for s, n in rep["counts"].items() if n) or "none yet"
+    lines += ["", f"Results: {counts}; trial time {rep['total_time_s']:.0f} s ({rep['total_time_s'] / 60:.1f} min)"]
+    if rep["not_results"]:
+        lines.append(f"  {rep['not_results']} trial(s) interrupted, running or repeated are shown above "
+                     "but are not results and not counted")
+    return "\n".join(lines)
+
+
+def _short(detail: str, width: int = 100) -> str:
+    """A failure's detail for the table: without the CPU allocator's boilerplate (which hides the
+    message), cut at a sentence end where it is long."""
+    detail = re.sub(r"\[enforce fail at [^\]]*\] [^.]*\. ", "", detail)
+    end = detail.rfind(". ", 40, width + 10) if len(detail) > width else -1
+    return detail[:end + 1] if end > 0 else detail[:width]
+
+
+def pick_best(spec: SweepSpec, best: list[Any]) -> Any:
+    """The best feasible trial; on a Pareto front, the member best on the first objective."""
+    if not best:
+        return None
+    sign = -1 if spec.objective.metrics[0][1] == "maximize" else 1
+    return min(best, key=lambda t: sign * t.values[0])
+
+
+def best_lines(spec: SweepSpec, study: Any) -> list[str]:
+    best = best_trials(study, spec)
+    multi = len(spec.objective.metrics) > 1
+    out = ["Pareto front:" if multi else "Best feasible configurations:"] + best_table(spec, best)
+    b = pick_best(spec, best)
+    if b is not None:
+        m = b.user_attrs.get("metrics", {})
+        out.append(("Best on " + spec.objective.metrics[0][0] + " among the front: " if multi else "Best: ") +
+                   f"trial {b.number}: {fmt_params(b.params)} -> {fmt_num(m.get(M.SAMPLES_PER_S))} samples/s, "
+                   f"peak {fmt_num(m.get(M.PEAK_MEMORY_GIB), ' GiB', 2)}")
+    return out
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+def report(spec: SweepSpec, study: Any, fmt: str, out: Path | None) -> int:
+    from orchestrator.plots import write_plots
+    from orchestrator.ui import ParentRun
+
+    rep = build_report(spec, study)
+    prov = provenance(study)
+    tracking = ParentRun.find(spec, study)
+    if not prov and tracking.run_id is not None:
+        prov = tracking.child_tags()
+    rep["device"] = _device(spec, study, next(iter(result_trials(study)), None))
+    rep["device_name"], rep["torch_version"] = prov.get("device_name"), prov.get("torch_version")
+    out = (out or Path("mlruns") / "reports" / spec.name).resolve()
+    trials = result_trials(study)
+    paths = write_plots(trials, plot_context(spec, study, rep, prov), out)
+    logged = tracking.log(paths, top_markdown(spec, study))
+    rep["plots"] = [str(p) for p in paths]
+    rep["plots_dir"], rep["mlflow"] = str(out), logged
+    if fmt == "json":
+        print(json.dumps(rep, indent=1, default=str))
+        return 0
+    print("\n".join([render_text(spec, rep), ""] + best_lines(spec, study) + [
+        "", f"Plots:   {out}/ ({', '.join(p.name for p in paths) or 'none: no trials yet'})", f"MLflow:  {logged}"]))
+    return 0
+
+
+def plot_context(spec: SweepSpec, study: Any, rep: dict[str, Any], prov: dict[str, Any]) -> Any:
+    from orchestrator.plots import PlotContext
+
+    device = rep["device"]
+    model = spec.fixed.get("model")
+    where = f"{device} ({prov['device_name']})" if prov.get("device_name") else device
+    subtitle = (f"{spec.name}: {spec.experiment}" + (f" model {model}" if model else "") + f" on {where}"
+                + (f", torch {prov['torch_version']}" if prov.get("torch_version") else "")
+                + f"; {rep['results']} trials")
+    budget = next((c.max for c in spec.objective.constraints if c.metric == M.PEAK_MEMORY_GIB and c.max), None)
+    limit = None
+    if device == "cpu" and spec.fixed.get("cpu_memory_limit_gib"):
+        limit = (spec.fixed["cpu_memory_limit_gib"], f"limit: cpu_memory_limit_gib {spec.fixed['cpu_memory_limit_gib']:g} GiB (RLIMIT_DATA)")
+    elif prov.get("total_memory_gib"):
+        limit = (prov["total_memory_gib"], f"device memory: {prov['total_memory_gib']:.1f} GiB")
+    front = tuple(r["number"] for r in rep["pareto"] or ())
+    return PlotContext(subtitle, spec.objective.metrics, budget, limit, front)
+
+
+def top_markdown(spec: SweepSpec, study: Any, limit: int = 5) -> str:
+    """The parent run's description gets the best configurations as a table and the plots."""
+    best = best_trials(study, spec)[:limit]
+    if not best:
+        return ""
+    names = list(dict.fromkeys(k for t in best for k in t.params))
+    out = [TOP_MARK, "", "| trial | " + " | ".join(names) + " | samples/s | peak GiB |",
+           "|---" * (len(names) + 3) + "|"]
+    for t in best:
+        m = t.user_attrs.get("metrics", {})
+        out.append(f"| {t.number} | " + " | ".join(str(t.params.get(k, "")) for k in names) +
+                   f" | {fmt_num(m.get(M.SAMPLES_PER_S))} | {fmt_num(m.get(M.PEAK_MEMORY_GIB), digits=2)} |")
+    return "\n".join(out) + f"\n\nPlots: the `report/` artifacts (`orchestrate report {spec.path}`)."
+
+
+# -- the best configuration -----------------------------------------------------------------------
+
+def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
+    """The best feasible trial's parameters (fixed + sampled + derived) as YAML, and a summary."""
+    import yaml
+
+    from orchestrator.space import make_plan, trial_params
+
+    best = best_trials(study, spec)
+    if not best:
+        raise StudyError(f"study {spec.name!r} has no feasible measured trial yet; "
+                         f"run `orchestrate {spec.path}` (or see `orchestrate report {spec.path}`)")
+    t = pick_best(spec, best)
+    device = _device(spec, study, t)
+    params = trial_params(make_plan(spec, device), t.params)
+    m = t.user_attrs.get("metrics", {})
+    name = (_result_file(t).get("provenance") or {}).get("device_name")
+    summary = (f"{spec.name} trial {t.number}: {fmt_num(m.get(M.SAMPLES_PER_S))} samples/s, peak "
+               f"{fmt_num(m.get(M.PEAK_MEMORY_GIB), ' GiB', 2)} ({device}{', ' + name if name else ''})")
+    header = [f"# {summary}; orchestrate best {spec.path}"]
+    if len(best) > 1 and len(spec.objective.metrics) > 1:
+        header.append(f"# the best on {spec.objective.metrics[0][0]} of {len(best)} Pareto-optimal trials: "
+                      f"{', '.join(str(b.number) for b in best)}")
+    return "\n".join(header) + "\n" + yaml.safe_dump(params, sort_keys=False, default_flow_style=False), summary
+
+
+def export_best(spec: SweepSpec, study: Any, path: Path) -> str:
+    """Write the best configuration to ``path``; returns the one-line summary to print."""
+    text, summary = best_yaml(spec, study)
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise OrchestratorError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return f"Best configuration written to {path}: {summary}"
