@@ -97,3 +97,42 @@ def test_patience_stops_the_search(project: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "no improvement in 2 trials (search.patience)" in proc.stdout
     assert len(load_study(project, "patience").get_trials()) == 3
+
+
+MULTI = """
+    name: multi
+    experiment: experiments.faults
+    device: cpu
+    fixed: {batch_size: 4}
+    space:
+      hidden_size: [8, 64, 256]
+    objective:
+      metrics: {samples_per_s: maximize, peak_memory_gib: minimize}
+      constraints: {peak_memory_gib: {max: LIMIT}}
+    search: {sampler: nsga2, seed: 0}
+    trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.02, timeout_s: 60}
+    """
+
+
+def test_multi_objective_nsga2_with_a_constraint_reports_the_pareto_front(project: Path) -> None:
+    spec = write_spec(project, MULTI.replace("LIMIT", "100"))
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 0, proc.stderr
+    assert "Pareto front:" in proc.stdout
+    study = load_study(project, "multi")
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+    records = check_records(project, "multi", n_results=3)
+    for t in records["results"]:
+        assert len(t.values) == 2 and t.constraints["peak_memory_gib"] <= 0  # feasible: under 100 GiB
+        assert t.values[1] == t.user_attrs["metrics"]["peak_memory_gib"]
+
+
+def test_a_violated_constraint_makes_a_measured_trial_infeasible(project: Path) -> None:
+    spec = write_spec(project, MULTI.replace("LIMIT", "0.001"))
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 0, proc.stderr
+    assert "No configuration has a feasible measured result yet." in proc.stdout
+    for t in check_records(project, "multi", n_results=3)["results"]:
+        # measured, so it keeps its real values, and the constraint says by how much it is over
+        assert t.state.name == "COMPLETE" and t.constraints["peak_memory_gib"] > 0
+        assert t.constraints["peak_memory_gib"] == pytest.approx(t.values[1] - 0.001)
