@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     except OrchestratorError as exc:
         print(f"orchestrate: {exc}" if not isinstance(exc, SpecError) else str(exc), file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # before the sweep's own handlers: nothing was started yet
+        print("orchestrate: interrupted before the sweep started; nothing was run", file=sys.stderr)
+        return 130
 
 
 # -- dry run ---------------------------------------------------------------------------------------
@@ -164,9 +167,13 @@ def _progress(spec: SweepSpec) -> str:
 def probe_experiment(spec: SweepSpec) -> dict[str, Any]:
     """Import the experiment in a subprocess (torch stays out of this process)."""
     fixed = json.dumps(spec.fixed, default=str)
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.harness.probe", spec.experiment,
-                           spec.device if "device" not in spec.space else "auto", fixed],
-                          capture_output=True, text=True, timeout=300)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "orchestrator.harness.probe", spec.experiment,
+                               spec.device if "device" not in spec.space else "auto", fixed],
+                              capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise spec.error(("experiment",), "importing the experiment module took more than 300 s; "
+                         "does it do work at import time?") from None
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")), None)
     if line is None:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -203,6 +210,23 @@ def check_experiment_params(spec: SweepSpec, probe: dict[str, Any]) -> None:
             raise spec.error(("space", "device"), f"device {device} is not available on this machine")
 
 
+def check_cuda_fraction(spec: SweepSpec) -> None:
+    """CUDA's fraction is of total memory, at most 1.0 (MPS allows up to 2.0)."""
+    from orchestrator.spec import Choice
+
+    swept = spec.space.get("memory_fraction")
+    values: list[tuple[tuple, float]] = []
+    if "memory_fraction" in spec.fixed:
+        values.append((("fixed", "memory_fraction"), spec.fixed["memory_fraction"]))
+    elif isinstance(swept, Choice):
+        values += [(("space", "memory_fraction", i), v) for i, v in enumerate(swept.values)]
+    elif swept is not None:
+        values.append((("space", "memory_fraction", "high"), swept.high))
+    for path, value in values:
+        if value > 1:
+            raise spec.error(path, f"on CUDA memory_fraction must be at most 1.0, got {value}")
+
+
 def run(spec: SweepSpec, export: Path | None = None) -> int:
     from orchestrator.launch import StopFlag
     from orchestrator.space import fingerprint, make_plan
@@ -211,6 +235,9 @@ def run(spec: SweepSpec, export: Path | None = None) -> int:
 
     from orchestrator.errors import StudyError
 
+    if export is not None and not (export.parent.resolve().is_dir() and os.access(export.parent.resolve(), os.W_OK)):
+        raise SpecError(f"cannot write {export}: folder {export.parent.resolve()} does not exist or "
+                        "is not writable", file="--export")
     for field, url in (("storage", spec.storage), ("tracking_uri", spec.tracking_uri)):
         try:
             check_url_opens(url, field)
@@ -219,9 +246,8 @@ def run(spec: SweepSpec, export: Path | None = None) -> int:
     probe = probe_experiment(spec)
     check_experiment_params(spec, probe)
     device = probe["device"]
-    if device == "cuda" and spec.fixed.get("memory_fraction", 0) > 1:
-        raise spec.error(("fixed", "memory_fraction"), "on CUDA memory_fraction must be at most 1.0, "
-                         f"got {spec.fixed['memory_fraction']}")
+    if device == "cuda":
+        check_cuda_fraction(spec)
     plan = make_plan(spec, device)
 
     stop = StopFlag()
@@ -233,15 +259,21 @@ def run(spec: SweepSpec, export: Path | None = None) -> int:
 
             tracker = Tracker(spec.tracking_uri, spec.name)  # first: mlflow is the heavier import
             study = open_study(spec, spec.storage, fingerprint(spec, plan))
-            parent = tracker.open_parent(spec.name, absolute_uri(spec.storage), spec.path)
+            from orchestrator.study import UID_ATTR
+
+            uid = study.user_attrs[UID_ATTR]
+            parent = tracker.open_parent(spec.name, absolute_uri(spec.storage), spec.path, uid)
             study.set_user_attr("mlflow_parent_run_id", parent)
-            work_dir = (Path("mlruns") / ".trials" / spec.name).resolve()
+            work_dir = (Path("mlruns") / ".trials" / f"{spec.name}-{uid[:8]}").resolve()
             sweep = Sweep(spec, plan, study, tracker, work_dir, stop)
             code = _drive(spec, plan, probe, study, tracker, sweep, stop, Interrupted)
             if export is not None and code == 0:
                 from orchestrator.report import export_best
 
-                print(export_best(spec, study, export))
+                try:
+                    print(export_best(spec, study, export))
+                except StudyError as exc:  # e.g. every trial ran out of memory: the sweep still finished
+                    print(f"orchestrate: not exported: {exc}", file=sys.stderr)
             return code
     finally:
         for s, handler in previous.items():

@@ -77,7 +77,7 @@ def launch_trial(config: dict[str, Any], trial_dir: Path, env: dict[str, str], t
                  "ORCHESTRATE_RESULT_PATH": str(result_path)}
     parent = os.getpid()
     started = time.monotonic()
-    with open(log_path, "ab") as log:
+    with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.harness", str(config_path)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
@@ -108,8 +108,9 @@ def launch_trial(config: dict[str, Any], trial_dir: Path, env: dict[str, str], t
             stop.pgid = None
     duration = time.monotonic() - started
     text = result_path.read_text(errors="replace") if result_path.exists() else None
-    outcome = classify(proc.returncode, text, timed_out=timed_out,
-                       interrupted=stop is not None and stop.tripped, timeout_s=timeout_s,
+    # A trial that ended by itself with a result keeps it even if Ctrl-C came just after.
+    interrupted = stop is not None and stop.tripped and not (proc.returncode == 0 and text)
+    outcome = classify(proc.returncode, text, timed_out=timed_out, interrupted=interrupted, timeout_s=timeout_s,
                        log_tail=_last_line(log_path))
     maxrss = rusage.ru_maxrss if rusage is not None else None
     peak = None if not maxrss else maxrss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)

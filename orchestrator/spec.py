@@ -284,6 +284,9 @@ def check_spec(data: Any, path: Path, lines: dict[tuple, int],
 
     objective = _check_objective(c, section("objective"))
     search = _check_search(c, section("search"), space)
+    if search.patience is not None and len(objective.metrics) > 1:
+        raise c.fail(("search", "patience"), "patience needs a single objective metric (a Pareto front "
+                     "has no single best to improve on)", show_value=False)
     trial = _check_trial(c, section("trial"))
     _check_combinations(c, fixed, space)
 

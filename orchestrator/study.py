@@ -16,6 +16,7 @@ from orchestrator.errors import StudyError
 from orchestrator.spec import SweepSpec
 
 FINGERPRINT_ATTR = "orchestrate.fingerprint"
+UID_ATTR = "orchestrate.uid"  # tells a study from an earlier one of the same name (delete-study)
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -148,6 +149,10 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any]):
         if study.trials:
             raise _mismatch(spec, storage_url, "the study was not created by orchestrate")
         study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
+    if UID_ATTR not in study.user_attrs:
+        import uuid
+
+        study.set_user_attr(UID_ATTR, uuid.uuid4().hex)
     elif stored != json.loads(json.dumps(fingerprint)):
         diffs = [f"{k}: stored {json.dumps(stored.get(k))}, spec {json.dumps(fingerprint.get(k))}"
                  for k in sorted(set(stored) | set(fingerprint))

@@ -235,11 +235,13 @@ class Sweep:
         """Put configurations whose trial was interrupted back in Optuna's queue (once each)."""
         from optuna.trial import TrialState
 
-        queued = {config_key(t.params) for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+        queued = {config_key(t.system_attrs.get("fixed_params") or t.params)
+                  for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-            key = config_key(t.params)
-            if t.user_attrs.get("status") == "interrupted" and key not in state.results and key not in queued and t.params:
-                self.study.enqueue_trial(t.params)
+            params = t.params or t.system_attrs.get("fixed_params") or {}  # killed before suggest
+            key = config_key(params)
+            if t.user_attrs.get("status") == "interrupted" and params and key not in state.results and key not in queued:
+                self.study.enqueue_trial(params)
                 queued.add(key)
 
     def next_grid_config(self, state: SweepState) -> dict[str, Any] | None:
@@ -275,8 +277,12 @@ class Sweep:
                     forced = self._random_unvisited(state)
                 if forced is not None:
                     self.study.enqueue_trial(forced)
-                elif self.spec.search.sampler == "grid" or repeats >= MAX_REPEATS:
+                elif self.spec.search.sampler == "grid" or (repeats >= MAX_REPEATS and self.configs is not None):
                     self.stopped_because = "every configuration of the space has a result"
+                    return
+                elif repeats >= MAX_REPEATS:
+                    self.stopped_because = (f"the sampler proposed {repeats} measured configurations in a "
+                                            "row; the space looks exhausted")
                     return
             trial = self.study.ask()
             reached("after_ask")

@@ -62,18 +62,20 @@ class Tracker:
         self.parent_id: str | None = None
 
     # -- the study's parent run ---------------------------------------------------------------
-    def open_parent(self, study: str, storage: str, spec_path: Path) -> str:
-        """Find the study's parent run (resume) or create it; mark it RUNNING."""
+    def open_parent(self, study: str, storage: str, spec_path: Path, uid: str) -> str:
+        """Find the study's parent run (resume) or create it; mark it RUNNING. ``uid`` is the
+        study's own id, so a study deleted and created again under the same name gets a new
+        parent run instead of writing over the old one's children."""
         runs = self.client.search_runs(
-            [self.experiment_id],
-            filter_string=f"tags.role = 'sweep' and tags.study = '{study}' and tags.storage = '{storage}'",
+            [self.experiment_id], filter_string=f"tags.role = 'sweep' and tags.study_uid = '{uid}'",
             max_results=1, order_by=["attributes.start_time ASC"])
         if runs:
             self.parent_id = runs[0].info.run_id
             self.client.update_run(self.parent_id, status="RUNNING")
         else:
             run = self.client.create_run(self.experiment_id, run_name=study,
-                                         tags={"role": "sweep", "study": study, "storage": storage})
+                                         tags={"role": "sweep", "study": study, "storage": storage,
+                                               "study_uid": uid})
             self.parent_id = run.info.run_id
         self.client.log_artifact(self.parent_id, str(spec_path))
         return self.parent_id

@@ -154,7 +154,7 @@ class ParentRun:
                 order_by=["attributes.start_time ASC"])
             ids = [r.info.run_id for r in runs]
             wanted = study.user_attrs.get("mlflow_parent_run_id")  # set by the sweep; exact
-            run_id = wanted if wanted in ids else (ids[0] if ids else None)
+            run_id = wanted if wanted in ids else None  # never another study's parent
             if run_id is None:
                 return cls(None, None, f"no parent run for study {spec.name!r} in {uri}; plots not logged")
         except MlflowException as exc:

@@ -91,8 +91,8 @@ def check_records(cwd: Path, name: str, n_results: int | None = None) -> dict[st
     return {"study": study, "results": results, "runs": by_number}
 
 
-def trial_processes(marker: str) -> list[int]:
-    """PIDs of live processes whose command line mentions ``marker`` (Linux /proc)."""
+def trial_processes(marker: str, *more: str) -> list[int]:
+    """PIDs of live processes whose command line mentions ``marker`` and ``more`` (Linux /proc)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -102,7 +102,7 @@ def trial_processes(marker: str) -> list[int]:
             state = next((ln for ln in (entry / "status").read_text().splitlines() if ln.startswith("State:")), "")
         except OSError:
             continue
-        if marker in cmd and "Z" not in state.split()[1:2]:
+        if marker in cmd and all(m in cmd for m in more) and "Z" not in state.split()[1:2]:
             pids.append(int(entry.name))
     return pids
 

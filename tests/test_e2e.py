@@ -103,9 +103,9 @@ def test_sigkill_mid_trial_then_the_same_command_completes(project: Path) -> Non
     proc = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     # wait for the second trial's process, then kill the orchestrator the hard way
-    marker = str(project / "mlruns" / ".trials" / "tiny_e2e" / "trial-0001")
+    marker = (str(project / "mlruns" / ".trials" / "tiny_e2e-"), "/trial-0001/")
     deadline = time.monotonic() + 120
-    while not trial_processes(marker) and time.monotonic() < deadline:
+    while not trial_processes(*marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)

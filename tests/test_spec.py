@@ -190,3 +190,16 @@ def test_cli_flags_reach_the_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 ])
 def test_show_writes_values_as_yaml_would(value: object, spelled: str | None, text: str) -> None:
     assert show(value, spelled) == text
+
+
+def test_patience_needs_a_single_objective(tmp_path) -> None:  # noqa: ANN001
+    import pytest as _pytest
+
+    from orchestrator.errors import SpecError
+    from orchestrator.spec import load_spec
+
+    path = tmp_path / "s.yaml"
+    path.write_text("name: t\nexperiment: experiments.faults\nobjective:\n  metrics: {samples_per_s: maximize, "
+                    "peak_memory_gib: minimize}\nsearch: {n_trials: 3, patience: 2}\n")
+    with _pytest.raises(SpecError, match="search.patience: patience needs a single objective metric"):
+        load_spec(path)

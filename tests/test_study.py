@@ -66,3 +66,25 @@ def test_a_corrupt_database_gets_a_way_forward(project: Path) -> None:
     err = proc.stderr.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert "corrupt" in err and "move it aside" in err
+
+
+def test_a_study_deleted_and_started_again_gets_its_own_mlflow_records(project: Path) -> None:
+    import optuna
+
+    from conftest import child_runs, parent_runs
+
+    spec = write_spec(project, SPEC)
+    assert orchestrate([str(spec)], project).returncode == 0
+    (old_parent,) = parent_runs(project, "edited")
+    old_children = {r.info.run_id: r.data.tags["status"] for r in child_runs(project, "edited")}
+    optuna.delete_study(study_name="edited", storage=f"sqlite:///{project}/mlruns/optuna.db")
+    assert orchestrate([str(spec)], project).returncode == 0
+    parents = parent_runs(project, "edited")
+    assert len(parents) == 2 and old_parent.info.run_id in {p.info.run_id for p in parents}
+    children = child_runs(project, "edited")
+    assert len(children) == 4
+    for run in children:  # the first study's runs are untouched
+        if run.info.run_id in old_children:
+            assert run.data.tags["status"] == old_children[run.info.run_id]
+            assert run.data.tags["mlflow.parentRunId"] == old_parent.info.run_id
+    assert len(list((project / "mlruns" / ".trials").glob("edited-*"))) == 2

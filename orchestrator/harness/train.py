@@ -182,8 +182,6 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
         progress.step = step
         losses.append(train_step())
         step += 1
-        if empty_every and step % empty_every == 0:
-            backend.empty_cache(device)
         if use_events:
             ev = torch.cuda.Event(enable_timing=True)
             ev.record()
@@ -193,6 +191,8 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
                 backend.synchronize(device)  # sync point: MPS memory is sampled after each step
                 driver_peak = max(driver_peak, backend.driver_bytes(device) or 0)
             marks.append(time.perf_counter())
+        if empty_every and step % empty_every == 0:  # after the sample: the step's peak counts
+            backend.empty_cache(device)
         if step >= min_steps and time.perf_counter() - t0 >= min_s:
             break
     backend.synchronize(device)  # sync point: the window ends when the device is done
