@@ -19,6 +19,7 @@ call that fails (0 = the first warm-up micro-batch); the model itself is a small
 | nan                | the loss becomes NaN                                        | diverged    |
 | truncated_result   | writes half a JSON result, then exits 0                     | error       |
 | garbage_result     | writes bytes that are not JSON, then exits 0                | error       |
+| grandchild         | starts a `sleep` child process, then hangs                  | timeout (and the sleep is killed with the group) |
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from torch import nn
 from orchestrator.harness.workload import Workload
 
 FAULTS = ("none", "oom_cuda", "oom_mps", "oom_cpu", "allocate", "segfault", "sigkill", "hang",
-          "exit", "exception", "nan", "truncated_result", "garbage_result")
+          "exit", "exception", "nan", "truncated_result", "garbage_result", "grandchild")
 PARAMS: dict[str, object] = {"fault": "none", "fault_step": 0, "fault_exit_code": 3,
                              "hidden_size": 32, "lr": 1e-3, "seed": 0}
 
@@ -72,6 +73,11 @@ def inject(fault: str) -> torch.Tensor | None:
         os.kill(os.getpid(), signal.SIGSEGV)
     if fault == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if fault == "grandchild":  # like a compile or data-loader worker: a process of the trial's own
+        import subprocess
+
+        subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
+        fault = "hang"
     if fault == "hang":
         while True:
             time.sleep(3600)

@@ -46,10 +46,12 @@ class Launched:
 
 
 def _die_with_parent(parent: int) -> None:
-    """preexec_fn (Linux): SIGKILL this child when the orchestrator dies, even by SIGKILL."""
+    """preexec_fn (Linux): signal this child when the orchestrator dies, even by SIGKILL. SIGTERM,
+    not SIGKILL, so that the trial's handler can take its whole process group down with it
+    (compile workers, data-loader workers: grandchildren PDEATHSIG alone would orphan)."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
 

@@ -208,3 +208,37 @@ def test_a_second_orchestrator_on_the_same_study_refuses_naming_the_lock(project
         first.send_signal(signal.SIGINT)
         first.communicate(timeout=30)
     check_records(project, "faults")
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+                members.append(int(entry.name))
+    return members
+
+
+def test_a_trials_own_child_processes_die_with_a_killed_orchestrator(project: Path) -> None:
+    spec = fault_spec(project, ["grandchild"])
+    proc = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    pgid = None
+    while time.monotonic() < deadline:
+        pids = trial_processes(str(project / "mlruns"))
+        if pids and len(_group_members(os.getpgid(pids[0]))) >= 2:  # the trial and its `sleep`
+            pgid = os.getpgid(pids[0])
+            break
+        time.sleep(0.1)
+    assert pgid is not None, "the trial never started its child process"
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 5
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _group_members(pgid) == [], "a process of the trial outlived the killed orchestrator"

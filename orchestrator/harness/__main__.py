@@ -18,9 +18,11 @@ from typing import Any
 
 
 def watch_parent(interval_s: float = 0.5) -> None:
-    """Kill this trial's process group if the orchestrator dies. Linux also has PR_SET_PDEATHSIG
-    (set by the launcher); this covers macOS, where nothing else would."""
+    """Kill this trial's process group if the orchestrator dies: at once on Linux, where the
+    launcher's PR_SET_PDEATHSIG sends SIGTERM; within ``interval_s`` everywhere (macOS has no
+    PDEATHSIG), by polling the parent pid from a thread (torch releases the GIL in its kernels)."""
     parent = os.getppid()
+    signal.signal(signal.SIGTERM, lambda *_: os.killpg(os.getpgrp(), signal.SIGKILL))
 
     def loop() -> None:
         while True:
