@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.errors import OrchestratorError, SpecError, UsageParser
 from orchestrator.spec import SweepSpec, load_spec
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
@@ -29,16 +29,8 @@ USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--
 SUBCOMMANDS = {"report": "orchestrator.report", "best": "orchestrator.report", "ui": "orchestrator.ui"}
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors in one line, like every other error of this tool."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"orchestrate: {message} (see orchestrate --help)", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = UsageParser(
         prog="orchestrate", usage=USAGE,
         description="Run the training sweep a YAML spec describes (or resume it), each trial in a "
                     "fresh subprocess; results go to Optuna (the study) and MLflow (the runs).",
@@ -303,9 +295,9 @@ def _drive(spec, plan, probe, study, tracker, sweep, stop, Interrupted) -> int: 
                disable=None)
 
     def on_result(trial: Any, outcome: Any, _: float) -> None:
-        frozen = study.trials[trial.number]
-        bar.write(trial_line(trial.number, frozen.params, outcome.status, outcome.metrics,
-                             frozen.user_attrs.get(M.DURATION_S), outcome.detail), file=sys.stdout)
+        # the live trial carries what was just told: no re-read of the whole study
+        bar.write(trial_line(trial.number, trial.params, outcome.status, outcome.metrics,
+                             trial.user_attrs.get(M.DURATION_S), outcome.detail), file=sys.stdout)
         if outcome.status == "repeat":
             return
         best = best_trials(study, spec)

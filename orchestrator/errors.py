@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 
 class OrchestratorError(Exception):
     """Base class: a problem the user can fix. Exit code 2 unless a subclass says otherwise."""
@@ -33,3 +36,11 @@ class FailureBudgetExceeded(OrchestratorError):
     """More trials failed (other than by running out of memory) than ``search.max_failures``."""
 
     exit_code = 3
+
+
+class UsageParser(argparse.ArgumentParser):
+    """argparse with usage errors in one line and exit 2, like every other error of this tool."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import metrics as M
-from orchestrator.errors import OrchestratorError, SpecError, StudyError
+from orchestrator.errors import OrchestratorError, SpecError, StudyError, UsageParser
 from orchestrator.spec import SweepSpec, load_spec
 from orchestrator.summary import best_table, fmt_num, fmt_params
 from orchestrator.sweep import RESULT_STATUSES, best_trials, result_trials
@@ -27,16 +27,8 @@ COUNTED = RESULT_STATUSES  # ok, oom, skipped, timeout, crashed, error, diverged
 TOP_MARK = "\n\n#### Top configurations"  # the part of the parent run's description a report rewrites
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors in one line and exit 2, as in ``orchestrate SPEC``."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def _parser(command: str) -> argparse.ArgumentParser:
-    p = _Parser(prog=f"orchestrate {command}", description=(
+    p = UsageParser(prog=f"orchestrate {command}", description=(
         "Show a study's trials, counts, best configuration and plots (works while it runs)."
         if command == "report" else "Write the best feasible configuration as flat YAML."))
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")

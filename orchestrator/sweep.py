@@ -259,6 +259,7 @@ class Sweep:
         started = time.monotonic()
         repeats = 0
         since_best = 0
+        best = self._best_value()
         while state.done < self.target:
             if self.stop.tripped:
                 raise Interrupted(self.stop.signum or 2)
@@ -298,11 +299,11 @@ class Sweep:
             repeats = 0
             proof = (predicted_oom(sampled, state.ooms, self.spec.search.memory_order)
                      if self.spec.search.skip_predicted_oom else None)
-            best_before = self._best_value()
             outcome = self.run_trial(trial, sampled, proof)
             state = self.state()
             best_after = self._best_value()
-            since_best = 0 if best_after is not None and best_after != best_before else since_best + 1
+            since_best = 0 if best_after is not None and best_after != best else since_best + 1
+            best = best_after
             on_result(trial, outcome, 0.0)
             if outcome.status == "interrupted":
                 raise Interrupted(self.stop.signum or 2)

@@ -17,6 +17,14 @@ MLFLOW_STATUS = {"ok": "FINISHED", "interrupted": "KILLED"}  # every other statu
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 
+def quiet_mlflow_logs() -> None:
+    """MLflow and alembic log table creation at INFO on a new store: noise for a user."""
+    import logging
+
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def artifact_root(tracking_uri: str, experiment: str) -> str | None:
     """Artifacts beside a local SQLite store (``mlruns/<experiment>/...``); None = MLflow's choice."""
     if tracking_uri.startswith("sqlite:///"):
@@ -34,14 +42,11 @@ def absolute_uri(uri: str) -> str:
 
 class Tracker:
     def __init__(self, tracking_uri: str, experiment: str) -> None:
-        import logging
-
         import mlflow  # noqa: F401 - heavy; imported only for real runs
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
-        for name in ("mlflow", "alembic"):  # table-creation chatter on a new store
-            logging.getLogger(name).setLevel(logging.WARNING)
+        quiet_mlflow_logs()
         self.uri = absolute_uri(tracking_uri)
         from orchestrator.study import create_sqlite_atomically
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import metrics as M
-from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.errors import OrchestratorError, SpecError, UsageParser
 from orchestrator.spec import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
-from orchestrator.tracking import absolute_uri
+from orchestrator.tracking import absolute_uri, quiet_mlflow_logs
 
 HOST = "127.0.0.1"
 ARTIFACT_DIR = "report"
@@ -34,14 +34,8 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # MLflow's UI: an experiment tag pe
 VIEW_METRICS = (M.SAMPLES_PER_S, M.PEAK_MEMORY_GIB, M.STEP_TIME_MS_P50, M.THROUGHPUT_CV, M.DURATION_S)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"orchestrate ui: {message} (see orchestrate ui --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="orchestrate ui", description=(
+    p = UsageParser(prog="orchestrate ui", description=(
         f"Start the MLflow UI bound to {HOST} on the run store of this project (or of SPEC) and "
         "print its URL; Ctrl-C stops it. The Optuna study opens in optuna-dashboard: "
         "optuna-dashboard sqlite:///$PWD/mlruns/optuna.db"))
@@ -139,13 +133,10 @@ class ParentRun:
         path = sqlite_path(uri)
         if path is not None and not path.is_file():
             return cls(None, None, f"no MLflow store at {uri}; plots not logged")
-        import logging
-
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
-        for name in ("mlflow", "alembic"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+        quiet_mlflow_logs()
         try:
             client = MlflowClient(tracking_uri=uri)
             exp = client.get_experiment_by_name(spec.name)
@@ -212,11 +203,9 @@ def save_views(uri: str, url: str, objective: str = M.SAMPLES_PER_S, maximize: b
                only: str | None = None) -> list[tuple[str, str]]:
     """Save the comparison view on each experiment (or ``only`` the named one) that holds trial
     runs: an experiment tag MLflow's UI reads for ``?viewStateShareKey=``. Returns (name, URL)."""
-    import logging
-
     from mlflow.tracking import MlflowClient
 
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    quiet_mlflow_logs()
     client = MlflowClient(tracking_uri=uri)
     out = []
     for exp in client.search_experiments():
