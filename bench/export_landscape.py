@@ -8,6 +8,11 @@ that were interrupted, skipped or answered as a repeat are left out), in trial o
 parameters as columns (booleans as true/false), then status, samples_per_s and peak_memory_gib
 (empty unless ok) and duration_s (wall time of the trial's process). ``orchestrator.replay``
 reads it back.
+
+A study measured with ``trial.repeats: N`` gives the median throughput and the largest peak of its
+N processes, and as ``duration_s`` the mean wall time of one process (the trial's recorded
+duration divided by the processes it ran): what one measurement of the configuration costs, so
+that a replayed search is charged as a search with one process per trial would be.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ def landscape_rows(study: Any) -> tuple[list[str], list[dict[str, str]]]:
         row.update(status=t.user_attrs["status"],
                    samples_per_s=cell(round(metrics["samples_per_s"], 3) if ok else None),
                    peak_memory_gib=cell(round(metrics["peak_memory_gib"], 4) if ok and "peak_memory_gib" in metrics else None),
-                   duration_s=cell(t.user_attrs["duration_s"]))
+                   duration_s=cell(round(t.user_attrs["duration_s"] / t.user_attrs.get("repeats", 1), 3)))
         rows.append(row)
     return columns, rows
 

@@ -121,7 +121,8 @@ def print_plan(spec: SweepSpec) -> None:
         out.append("  fixed        " + " ".join(f"{k}={v}" for k, v in plan.fixed.items()))
     out.append(f"  trials       {target} in total for the study, across resumes{_progress(spec)}")
     out.append(f"               each: {t.warmup_steps} warm-up + at least {t.measure_steps} measured steps "
-               f"and {t.min_measure_s:g} s; killed after {t.timeout_s:g} s")
+               f"and {t.min_measure_s:g} s; killed after {t.timeout_s:g} s"
+               + (f"; measured {t.repeats} times, each in a fresh process (median)" if t.repeats > 1 else ""))
     out.append(f"  objective    {objective}")
     out.append(f"  storage      {storage} (Optuna study {spec.name!r})")
     art = artifact_root(tracking, spec.name)
@@ -297,7 +298,8 @@ def _drive(spec, plan, probe, study, tracker, sweep, stop, Interrupted) -> int: 
     def on_result(trial: Any, outcome: Any, _: float) -> None:
         # the live trial carries what was just told: no re-read of the whole study
         bar.write(trial_line(trial.number, trial.params, outcome.status, outcome.metrics,
-                             trial.user_attrs.get(M.DURATION_S), outcome.detail), file=sys.stdout)
+                             trial.user_attrs.get(M.DURATION_S), outcome.detail,
+                             trial.user_attrs.get("repeats", 1)), file=sys.stdout)
         if outcome.status == "repeat":
             return
         best = best_trials(study, spec)

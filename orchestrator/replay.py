@@ -163,7 +163,7 @@ class NullTracker:
         return f"replay-{number}"
 
     def finish_trial(self, run_id: str, status: str, metrics: dict[str, float], tags: dict[str, str],
-                     files: list[Path]) -> None:
+                     files: list[tuple[Path, str | None]]) -> None:
         return None
 
     def trial_runs(self) -> dict[int, list[Any]]:

@@ -164,3 +164,39 @@ def fingerprint(spec: SweepSpec, plan: Plan) -> dict[str, Any]:
         "space": {k: dim(v) for k, v in plan.searched.items()},
         "objective": [list(m) for m in spec.objective.metrics],
     }
+
+
+def _ordered(values: tuple[Any, ...]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def distance(a: dict[str, Any], b: dict[str, Any], plan: Plan) -> float:
+    """How far apart two configurations of a finite space are: for a numeric dimension, how many
+    places apart the two values stand in its sorted list; for any other, 0 if equal else 1. A
+    configuration of another device (different keys) is infinitely far."""
+    if a.keys() != b.keys():
+        return float("inf")
+    total = 0.0
+    for name, x in a.items():
+        y = b[name]
+        if config_key({name: x}) == config_key({name: y}):
+            continue
+        dim = plan.searched.get(name)
+        values = _dim_values(dim) if dim is not None else ()
+        if values and _ordered(values) and x in values and y in values:
+            ranked = sorted(values)
+            total += abs(ranked.index(x) - ranked.index(y))
+        else:
+            total += 1
+    return total
+
+
+def nearest(config: dict[str, Any], candidates: list[dict[str, Any]], plan: Plan, rng: Any) -> dict[str, Any] | None:
+    """The candidate closest to ``config`` (``distance``); ties broken by ``rng``."""
+    if not candidates:
+        return None
+    scored = [(distance(config, c, plan), i) for i, c in enumerate(candidates)]
+    best = min(d for d, _ in scored)
+    if best == float("inf"):
+        return rng.choice(candidates)
+    return candidates[rng.choice([i for d, i in scored if d == best])]

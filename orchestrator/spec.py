@@ -26,6 +26,7 @@ SAMPLERS = ("grid", "random", "tpe", "nsga2")
 DIRECTIONS = ("maximize", "minimize")
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
+MAX_TRIAL_REPEATS = 20
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ class TrialSettings:
     min_measure_s: float = 1.0
     """The timed window also lasts at least this long (more steps are run if needed)."""
     timeout_s: float = 900.0
+    """Per process: with repeats, each repeat has this long."""
+    repeats: int = 1
+    """Processes per configuration; the recorded metrics are their median (memory: the largest)."""
 
 
 @dataclass(frozen=True)
@@ -474,9 +478,14 @@ def _check_memory_order(c: _Checker, raw: Any, space: dict[str, Dimension]) -> d
 
 def _check_trial(c: _Checker, raw: Any) -> TrialSettings:
     path = ("trial",)
-    t = c.mapping(path, raw, ("warmup_steps", "measure_steps", "min_measure_s", "timeout_s"))
+    t = c.mapping(path, raw, ("warmup_steps", "measure_steps", "min_measure_s", "timeout_s", "repeats"))
     d = TrialSettings()
+    repeats = c.integer(path + ("repeats",), t.get("repeats", d.repeats), 1, "repeats")
+    if repeats > MAX_TRIAL_REPEATS:
+        raise c.fail(path + ("repeats",), f"repeats must be at most {MAX_TRIAL_REPEATS} (each repeat is a "
+                     "whole training process)", repeats)
     return TrialSettings(
+        repeats=repeats,
         warmup_steps=c.integer(path + ("warmup_steps",), t.get("warmup_steps", d.warmup_steps), 1, "warmup_steps"),
         measure_steps=c.integer(path + ("measure_steps",), t.get("measure_steps", d.measure_steps), 1, "measure_steps"),
         min_measure_s=c.number(path + ("min_measure_s",), t.get("min_measure_s", d.min_measure_s), "min_measure_s", nonneg=True),

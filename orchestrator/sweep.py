@@ -24,9 +24,10 @@ from orchestrator.dominance import predicted_oom
 from orchestrator.faultpoints import reached
 from orchestrator import metrics as M
 from orchestrator.errors import FailureBudgetExceeded
-from orchestrator.launch import StopFlag, launch_trial
+from orchestrator.launch import Launched, StopFlag, launch_trial
+from orchestrator.repeats import combine, repeat_dir_name
 from orchestrator.outcome import Outcome
-from orchestrator.space import Plan, config_key, configurations, suggest, trial_params
+from orchestrator.space import Plan, config_key, configurations, nearest, suggest, trial_params
 from orchestrator.spec import SweepSpec
 from orchestrator.tracking import Tracker
 
@@ -34,7 +35,7 @@ RESULT_STATUSES = ("ok", "oom", "skipped", "timeout", "crashed", "error", "diver
 INFEASIBLE = ("oom", "skipped", "crashed")  # told as PRUNED + a violated constraint: no invented value
 FAILED = ("error", "timeout", "diverged", "interrupted")  # told as FAIL
 FIT_CONSTRAINT = "fits_in_memory"
-MAX_REPEATS = 10
+MAX_REPEATED_PROPOSALS = 10  # measured configurations proposed in a row before one is forced
 
 
 class Interrupted(Exception):
@@ -216,16 +217,22 @@ class Sweep:
         extra = {k: t.user_attrs.get(k) for k in (M.DURATION_S, "process_peak_rss_gib")}
         result = _read_json(trial_dir / "result.json")
         tags = run_tags(t, result, status, t.user_attrs.get("detail"))
-        tags.update({k: str(t.user_attrs[k]) for k in ("reason", "predicted_by", "repeat_of") if k in t.user_attrs})
+        tags.update({k: str(t.user_attrs[k]) for k in ("reason", "predicted_by", "repeat_of", "repeats")
+                     if k in t.user_attrs})
         self.tracker.finish_trial(run_id, status, run_metrics(metrics, result, extra), tags,
                                   self._files(trial_dir))
 
     def trial_dir(self, number: int) -> Path:
         return self.work_dir / f"trial-{number:04d}"
 
-    @staticmethod
-    def _files(trial_dir: Path) -> list[Path]:
-        return [trial_dir / "trial.log", trial_dir / "result.json", trial_dir / "config.json"]
+    def _files(self, trial_dir: Path) -> list[tuple[Path, str | None]]:
+        """The trial's files and the MLflow artifact folder for each (repeats in ``repeat-<k>/``)."""
+        out: list[tuple[Path, str | None]] = []
+        for k in range(1, self.spec.trial.repeats + 1):
+            sub = repeat_dir_name(k)
+            folder = trial_dir / sub if sub else trial_dir
+            out += [(folder / name, sub) for name in ("trial.log", "result.json", "config.json")]
+        return out
 
     # -- the loop -----------------------------------------------------------------------------------
     def state(self) -> SweepState:
@@ -257,7 +264,7 @@ class Sweep:
         state = self.state()
         self.retry_interrupted(state)
         started = time.monotonic()
-        repeats = 0
+        answered = 0  # proposals in a row answered from the record
         since_best = 0
         best = self._best_value()
         while state.done < self.target:
@@ -274,15 +281,15 @@ class Sweep:
                 forced = None
                 if self.spec.search.sampler == "grid":
                     forced = self.next_grid_config(state)
-                elif repeats >= MAX_REPEATS:
+                elif answered >= MAX_REPEATED_PROPOSALS:
                     forced = self._random_unvisited(state)
                 if forced is not None:
                     self.study.enqueue_trial(forced)
-                elif self.spec.search.sampler == "grid" or (repeats >= MAX_REPEATS and self.configs is not None):
+                elif self.spec.search.sampler == "grid" or (answered >= MAX_REPEATED_PROPOSALS and self.configs is not None):
                     self.stopped_because = "every configuration of the space has a result"
                     return
-                elif repeats >= MAX_REPEATS:
-                    self.stopped_because = (f"the sampler proposed {repeats} measured configurations in a "
+                elif answered >= MAX_REPEATED_PROPOSALS:
+                    self.stopped_because = (f"the sampler proposed {answered} measured configurations in a "
                                             "row; the space looks exhausted")
                     return
             trial = self.study.ask()
@@ -292,11 +299,12 @@ class Sweep:
             if key in state.results:
                 original = state.results[key]
                 self._tell_repeat(trial, original)
-                repeats += 1
+                answered += 1
                 on_result(trial, Outcome("repeat", f"same configuration as trial {original.number}; "
                                                    "answered from the record, not run again"), 0.0)
+                self._propose_neighbour(sampled, original.number, state)
                 continue
-            repeats = 0
+            answered = 0
             proof = (predicted_oom(sampled, state.ooms, self.spec.search.memory_order)
                      if self.spec.search.skip_predicted_oom else None)
             outcome = self.run_trial(trial, sampled, proof)
@@ -316,6 +324,24 @@ class Sweep:
                         f"counted), more than search.max_failures={self.spec.search.max_failures}. "
                         f"The study is saved: fix the cause (see the trial logs in {self.work_dir}) and "
                         f"run the same command to resume")
+
+    def _propose_neighbour(self, proposed: dict[str, Any], original: int, state: SweepState) -> None:
+        """The sampler proposed a configuration that already has a result: it is exploiting that
+        point. Queue the nearest configuration that has none and is not predicted to run out of
+        memory (``space.distance``: adjacent batch sizes are near, unlike in Optuna's categorical
+        kernel), so the search refines around it instead of asking again and again."""
+        from optuna.trial import TrialState
+
+        if self.configs is None or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return
+        order, skip = self.spec.search.memory_order, self.spec.search.skip_predicted_oom
+        left = [c for c in self.configs if config_key(c) not in state.results
+                and not (skip and predicted_oom(c, state.ooms, order) is not None)]
+        chosen = nearest(proposed, left, self.plan, self.rng)
+        if chosen is not None:
+            self.study.enqueue_trial(chosen, user_attrs={
+                "proposed_as": f"nearest configuration without a result to trial {original}, "
+                               "which the sampler proposed again"})
 
     def _best_value(self) -> float | None:
         best = best_trials(self.study, self.spec)
@@ -345,6 +371,19 @@ class Sweep:
         self.tracker.finish_trial(run_id, status, {}, {"repeat_of": str(original.number),
                                                         "detail": f"same configuration as trial {original.number}; not run again"}, [])
 
+    def measure(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str]) -> Launched:
+        """Run the configuration ``trial.repeats`` times, each in a fresh process, stopping at the
+        first repeat that is not ok (``orchestrator.repeats``)."""
+        n = self.spec.trial.repeats
+        runs = []
+        for k in range(1, n + 1):
+            sub = repeat_dir_name(k)
+            runs.append(self.launcher(config, trial_dir / sub if sub else trial_dir, env,
+                                      self.spec.trial.timeout_s, self.stop))
+            if runs[-1].outcome.status != "ok":
+                break
+        return combine(runs, n, [m for m, _ in self.spec.objective.metrics])
+
     def run_trial(self, trial: Any, sampled: dict[str, Any], predicted_by: int | None = None) -> Outcome:
         """Run one configuration, or, when an earlier OOM proves it cannot fit, record it as
         skipped without a subprocess (same five steps, so a kill is repaired the same way)."""
@@ -373,10 +412,14 @@ class Sweep:
             self.tracker.finish_trial(run_id, "skipped", {}, {"device": device, "reason": "predicted_oom",
                                       "predicted_by": str(predicted_by), "detail": outcome.detail}, [])
             return outcome
-        launched = self.launcher(config, trial_dir, env, self.spec.trial.timeout_s, self.stop)
+        launched = self.measure(config, trial_dir, env)
         outcome = launched.outcome
         extra = {M.DURATION_S: round(launched.duration_s, 3), "trial_dir": str(trial_dir),
                  "process_peak_rss_gib": launched.peak_rss_gib}
+        if self.spec.trial.repeats > 1:
+            extra["repeats"] = outcome.result.get("repeats_done", 1)
+            if "repeat_metrics" in outcome.result:
+                extra["repeat_metrics"] = outcome.result["repeat_metrics"]
         if env:
             extra["env"] = env
         tell(self.study, trial, self.spec, outcome, extra)
@@ -384,6 +427,8 @@ class Sweep:
         status = "error" if outcome.status == "ok" and objective_values(self.spec, outcome.metrics) is None else outcome.status
         tags = run_tags(trial, outcome.result, status, outcome.detail)
         tags.setdefault("device", device)
+        if "repeats" in extra:
+            tags["repeats"] = str(extra["repeats"])
         if not_applied and "not_applied" not in tags:
             tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in not_applied.items())
         self.tracker.finish_trial(run_id, status, run_metrics(outcome.metrics, outcome.result, extra),

@@ -104,16 +104,16 @@ class Tracker:
         return run.info.run_id
 
     def finish_trial(self, run_id: str, status: str, metrics: dict[str, float], tags: dict[str, str],
-                     files: list[Path]) -> None:
+                     files: list[tuple[Path, str | None]]) -> None:
         """Idempotent: a resume may call it again for a trial whose orchestrator died midway."""
         self._log_metrics(run_id, metrics)
         from mlflow.entities import RunTag
 
         all_tags = {"status": status, **tags}
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in all_tags.items()])
-        for path in files:
+        for path, folder in files:
             if path.exists():
-                self.client.log_artifact(run_id, str(path))
+                self.client.log_artifact(run_id, str(path), artifact_path=folder)
         self.client.set_terminated(run_id, MLFLOW_STATUS.get(status, "FAILED"))
 
     def trial_runs(self) -> dict[int, list[Any]]:

@@ -188,7 +188,7 @@ def test_export_writes_what_replay_reads(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/study.db"
     study = optuna.create_study(study_name="land", storage=url, direction="maximize")
     rows = [({"batch_size": 8, "activation_checkpointing": False}, "ok", 50.0, 4.5),
-            ({"batch_size": 8, "activation_checkpointing": True}, "ok", 40.0, 5.0),
+            ({"batch_size": 8, "activation_checkpointing": True}, "ok", 40.0, 15.0),  # 3 repeats
             ({"batch_size": 16, "activation_checkpointing": False}, "oom", None, 2.0),
             ({"batch_size": 16, "activation_checkpointing": False}, "interrupted", None, 1.0),
             ({"batch_size": 8, "activation_checkpointing": False}, "ok", 50.0, 0.0)]  # a repeat
@@ -197,6 +197,8 @@ def test_export_writes_what_replay_reads(tmp_path: Path) -> None:
     for i, (params, status, sps, duration) in enumerate(rows):
         attrs = {"status": status, "duration_s": duration,
                  "metrics": {"samples_per_s": sps, "peak_memory_gib": 0.5} if sps else {}}
+        if i == 1:
+            attrs["repeats"] = 3  # measured in 3 processes: one measurement cost 15.0 / 3
         if i == 4:
             attrs = {"status": "ok", "repeat_of": 0}
         state = TrialState.COMPLETE if status == "ok" else TrialState.FAIL
@@ -212,3 +214,44 @@ def test_export_writes_what_replay_reads(tmp_path: Path) -> None:
         "8,false,ok,50.0,0.5,4.5", "8,true,ok,40.0,0.5,5.0", "16,false,oom,,,2.0"]
     land = load_landscape(out)
     assert land.row({"batch_size": 8, "activation_checkpointing": True}).samples_per_s == 40.0
+
+
+
+def test_a_proposal_that_has_a_result_queues_its_nearest_unmeasured_neighbour(small: Path) -> None:
+    """A sampler that keeps proposing 32/float32 (as an exploiting TPE does) gets it answered from
+    the record, and the sweep measures the nearest configuration that has no result and is not
+    predicted to run out of memory instead: a local refinement, never a second measurement."""
+    import optuna
+
+    from orchestrator.dominance import DEFAULT_ORDER, predicted_oom
+    from orchestrator.space import config_key, distance, make_plan
+    from orchestrator.spec import check_spec
+    from orchestrator.replay import REPLAY_PATH
+
+    class Insistent(optuna.samplers.RandomSampler):
+        def sample_independent(self, study, trial, name, distribution):  # noqa: ANN001, ANN201
+            return {"batch_size": 32, "dtype": "float32"}[name]
+
+    land = load_landscape(small)
+    spec = {**landscape_spec(land), "search": {"sampler": "random", "n_trials": 6}}
+    records = replay_sweep(spec, land, 0, True, sampler=Insistent(seed=0))
+    plan = make_plan(check_spec({**spec, "search": {"sampler": "random"}}, REPLAY_PATH, {}), "cpu")
+    home = {"batch_size": 32, "dtype": "float32"}
+    assert (records[0].params, records[0].status, records[0].repeat_of) == (home, "ok", None)
+    measured: dict[str, dict] = {config_key(home): home}
+    ooms: list[tuple[int, dict]] = []
+    neighbours = 0
+    for before, r in zip(records, records[1:]):
+        if r.repeat_of is not None:
+            assert r.params == home and r.repeat_of == 0     # answered from the record, not run
+            continue
+        assert before.repeat_of == 0                         # queued because of that repeat
+        left = [row.params for row in land.rows.values() if config_key(row.params) not in measured
+                and predicted_oom(row.params, ooms, DEFAULT_ORDER) is None]
+        assert r.params in left
+        assert distance(home, r.params, plan) == min(distance(home, c, plan) for c in left)
+        measured[config_key(r.params)] = r.params
+        if r.status == "oom":
+            ooms.append((r.number, r.params))
+        neighbours += 1
+    assert neighbours == 5 and len(measured) == 6            # n_trials results, each measured once

@@ -9,8 +9,8 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from conftest import ROOT
-from orchestrator.space import (config_key, configurations, count_configurations, distribution,
-                                make_plan, trial_params)
+from orchestrator.space import (Plan, config_key, configurations, count_configurations, distance,
+                                distribution, make_plan, nearest, trial_params)
 from orchestrator.spec import Choice, Range, load_spec
 
 BERT_MEMORY = ROOT / "sweeps" / "bert_memory.yaml"
@@ -141,3 +141,38 @@ def test_trial_params_derive_grad_accum_steps(tmp_path: Path, batch_size: int, a
 ])
 def test_config_key(a: dict, b: dict, same: bool) -> None:
     assert (config_key(a) == config_key(b)) is same
+
+
+NEAR_PLAN = Plan(device="cpu", fixed={}, not_applied={}, searched={
+    "batch_size": Choice((64, 8, 16, 32)),          # listed out of order: distance follows the values
+    "dtype": Choice(("float32", "float16", "bfloat16")),
+    "activation_checkpointing": Choice((False, True)),
+    "lr": Range(0.0, 1.0, step=0.25)})
+
+
+@pytest.mark.parametrize("a, b, expected", [
+    ({"batch_size": 8}, {"batch_size": 8}, 0),
+    ({"batch_size": 8}, {"batch_size": 16}, 1),                 # adjacent in the sorted list
+    ({"batch_size": 8}, {"batch_size": 64}, 3),
+    ({"batch_size": 64}, {"batch_size": 32}, 1),
+    ({"dtype": "float32"}, {"dtype": "bfloat16"}, 1),          # names are not ordered: 0 or 1
+    ({"dtype": "float16"}, {"dtype": "bfloat16"}, 1),
+    ({"activation_checkpointing": False}, {"activation_checkpointing": True}, 1),
+    ({"lr": 0.0}, {"lr": 0.75}, 3),                              # a stepped range is ordered too
+    ({"batch_size": 8, "dtype": "float32"}, {"batch_size": 32, "dtype": "float16"}, 3),
+    ({"batch_size": 8}, {"dtype": "float32"}, float("inf")),   # another device's configuration
+])
+def test_distance(a: dict, b: dict, expected: float) -> None:
+    assert distance(a, b, NEAR_PLAN) == expected == distance(b, a, NEAR_PLAN)
+
+
+def test_nearest_prefers_the_adjacent_batch_and_breaks_ties_with_the_rng() -> None:
+    import random
+
+    here = {"batch_size": 16, "dtype": "bfloat16"}
+    candidates = [{"batch_size": 64, "dtype": "bfloat16"}, {"batch_size": 8, "dtype": "float32"},
+                  {"batch_size": 32, "dtype": "bfloat16"}, {"batch_size": 8, "dtype": "bfloat16"}]
+    picks = {config_key(nearest(here, candidates, NEAR_PLAN, random.Random(seed))) for seed in range(20)}
+    assert picks == {config_key({"batch_size": 32, "dtype": "bfloat16"}),
+                     config_key({"batch_size": 8, "dtype": "bfloat16"})}
+    assert nearest(here, [], NEAR_PLAN, random.Random(0)) is None
