@@ -13,8 +13,10 @@ were run and how much replayed time they took, and that time as a ratio to the e
 full replayed time (every configuration run once: the reference).
 
 Strategies: ``grid`` (every configuration in the spec's order, no skipping), ``random`` and ``tpe``
-(no skipping), ``tpe+skip`` (OOM-aware skipping on), all through the orchestrator's real sweep
-loop (``orchestrator.replay``); and ``lightning``: the doubling batch-size search of PyTorch
+(no skipping), ``tpe+skip`` (OOM-aware skipping on: the shipped default), and ``tpe+skip, no nbr``
+(the same without queueing the nearest unmeasured neighbour of a re-proposed configuration, to show
+what that rule is worth), all through the orchestrator's real sweep loop (``orchestrator.replay``);
+and ``lightning``: the doubling batch-size search of PyTorch
 Lightning's batch-size finder (power mode) for each precision, activation checkpointing off, then
 the fastest of the largest batches that fitted.
 
@@ -45,7 +47,8 @@ LANDSCAPES = ROOT / "bench" / "landscapes"
 GPU_LANDSCAPES = ("bert_base_h200_cap015.csv",)  # where tpe+skip must also beat the Lightning search
 TARGET_RATIO = 0.30
 SEEDS = 300  # 100 seeds left a verdict at the mercy of the seed set (0.280 on 0-99, 0.310 on 100-299)
-SEEDED = (("random", "random", False), ("tpe", "tpe", False), ("tpe+skip", "tpe", True))
+SEEDED = (("random", "random", False, True), ("tpe", "tpe", False, True), ("tpe+skip", "tpe", True, True),
+          ("tpe+skip, no nbr", "tpe", True, False))  # ablation: without the nearest-neighbour rule
 
 
 @dataclass
@@ -79,10 +82,10 @@ def run_landscape(landscape: Landscape, seeds: range, band: float,
     grid = replay_sweep({**spec, "search": {"sampler": "grid"}}, landscape, 0, skip=False)
     grid_total = sum(r.cost_s for r in grid)
     results = [Result("grid", [time_to_band(grid, threshold)], "deterministic")]
-    for name, sampler, skip in SEEDED:
-        hits = [time_to_band(replay_sweep({**spec, "search": {"sampler": sampler}}, landscape, seed, skip),
-                             threshold) for seed in seeds]
-        results.append(Result(name, hits))
+    for name, sampler, skip, neighbours in SEEDED:
+        hits = [time_to_band(replay_sweep({**spec, "search": {"sampler": sampler}}, landscape, seed, skip,
+                                          neighbours=neighbours), threshold) for seed in seeds]
+        results.append(Result(name, hits, "" if neighbours else "ablation: re-proposals asked again, not refined"))
     for name, make in variants.items():
         hits = [time_to_band(replay_sweep({**spec, "search": {"sampler": "tpe"}}, landscape, seed, True,
                                           sampler=make(seed)), threshold) for seed in seeds]

@@ -198,9 +198,11 @@ def landscape_spec(landscape: Landscape, name: str = "replay", device: str = "cp
 
 
 def replay_sweep(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip: bool,
-                 sampler: Any = None, launcher: Callable[..., Launched] | None = None) -> list[TrialRecord]:
+                 sampler: Any = None, launcher: Callable[..., Launched] | None = None,
+                 neighbours: bool = True) -> list[TrialRecord]:
     """Run the orchestrator's sweep loop over ``landscape``; the trials in the order they were made.
-    ``sampler`` replaces the one the spec names (``study.make_sampler``), to try another setting."""
+    ``sampler`` replaces the one the spec names (``study.make_sampler``), to try another setting;
+    ``neighbours=False`` turns off the queueing of a re-proposed configuration's nearest neighbour."""
     import optuna
 
     from orchestrator.space import make_plan
@@ -217,7 +219,7 @@ def replay_sweep(spec_dict: dict[str, Any], landscape: Landscape, seed: int, ski
     study = optuna.create_study(directions=[d for _, d in spec.objective.metrics],
                                 sampler=sampler if sampler is not None else make_sampler(spec, 0))
     sweep = Sweep(spec, plan, study, NullTracker(), REPLAY_PATH, StopFlag(),  # type: ignore[arg-type]
-                  launcher=launcher or ReplayLauncher(landscape))
+                  launcher=launcher or ReplayLauncher(landscape), neighbours=neighbours)
     sweep.run(lambda trial, outcome, _: None)
     return trial_records(study)
 

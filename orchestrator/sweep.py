@@ -159,11 +159,13 @@ class Sweep:
     """One invocation of ``orchestrate SPEC``: recover, then run until the study is complete."""
 
     def __init__(self, spec: SweepSpec, plan: Plan, study: Any, tracker: Tracker, work_dir: Path,
-                 stop: StopFlag, launcher: Callable[..., Any] = launch_trial) -> None:
+                 stop: StopFlag, launcher: Callable[..., Any] = launch_trial, neighbours: bool = True) -> None:
         """``launcher`` runs one trial (``launch.launch_trial``'s signature); the search-efficiency
-        benchmark passes one that answers from a recorded table instead (``orchestrator.replay``)."""
+        benchmark passes one that answers from a recorded table instead (``orchestrator.replay``),
+        and ``neighbours=False`` to measure what ``_propose_neighbour`` is worth."""
         self.spec, self.plan, self.study, self.tracker = spec, plan, study, tracker
         self.work_dir, self.stop, self.launcher = work_dir, stop, launcher
+        self.neighbours = neighbours
         self.configs = configurations(plan) if plan.finite() else None
         self.target = spec.search.n_trials or (len(self.configs) if self.configs is not None else 0)
         if self.configs is not None:
@@ -332,7 +334,8 @@ class Sweep:
         kernel), so the search refines around it instead of asking again and again."""
         from optuna.trial import TrialState
 
-        if self.configs is None or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if not self.neighbours or self.configs is None or self.study.get_trials(
+                deepcopy=False, states=(TrialState.WAITING,)):
             return
         order, skip = self.spec.search.memory_order, self.spec.search.skip_predicted_oom
         left = [c for c in self.configs if config_key(c) not in state.results
