@@ -44,7 +44,7 @@ from orchestrator.replay import (BandHit, Landscape, TrialRecord, default_others
                                  replay_sweep, time_to_band)
 
 LANDSCAPES = ROOT / "bench" / "landscapes"
-GPU_LANDSCAPES = ("bert_base_h200_cap015.csv",)  # where tpe+skip must also beat the Lightning search
+GPU_LANDSCAPES = ("bert_base_h200_cap015.csv", "bert_large_h200_cap015.csv")  # tpe+skip must also beat Lightning there
 TARGET_RATIO = 0.30
 SEEDS = 300  # 100 seeds left a verdict at the mercy of the seed set (0.280 on 0-99, 0.310 on 100-299)
 SEEDED = (("random", "random", False, True), ("tpe", "tpe", False, True), ("tpe+skip", "tpe", True, True),

@@ -107,7 +107,8 @@ def trial_row(t: Any) -> dict[str, Any]:
             "status": attrs.get("status", t.state.name.lower()), "params": dict(t.params),
             "values": list(t.values) if t.values else None, "metrics": attrs.get("metrics", {}),
             "duration_s": attrs.get(M.DURATION_S), "detail": attrs.get("detail"),
-            "repeat_of": attrs.get("repeat_of"), "mlflow_run_id": attrs.get("mlflow_run_id")}
+            "repeat_of": attrs.get("repeat_of"), "mlflow_run_id": attrs.get("mlflow_run_id"),
+            "repeats": attrs.get("repeats", 1), "neighbour_of": attrs.get("neighbour_of")}
 
 
 def build_report(spec: SweepSpec, study: Any) -> dict[str, Any]:
@@ -180,7 +181,7 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
     for r in rows:
         note = f"repeat of #{r['repeat_of']}, not a result" if r["repeat_of"] is not None else \
             "not a result; its configuration runs again" if r["status"] == "interrupted" else \
-            _short(r["detail"] or "") if r["status"] != "ok" else ""
+            _short(r["detail"] or "") if r["status"] != "ok" else _ok_note(r)
         m = r["metrics"]
         lines.append(f"{r['number']:>4d}  {r['status']:<11s} " + " ".join(
             f"{str(r['params'].get(k, '-')):{align[k]}{width[k]}s}" for k in names) +
@@ -194,6 +195,18 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
         lines.append(f"  {rep['not_results']} trial(s) interrupted, running or repeated are shown above "
                      "but are not results and not counted")
     return "\n".join(lines)
+
+
+def _ok_note(r: dict[str, Any]) -> str:
+    """How a measured trial came about: its repeats' spread, and whether the sweep queued it as the
+    nearest neighbour of a configuration the sampler proposed again."""
+    parts = []
+    spread = r["metrics"].get(M.SAMPLES_PER_S + "_spread")
+    if r.get("repeats", 1) > 1 and spread is not None:
+        parts.append(f"median of {r['repeats']}, spread {spread:.0%}")
+    if r.get("neighbour_of") is not None:
+        parts.append(f"neighbour of #{r['neighbour_of']}")
+    return "; ".join(parts)
 
 
 def _short(detail: str, width: int = 100) -> str:

@@ -20,15 +20,21 @@ def fmt_num(value: Any, unit: str = "", digits: int = 1) -> str:
 
 
 def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[str, float],
-               duration_s: float | None, detail: str | None = None, repeats: int = 1) -> str:
+               duration_s: float | None, detail: str | None = None, repeats: int = 1,
+               neighbour_of: int | None = None) -> str:
     line = (f"#{number:<3d} {fmt_params(params):<60s} {status:<8s} "
             f"{fmt_num(metrics.get(M.SAMPLES_PER_S)):>10s} samples/s "
             f"{fmt_num(metrics.get(M.PEAK_MEMORY_GIB), ' GiB', 2):>10s} "
             f"{fmt_num(duration_s, ' s'):>8s}")
     if status not in ("ok",) and detail:
         line += f"  ({detail[:120]})"
-    elif status == "ok" and metrics.get(M.SAMPLES_PER_S + "_spread") is not None:
-        line += f"  (median of {repeats}, spread {metrics[M.SAMPLES_PER_S + '_spread']:.0%})"
+    notes = []
+    if status == "ok" and metrics.get(M.SAMPLES_PER_S + "_spread") is not None:
+        notes.append(f"median of {repeats}, spread {metrics[M.SAMPLES_PER_S + '_spread']:.0%}")
+    if neighbour_of is not None:
+        notes.append(f"nearest unmeasured configuration to #{neighbour_of}, which the sampler proposed again")
+    if notes and (status == "ok" or not detail):
+        line += f"  ({'; '.join(notes)})"
     return line
 
 

@@ -219,8 +219,8 @@ class Sweep:
         extra = {k: t.user_attrs.get(k) for k in (M.DURATION_S, "process_peak_rss_gib")}
         result = _read_json(trial_dir / "result.json")
         tags = run_tags(t, result, status, t.user_attrs.get("detail"))
-        tags.update({k: str(t.user_attrs[k]) for k in ("reason", "predicted_by", "repeat_of", "repeats")
-                     if k in t.user_attrs})
+        tags.update({k: str(t.user_attrs[k]) for k in ("reason", "predicted_by", "repeat_of", "repeats",
+                                                       "neighbour_of") if k in t.user_attrs})
         self.tracker.finish_trial(run_id, status, run_metrics(metrics, result, extra), tags,
                                   self._files(trial_dir))
 
@@ -342,9 +342,7 @@ class Sweep:
                 and not (skip and predicted_oom(c, state.ooms, order) is not None)]
         chosen = nearest(proposed, left, self.plan, self.rng)
         if chosen is not None:
-            self.study.enqueue_trial(chosen, user_attrs={
-                "proposed_as": f"nearest configuration without a result to trial {original}, "
-                               "which the sampler proposed again"})
+            self.study.enqueue_trial(chosen, user_attrs={"neighbour_of": original})
 
     def _best_value(self) -> float | None:
         best = best_trials(self.study, self.spec)
@@ -432,6 +430,8 @@ class Sweep:
         tags.setdefault("device", device)
         if "repeats" in extra:
             tags["repeats"] = str(extra["repeats"])
+        if "neighbour_of" in trial.user_attrs:
+            tags["neighbour_of"] = str(trial.user_attrs["neighbour_of"])
         if not_applied and "not_applied" not in tags:
             tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in not_applied.items())
         self.tracker.finish_trial(run_id, status, run_metrics(outcome.metrics, outcome.result, extra),

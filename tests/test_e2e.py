@@ -121,3 +121,12 @@ def test_sigkill_mid_trial_then_the_same_command_completes(project: Path) -> Non
     assert {t.number: t.user_attrs["metrics"] for t in records["results"]}[0] == first[0]
     (lost,) = [t for t in records["study"].get_trials() if t.user_attrs.get("status") == "interrupted"]
     assert lost.params in [t.params for t in records["results"]]
+
+
+def test_a_reader_that_closes_the_pipe_early_gets_no_traceback(project: Path) -> None:
+    # `true` exits without reading, long before orchestrate has started: every write hits a closed pipe
+    proc = subprocess.run(f"'{ORCHESTRATE}' '{ROOT / 'sweeps' / 'bert_memory.yaml'}' --dry-run | true; "
+                          "echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", cwd=project,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "141"
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr

@@ -68,18 +68,28 @@ def test_tpe_repeats_are_answered_from_the_record_and_never_rerun(project: Path)
         device: cpu
         fixed: {batch_size: 4}
         space:
-          hidden_size: [8, 16, 24]
+          hidden_size: [8, 16, 24, 32]
         search: {sampler: tpe, seed: 0}
         trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.02, timeout_s: 60}
         """)
     proc = orchestrate([str(spec)], project)
     assert proc.returncode == 0, proc.stderr
-    records = check_records(project, "repeat", n_results=3)  # n_trials defaults to the 3 configurations
+    records = check_records(project, "repeat", n_results=4)  # n_trials defaults to the 4 configurations
     trials = records["study"].get_trials()
-    for t in trials:
-        if "repeat_of" in t.user_attrs:
-            original = trials[t.user_attrs["repeat_of"]]
-            assert original.params == t.params and original.values == t.values
+    repeats = [t for t in trials if "repeat_of" in t.user_attrs]
+    assert repeats, "seed 0 no longer makes TPE propose a measured configuration: pick another seed"
+    for t in repeats:
+        original = trials[t.user_attrs["repeat_of"]]
+        assert original.params == t.params and original.values == t.values
+    # after each repeat the sweep queued the nearest configuration without a result
+    assert any("neighbour_of" in t.user_attrs for t in trials)
+    for before, t in zip(trials, trials[1:]):
+        if "neighbour_of" in t.user_attrs:
+            assert before.user_attrs.get("repeat_of") == t.user_attrs["neighbour_of"]
+            assert records["runs"][t.number][0].data.tags["neighbour_of"] == str(t.user_attrs["neighbour_of"])
+            assert f"nearest unmeasured configuration to #{t.user_attrs['neighbour_of']}" in proc.stdout
+    report = orchestrate(["report", str(spec)], project)
+    assert report.returncode == 0 and "repeat of #" in report.stdout
 
 
 def test_patience_stops_the_search(project: Path) -> None:
