@@ -56,7 +56,7 @@ def landscape_rows(study: Any) -> tuple[list[str], list[dict[str, str]]]:
         row.update(status=t.user_attrs["status"],
                    samples_per_s=cell(round(metrics["samples_per_s"], 3) if ok else None),
                    peak_memory_gib=cell(round(metrics["peak_memory_gib"], 4) if ok and "peak_memory_gib" in metrics else None),
-                   duration_s=cell(round(t.user_attrs["duration_s"] / t.user_attrs.get("repeats", 1), 3)))
+                   duration_s=cell(round(t.user_attrs["duration_s"] / t.user_attrs.get("processes", 1), 3)))
         rows.append(row)
     return columns, rows
 

@@ -299,7 +299,7 @@ def _drive(spec, plan, probe, study, tracker, sweep, stop, Interrupted) -> int: 
         # the live trial carries what was just told: no re-read of the whole study
         bar.write(trial_line(trial.number, trial.params, outcome.status, outcome.metrics,
                              trial.user_attrs.get(M.DURATION_S), outcome.detail,
-                             trial.user_attrs.get("repeats", 1), trial.user_attrs.get("neighbour_of")),
+                             trial.user_attrs.get("processes", 1), trial.user_attrs.get("neighbour_of")),
                    file=sys.stdout)
         if outcome.status == "repeat":
             return
@@ -376,11 +376,13 @@ def entry() -> None:
     """Console-script entry: unexpected errors keep their traceback and exit 1. A reader that
     closes the pipe early (``orchestrate ... --dry-run | head``) ends the output quietly."""
     try:
-        sys.exit(main())
+        code = main()
+        sys.stdout.flush()  # a pipe's buffered output is written here, not at interpreter exit
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
         sys.exit(141)  # 128 + SIGPIPE, as a shell reports a command killed by it
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ Rules:
   repeat it was and how many fitted before it;
 - all ``ok``: each metric is the median over repeats, except memory peaks (``peak_*``), which take
   the largest (what the configuration needs at worst); ``<metric>_spread`` is (max - min) / median
-  of each objective metric, to show how noisy the measurement was;
+  over the repeats, for samples_per_s and each objective metric, to show how noisy it was;
 - the trial's cost (``duration_s``) is the sum of the processes' wall times; the process peak
   resident set is the largest.
 """
@@ -22,6 +22,7 @@ import statistics
 from typing import Sequence
 
 from orchestrator.launch import Launched
+from orchestrator.metrics import SAMPLES_PER_S
 from orchestrator.outcome import Outcome
 
 
@@ -56,10 +57,11 @@ def combine(runs: Sequence[Launched], repeats: int, objective_metrics: Sequence[
     for name in names:
         values = [m[name] for m in per_run]
         metrics[name] = max(values) if name.startswith("peak_") else statistics.median(values)
-    for name in objective_metrics:
+    for name in dict.fromkeys([SAMPLES_PER_S, *objective_metrics]):
         values = [m[name] for m in per_run if name in m]
-        if len(values) == len(runs) and metrics.get(name):
-            metrics[f"{name}_spread"] = (max(values) - min(values)) / abs(metrics[name])
+        middle = statistics.median(values) if len(values) == len(runs) else 0
+        if middle:
+            metrics[f"{name}_spread"] = (max(values) - min(values)) / abs(middle)
     first = runs[0].outcome.result
     result = {**first, "metrics": metrics, "repeats": repeats, "repeats_done": len(runs),
               "repeat_metrics": per_run}

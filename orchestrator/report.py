@@ -108,7 +108,7 @@ def trial_row(t: Any) -> dict[str, Any]:
             "values": list(t.values) if t.values else None, "metrics": attrs.get("metrics", {}),
             "duration_s": attrs.get(M.DURATION_S), "detail": attrs.get("detail"),
             "repeat_of": attrs.get("repeat_of"), "mlflow_run_id": attrs.get("mlflow_run_id"),
-            "repeats": attrs.get("repeats", 1), "neighbour_of": attrs.get("neighbour_of")}
+            "processes": attrs.get("processes", 1), "neighbour_of": attrs.get("neighbour_of")}
 
 
 def build_report(spec: SweepSpec, study: Any) -> dict[str, Any]:
@@ -202,8 +202,8 @@ def _ok_note(r: dict[str, Any]) -> str:
     nearest neighbour of a configuration the sampler proposed again."""
     parts = []
     spread = r["metrics"].get(M.SAMPLES_PER_S + "_spread")
-    if r.get("repeats", 1) > 1 and spread is not None:
-        parts.append(f"median of {r['repeats']}, spread {spread:.0%}")
+    if r.get("processes", 1) > 1 and spread is not None:
+        parts.append(f"median of {r['processes']}, spread {spread:.0%}")
     if r.get("neighbour_of") is not None:
         parts.append(f"neighbour of #{r['neighbour_of']}")
     return "; ".join(parts)

@@ -105,9 +105,14 @@ def count_configurations(plan: Plan) -> int | None:
 
 
 def config_key(params: dict[str, Any]) -> str:
-    """A canonical text for a configuration (ints and equal floats compare equal)."""
-    return json.dumps({k: (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+    """A canonical text for a configuration: ints and equal floats compare equal, and so do floats
+    that differ only by rounding (Optuna's stepped float ``0.1 + 2 * 0.1`` is the grid's 0.3)."""
+    return json.dumps({k: (_canonical(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
                        for k, v in sorted(params.items())}, sort_keys=True)
+
+
+def _canonical(x: float) -> float:
+    return float(f"{x:.12g}")
 
 
 def distribution(dim: Dimension):
@@ -183,12 +188,20 @@ def distance(a: dict[str, Any], b: dict[str, Any], plan: Plan) -> float:
             continue
         dim = plan.searched.get(name)
         values = _dim_values(dim) if dim is not None else ()
-        if values and _ordered(values) and x in values and y in values:
-            ranked = sorted(values)
-            total += abs(ranked.index(x) - ranked.index(y))
+        if values and _ordered(values):
+            ranked = [_canonical(float(v)) for v in sorted(values)]
+            i, j = (_position(v, ranked) for v in (x, y))
+            total += abs(i - j) if i is not None and j is not None else 1
         else:
             total += 1
     return total
+
+
+def _position(value: Any, ranked: list[float]) -> int | None:
+    try:
+        return ranked.index(_canonical(float(value)))
+    except (TypeError, ValueError):
+        return None
 
 
 def nearest(config: dict[str, Any], candidates: list[dict[str, Any]], plan: Plan, rng: Any) -> dict[str, Any] | None:

@@ -36,6 +36,7 @@ INFEASIBLE = ("oom", "skipped", "crashed")  # told as PRUNED + a violated constr
 FAILED = ("error", "timeout", "diverged", "interrupted")  # told as FAIL
 FIT_CONSTRAINT = "fits_in_memory"
 MAX_REPEATED_PROPOSALS = 10  # measured configurations proposed in a row before one is forced
+MODEL_BASED = ("tpe", "nsga2")  # samplers whose re-proposal of a measured point means "exploit it"
 
 
 class Interrupted(Exception):
@@ -217,20 +218,23 @@ class Sweep:
         trial_dir = self.trial_dir(t.number)
         metrics = dict(t.user_attrs.get("metrics", {}))
         extra = {k: t.user_attrs.get(k) for k in (M.DURATION_S, "process_peak_rss_gib")}
-        result = _read_json(trial_dir / "result.json")
+        processes = int(t.user_attrs.get("processes", 1))
+        last = repeat_dir_name(processes)  # the process that decided the trial's status
+        result = _read_json((trial_dir / last if last else trial_dir) / "result.json")
         tags = run_tags(t, result, status, t.user_attrs.get("detail"))
-        tags.update({k: str(t.user_attrs[k]) for k in ("reason", "predicted_by", "repeat_of", "repeats",
+        tags.update({k: str(t.user_attrs[k]) for k in ("reason", "predicted_by", "repeat_of", "processes",
                                                        "neighbour_of") if k in t.user_attrs})
         self.tracker.finish_trial(run_id, status, run_metrics(metrics, result, extra), tags,
-                                  self._files(trial_dir))
+                                  self._files(trial_dir, processes))
 
     def trial_dir(self, number: int) -> Path:
         return self.work_dir / f"trial-{number:04d}"
 
-    def _files(self, trial_dir: Path) -> list[tuple[Path, str | None]]:
-        """The trial's files and the MLflow artifact folder for each (repeats in ``repeat-<k>/``)."""
+    @staticmethod
+    def _files(trial_dir: Path, processes: int = 1) -> list[tuple[Path, str | None]]:
+        """The trial's files and the MLflow artifact folder for each (repeat k > 1 in ``repeat-<k>/``)."""
         out: list[tuple[Path, str | None]] = []
-        for k in range(1, self.spec.trial.repeats + 1):
+        for k in range(1, processes + 1):
             sub = repeat_dir_name(k)
             folder = trial_dir / sub if sub else trial_dir
             out += [(folder / name, sub) for name in ("trial.log", "result.json", "config.json")]
@@ -250,7 +254,8 @@ class Sweep:
             params = t.params or t.system_attrs.get("fixed_params") or {}  # killed before suggest
             key = config_key(params)
             if t.user_attrs.get("status") == "interrupted" and params and key not in state.results and key not in queued:
-                self.study.enqueue_trial(params)
+                keep = {k: t.user_attrs[k] for k in ("neighbour_of",) if k in t.user_attrs}
+                self.study.enqueue_trial(params, user_attrs=keep or None)
                 queued.add(key)
 
     def next_grid_config(self, state: SweepState) -> dict[str, Any] | None:
@@ -334,8 +339,8 @@ class Sweep:
         kernel), so the search refines around it instead of asking again and again."""
         from optuna.trial import TrialState
 
-        if not self.neighbours or self.configs is None or self.study.get_trials(
-                deepcopy=False, states=(TrialState.WAITING,)):
+        if (not self.neighbours or self.configs is None or self.spec.search.sampler not in MODEL_BASED
+                or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):
             return
         order, skip = self.spec.search.memory_order, self.spec.search.skip_predicted_oom
         left = [c for c in self.configs if config_key(c) not in state.results
@@ -378,6 +383,10 @@ class Sweep:
         n = self.spec.trial.repeats
         runs = []
         for k in range(1, n + 1):
+            if k > 1 and self.stop.tripped:  # stopped between repeats: start no process to kill it
+                runs.append(Launched(Outcome("interrupted", "the orchestrator was stopped during this trial"),
+                                     None, 0.0, None, trial_dir / "trial.log"))
+                break
             sub = repeat_dir_name(k)
             runs.append(self.launcher(config, trial_dir / sub if sub else trial_dir, env,
                                       self.spec.trial.timeout_s, self.stop))
@@ -417,8 +426,9 @@ class Sweep:
         outcome = launched.outcome
         extra = {M.DURATION_S: round(launched.duration_s, 3), "trial_dir": str(trial_dir),
                  "process_peak_rss_gib": launched.peak_rss_gib}
+        processes = int(outcome.result.get("repeats_done", 1))
         if self.spec.trial.repeats > 1:
-            extra["repeats"] = outcome.result.get("repeats_done", 1)
+            extra["processes"] = processes
             if "repeat_metrics" in outcome.result:
                 extra["repeat_metrics"] = outcome.result["repeat_metrics"]
         if env:
@@ -428,14 +438,14 @@ class Sweep:
         status = "error" if outcome.status == "ok" and objective_values(self.spec, outcome.metrics) is None else outcome.status
         tags = run_tags(trial, outcome.result, status, outcome.detail)
         tags.setdefault("device", device)
-        if "repeats" in extra:
-            tags["repeats"] = str(extra["repeats"])
+        if "processes" in extra:
+            tags["processes"] = str(extra["processes"])
         if "neighbour_of" in trial.user_attrs:
             tags["neighbour_of"] = str(trial.user_attrs["neighbour_of"])
         if not_applied and "not_applied" not in tags:
             tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in not_applied.items())
         self.tracker.finish_trial(run_id, status, run_metrics(outcome.metrics, outcome.result, extra),
-                                  tags, self._files(trial_dir))
+                                  tags, self._files(trial_dir, processes))
         reached("after_finish")
         outcome.status = status
         return outcome

@@ -35,7 +35,7 @@ def test_search_efficiency_runs_and_reports_every_strategy_and_target() -> None:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    for strategy in ("grid", "random", "tpe", "tpe+skip", "lightning"):
-        assert f"\n   {strategy} " in out
+    for strategy in ("grid", "random", "tpe", "tpe+skip", "tpe+skip, no nbr", "lightning"):
+        assert f"\n   {strategy} " in out, strategy
     assert "medians over 3 seeds (0-2)" in out
     assert "tpe+skip median ratio" in out and "lightning's 72.5 s" in out

@@ -46,6 +46,15 @@ def test_all_ok_median_metrics_largest_peak_summed_cost() -> None:
     assert out.outcome.result["provenance"] == {"device": "cpu"}
 
 
+def test_spread_for_samples_per_s_and_every_objective_metric_is_relative_to_the_median() -> None:
+    runs = [ok(100.0, 1.0), ok(120.0, 2.0), ok(110.0, 4.0)]
+    m = combine(runs, 3, ["peak_memory_gib"]).outcome.metrics
+    assert m["peak_memory_gib"] == 4.0                                   # the largest...
+    assert m["peak_memory_gib_spread"] == pytest.approx((4.0 - 1.0) / 2.0)  # ...but spread / median
+    assert m["samples_per_s_spread"] == pytest.approx(20 / 110)          # always, objective or not
+    assert "loss_spread" not in m
+
+
 def test_an_even_number_of_repeats_takes_the_middle_mean() -> None:
     out = combine([ok(100.0, 1.0), ok(200.0, 1.0)], 2, ["samples_per_s"])
     assert out.outcome.metrics["samples_per_s"] == 150.0
@@ -99,10 +108,10 @@ def test_a_sweep_with_repeats_runs_each_configuration_in_several_processes(proje
     assert good.user_attrs["repeat_metrics"] == per_process
     assert good.values[0] == statistics.median(m["samples_per_s"] for m in per_process)
     assert good.user_attrs["metrics"]["peak_memory_gib"] == max(m["peak_memory_gib"] for m in per_process)
-    assert good.user_attrs["repeats"] == 3
+    assert good.user_attrs["processes"] == 3
 
     run = records["runs"][good.number][0]
-    assert run.data.tags["repeats"] == "3"
+    assert run.data.tags["processes"] == "3"
     assert run.data.metrics["samples_per_s"] == pytest.approx(good.values[0], rel=1e-6)
     assert run.data.metrics["samples_per_s_spread"] >= 0
     from mlflow.tracking import MlflowClient
@@ -114,6 +123,38 @@ def test_a_sweep_with_repeats_runs_each_configuration_in_several_processes(proje
         {"repeat-3/trial.log", "repeat-3/result.json", "repeat-3/config.json"}
 
     # an out-of-memory configuration is not run again: one process, and the OOM recorded as such
-    assert oom.user_attrs["status"] == "oom" and oom.user_attrs["repeats"] == 1
+    assert oom.user_attrs["status"] == "oom" and oom.user_attrs["processes"] == 1
     assert not (Path(oom.user_attrs["trial_dir"]) / "repeat-2").exists()
     assert "DefaultCPUAllocator" in oom.user_attrs["detail"]
+
+
+@pytest.mark.slow
+def test_sigkill_after_a_repeated_trial_was_told_then_resume_completes_its_run(project: Path) -> None:
+    """Killed between telling Optuna and finishing the MLflow run: the resume completes the run
+    from the record, with every process's files and the last process's result."""
+    import signal as sig
+
+    spec = write_spec(project, """
+        name: repkill
+        experiment: experiments.faults
+        device: cpu
+        fixed: {batch_size: 4}
+        space:
+          hidden_size: [8, 16]
+        search: {sampler: grid}
+        trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.02, timeout_s: 60, repeats: 2}
+        """)
+    killed = orchestrate([str(spec)], project, env={"ORCHESTRATE_KILL_AT": "after_tell:1"})
+    assert killed.returncode == -sig.SIGKILL, (killed.returncode, killed.stderr)
+    resumed = orchestrate([str(spec)], project)
+    assert resumed.returncode == 0, resumed.stderr
+    records = check_records(project, "repkill", n_results=2)
+    first = records["results"][0]
+    run = records["runs"][first.number][0]
+    assert run.info.status == "FINISHED" and run.data.tags["processes"] == "2"
+    assert run.data.metrics["samples_per_s"] == pytest.approx(first.values[0], rel=1e-6)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{project}/mlruns/mlflow.db")
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "repeat-2")} == \
+        {"repeat-2/trial.log", "repeat-2/result.json", "repeat-2/config.json"}

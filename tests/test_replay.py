@@ -198,7 +198,7 @@ def test_export_writes_what_replay_reads(tmp_path: Path) -> None:
         attrs = {"status": status, "duration_s": duration,
                  "metrics": {"samples_per_s": sps, "peak_memory_gib": 0.5} if sps else {}}
         if i == 1:
-            attrs["repeats"] = 3  # measured in 3 processes: one measurement cost 15.0 / 3
+            attrs["processes"] = 3  # measured in 3 processes: one measurement cost 15.0 / 3
         if i == 4:
             attrs = {"status": "ok", "repeat_of": 0}
         state = TrialState.COMPLETE if status == "ok" else TrialState.FAIL
@@ -233,9 +233,9 @@ def test_a_proposal_that_has_a_result_queues_its_nearest_unmeasured_neighbour(sm
             return {"batch_size": 32, "dtype": "float32"}[name]
 
     land = load_landscape(small)
-    spec = {**landscape_spec(land), "search": {"sampler": "random", "n_trials": 6}}
+    spec = {**landscape_spec(land), "search": {"sampler": "tpe", "n_trials": 6}}
     records = replay_sweep(spec, land, 0, True, sampler=Insistent(seed=0))
-    plan = make_plan(check_spec({**spec, "search": {"sampler": "random"}}, REPLAY_PATH, {}), "cpu")
+    plan = make_plan(check_spec({**spec, "search": {"sampler": "tpe"}}, REPLAY_PATH, {}), "cpu")
     home = {"batch_size": 32, "dtype": "float32"}
     assert (records[0].params, records[0].status, records[0].repeat_of) == (home, "ok", None)
     measured: dict[str, dict] = {config_key(home): home}

@@ -83,9 +83,14 @@ def test_tpe_repeats_are_answered_from_the_record_and_never_rerun(project: Path)
         assert original.params == t.params and original.values == t.values
     # after each repeat the sweep queued the nearest configuration without a result
     assert any("neighbour_of" in t.user_attrs for t in trials)
+    sizes = [8, 16, 24, 32]
     for before, t in zip(trials, trials[1:]):
         if "neighbour_of" in t.user_attrs:
             assert before.user_attrs.get("repeat_of") == t.user_attrs["neighbour_of"]
+            home = sizes.index(before.params["hidden_size"])
+            unmeasured = [sizes.index(x.params["hidden_size"]) for x in trials[t.number:]
+                          if "repeat_of" not in x.user_attrs]  # measured from here on
+            assert abs(sizes.index(t.params["hidden_size"]) - home) == min(abs(i - home) for i in unmeasured)
             assert records["runs"][t.number][0].data.tags["neighbour_of"] == str(t.user_attrs["neighbour_of"])
             assert f"nearest unmeasured configuration to #{t.user_attrs['neighbour_of']}" in proc.stdout
     report = orchestrate(["report", str(spec)], project)

@@ -166,6 +166,13 @@ def test_distance(a: dict, b: dict, expected: float) -> None:
     assert distance(a, b, NEAR_PLAN) == expected == distance(b, a, NEAR_PLAN)
 
 
+def test_a_stepped_float_is_the_same_configuration_whatever_its_rounding() -> None:
+    # Optuna suggests 0.1 + 2 * 0.1 = 0.30000000000000004 where the grid lists 0.3
+    assert config_key({"lr": 0.1 + 2 * 0.1}) == config_key({"lr": 0.3})
+    assert config_key({"lr": 0.3}) != config_key({"lr": 0.3001})
+    assert distance({"lr": 0.0}, {"lr": 0.25 + 0.5}, NEAR_PLAN) == 3
+
+
 def test_nearest_prefers_the_adjacent_batch_and_breaks_ties_with_the_rng() -> None:
     import random
 
