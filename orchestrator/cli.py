@@ -279,8 +279,7 @@ def _drive(spec, plan, probe, study, tracker, sweep, stop, Interrupted) -> int: 
     from orchestrator import metrics as M
     from orchestrator.errors import FailureBudgetExceeded
     from orchestrator.summary import trial_line
-    from orchestrator.sweep import best_trials, result_trials
-    from orchestrator.tracking import absolute_uri
+    from orchestrator.sweep import result_trials
 
     interrupted = sweep.recover()
     done = len(result_trials(study))
@@ -303,7 +302,7 @@ def _drive(spec, plan, probe, study, tracker, sweep, stop, Interrupted) -> int: 
                    file=sys.stdout)
         if outcome.status == "repeat":
             return
-        best = best_trials(study, spec)
+        best = sweep.best  # ranked once by the sweep after this result
         if best:
             bar.set_postfix_str(f"best #{best[0].number}: " + ", ".join(
                 f"{m}={v:,.1f}" for (m, _), v in zip(spec.objective.metrics, best[0].values)))

@@ -127,10 +127,10 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any]):
     try:
         create_sqlite_atomically(storage_url, lambda url: optuna.storages.RDBStorage(url, **kwargs))
         storage = optuna.storages.RDBStorage(storage_url, **kwargs)
-        existing = {s.study_name: s for s in storage.get_all_studies()}
-        n_existing = 0
-        if spec.name in existing:
-            n_existing = storage.get_n_trials(existing[spec.name]._study_id)
+        try:
+            n_existing = storage.get_n_trials(storage.get_study_id_from_name(spec.name))
+        except KeyError:  # no such study yet
+            n_existing = 0
         study = optuna.create_study(study_name=spec.name, storage=storage, directions=directions,
                                     sampler=make_sampler(spec, n_existing), load_if_exists=True)
     except SQLAlchemyError as exc:
@@ -144,19 +144,20 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any]):
     stored_dirs = [d.name.lower() for d in study.directions]
     if stored_dirs != directions:
         raise _mismatch(spec, storage_url, f"objective directions: stored {stored_dirs}, spec {directions}")
-    stored = study.user_attrs.get(FINGERPRINT_ATTR)
+    attrs = study.user_attrs  # one read of the study's attributes
+    stored = attrs.get(FINGERPRINT_ATTR)
     if stored is None:
         if study.trials:
             raise _mismatch(spec, storage_url, "the study was not created by orchestrate")
         study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
-    if UID_ATTR not in study.user_attrs:
+    wanted = json.loads(json.dumps(fingerprint))  # as the storage gives it back (tuples -> lists)
+    if UID_ATTR not in attrs:
         import uuid
 
         study.set_user_attr(UID_ATTR, uuid.uuid4().hex)
-    elif stored != json.loads(json.dumps(fingerprint)):
-        diffs = [f"{k}: stored {json.dumps(stored.get(k))}, spec {json.dumps(fingerprint.get(k))}"
-                 for k in sorted(set(stored) | set(fingerprint))
-                 if stored.get(k) != json.loads(json.dumps(fingerprint.get(k)))]
+    elif stored != wanted:
+        diffs = [f"{k}: stored {json.dumps(stored.get(k))}, spec {json.dumps(wanted.get(k))}"
+                 for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k)]
         raise _mismatch(spec, storage_url, "; ".join(diffs))
     return study
 

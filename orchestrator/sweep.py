@@ -25,11 +25,11 @@ from orchestrator.faultpoints import reached
 from orchestrator import metrics as M
 from orchestrator.errors import FailureBudgetExceeded
 from orchestrator.launch import Launched, StopFlag, launch_trial
-from orchestrator.repeats import combine, repeat_dir_name
+from orchestrator.repeats import combine, repeat_dir_name, repeat_path
 from orchestrator.outcome import Outcome
 from orchestrator.space import Plan, config_key, configurations, nearest, suggest, trial_params
 from orchestrator.spec import SweepSpec
-from orchestrator.tracking import Tracker
+from orchestrator.tracking import TERMINAL, Tracker
 
 RESULT_STATUSES = ("ok", "oom", "skipped", "timeout", "crashed", "error", "diverged")
 INFEASIBLE = ("oom", "skipped", "crashed")  # told as PRUNED + a violated constraint: no invented value
@@ -80,7 +80,12 @@ def is_feasible(trial: Any) -> bool:
 
 def best_trials(study: Any, spec: SweepSpec) -> list[Any]:
     """Feasible measured trials, best first (single objective), or the Pareto front."""
-    feasible = [t for t in result_trials(study) if is_feasible(t)]
+    return rank(result_trials(study), spec)
+
+
+def rank(results: list[Any], spec: SweepSpec) -> list[Any]:
+    """``best_trials`` over trials already read (``result_trials``' list)."""
+    feasible = [t for t in results if is_feasible(t)]
     if len(spec.objective.metrics) == 1:
         sign = -1 if spec.objective.metrics[0][1] == "maximize" else 1
         return sorted(feasible, key=lambda t: sign * t.values[0])
@@ -101,8 +106,9 @@ def _dominates(a: list[float], b: list[float], spec: SweepSpec) -> bool:
     return better
 
 
-def tell(study: Any, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[str, Any]) -> None:
-    """Record a trial's outcome in Optuna; OOM and crashes are infeasible, never given a value."""
+def tell(study: Any, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[str, Any]) -> str:
+    """Record a trial's outcome in Optuna; OOM and crashes are infeasible, never given a value.
+    Returns the status recorded (``ok`` without the objective metric(s) becomes ``error``)."""
     from optuna.trial import TrialState
 
     metrics = outcome.metrics
@@ -115,19 +121,22 @@ def tell(study: Any, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[
     if outcome.status in INFEASIBLE:
         trial.set_constraint(FIT_CONSTRAINT, 1.0)
         study.tell(trial, state=TrialState.PRUNED)
-        return
+        return outcome.status
     values = objective_values(spec, metrics) if outcome.status == "ok" else None
     if values is None:
-        if outcome.status == "ok":
-            trial.set_user_attr("status", "error")
+        status = outcome.status
+        if status == "ok":
+            status = "error"
+            trial.set_user_attr("status", status)
             trial.set_user_attr("detail", "the trial did not report the objective metric(s)")
         study.tell(trial, state=TrialState.FAIL)
-        return
+        return status
     trial.set_constraint(FIT_CONSTRAINT, -1.0)
     for c in spec.objective.constraints:
         value = metrics.get(c.metric)
         trial.set_constraint(c.metric, c.violation(value) if value is not None else 1.0)
     study.tell(trial, values)
+    return "ok"
 
 
 def run_tags(trial_like: Any, outcome_result: dict[str, Any], status: str, detail: str | None) -> dict[str, str]:
@@ -172,6 +181,8 @@ class Sweep:
         if self.configs is not None:
             self.target = min(self.target, len(self.configs))
         self.rng = random.Random(spec.search.seed)
+        self.best: list[Any] = []
+        """``best_trials`` as of the last result; kept by ``run`` so nobody reads the study again."""
         self.failures = 0
         self.stopped_because: str | None = None
 
@@ -201,7 +212,7 @@ class Sweep:
             if not mine:
                 mine = [self._mlflow_run_for(t)]
             for run in mine:
-                if run.info.status not in ("FINISHED", "FAILED", "KILLED"):
+                if run.info.status not in TERMINAL:
                     self._finish_from_record(run.info.run_id, t, status)
         return interrupted
 
@@ -219,8 +230,8 @@ class Sweep:
         metrics = dict(t.user_attrs.get("metrics", {}))
         extra = {k: t.user_attrs.get(k) for k in (M.DURATION_S, "process_peak_rss_gib")}
         processes = int(t.user_attrs.get("processes", 1))
-        last = repeat_dir_name(processes)  # the process that decided the trial's status
-        result = _read_json((trial_dir / last if last else trial_dir) / "result.json")
+        # the process that decided the trial's status
+        result = _read_json(repeat_path(trial_dir, processes) / "result.json")
         tags = run_tags(t, result, status, t.user_attrs.get("detail"))
         tags.update({k: str(t.user_attrs[k]) for k in ("reason", "predicted_by", "repeat_of", "processes",
                                                        "neighbour_of") if k in t.user_attrs})
@@ -235,14 +246,16 @@ class Sweep:
         """The trial's files and the MLflow artifact folder for each (repeat k > 1 in ``repeat-<k>/``)."""
         out: list[tuple[Path, str | None]] = []
         for k in range(1, processes + 1):
-            sub = repeat_dir_name(k)
-            folder = trial_dir / sub if sub else trial_dir
-            out += [(folder / name, sub) for name in ("trial.log", "result.json", "config.json")]
+            out += [(repeat_path(trial_dir, k) / name, repeat_dir_name(k))
+                    for name in ("trial.log", "result.json", "config.json")]
         return out
 
     # -- the loop -----------------------------------------------------------------------------------
     def state(self) -> SweepState:
-        return SweepState({config_key(t.params): t for t in result_trials(self.study)})
+        """Read the study once: its results by configuration, and the best of them (``self.best``)."""
+        results = result_trials(self.study)
+        self.best = rank(results, self.spec)
+        return SweepState({config_key(t.params): t for t in results})
 
     def retry_interrupted(self, state: SweepState) -> None:
         """Put configurations whose trial was interrupted back in Optuna's queue (once each)."""
@@ -322,7 +335,7 @@ class Sweep:
             on_result(trial, outcome, 0.0)
             if outcome.status == "interrupted":
                 raise Interrupted(self.stop.signum or 2)
-            if outcome.status in ("error", "timeout", "diverged") or (
+            if outcome.status in FAILED or (  # "interrupted" was raised just above
                     outcome.status == "crashed" and outcome.result.get("signal") != "SIGKILL"):
                 self.failures += 1
                 if self.failures > self.spec.search.max_failures:
@@ -342,21 +355,24 @@ class Sweep:
         if (not self.neighbours or self.configs is None or self.spec.search.sampler not in MODEL_BASED
                 or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):
             return
-        order, skip = self.spec.search.memory_order, self.spec.search.skip_predicted_oom
-        left = [c for c in self.configs if config_key(c) not in state.results
-                and not (skip and predicted_oom(c, state.ooms, order) is not None)]
+        order, ooms = self.spec.search.memory_order, state.ooms
+        left = [c for c in self._unvisited(state)
+                if not (self.spec.search.skip_predicted_oom and predicted_oom(c, ooms, order) is not None)]
         chosen = nearest(proposed, left, self.plan, self.rng)
         if chosen is not None:
             self.study.enqueue_trial(chosen, user_attrs={"neighbour_of": original})
 
     def _best_value(self) -> float | None:
-        best = best_trials(self.study, self.spec)
-        return best[0].values[0] if best and len(self.spec.objective.metrics) == 1 else None
+        return self.best[0].values[0] if self.best and len(self.spec.objective.metrics) == 1 else None
+
+    def _unvisited(self, state: SweepState) -> list[dict[str, Any]]:
+        assert self.configs is not None
+        return [c for c in self.configs if config_key(c) not in state.results]
 
     def _random_unvisited(self, state: SweepState) -> dict[str, Any] | None:
         if self.configs is None:
             return None
-        left = [c for c in self.configs if config_key(c) not in state.results]
+        left = self._unvisited(state)
         return self.rng.choice(left) if left else None
 
     def _tell_repeat(self, trial: Any, original: Any) -> None:
@@ -387,9 +403,8 @@ class Sweep:
                 runs.append(Launched(Outcome("interrupted", "the orchestrator was stopped during this trial"),
                                      None, 0.0, None, trial_dir / "trial.log"))
                 break
-            sub = repeat_dir_name(k)
-            runs.append(self.launcher(config, trial_dir / sub if sub else trial_dir, env,
-                                      self.spec.trial.timeout_s, self.stop))
+            runs.append(self.launcher(config, repeat_path(trial_dir, k), env, self.spec.trial.timeout_s,
+                                      self.stop))
             if runs[-1].outcome.status != "ok":
                 break
         return combine(runs, n, [m for m, _ in self.spec.objective.metrics])
@@ -399,7 +414,7 @@ class Sweep:
         skipped without a subprocess (same five steps, so a kill is repaired the same way)."""
         params = trial_params(self.plan, sampled)
         device = params["device"]
-        not_applied = {k: v for k, v in self.plan.not_applied.items()}
+        not_applied = dict(self.plan.not_applied)
         run_id = self.tracker.start_trial(trial.number, params, {"device": device})
         trial.set_user_attr("mlflow_run_id", run_id)
         reached("after_run_start")
@@ -433,9 +448,8 @@ class Sweep:
                 extra["repeat_metrics"] = outcome.result["repeat_metrics"]
         if env:
             extra["env"] = env
-        tell(self.study, trial, self.spec, outcome, extra)
+        status = tell(self.study, trial, self.spec, outcome, extra)
         reached("after_tell")
-        status = "error" if outcome.status == "ok" and objective_values(self.spec, outcome.metrics) is None else outcome.status
         tags = run_tags(trial, outcome.result, status, outcome.detail)
         tags.setdefault("device", device)
         if "processes" in extra:

@@ -94,7 +94,7 @@ class Tracker:
     # -- one child run per trial --------------------------------------------------------------
     def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str]) -> str:
         assert self.parent_id is not None
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Param
 
         run = self.client.create_run(
             self.experiment_id, run_name=f"trial-{number:03d}",
@@ -106,11 +106,11 @@ class Tracker:
     def finish_trial(self, run_id: str, status: str, metrics: dict[str, float], tags: dict[str, str],
                      files: list[tuple[Path, str | None]]) -> None:
         """Idempotent: a resume may call it again for a trial whose orchestrator died midway."""
-        self._log_metrics(run_id, metrics)
         from mlflow.entities import RunTag
 
         all_tags = {"status": status, **tags}
-        self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in all_tags.items()])
+        self.client.log_batch(run_id, metrics=_metric_batch(metrics),  # one round trip for both
+                              tags=[RunTag(k, str(v)[:5000]) for k, v in all_tags.items()])
         for path, folder in files:
             if path.exists():
                 self.client.log_artifact(run_id, str(path), artifact_path=folder)
@@ -133,14 +133,18 @@ class Tracker:
                 return out
 
     def _log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        # 7 significant digits: readable in the UI, and finer than any measurement's noise
-        batch = [Metric(k, float(f"{v:.7g}"), now, 0) for k, v in metrics.items()
-                 if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
+        batch = _metric_batch(metrics)
         if batch:
             self.client.log_batch(run_id, metrics=batch)
+
+
+def _metric_batch(metrics: dict[str, float]) -> list[Any]:
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    # 7 significant digits: readable in the UI, and finer than any measurement's noise
+    return [Metric(k, float(f"{v:.7g}"), now, 0) for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
 
 
 def _param(value: Any) -> str:
