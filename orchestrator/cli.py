@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import OrchestratorError, SpecError, UsageParser
+from orchestrator.errors import OrchestratorError, SpecError, UsageParser, print_error, silence_stdout
 from orchestrator.spec import SweepSpec, load_spec
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
@@ -69,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         return run(spec, export=args.export)
     except OrchestratorError as exc:
-        print(f"orchestrate: {exc}" if not isinstance(exc, SpecError) else str(exc), file=sys.stderr)
-        return exc.exit_code
+        return print_error(exc)
     except KeyboardInterrupt:  # before the sweep's own handlers: nothing was started yet
         print("orchestrate: interrupted before the sweep started; nothing was run", file=sys.stderr)
         return 130
@@ -378,8 +377,7 @@ def entry() -> None:
         code = main()
         sys.stdout.flush()  # a pipe's buffered output is written here, not at interpreter exit
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
+        silence_stdout()  # no second error when Python flushes stdout at exit
         sys.exit(141)  # 128 + SIGPIPE, as a shell reports a command killed by it
     sys.exit(code)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -44,3 +45,16 @@ class UsageParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
+
+
+def print_error(exc: OrchestratorError) -> int:
+    """How every command reports an error it expected: one line on stderr (a spec error already
+    names its file and line); returns the exit code."""
+    print(f"orchestrate: {exc}" if not isinstance(exc, SpecError) else str(exc), file=sys.stderr)
+    return exc.exit_code
+
+
+def silence_stdout() -> None:
+    """The reader of our output left early (``| head``): send the rest, and the flush at exit,
+    nowhere instead of raising BrokenPipeError again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

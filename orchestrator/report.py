@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sqlite3
 import sys
@@ -17,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import metrics as M
-from orchestrator.errors import OrchestratorError, SpecError, StudyError, UsageParser
+from orchestrator.errors import OrchestratorError, StudyError, UsageParser, print_error, silence_stdout
 from orchestrator.spec import SweepSpec, load_spec
 from orchestrator.summary import best_table, fmt_num, fmt_params
-from orchestrator.sweep import RESULT_STATUSES, best_trials, result_trials
+from orchestrator.sweep import RESULT_STATUSES, best_trials, rank, results_of
 from orchestrator.tracking import absolute_uri
 
 COUNTED = RESULT_STATUSES  # ok, oom, skipped, timeout, crashed, error, diverged
@@ -59,10 +58,9 @@ def main(argv: list[str]) -> int:
             return 0
         return report(spec, study, args.format, args.out)
     except OrchestratorError as exc:
-        print(f"orchestrate: {exc}" if not isinstance(exc, SpecError) else str(exc), file=sys.stderr)
-        return exc.exit_code
+        return print_error(exc)
     except BrokenPipeError:  # `orchestrate report SPEC | head`: the reader left early; not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        silence_stdout()
         return 0
 
 
@@ -111,11 +109,11 @@ def trial_row(t: Any) -> dict[str, Any]:
             "processes": attrs.get("processes", 1), "neighbour_of": attrs.get("neighbour_of")}
 
 
-def build_report(spec: SweepSpec, study: Any) -> dict[str, Any]:
-    """Everything ``report`` prints, as plain values (the JSON document, less the plot paths)."""
-    trials = [t for t in study.get_trials(deepcopy=False) if t.state.name != "WAITING"]
-    results = result_trials(study)
-    best = best_trials(study, spec)
+def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list[Any],
+                 best: list[Any]) -> dict[str, Any]:
+    """Everything ``report`` prints, as plain values (the JSON document, less the plot paths), from
+    one read of the study: ``snapshot`` (its trials), ``results`` and ``best`` derived from it."""
+    trials = [t for t in snapshot if t.state.name != "WAITING"]
     multi = len(spec.objective.metrics) > 1
     counts = Counter(t.user_attrs["status"] for t in results)
     return {
@@ -158,9 +156,9 @@ def _result_file(t: Any) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def provenance(study: Any) -> dict[str, Any]:
+def provenance(trials: list[Any]) -> dict[str, Any]:
     """device_name, total_memory_gib, torch_version from the first trial result that has them."""
-    for t in study.get_trials(deepcopy=False):
+    for t in trials:
         prov = _result_file(t).get("provenance") or {}
         if prov.get("device_name"):
             return prov
@@ -225,8 +223,7 @@ def pick_best(spec: SweepSpec, best: list[Any]) -> Any:
     return min(best, key=lambda t: sign * t.values[0])
 
 
-def best_lines(spec: SweepSpec, study: Any) -> list[str]:
-    best = best_trials(study, spec)
+def best_lines(spec: SweepSpec, best: list[Any]) -> list[str]:
     multi = len(spec.objective.metrics) > 1
     out = ["Pareto front:" if multi else "Best feasible configurations:"] + best_table(spec, best)
     b = pick_best(spec, best)
@@ -244,23 +241,25 @@ def report(spec: SweepSpec, study: Any, fmt: str, out: Path | None) -> int:
     from orchestrator.plots import write_plots
     from orchestrator.ui import ParentRun
 
-    rep = build_report(spec, study)
-    prov = provenance(study)
+    snapshot = study.get_trials(deepcopy=False)  # one read: table, counts, plots and best agree
+    results = results_of(snapshot)
+    best = rank(results, spec)
+    rep = build_report(spec, study, snapshot, results, best)
+    prov = provenance(snapshot)
     tracking = ParentRun.find(spec, study)
     if not prov and tracking.run_id is not None:
         prov = tracking.child_tags()
-    rep["device"] = _device(spec, study, next(iter(result_trials(study)), None))
+    rep["device"] = _device(spec, study, next(iter(results), None))
     rep["device_name"], rep["torch_version"] = prov.get("device_name"), prov.get("torch_version")
     out = (out or Path("mlruns") / "reports" / spec.name).resolve()
-    trials = result_trials(study)
-    paths = write_plots(trials, plot_context(spec, study, rep, prov), out)
-    logged = tracking.log(paths, top_markdown(spec, study))
+    paths = write_plots(results, plot_context(spec, study, rep, prov), out)
+    logged = tracking.log(paths, top_markdown(spec, best))
     rep["plots"] = [str(p) for p in paths]
     rep["plots_dir"], rep["mlflow"] = str(out), logged
     if fmt == "json":
         print(json.dumps(rep, indent=1, default=str))
         return 0
-    print("\n".join([render_text(spec, rep), ""] + best_lines(spec, study) + [
+    print("\n".join([render_text(spec, rep), ""] + best_lines(spec, best) + [
         "", f"Plots:   {out}/ ({', '.join(p.name for p in paths) or 'none: no trials yet'})", f"MLflow:  {logged}"]))
     return 0
 
@@ -284,9 +283,9 @@ def plot_context(spec: SweepSpec, study: Any, rep: dict[str, Any], prov: dict[st
     return PlotContext(subtitle, spec.objective.metrics, budget, limit, front)
 
 
-def top_markdown(spec: SweepSpec, study: Any, limit: int = 5) -> str:
+def top_markdown(spec: SweepSpec, ranked: list[Any], limit: int = 5) -> str:
     """The parent run's description gets the best configurations as a table and the plots."""
-    best = best_trials(study, spec)[:limit]
+    best = ranked[:limit]
     if not best:
         return ""
     names = list(dict.fromkeys(k for t in best for k in t.params))

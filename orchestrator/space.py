@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import knobs
-from orchestrator.spec import Choice, Dimension, Range, SweepSpec
+from orchestrator.spec import Choice, Dimension, SweepSpec
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,8 +62,12 @@ class SweepState:
 
 def result_trials(study: Any) -> list[Any]:
     """Trials that hold a measured (or otherwise final) result, one per configuration."""
-    return [t for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get("status") in RESULT_STATUSES and "repeat_of" not in t.user_attrs]
+    return results_of(study.get_trials(deepcopy=False))
+
+
+def results_of(trials: list[Any]) -> list[Any]:
+    """``result_trials`` over trials already read."""
+    return [t for t in trials if t.user_attrs.get("status") in RESULT_STATUSES and "repeat_of" not in t.user_attrs]
 
 
 def objective_values(spec: SweepSpec, metrics: dict[str, float]) -> list[float] | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import metrics as M
-from orchestrator.errors import OrchestratorError, SpecError, UsageParser
+from orchestrator.errors import OrchestratorError, UsageParser, print_error
 from orchestrator.spec import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.tracking import absolute_uri, quiet_mlflow_logs
 
@@ -55,8 +55,7 @@ def main(argv: list[str]) -> int:
             return serve(spec.tracking_uri, args.port, spec.storage, spec.name, spec.objective.metrics[0])
         return serve(args.tracking_uri or DEFAULT_TRACKING_URI, args.port)
     except OrchestratorError as exc:
-        print(f"orchestrate: {exc}" if not isinstance(exc, SpecError) else str(exc), file=sys.stderr)
-        return exc.exit_code
+        return print_error(exc)
 
 
 def mlflow_command(uri: str, port: int) -> list[str]:
