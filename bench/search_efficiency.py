@@ -39,9 +39,10 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.replay import (BandHit, Landscape, TrialRecord, default_others,  # noqa: E402
+from orchestrator.replay import (RECORDED_STATUSES, BandHit, Landscape, default_others,  # noqa: E402
                                  landscape_spec, lightning_pick, lightning_search, load_landscape,
                                  replay_sweep, time_to_band)
+from orchestrator.summary import fmt_params  # noqa: E402
 
 LANDSCAPES = ROOT / "bench" / "landscapes"
 GPU_LANDSCAPES = ("bert_base_h200_cap015.csv", "bert_large_h200_cap015.csv")  # tpe+skip must also beat Lightning there
@@ -94,16 +95,12 @@ def run_landscape(landscape: Landscape, seeds: range, band: float,
     held = " ".join(f"{k}={v}" for k, v in default_others(landscape, "batch_size", "dtype").items())
     pick = lightning_pick(lightning)
     pick_text = "picks nothing" if pick is None else (
-        f"picks {_params(pick)}, {pick.samples_per_s:,.0f}/s"
+        f"picks {fmt_params(pick.params)}, {pick.samples_per_s:,.0f}/s"
         f"{' (in band)' if pick.samples_per_s is not None and pick.samples_per_s >= threshold else ' (NOT in band)'}")
     results.append(Result("lightning", [time_to_band(lightning, threshold)],
                           f"deterministic; per dtype, {held or 'nothing else'} held; all {len(lightning)} trials "
                           f"{sum(r.cost_s for r in lightning):.0f} s; {pick_text}"))
     return results, grid_total, threshold
-
-
-def _params(r: TrialRecord) -> str:
-    return " ".join(f"{k}={v}" for k, v in r.params.items())
 
 
 def _fmt(x: float, spec: str) -> str:
@@ -114,7 +111,7 @@ def report(landscape: Landscape, results: list[Result], grid_total: float, thres
            band: float, seeds: range) -> None:
     rows = landscape.rows.values()
     in_band = [r for r in rows if r.status == "ok" and r.samples_per_s is not None and r.samples_per_s >= threshold]
-    counts = {s: sum(r.status == s for r in rows) for s in ("ok", "oom", "timeout", "crashed", "error", "diverged")}
+    counts = {s: sum(r.status == s for r in rows) for s in RECORDED_STATUSES}
     print(f"\n== {landscape.path.name}: {len(landscape.rows)} configurations "
           f"({', '.join(f'{n} {s}' for s, n in counts.items() if n)}) of {' x '.join(landscape.columns)}")
     print(f"   best feasible {landscape.best_feasible():,.1f} samples/s; band (within {band:.0%}) >= "

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from orchestrator.harness.workload import Workload
+from orchestrator.harness.workload import Workload, param_error
+from orchestrator.knobs import is_int
 
 
 @dataclass(frozen=True)
@@ -68,22 +69,11 @@ INIT_STD = 0.02
 # Parameters
 
 
-def _invalid(field: str, message: str) -> ValueError:
-    """A ValueError that names the parameter, so the spec error can point at its line."""
-    exc = ValueError(message)
-    exc.field = field  # type: ignore[attr-defined]  # read by orchestrator.harness.probe
-    return exc
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def resolve_config(params: dict[str, Any]) -> tuple[str, BertConfig]:
     """The preset named by ``params["model"]`` with every non-None override applied."""
     name = params.get("model", PARAMS["model"])
     if name not in PRESETS:
-        raise _invalid("model", f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
+        raise param_error("model", f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
     overrides = {k: params[k] for k in CONFIG_FIELDS if params.get(k) is not None}
     return str(name), dataclasses.replace(PRESETS[name], **overrides)
 
@@ -94,18 +84,18 @@ def validate_params(params: dict[str, Any]) -> None:
         resolve_config({"model": params["model"]})
     for key in CONFIG_FIELDS:
         value = params.get(key)
-        if value is not None and not (_is_int(value) and value > 0):
-            raise _invalid(key, f"{key} must be a positive integer, got {value!r}")
+        if value is not None and not (is_int(value) and value > 0):
+            raise param_error(key, f"{key} must be a positive integer, got {value!r}")
     if params.get("vocab_size") is not None and params["vocab_size"] < 2:
-        raise _invalid("vocab_size", f"vocab_size must be at least 2 (id 0 is [MASK]), got {params['vocab_size']}")
+        raise param_error("vocab_size", f"vocab_size must be at least 2 (id 0 is [MASK]), got {params['vocab_size']}")
     if "dropout" in params:
         p = params["dropout"]
         if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p < 1.0):
-            raise _invalid("dropout", f"dropout must be a number in [0, 1), got {p!r}")
+            raise param_error("dropout", f"dropout must be a number in [0, 1), got {p!r}")
     if "mask_prob" in params:
         p = params["mask_prob"]
         if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 < p <= 1.0):
-            raise _invalid("mask_prob", f"mask_prob must be a number in (0, 1], got {p!r}")
+            raise param_error("mask_prob", f"mask_prob must be a number in (0, 1], got {p!r}")
 
     # Cross-field rules see a value when it is given, or comes from a preset that is named here
     # (a preset searched in `space:` is not: build() checks that case).
@@ -117,11 +107,11 @@ def validate_params(params: dict[str, Any]) -> None:
 def check_shapes(params: dict[str, Any], config: BertConfig, seq_len: int | None, known: set[str]) -> None:
     """hidden_size must split into heads and seq_len fit the position table (where both are known)."""
     if {"hidden_size", "num_heads"} <= known and config.hidden_size % config.num_heads:
-        raise _invalid("hidden_size" if "hidden_size" in params else "num_heads",
+        raise param_error("hidden_size" if "hidden_size" in params else "num_heads",
                        f"hidden_size must be divisible by num_heads, got hidden_size {config.hidden_size} "
                        f"and num_heads {config.num_heads}")
     if seq_len is not None and "max_position" in known and seq_len > config.max_position:
-        raise _invalid("seq_len", f"seq_len must be at most max_position, got seq_len {seq_len} "
+        raise param_error("seq_len", f"seq_len must be at most max_position, got seq_len {seq_len} "
                        f"and max_position {config.max_position}")
 
 

@@ -57,7 +57,7 @@ def validate_params(params: dict[str, Any]) -> None:
         raise ValueError(f"unknown fault {params['fault']!r}; choose one of {', '.join(FAULTS)}")
 
 
-def inject(fault: str) -> torch.Tensor | None:
+def inject(fault: str, exit_code: int = 3) -> torch.Tensor | None:
     """Fail as ``fault`` says; returns a NaN for ``nan``, None when nothing fails."""
     if fault == "oom_cuda":
         raise torch.OutOfMemoryError(CUDA_OOM)
@@ -82,7 +82,7 @@ def inject(fault: str) -> torch.Tensor | None:
         while True:
             time.sleep(3600)
     if fault == "exit":
-        os._exit(int(PARAMS["fault_exit_code"]))
+        os._exit(exit_code)
     if fault == "exception":
         raise ValueError("injected failure: this is the exception's last line")
     if fault in ("truncated_result", "garbage_result"):
@@ -99,7 +99,7 @@ def inject(fault: str) -> torch.Tensor | None:
 def build(params: dict[str, Any], device: torch.device) -> Workload:
     fault = str(params.get("fault", "none"))
     fault_step = int(params.get("fault_step", 0))
-    PARAMS["fault_exit_code"] = int(params.get("fault_exit_code", 3))
+    exit_code = int(params.get("fault_exit_code", 3))
     hidden = int(params.get("hidden_size", 32))
     model = nn.Sequential(nn.Linear(16, hidden), nn.ReLU(), nn.Linear(hidden, 4)).to(device)
     calls = {"n": 0}
@@ -112,7 +112,7 @@ def build(params: dict[str, Any], device: torch.device) -> Workload:
         x, y = batch
         out = nn.functional.cross_entropy(m(x), y)
         if calls["n"] == fault_step:
-            nan = inject(fault)
+            nan = inject(fault, exit_code)
             if nan is not None:
                 out = out * nan.to(out.device)
         elif fault == "nan" and calls["n"] > fault_step:

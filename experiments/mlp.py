@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from orchestrator.harness.workload import Workload
+from orchestrator.harness.workload import Workload, param_error
 
 PARAMS: dict[str, object] = {"in_features": 64, "hidden_size": 256, "num_layers": 4, "num_classes": 10,
                              "lr": 1e-3, "seed": 0}
@@ -22,23 +22,16 @@ TEACHER_WIDTH = 128
 POSITIVE_INTS = ("in_features", "hidden_size", "num_layers")
 
 
-def _invalid(field: str, message: str) -> ValueError:
-    """A ValueError that names the parameter, so the spec error can point at its line."""
-    exc = ValueError(message)
-    exc.field = field  # type: ignore[attr-defined]  # read by orchestrator.harness.probe
-    return exc
-
-
 def validate_params(params: dict[str, Any]) -> None:
     """Raise ValueError naming the rule and the value; only keys present in ``params`` are checked."""
     for key in POSITIVE_INTS:
         if key in params and not (isinstance(params[key], int) and not isinstance(params[key], bool)
                                   and params[key] > 0):
-            raise _invalid(key, f"{key} must be a positive integer, got {params[key]!r}")
+            raise param_error(key, f"{key} must be a positive integer, got {params[key]!r}")
     if "num_classes" in params:
         n = params["num_classes"]
         if not (isinstance(n, int) and not isinstance(n, bool) and n >= 2):
-            raise _invalid("num_classes", f"num_classes must be an integer >= 2, got {n!r}")
+            raise param_error("num_classes", f"num_classes must be an integer >= 2, got {n!r}")
 
 
 class Block(nn.Module):

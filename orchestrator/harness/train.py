@@ -151,14 +151,15 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
 
     # Warm-up: allocations, optimizer state, autotuning and compilation happen here, unmeasured.
     progress.phase = "compile" if params.get("compile") else "warmup"
-    warm_losses = []
+    first_loss = None
     for i in range(settings["warmup_steps"]):
         progress.step = i
-        warm_losses.append(train_step())
+        loss = train_step()
+        first_loss = loss if first_loss is None else first_loss
         if empty_every and (i + 1) % empty_every == 0:
             backend.empty_cache(device)
         progress.phase = "warmup"
-    loss_first = warm_losses[0].item()  # outside the window: deliberate host read
+    loss_first = first_loss.item()  # outside the window: deliberate host read
     backend.synchronize(device)  # sync point: the window starts with an idle device
     startup_s = time.perf_counter() - started
 
@@ -166,15 +167,15 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
     progress.phase = "measure"
     backend.reset_peak(device)
     use_events = device == "cuda"
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(2)] if use_events else []
     marks: list[Any] = []
     driver_peak = 0
     losses: list[torch.Tensor] = []
     min_steps, min_s = settings["measure_steps"], settings["min_measure_s"]
     t0 = time.perf_counter()
     if use_events:
-        events[0].record()
-        marks.append(events[0])
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+        marks.append(start)
     else:
         marks.append(t0)
     step = 0

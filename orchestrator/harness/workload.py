@@ -59,3 +59,12 @@ class Workload:
 
     info: dict[str, Any] = field(default_factory=dict)
     """Extra facts worth recording with the result (for example ``num_parameters``)."""
+
+
+def param_error(field: str, message: str) -> ValueError:
+    """What an experiment's ``validate_params`` raises for a bad parameter: a ValueError that names
+    it, so the orchestrator's spec error points at that parameter's line
+    (``orchestrator.harness.probe`` reads ``field``)."""
+    exc = ValueError(message)
+    exc.field = field  # type: ignore[attr-defined]
+    return exc
