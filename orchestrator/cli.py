@@ -26,7 +26,8 @@ USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--
        orchestrate report SPEC [--format text|json] [--out DIR]     (orchestrate report --help)
        orchestrate best SPEC [-o FILE]                              (the best configuration as YAML)
        orchestrate ui [--port N]                                    (the MLflow UI on 127.0.0.1)"""
-SUBCOMMANDS = {"report": "orchestrator.report", "best": "orchestrator.report", "ui": "orchestrator.ui"}
+SUBCOMMANDS = {"report": "orchestrator.report", "best": "orchestrator.report", "ui": "orchestrator.ui",
+               "doctor": "orchestrator.doctor"}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,8 +7,20 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("ok", "oom", "timeout", "crashed", "error", "diverged", "interrupted")
-CHILD_STATUSES = ("ok", "oom", "error", "diverged")
+STATUSES = ("ok", "oom", "swapped", "timeout", "crashed", "error", "diverged", "interrupted")
+CHILD_STATUSES = ("ok", "oom", "swapped", "error", "diverged")
+
+# What each status means to the study (one place, so the loop, the report and recovery agree):
+RESULT_STATUSES = ("ok", "oom", "swapped", "skipped", "timeout", "crashed", "diverged")
+"""Final: they say something about the configuration, which is not run again (unless asked with
+``--retry``) and counts toward ``n_trials``."""
+RETRIED = ("error",)
+"""Not final: the user's code or environment failed (an exception, a non-zero exit, an unreadable
+result). Retried once on each later invocation; never counts toward ``n_trials``."""
+INFEASIBLE = ("oom", "swapped", "skipped", "crashed")
+"""Told as PRUNED with a violated ``fits_in_memory`` constraint: no invented objective value."""
+MEMORY_BOUNDARY = ("oom", "swapped")
+"""Evidence for OOM-aware skipping: a configuration that needs at least as much memory fails too."""
 
 
 @dataclass

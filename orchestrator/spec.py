@@ -91,6 +91,12 @@ class SearchSettings:
     timeout_min: float | None = None
     patience: int | None = None
     skip_predicted_oom: bool = True
+    allow_swap: bool = False
+    """A trial that swapped during its timed window is recorded ``swapped`` (infeasible, a memory
+    boundary) unless this is true."""
+    grace_period_s: float = 60.0
+    """With a server database shared by several orchestrators: a running trial whose orchestrator
+    has not sent a heartbeat for this long is failed and its configuration run again."""
     """Skip (record as ``skipped``) configurations that need at least as much memory as one that
     ran out of memory, by ``memory_order``."""
     memory_order: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_ORDER))
@@ -122,6 +128,8 @@ class SweepSpec:
     trial: TrialSettings
     storage: str
     tracking_uri: str
+    devices: tuple[str, ...] | None = None
+    """Device slots, one trial in flight on each (``orchestrator.slots``); None = one slot."""
     lines: dict[tuple, int] = field(default_factory=dict, compare=False, repr=False)
 
     def line_of(self, *path: Any) -> int | None:
@@ -142,7 +150,7 @@ def _line_of(lines: dict[tuple, int], path: tuple) -> int | None:
         path = path[:-1]
 
 
-TOP_KEYS = ("name", "experiment", "device", "fixed", "space", "objective", "search", "trial",
+TOP_KEYS = ("name", "experiment", "device", "devices", "fixed", "space", "objective", "search", "trial",
             "storage", "tracking_uri")
 REQUIRED_TOP = ("name", "experiment")
 
@@ -298,7 +306,7 @@ def check_spec(data: Any, path: Path, lines: dict[tuple, int],
     tracking = _check_url(c, ("tracking_uri",), top.get("tracking_uri", DEFAULT_TRACKING_URI), "tracking_uri")
     return SweepSpec(path=path, name=name, experiment=experiment, device=device, fixed=fixed,
                      space=space, objective=objective, search=search, trial=trial, storage=storage,
-                     tracking_uri=tracking, lines=lines)
+                     tracking_uri=tracking, devices=_check_devices(c, top.get("devices")), lines=lines)
 
 
 def _check_value(c: _Checker, path: tuple, name: str, value: Any) -> Any:
@@ -420,7 +428,7 @@ def _check_objective(c: _Checker, raw: Any) -> Objective:
 def _check_search(c: _Checker, raw: Any, space: dict[str, Dimension]) -> SearchSettings:
     path = ("search",)
     s = c.mapping(path, raw, ("sampler", "n_trials", "seed", "max_failures", "timeout_min", "patience",
-                              "skip_predicted_oom", "memory_order"))
+                              "skip_predicted_oom", "memory_order", "allow_swap", "grace_period_s"))
     sampler = c.one_of(path + ("sampler",), s.get("sampler", "tpe"), SAMPLERS, "sampler")
     n_trials = s.get("n_trials")
     if n_trials is not None:
@@ -447,8 +455,16 @@ def _check_search(c: _Checker, raw: Any, space: dict[str, Dimension]) -> SearchS
     skip = s.get("skip_predicted_oom", True)
     if not isinstance(skip, bool):
         raise c.fail(path + ("skip_predicted_oom",), "skip_predicted_oom must be true or false", skip)
+    allow_swap = s.get("allow_swap", False)
+    if not isinstance(allow_swap, bool):
+        raise c.fail(path + ("allow_swap",), "allow_swap must be true or false", allow_swap)
+    grace = c.number(path + ("grace_period_s",), s.get("grace_period_s", 60.0), "grace_period_s", positive=True)
+    if grace < 2:
+        raise c.fail(path + ("grace_period_s",), "grace_period_s must be at least 2 (heartbeats are "
+                     "sent every grace_period_s / 4, at least once a second)", grace)
     return SearchSettings(sampler=sampler, n_trials=n_trials, seed=seed, max_failures=max_failures,
                           timeout_min=timeout_min, patience=patience, skip_predicted_oom=skip,
+                          allow_swap=allow_swap, grace_period_s=grace,
                           memory_order=_check_memory_order(c, s.get("memory_order") or {}, space))
 
 
@@ -474,6 +490,35 @@ def _check_memory_order(c: _Checker, raw: Any, space: dict[str, Dimension]) -> d
             raise c.fail(where, f"a memory order is {', '.join(ORDER_WORDS)} or a mapping of value to rank", rule)
         order[name] = rule
     return order
+
+
+DEVICE_SLOT = re.compile(r"(cuda(:\d+)?|mps|cpu(:\d+(-\d+)?)?)")
+
+
+def _check_devices(c: _Checker, raw: Any) -> tuple[str, ...] | None:
+    """``auto``, or device slots as a list or a comma-separated text: ``cuda:0``, ``cuda`` (every
+    visible GPU), ``mps``, ``cpu`` (all cores) or ``cpu:0-3`` (a trial pinned to cores 0-3)."""
+    if raw is None:
+        return None
+    path = ("devices",)
+    rule = ("devices must be auto or a list of cuda:N, cuda, mps, cpu or cpu:A-B (cores A to B), "
+            "e.g. cuda:0,cuda:1")
+    if isinstance(raw, str):
+        items = [x.strip() for x in raw.split(",")]
+    elif isinstance(raw, list) and raw:
+        items = raw
+    else:
+        raise c.fail(path, rule, raw)
+    for i, item in enumerate(items):
+        where = path + (i,) if isinstance(raw, list) else path
+        if not isinstance(item, str) or not (item == "auto" and len(items) == 1 or DEVICE_SLOT.fullmatch(item)):
+            raise c.fail(where, rule, item)
+        m = re.fullmatch(r"cpu:(\d+)-(\d+)", item)
+        if m and int(m.group(1)) > int(m.group(2)):
+            raise c.fail(where, "a core range A-B needs A <= B", item)
+    if len(set(items)) != len(items):
+        raise c.fail(path, "a device slot is listed twice (one trial per device at a time)", raw)
+    return tuple(items)
 
 
 def _check_trial(c: _Checker, raw: Any) -> TrialSettings:

@@ -49,7 +49,7 @@ def describe_dim(dim: Any) -> str:
 
 def status_counts(trials: list[Any]) -> str:
     counts = Counter(t.user_attrs.get("status", "?") for t in trials)
-    order = ["ok", "oom", "skipped", "timeout", "crashed", "error", "diverged", "interrupted"]
+    order = ["ok", "oom", "swapped", "skipped", "timeout", "crashed", "error", "diverged", "interrupted"]
     return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s)) or "none yet"
 
 

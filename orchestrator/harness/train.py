@@ -25,10 +25,18 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 
 class Progress:
-    """Where the trial is, so a failure can say at which phase and step it happened."""
+    """Where the trial is, so a failure can say at which phase and step it happened, and when
+    (wall clock) it reached each phase: ``marks``, read by ``bench/overhead.py``."""
 
-    def __init__(self) -> None:
+    def __init__(self, before_window: Callable[[], None] | None = None) -> None:
         self.phase, self.step = "setup", 0
+        self.marks: dict[str, float] = {}
+        self.before_window = before_window or (lambda: None)
+        """Called after the warm-up's final synchronize, right before the timed window: the
+        launcher holds the window here until this device's pre-started interpreter is idle."""
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = time.time()
 
 
 def apply_limits(params: dict[str, Any], device: str, applied: dict[str, Any]) -> None:
@@ -93,6 +101,7 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
     started = time.perf_counter()
     params = dict(config["params"])
     settings = config["trial"]
+    progress.mark("device")  # from here the device is touched (allocators read their settings)
     device = backend.resolve(params.get("device", "auto"))
     applied: dict[str, Any] = {"device": device}
     not_applied = dict(config.get("not_applied", {}))
@@ -161,10 +170,13 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
         progress.phase = "warmup"
     loss_first = first_loss.item()  # outside the window: deliberate host read
     backend.synchronize(device)  # sync point: the window starts with an idle device
-    startup_s = time.perf_counter() - started
+    startup_s = time.perf_counter() - started  # the gate's wait below is not the trial's start-up
+    progress.mark("warmup_done")
+    progress.before_window()
 
     # Timed window: at least measure_steps steps and at least min_measure_s seconds.
     progress.phase = "measure"
+    progress.mark("window_start")
     backend.reset_peak(device)
     use_events = device == "cuda"
     marks: list[Any] = []
@@ -198,6 +210,7 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
             break
     backend.synchronize(device)  # sync point: the window ends when the device is done
     elapsed = time.perf_counter() - t0
+    progress.mark("window_end")
 
     if use_events:
         step_ms = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
