@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.faultpoints import reached
+from orchestrator.timeline import event
 from orchestrator.outcome import Outcome, classify
 
 POLL_S = 0.05
@@ -79,6 +80,7 @@ def launch_trial(config: dict[str, Any], trial_dir: Path, env: dict[str, str], t
                  "ORCHESTRATE_RESULT_PATH": str(result_path)}
     parent = os.getpid()
     started = time.monotonic()
+    event("start", config.get("trial_number"))
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.harness", str(config_path)],
@@ -109,6 +111,7 @@ def launch_trial(config: dict[str, Any], trial_dir: Path, env: dict[str, str], t
         if stop is not None:
             stop.pgid = None
     duration = time.monotonic() - started
+    event("exited", config.get("trial_number"))
     text = result_path.read_text(errors="replace") if result_path.exists() else None
     # A trial that ended by itself with a result keeps it even if Ctrl-C came just after.
     interrupted = stop is not None and stop.tripped and not (proc.returncode == 0 and text)

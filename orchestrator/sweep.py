@@ -21,6 +21,7 @@ from typing import Any, Callable
 from orchestrator import knobs
 from orchestrator.dominance import predicted_oom
 from orchestrator.faultpoints import reached
+from orchestrator.timeline import event
 from orchestrator import metrics as M
 from orchestrator.errors import FailureBudgetExceeded
 from orchestrator.launch import Launched, StopFlag, launch_trial
@@ -284,6 +285,7 @@ class Sweep:
     def run(self, on_result: Callable[[Any, Outcome, float], None]) -> None:
         from optuna.trial import TrialState
 
+        event("loop_start")
         state = self.state()
         self.retry_interrupted(state)
         started = time.monotonic()
@@ -315,9 +317,11 @@ class Sweep:
                     self.stopped_because = (f"the sampler proposed {answered} measured configurations in a "
                                             "row; the space looks exhausted")
                     return
+            event("ask_start")
             trial = self.study.ask()
             reached("after_ask")
             sampled = suggest(trial, self.plan)
+            event("ask_end", trial.number)
             key = config_key(sampled)
             if key in state.results:
                 original = state.results[key]
@@ -332,6 +336,7 @@ class Sweep:
                      if self.spec.search.skip_predicted_oom else None)
             outcome = self.run_trial(trial, sampled, proof)
             state = self.state()
+            event("state_read", trial.number)
             best_after = self._best_value()
             since_best = 0 if best_after is not None and best_after != best else since_best + 1
             best = best_after
@@ -420,9 +425,11 @@ class Sweep:
         not_applied = dict(self.plan.not_applied)
         run_id = self.tracker.start_trial(trial.number, params, {"device": device})
         trial.set_user_attr("mlflow_run_id", run_id)
+        event("mlflow_started", trial.number)
         reached("after_run_start")
         config = {
             "experiment": self.spec.experiment,
+            "trial_number": trial.number,
             "params": params,
             "not_applied": not_applied,
             "trial": {"warmup_steps": self.spec.trial.warmup_steps,
@@ -452,6 +459,7 @@ class Sweep:
         if env:
             extra["env"] = env
         status = tell(self.study, trial, self.spec, outcome, extra)
+        event("told", trial.number)
         reached("after_tell")
         tags = run_tags(trial, outcome.result, status, outcome.detail)
         tags.setdefault("device", device)
@@ -463,6 +471,7 @@ class Sweep:
             tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in not_applied.items())
         self.tracker.finish_trial(run_id, status, run_metrics(outcome.metrics, outcome.result, extra),
                                   tags, self._files(trial_dir, processes))
+        event("mlflow_finished", trial.number)
         reached("after_finish")
         outcome.status = status
         return outcome

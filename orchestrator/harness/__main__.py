@@ -50,6 +50,7 @@ def last_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str]) -> int:
+    t_main = time.time()
     if len(argv) != 2:
         print("usage: python -m orchestrator.harness CONFIG.json", file=sys.stderr)
         return 2
@@ -61,6 +62,7 @@ def main(argv: list[str]) -> int:
     from orchestrator.harness import backend, train
     from orchestrator.harness.oom import is_oom_exception
 
+    t_imports = time.time()
     progress = train.Progress()
     result: dict[str, Any]
     device = config["params"].get("device", "auto")
@@ -91,6 +93,8 @@ def main(argv: list[str]) -> int:
         result["provenance"] = backend.describe(backend.resolve(device))
     except Exception as exc:  # noqa: BLE001 - provenance must not hide the result
         result["provenance"] = {"error": last_line(exc)}
+    result["timeline"] = {"main": t_main, "imports_done": t_imports, **progress.marks,
+                          "result_written": time.time()}
     write_result(config["result_path"], result)
     sys.stdout.flush()
     return 0
