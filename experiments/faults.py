@@ -97,7 +97,9 @@ def inject(fault: str, exit_code: int = 3) -> torch.Tensor | None:
 
 
 def build(params: dict[str, Any], device: torch.device) -> Workload:
-    fault = str(params.get("fault", "none"))
+    # Faults belong to trials: orchestrate's smoke step (ORCHESTRATE_SMOKE=1) checks that this
+    # module trains at all, and must not trip on the fault its first configuration injects.
+    fault = "none" if os.environ.get("ORCHESTRATE_SMOKE") else str(params.get("fault", "none"))
     fault_step = int(params.get("fault_step", 0))
     exit_code = int(params.get("fault_exit_code", 3))
     hidden = int(params.get("hidden_size", 32))

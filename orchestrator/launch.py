@@ -1,36 +1,67 @@
-"""Run one trial in a fresh Python process and wait for it, killing its whole process group on
-timeout, on interruption and if the orchestrator dies. Never imports torch."""
+"""Trial processes: started ahead of time, given their configuration, watched, and killed with
+their whole process group on timeout, on interruption and if the orchestrator dies. Never
+imports torch.
+
+A trial still runs in a fresh process (allocators read their settings once, and an OOM must not
+poison the next trial); what this module hides is the waiting. Per device slot, a
+``SlotLauncher`` keeps pre-started interpreters (``python -m orchestrator.harness --serve``):
+Python, ``import torch``, the harness and the experiment module, then idle on a pipe. A trial is
+given to one whose environment equals what the trial needs, else to a fresh process. Rules:
+
+- *Allocator settings are read once per process*, some of them as early as ``import torch``
+  (torch 2.13.0 source, git cf30153c): a CUDA build's ``libc10_cuda`` reads
+  ``PYTORCH_CUDA_ALLOC_CONF`` in a static initializer when the library loads, to choose the
+  allocator backend (``c10/cuda/CUDAAllocatorConfig.h``), and parses the rest of it at the first
+  ``CUDAAllocatorConfig::instance()``; ``CUDA_VISIBLE_DEVICES`` is read by the driver at
+  ``cuInit``, which ``import torch`` does not call (``torch/cuda/__init__.py``, ``_lazy_init``);
+  the MPS allocator reads ``PYTORCH_MPS_{HIGH,LOW}_WATERMARK_RATIO`` when it is built, at the
+  first MPS allocation (``aten/src/ATen/mps/MPSAllocator.h``, ``init_allocator``), and
+  ``PYTORCH_ENABLE_MPS_FALLBACK`` is read at load. Since some are read at import, a pre-started
+  interpreter is used only when its whole trial environment (``Interpreter.env``) equals the
+  trial's; anything else is discarded and a fresh process started.
+- *One trial at a time on a device*: the next trial's configuration is sent only once the
+  previous process of the slot has exited (``os.wait4``), so its memory is free.
+- *Nothing runs beside a timed window*: a trial stops before its window (``window`` on its
+  status pipe) until every pre-started interpreter of its slot is idle (``ready``), then ``go``.
+"""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
+import select
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from orchestrator.faultpoints import reached
-from orchestrator.timeline import event
 from orchestrator.outcome import Outcome, classify
+from orchestrator.timeline import event
 
 POLL_S = 0.05
+EXIT_GRACE_S = 20.0
+"""A process that wrote its result but has not exited after this long is killed (its result stands)."""
+PRESTART = 2
+"""Interpreters started at once when a slot has none left: on a small CPU two import in
+parallel, which a trial's import alone cannot use."""
+SPARES_DIR = ".interpreters"
 
 
 class StopFlag:
-    """Set by SIGINT/SIGTERM handlers; kills the running trial's process group at once."""
+    """Set by SIGINT/SIGTERM handlers; kills every running trial's and spare's process group at once."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self.pgid: int | None = None
+        self.pgids: set[int] = set()
 
     def trip(self, signum: int, _frame: Any = None) -> None:
         self.signum = signum
-        if self.pgid is not None:
-            _kill_group(self.pgid)
+        for pgid in list(self.pgids):
+            kill_group(pgid)
 
     @property
     def tripped(self) -> bool:
@@ -44,82 +75,344 @@ class Launched:
     duration_s: float
     peak_rss_gib: float | None
     log_path: Path
+    started_at: float | None = None
+    """Wall clock (``time.time``) when the process was given its configuration."""
+    slot_free_at: float | None = None
+    """Wall clock when the slot's previous process had exited (None: the slot's first trial)."""
 
 
-def _die_with_parent(parent: int) -> None:
-    """preexec_fn (Linux): signal this child when the orchestrator dies, even by SIGKILL. SIGTERM,
-    not SIGKILL, so that the trial's handler can take its whole process group down with it
-    (compile workers, data-loader workers: grandchildren PDEATHSIG alone would orphan)."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
-
-
-def _kill_group(pgid: int) -> None:
+def kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
 
+class Interpreter:
+    """One trial process (``python -m orchestrator.harness --serve EXPERIMENT``), in its own
+    process session, with a status pipe it writes ``ready``/``window``/``result`` on."""
+
+    def __init__(self, experiment: str, env: dict[str, str], log_path: Path,
+                 cores: frozenset[int] | None = None, stop: StopFlag | None = None,
+                 where: Path | None = None) -> None:
+        """``where``: the study's trial folder, shown on the command line (``ps`` tells whose it is)."""
+        self.env, self.cores, self.stop = dict(env), cores, stop
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        read, write = os.pipe()
+        child_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1", "ORCHESTRATE_STATUS_FD": str(write),
+                     "ORCHESTRATE_PARENT_PID": str(os.getpid())}
+        if cores is not None:
+            child_env["ORCHESTRATE_CPU_CORES"] = ",".join(map(str, sorted(cores)))
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.harness", "--serve", experiment,
+                 str(where or log_path.parent)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=child_env,
+                pass_fds=(write,), start_new_session=True, cwd=os.getcwd())
+        os.close(write)
+        os.set_blocking(read, False)
+        self.status_fd: int | None = read
+        self.spawned = time.monotonic()
+        self.ready = False
+        self.at_window = False
+        self.result_ready = False
+        self.returncode: int | None = None
+        self.rusage: Any = None
+        self._buffer = b""
+        if stop is not None:
+            stop.pgids.add(self.proc.pid)
+            if stop.tripped:  # a signal arrived while it was starting
+                kill_group(self.proc.pid)
+        event("interpreter_spawn")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def read_status(self) -> None:
+        """Take what the process said on its status pipe (non-blocking)."""
+        if self.status_fd is None:
+            return
+        while True:
+            try:
+                chunk = os.read(self.status_fd, 4096)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:  # EOF: the process (and whatever inherited the pipe) is gone
+                os.close(self.status_fd)
+                self.status_fd = None
+                break
+            self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            word = line.decode(errors="replace").strip()
+            if word == "ready":
+                self.ready = True
+                event("interpreter_ready")
+            elif word == "window":
+                self.at_window = True
+            elif word == "result":
+                self.result_ready = True
+
+    def reap(self) -> bool:
+        """Whether the process has exited (reaped: its memory is free)."""
+        if self.returncode is None:
+            try:
+                pid, status, rusage = os.wait4(self.proc.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid, status, rusage = self.proc.pid, 0, None
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                self.proc.returncode = self.returncode
+                self.rusage = rusage
+                kill_group(self.proc.pid)  # grandchildren left in the group
+                if self.stop is not None:
+                    self.stop.pgids.discard(self.proc.pid)
+        return self.returncode is not None
+
+    def send(self, line: str) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(line.encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it died; reap() will say so
+
+    def kill(self) -> None:
+        kill_group(self.proc.pid)
+
+    def discard(self) -> None:
+        """An interpreter nobody will use: tell it to leave, and make sure it does."""
+        self.send("")
+        self.kill()
+        deadline = time.monotonic() + 5
+        while not self.reap() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.close()
+        if self.log_path.exists() and self.log_path.parent.name == SPARES_DIR:
+            self.log_path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self.status_fd is not None:
+            os.close(self.status_fd)
+            self.status_fd = None
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+
+class ProcessRun:
+    """One configuration running in one ``Interpreter``; ``poll`` it until ``exited``."""
+
+    def __init__(self, interp: Interpreter, config: dict[str, Any], trial_dir: Path, timeout_s: float,
+                 stop: StopFlag | None, slot_free_at: float | None = None) -> None:
+        self.interp, self.trial_dir, self.timeout_s, self.stop = interp, trial_dir, timeout_s, stop
+        self.trial = config.get("trial_number")
+        self.result_path = trial_dir / "result.json"
+        self.log_path = trial_dir / "trial.log"
+        self.timed_out = False
+        self.spare_cpu_at_go: dict[int, float | None] | None = None
+        self.spare_cpu_in_window: float | None = None
+        self.window_seen_at: float | None = None
+        self.gate_wait_s = 0.0
+        """Time held before the window for the slot's interpreters: not the trial's (nor its timeout's)."""
+        """CPU seconds the slot's pre-started interpreters used from ``go`` to the result: ~0."""
+        self.started = time.monotonic()
+        self.result_seen_at: float | None = None
+        self.slot_free_at, self.exited_at = slot_free_at, None
+        config_path = trial_dir / "config.json"
+        config_path.write_text(json.dumps({**config, "result_path": str(self.result_path)}, indent=1,
+                                          default=str))
+        if interp.log_path != self.log_path:  # a pre-started interpreter: its log becomes the trial's
+            try:
+                os.replace(interp.log_path, self.log_path)
+                interp.log_path = self.log_path
+            except OSError:
+                pass
+        self.started_at = time.time()
+        interp.send(str(config_path))
+        event("start", self.trial)
+        reached("trial_running")
+
+    @property
+    def exited(self) -> bool:
+        return self.interp.returncode is not None
+
+    @property
+    def has_result(self) -> bool:
+        """The result file is written (the process may still be exiting)."""
+        return self.interp.result_ready or self.exited
+
+    def poll(self) -> None:
+        self.interp.read_status()
+        if self.interp.reap():
+            if self.exited_at is None:
+                self.exited_at = time.time()
+                event("exited", self.trial)
+            return
+        now = time.monotonic()
+        if self.interp.result_ready and self.result_seen_at is None:
+            self.result_seen_at = now
+        if not self.timed_out and self.interp.at_window and self.window_seen_at is None:
+            self.window_seen_at = now
+        held = now - self.window_seen_at if self.window_seen_at is not None and self.spare_cpu_at_go is None else 0.0
+        if not self.timed_out and now - self.started - self.gate_wait_s - held > self.timeout_s \
+                and not self.interp.result_ready:
+            self.timed_out = True
+            self.interp.kill()
+        if self.result_seen_at is not None and now - self.result_seen_at > EXIT_GRACE_S:
+            self.interp.kill()
+
+    def kill(self) -> None:
+        self.interp.kill()
+
+    def launched(self) -> Launched:
+        """The outcome, once ``has_result`` (classified from the result file, or from the exit)."""
+        text = self.result_path.read_text(errors="replace") if self.result_path.exists() else None
+        rc = self.interp.returncode
+        # A trial that ended by itself with a result keeps it even if Ctrl-C came just after.
+        interrupted = self.stop is not None and self.stop.tripped and not text
+        outcome = classify(rc if self.exited else 0, text, timed_out=self.timed_out and not text,
+                           interrupted=interrupted, timeout_s=self.timeout_s, log_tail=_last_line(self.log_path))
+        rusage = self.interp.rusage
+        maxrss = rusage.ru_maxrss if rusage is not None else None
+        peak = None if not maxrss else maxrss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
+        if peak is None:  # told before the process was reaped: its own reading, taken at the result
+            peak = outcome.result.get("process_peak_rss_gib")
+        end = time.monotonic()
+        return Launched(outcome, rc, end - self.started - self.gate_wait_s, peak, self.log_path, self.started_at, self.slot_free_at)
+
+
+class SlotLauncher:
+    """Starts the trials of one device slot, each in a fresh process, keeping interpreters
+    pre-started for the next ones (see the module's rules)."""
+
+    def __init__(self, experiment: str, slot_env: dict[str, str], cores: frozenset[int] | None,
+                 spare_dir: Path, stop: StopFlag | None, prestart: int = PRESTART) -> None:
+        self.experiment, self.slot_env, self.cores = experiment, dict(slot_env), cores
+        self.spare_dir, self.stop, self.prestart = spare_dir, stop, prestart
+        self.spares: list[Interpreter] = []
+        self.running: ProcessRun | None = None
+        self.guesses: list[dict[str, str]] = []
+        self.discarded = 0
+        """Pre-started interpreters thrown away because a trial needed another environment."""
+
+    def full_env(self, env: dict[str, str]) -> dict[str, str]:
+        return {**self.slot_env, **env}
+
+    def _spawn(self, env: dict[str, str], log_path: Path | None = None) -> Interpreter:
+        path = log_path or self.spare_dir / SPARES_DIR / f"{time.monotonic_ns()}.log"
+        return Interpreter(self.experiment, env, path, self.cores, self.stop, self.spare_dir)
+
+    def start(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+              guesses: list[dict[str, str]] | None = None) -> ProcessRun:
+        """Run ``config`` now. The slot's previous process must have exited (``idle``)."""
+        assert self.idle, "one trial at a time on a device slot"
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        for stale in (trial_dir / "result.json", trial_dir / "result.json.tmp"):
+            stale.unlink(missing_ok=True)
+        wanted = self.full_env(env)
+        self.guesses = [self.full_env(g) for g in (guesses or [env])]
+        interp = next((s for s in self.spares if s.env == wanted and not s.reap()), None)
+        if interp is not None:
+            self.spares.remove(interp)
+        else:
+            interp = self._spawn(wanted, trial_dir / "trial.log")
+        for s in [s for s in self.spares if s.env not in self.guesses or s.reap()]:
+            self.spares.remove(s)
+            self.discarded += s.returncode is None
+            s.discard()
+        previous = self.running.exited_at if self.running is not None else None
+        self.running = ProcessRun(interp, config, trial_dir, timeout_s, self.stop, previous)
+        if not self.spares and self.prestart:  # refill: every guess, at once (see PRESTART)
+            for g in (self.guesses * self.prestart)[:self.prestart]:
+                self.spares.append(self._spawn(g))
+        return self.running
+
+    @property
+    def idle(self) -> bool:
+        return self.running is None or self.running.exited
+
+    def tick(self) -> None:
+        """Poll the running trial and the spares; let a trial waiting at its window go once
+        every spare is idle (or dead)."""
+        for s in self.spares:
+            s.read_status()
+            s.reap()
+        run = self.running
+        if run is None:
+            return
+        run.poll()
+        if run.interp.at_window and run.spare_cpu_at_go is None:
+            if all(s.ready or s.returncode is not None for s in self.spares):
+                run.spare_cpu_at_go = {s.pid: cpu_seconds(s.pid) for s in self.spares}
+                if run.window_seen_at is not None:
+                    run.gate_wait_s = time.monotonic() - run.window_seen_at
+                run.interp.send("go")
+        if run.has_result and run.spare_cpu_at_go is not None and run.spare_cpu_in_window is None:
+            used = [cpu_seconds(pid) - before for pid, before in run.spare_cpu_at_go.items()
+                    if before is not None and cpu_seconds(pid) is not None]
+            run.spare_cpu_in_window = sum(used)  # type: ignore[arg-type]
+            event("spare_cpu", run.trial, seconds=run.spare_cpu_in_window, spares=len(used))
+
+    def fds(self) -> list[int]:
+        out = [s.status_fd for s in self.spares if s.status_fd is not None]
+        if self.running is not None and self.running.interp.status_fd is not None:
+            out.append(self.running.interp.status_fd)
+        return out
+
+    def close(self) -> None:
+        """End of the sweep: the spares leave; a running trial is killed."""
+        for s in self.spares:
+            s.discard()
+        self.spares.clear()
+        if self.running is not None and not self.running.exited:
+            self.running.kill()
+            deadline = time.monotonic() + 5
+            while not self.running.interp.reap() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        if self.running is not None:
+            self.running.interp.close()
+
+
+def wait_for_activity(launchers: Iterable[SlotLauncher], timeout_s: float = POLL_S) -> None:
+    """Sleep until a process says something (or exits: its pipe closes), at most ``timeout_s``."""
+    fds = [fd for launcher in launchers for fd in launcher.fds()]
+    if not fds:
+        time.sleep(timeout_s)
+        return
+    try:
+        select.select(fds, [], [], timeout_s)
+    except (OSError, ValueError):  # an fd closed meanwhile
+        time.sleep(0.001)
+
+
 def launch_trial(config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
                  stop: StopFlag | None = None) -> Launched:
-    """Start ``python -m orchestrator.harness`` for ``config`` and wait for it to end."""
-    import subprocess
-
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    config_path, result_path, log_path = (trial_dir / "config.json", trial_dir / "result.json",
-                                          trial_dir / "trial.log")
-    for stale in (result_path, Path(f"{result_path}.tmp")):
-        stale.unlink(missing_ok=True)
-    config = {**config, "result_path": str(result_path)}
-    config_path.write_text(json.dumps(config, indent=1, default=str))
-    child_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1",
-                 "ORCHESTRATE_RESULT_PATH": str(result_path)}
-    parent = os.getpid()
-    started = time.monotonic()
-    event("start", config.get("trial_number"))
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.harness", str(config_path)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
-            start_new_session=True, preexec_fn=lambda: _die_with_parent(parent),
-            cwd=os.getcwd())
-    if stop is not None:
-        stop.pgid = proc.pid
-        if stop.tripped:  # a signal arrived while the process was starting
-            _kill_group(proc.pid)
-    timed_out = False
-    rusage = None
-    reached("trial_running")
+    """Run ``config`` in a fresh process and wait for it to exit (no pre-started interpreter)."""
+    launcher = SlotLauncher(config["experiment"], {}, None, trial_dir, stop, prestart=0)
+    run = launcher.start(config, trial_dir, env, timeout_s)
     try:
-        while True:
-            pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                proc.returncode = os.waitstatus_to_exitcode(status)
-                break
-            if time.monotonic() - started > timeout_s and not timed_out:
-                timed_out = True
-                _kill_group(proc.pid)
-            time.sleep(POLL_S)
+        while not run.exited:
+            wait_for_activity([launcher])
+            launcher.tick()
     finally:
-        if proc.returncode is None:  # leaving by an exception: take the trial down with us
-            _kill_group(proc.pid)
-        _kill_group(proc.pid)  # grandchildren left in the group
-        if stop is not None:
-            stop.pgid = None
-    duration = time.monotonic() - started
-    event("exited", config.get("trial_number"))
-    text = result_path.read_text(errors="replace") if result_path.exists() else None
-    # A trial that ended by itself with a result keeps it even if Ctrl-C came just after.
-    interrupted = stop is not None and stop.tripped and not (proc.returncode == 0 and text)
-    outcome = classify(proc.returncode, text, timed_out=timed_out, interrupted=interrupted, timeout_s=timeout_s,
-                       log_tail=_last_line(log_path))
-    maxrss = rusage.ru_maxrss if rusage is not None else None
-    peak = None if not maxrss else maxrss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
-    return Launched(outcome, proc.returncode, duration, peak, log_path)
+        launcher.close()
+    return run.launched()
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a live process (Linux ``/proc``; None elsewhere or once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _last_line(path: Path, limit: int = 300) -> str | None:

@@ -1,0 +1,121 @@
+"""Pre-started trial interpreters (``orchestrator.launch``): real processes, real torch on the CPU.
+
+The rules under test: a trial is given to a pre-started interpreter only when the interpreter's
+environment equals the trial's (allocators read their settings once); the next trial of a slot
+gets its configuration only after the previous process has exited; no interpreter computes
+during a timed window; and nothing touches the device before its configuration arrives."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.launch import SlotLauncher, cpu_seconds, launch_trial, wait_for_activity
+
+pytestmark = pytest.mark.slow
+
+CONFIG = {"experiment": "experiments.mlp", "not_applied": {},
+          "params": {"device": "cpu", "batch_size": 8, "in_features": 8, "hidden_size": 16, "num_layers": 1},
+          "trial": {"warmup_steps": 1, "measure_steps": 3, "min_measure_s": 0.3}}
+
+
+def run_to_end(launcher: SlotLauncher, number: int, trial_dir: Path, env: dict[str, str]) -> dict:
+    while not launcher.idle:
+        wait_for_activity([launcher])
+        launcher.tick()
+    run = launcher.start({**CONFIG, "trial_number": number}, trial_dir, env, 120, [env])
+    while not run.exited:
+        wait_for_activity([launcher])
+        launcher.tick()
+    launched = run.launched()
+    assert launched.outcome.status == "ok", launched.outcome.detail
+    result = json.loads((trial_dir / "result.json").read_text())
+    result["_run"] = run
+    return result
+
+
+def test_a_prestarted_interpreter_is_used_only_for_the_environment_it_was_started_with(tmp_path: Path) -> None:
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1)
+    try:
+        first = run_to_end(launcher, 0, tmp_path / "t0", {})  # cold; leaves one spare with env {}
+        assert len(launcher.spares) == 1 and launcher.spares[0].env == {}
+        same = run_to_end(launcher, 1, tmp_path / "t1", {})
+        tl = same["timeline"]
+        assert tl["imports_done"] < tl["config_received"], "the trial did not get the pre-started interpreter"
+        other = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+        spare = launcher.spares[0]
+        assert spare.env == {}
+        changed = run_to_end(launcher, 2, tmp_path / "t2", other)
+        assert launcher.discarded == 1 and spare.returncode is not None, "the mismatched spare was not discarded"
+        assert changed["provenance"]["pytorch_env"] == other, "the trial did not run with its own environment"
+        assert first["provenance"]["pytorch_env"] == {} and same["provenance"]["pytorch_env"] == {}
+        # a fresh process: started after the previous trial had its result
+        assert changed["timeline"]["main"] > same["timeline"]["result_written"]
+    finally:
+        launcher.close()
+
+
+def test_a_prestarted_interpreter_touches_no_device_and_idles_through_the_window(tmp_path: Path) -> None:
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=2)
+    try:
+        run_to_end(launcher, 0, tmp_path / "t0", {})
+        spares = list(launcher.spares)
+        assert len(spares) == 2 and all(s.ready for s in spares)
+        for s in spares:  # idle: blocked on its pipe, no CPU used over a second
+            before = cpu_seconds(s.pid)
+            time.sleep(1.0)
+            assert cpu_seconds(s.pid) - before < 0.02
+        result = run_to_end(launcher, 1, tmp_path / "t1", {})
+        tl = result["timeline"]
+        # the device is first touched after the configuration arrived (allocators unread till then)
+        assert tl["imports_done"] < tl["config_received"] <= tl["device"]
+        run = result["_run"]
+        assert run.spare_cpu_in_window is not None and run.spare_cpu_in_window < 0.05, run.spare_cpu_in_window
+        assert tl["go"] <= tl["window_start"]
+    finally:
+        launcher.close()
+
+
+def test_the_window_waits_until_the_slots_interpreters_are_idle(tmp_path: Path) -> None:
+    """A trial that starts cold spawns its slot's next interpreters; its window opens only once
+    they have finished importing (``go`` after every ``ready``)."""
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=2)
+    readies: list[float] = []
+    try:
+        run = launcher.start({**CONFIG, "trial_number": 0}, tmp_path / "t0", {}, 120, [{}])
+        spares = list(launcher.spares)
+        while not run.exited:
+            wait_for_activity([launcher])
+            launcher.tick()
+            readies += [time.time() for s in spares if s.ready and not getattr(s, "_seen", False)
+                        and not setattr(s, "_seen", True)]
+        tl = json.loads((tmp_path / "t0" / "result.json").read_text())["timeline"]
+        assert len(readies) == 2
+        assert tl["go"] >= max(readies) - 0.1, "the window opened while an interpreter was still importing"
+    finally:
+        launcher.close()
+
+
+def test_the_next_trial_gets_its_configuration_only_after_the_previous_process_exited(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCHESTRATE_TEST_EXIT_DELAY_S", "1.0")  # each process lingers after its result
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1)
+    try:
+        first = run_to_end(launcher, 0, tmp_path / "t0", {})
+        second = run_to_end(launcher, 1, tmp_path / "t1", {})
+        run0, run1 = first["_run"], second["_run"]
+        assert run0.exited_at >= first["timeline"]["result_written"] + 0.9
+        assert run1.slot_free_at == run0.exited_at
+        assert second["timeline"]["config_received"] >= run0.exited_at
+        assert second["timeline"]["device"] >= run0.exited_at
+    finally:
+        launcher.close()
+
+
+def test_launch_trial_still_runs_one_cold_trial(tmp_path: Path) -> None:
+    launched = launch_trial({**CONFIG}, tmp_path / "cold", {}, 120)
+    assert launched.outcome.status == "ok" and launched.peak_rss_gib and launched.duration_s > 0
+    assert list((tmp_path / "cold").iterdir())
