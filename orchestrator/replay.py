@@ -157,17 +157,78 @@ class ReplayLauncher:
 
 
 class NullTracker:
-    """The tracker methods ``Sweep.run`` calls, recording nothing (no MLflow)."""
+    """The tracker methods the sweep loop calls, recording nothing (no MLflow)."""
 
     def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str]) -> str:
         return f"replay-{number}"
 
-    def finish_trial(self, run_id: str, status: str, metrics: dict[str, float], tags: dict[str, str],
+    def finish_trial(self, run_ref: str, status: str, metrics: dict[str, float], tags: dict[str, str],
                      files: list[tuple[Path, str | None]]) -> None:
         return None
 
+    @staticmethod
+    def run_id(ref: str) -> str:
+        return ref
+
     def trial_runs(self) -> dict[int, list[Any]]:
         return {}
+
+
+class _ReplayRun:
+    """A replayed trial on the simulated clock: its result is known once the clock passes ``end``."""
+
+    def __init__(self, runner: "ReplayRunner", launched: Launched, start: float) -> None:
+        self.runner, self._launched, self.end = runner, launched, start + launched.duration_s
+
+    @property
+    def has_result(self) -> bool:
+        return self.runner.clock >= self.end
+
+    exited = has_result
+
+    def poll(self) -> None:
+        return None
+
+    def launched(self) -> Launched:
+        return self._launched
+
+    def kill(self) -> None:
+        self.end = self.runner.clock
+
+
+class ReplayRunner:
+    """``sweep.ProcessRunner``'s interface over a landscape: ``slots`` trials at a time, each taking
+    its recorded duration on a simulated clock (``wait`` jumps to the next trial's end), so
+    concurrency is replayed as it would unfold, in no time."""
+
+    def __init__(self, launcher: Callable[..., Launched], slots: int = 1) -> None:
+        from orchestrator.slots import Slot
+
+        self.launcher = launcher
+        self.slots = [Slot(f"replay:{i}") for i in range(slots)]
+        self.running: dict[int, _ReplayRun] = {}
+        self.clock = 0.0
+
+    def idle(self, i: int) -> bool:
+        run = self.running.get(i)
+        return run is None or run.exited
+
+    def start(self, i: int, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+              guesses: list[dict[str, str]]) -> _ReplayRun:
+        run = _ReplayRun(self, self.launcher(config, trial_dir, env, timeout_s, None), self.clock)
+        self.running[i] = run
+        return run
+
+    def wait(self, timeout_s: float) -> None:
+        pending = [r.end for r in self.running.values() if not r.exited]
+        if pending:
+            self.clock = max(self.clock, min(pending))
+
+    def now(self) -> float:
+        return self.clock
+
+    def close(self) -> None:
+        self.running.clear()
 
 
 @dataclass(frozen=True)
@@ -181,6 +242,8 @@ class TrialRecord:
     cost_s: float
     """Replayed time: the recorded duration; 0 for skipped and repeated trials (no process ran)."""
     repeat_of: int | None = None
+    finished_at: float | None = None
+    """On the simulated clock: when the trial's result was known (several slots run at once)."""
 
     @property
     def measured(self) -> bool:
@@ -199,10 +262,11 @@ def landscape_spec(landscape: Landscape, name: str = "replay", device: str = "cp
 
 def replay_sweep(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip: bool,
                  sampler: Any = None, launcher: Callable[..., Launched] | None = None,
-                 neighbours: bool = True) -> list[TrialRecord]:
+                 neighbours: bool = True, slots: int = 1) -> list[TrialRecord]:
     """Run the orchestrator's sweep loop over ``landscape``; the trials in the order they were made.
     ``sampler`` replaces the one the spec names (``study.make_sampler``), to try another setting;
-    ``neighbours=False`` turns off the queueing of a re-proposed configuration's nearest neighbour."""
+    ``neighbours=False`` turns off the queueing of a re-proposed configuration's nearest neighbour;
+    ``slots`` trials run at once (``ReplayRunner``)."""
     import optuna
 
     from orchestrator.space import make_plan
@@ -218,24 +282,29 @@ def replay_sweep(spec_dict: dict[str, Any], landscape: Landscape, seed: int, ski
     plan = make_plan(spec, spec.device if spec.device != "auto" else "cpu")
     study = optuna.create_study(directions=[d for _, d in spec.objective.metrics],
                                 sampler=sampler if sampler is not None else make_sampler(spec, 0))
-    sweep = Sweep(spec, plan, study, NullTracker(), REPLAY_PATH, StopFlag(),  # type: ignore[arg-type]
-                  launcher=launcher or ReplayLauncher(landscape), neighbours=neighbours)
-    sweep.run(lambda trial, outcome, _: None)
-    return trial_records(study)
+    runner = ReplayRunner(launcher or ReplayLauncher(landscape), slots)
+    sweep = Sweep(spec, plan, study, NullTracker(), REPLAY_PATH, StopFlag(), runner,  # type: ignore[arg-type]
+                  neighbours=neighbours)
+    finished: dict[int, float] = {}
+    sweep.run(lambda trial, outcome, now: finished.__setitem__(trial.number, now))
+    return trial_records(study, finished)
 
 
-def trial_records(study: Any) -> list[TrialRecord]:
-    """What the study recorded, trial by trial (repeats are told by the sweep, not run)."""
+def trial_records(study: Any, finished: dict[int, float] | None = None) -> list[TrialRecord]:
+    """What the study recorded, trial by trial (repeats are told by the sweep, not run), in the
+    order their results were known."""
     out = []
-    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+    finished = finished or {}
+    for t in study.get_trials(deepcopy=False):
         attrs = t.user_attrs
         status = attrs.get("status", "unknown")
-        repeat_of = attrs.get("repeat_of")
-        ran = status != "skipped" and repeat_of is None
+        repeat_of = attrs.get("repeat_of", attrs.get("deferred_to"))
+        ran = status not in ("skipped", "deferred") and repeat_of is None
         sps = attrs.get("metrics", {}).get("samples_per_s") if ran and status == "ok" else None
         out.append(TrialRecord(t.number, dict(t.params), status, sps,
-                               float(attrs.get("duration_s", 0.0)) if ran else 0.0, repeat_of))
-    return out
+                               float(attrs.get("duration_s", 0.0)) if ran else 0.0, repeat_of,
+                               finished.get(t.number)))
+    return sorted(out, key=lambda r: (r.finished_at if r.finished_at is not None else 0.0, r.number))
 
 
 def lightning_search(landscape: Landscape, batch: str = "batch_size", precision: str | None = "dtype",

@@ -89,7 +89,9 @@ def study_lock(url: str, name: str) -> Iterator[None]:
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
             raise StudyError(f"study {name!r} is being run by another orchestrate (pid {holder}); "
-                             f"lock {lock_path}. Wait for it to finish or stop it, then run again") from None
+                             f"lock {lock_path}. SQLite serves one orchestrator per study: wait for it, or "
+                             "run several at once on a PostgreSQL study (--storage postgresql://...; "
+                             "see the README, 'Several GPUs and hosts')") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
@@ -97,25 +99,33 @@ def study_lock(url: str, name: str) -> Iterator[None]:
         os.close(fd)
 
 
-def make_sampler(spec: SweepSpec, n_existing: int):
+def make_sampler(spec: SweepSpec, n_existing: int, worker: int = 0):
     """Samplers are not stored by Optuna: rebuilt from the spec on every run. The seed is offset by
-    the number of trials already in the study, so a resume does not replay the first proposals."""
+    the number of trials already in the study, so a resume does not replay the first proposals,
+    and by ``worker`` (a per-process number when several orchestrators share a study: same-seed
+    workers that start together would otherwise propose the same points, optuna#3790)."""
     import optuna
 
-    seed = None if spec.search.seed is None else spec.search.seed + 7919 * n_existing
+    seed = None if spec.search.seed is None else (spec.search.seed + 7919 * n_existing + 104729 * worker) % 2**32
     name = spec.search.sampler
     if name == "tpe":
         # 5 random start-up trials instead of Optuna's 10: memory sweeps are small (tens of
         # configurations), and on both recorded landscapes this reached the best configuration
         # sooner for every seed set tried (bench/search_efficiency.py --startup 5 10).
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5)
+        # constant_liar (Optuna 5's default, said here on purpose): trials in flight count as
+        # bad, so concurrent proposals (several slots or orchestrators) spread out.
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, constant_liar=True)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed)
     return optuna.samplers.RandomSampler(seed=seed)  # grid: every trial is enqueued by the sweep
 
 
-def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any]):
-    """Create the study, or load it and check it was made from the same spec."""
+def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], worker: int = 0):
+    """Create the study, or load it and check it was made from the same spec. With a server
+    database the storage keeps heartbeats (``coordination.Heartbeat`` records them; a trial silent
+    for ``search.grace_period_s`` is stale)."""
+    import warnings
+
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -124,6 +134,18 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any]):
     kwargs: dict[str, Any] = {}
     if storage_url.startswith("sqlite"):
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
+    else:
+        grace = spec.search.grace_period_s
+        kwargs.update(heartbeat_interval=max(1, int(grace / 4)), grace_period=max(2, int(grace)))
+        kwargs["engine_kwargs"] = {"pool_pre_ping": True}
+        if storage_url.startswith("postgresql"):
+            # Optuna compares heartbeats written with the server's now() against naive UTC
+            # datetimes; a server in another time zone would make every trial look stale.
+            kwargs["engine_kwargs"]["connect_args"] = {"options": "-c timezone=UTC"}
+        # ask/tell with a heartbeat storage: Optuna warns that its own heartbeat thread runs only in
+        # optimize(); ours (coordination.Heartbeat) does that job.
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     try:
         create_sqlite_atomically(storage_url, lambda url: optuna.storages.RDBStorage(url, **kwargs))
         storage = optuna.storages.RDBStorage(storage_url, **kwargs)
@@ -132,7 +154,7 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any]):
         except KeyError:  # no such study yet
             n_existing = 0
         study = optuna.create_study(study_name=spec.name, storage=storage, directions=directions,
-                                    sampler=make_sampler(spec, n_existing), load_if_exists=True)
+                                    sampler=make_sampler(spec, n_existing, worker), load_if_exists=True)
     except SQLAlchemyError as exc:
         msg = str(exc).splitlines()[0]
         hint = ("another program holds a write lock; close it (an open optuna-dashboard?) and retry"

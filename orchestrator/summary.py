@@ -21,7 +21,7 @@ def fmt_num(value: Any, unit: str = "", digits: int = 1) -> str:
 
 def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[str, float],
                duration_s: float | None, detail: str | None = None, repeats: int = 1,
-               neighbour_of: int | None = None) -> str:
+               neighbour_of: int | None = None, slot: str | None = None, retry_of: int | None = None) -> str:
     line = (f"#{number:<3d} {fmt_params(params):<60s} {status:<8s} "
             f"{fmt_num(metrics.get(M.SAMPLES_PER_S)):>10s} samples/s "
             f"{fmt_num(metrics.get(M.PEAK_MEMORY_GIB), ' GiB', 2):>10s} "
@@ -33,6 +33,10 @@ def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[s
         notes.append(f"median of {repeats}, spread {metrics[M.SAMPLES_PER_S + '_spread']:.0%}")
     if neighbour_of is not None:
         notes.append(f"nearest unmeasured configuration to #{neighbour_of}, which the sampler proposed again")
+    if retry_of is not None:
+        notes.append(f"runs #{retry_of} again")
+    if slot is not None:
+        notes.append(f"on {slot}")
     if notes and (status == "ok" or not detail):
         line += f"  ({'; '.join(notes)})"
     return line

@@ -149,3 +149,84 @@ def _metric_batch(metrics: dict[str, float]) -> list[Any]:
 
 def _param(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+class RunRef:
+    """A trial's MLflow run, created by the writer thread: ``run_id`` once it exists."""
+
+    def __init__(self, number: int) -> None:
+        import threading
+
+        self.number = number
+        self.run_id: str | None = None
+        self.done = threading.Event()
+
+
+class AsyncTracker:
+    """MLflow off the sweep's critical path: trial runs are created and finished by one writer
+    thread, in the order asked (an ordered queue), while the next trial starts. ``flush`` drains the
+    queue before the orchestrator exits; if it is killed first, the next start repairs what is
+    missing (``recovery``: a told trial without a finished run is finished from Optuna's record,
+    a trial without a run gets one)."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        import queue
+        import threading
+
+        self.sync = tracker
+        self.queue: "queue.Queue[Any]" = queue.Queue()
+        self.failed: list[str] = []
+        self._thread = threading.Thread(target=self._work, name="mlflow-writer", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        from orchestrator.timeline import event
+
+        while True:
+            job = self.queue.get()
+            if job is None:
+                self.queue.task_done()
+                return
+            kind, ref, args = job
+            try:
+                if kind == "barrier":
+                    ref.set()
+                elif kind == "start":
+                    ref.run_id = self.sync.start_trial(*args)
+                    event("mlflow_started", ref.number)
+                elif ref.run_id is not None:
+                    self.sync.finish_trial(ref.run_id, *args)
+                    event("mlflow_finished", ref.number)
+            except Exception as exc:  # noqa: BLE001 - a lost record is repaired on the next start
+                self.failed.append(f"trial {ref.number}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            finally:
+                if kind == "start":
+                    ref.done.set()
+                self.queue.task_done()
+
+    def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str]) -> RunRef:
+        ref = RunRef(number)
+        self.queue.put(("start", ref, (number, params, tags)))
+        return ref
+
+    def finish_trial(self, ref: RunRef, status: str, metrics: dict[str, float], tags: dict[str, str],
+                     files: list[tuple[Path, str | None]]) -> None:
+        self.queue.put(("finish", ref, (status, metrics, tags, files)))
+
+    @staticmethod
+    def run_id(ref: RunRef, timeout_s: float = 30.0) -> str | None:
+        ref.done.wait(timeout_s)
+        return ref.run_id
+
+    def flush(self, timeout_s: float = 300.0) -> bool:
+        """Wait until every queued record is written; False if it took longer than ``timeout_s``."""
+        import threading
+
+        done = threading.Event()
+        self.queue.put(("barrier", done, ()))
+        return done.wait(timeout_s)
+
+    def close(self, timeout_s: float = 300.0) -> bool:
+        ok = self.flush(timeout_s)
+        self.queue.put(None)
+        return ok

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+pytest_plugins = ["servers"]  # tests/servers.py: real PostgreSQL and mlflow server fixtures
+
 ROOT = Path(__file__).resolve().parents[1]
 ORCHESTRATE = str(Path(sys.executable).with_name("orchestrate"))
 
@@ -28,16 +30,16 @@ def orchestrate(args: list[str], cwd: Path, env: dict[str, str] | None = None,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
-def load_study(cwd: Path, name: str):
+def load_study(cwd: Path, name: str, storage: str | None = None):
     import optuna
 
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{cwd}/mlruns/optuna.db")
+    return optuna.load_study(study_name=name, storage=storage or f"sqlite:///{cwd}/mlruns/optuna.db")
 
 
-def child_runs(cwd: Path, name: str) -> list[Any]:
+def child_runs(cwd: Path, name: str, tracking: str | None = None) -> list[Any]:
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{cwd}/mlruns/mlflow.db")
+    client = MlflowClient(tracking or f"sqlite:///{cwd}/mlruns/mlflow.db")
     exp = client.get_experiment_by_name(name)
     return client.search_runs([exp.experiment_id], filter_string="tags.role = 'trial'", max_results=50000)
 
@@ -50,21 +52,21 @@ def parent_runs(cwd: Path, name: str) -> list[Any]:
     return client.search_runs([exp.experiment_id], filter_string="tags.role = 'sweep'")
 
 
-RESULT = ("ok", "oom", "timeout", "crashed", "error", "diverged", "skipped")
-
-
 def result_trials(study: Any) -> list[Any]:
-    return [t for t in study.get_trials() if t.user_attrs.get("status") in RESULT
-            and "repeat_of" not in t.user_attrs]
+    """One trial per configuration with a final result (the newest); errors are not results."""
+    from orchestrator.records import results_of
+
+    return results_of(study.get_trials())
 
 
-def check_records(cwd: Path, name: str, n_results: int | None = None) -> dict[str, Any]:
-    """The invariants every sweep must keep, whatever happened to the orchestrator."""
+def check_records(cwd: Path, name: str, n_results: int | None = None, storage: str | None = None,
+                  tracking: str | None = None) -> dict[str, Any]:
+    """The invariants every sweep must keep, whatever happened to the orchestrator(s)."""
     from optuna.trial import TrialState
 
     from orchestrator.space import config_key
 
-    study = load_study(cwd, name)
+    study = load_study(cwd, name, storage)
     trials = study.get_trials()
     assert not [t.number for t in trials if t.state == TrialState.RUNNING], "trials left RUNNING"
     results = result_trials(study)
@@ -72,7 +74,7 @@ def check_records(cwd: Path, name: str, n_results: int | None = None) -> dict[st
     assert len(keys) == len(set(keys)), f"a configuration was measured twice: {sorted(keys)}"
     if n_results is not None:
         assert len(results) == n_results
-    runs = child_runs(cwd, name)
+    runs = child_runs(cwd, name, tracking)
     by_number: dict[int, list[Any]] = {}
     for run in runs:
         by_number.setdefault(int(run.data.tags["trial_number"]), []).append(run)

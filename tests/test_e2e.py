@@ -102,11 +102,14 @@ def test_sigkill_mid_trial_then_the_same_command_completes(project: Path) -> Non
     spec = write_spec(project, SPEC.replace("[8, 16, 4096]", "[8, 16]"))
     proc = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    # wait for the second trial's process, then kill the orchestrator the hard way
-    marker = (str(project / "mlruns" / ".trials" / "tiny_e2e-"), "/trial-0001/")
+    # wait until the second trial has been given to its process (its config written, no result
+    # yet), then kill the orchestrator the hard way
+    trials = project / "mlruns" / ".trials"
     deadline = time.monotonic() + 120
-    while not trial_processes(*marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    while time.monotonic() < deadline and not any(
+            (d / "config.json").exists() and not (d / "result.json").exists()
+            for d in trials.glob("tiny_e2e-*/trial-0001")):
+        time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     time.sleep(0.5)

@@ -1,7 +1,9 @@
 """Check an experiment module against the contract, in a subprocess, before a study exists.
 
-``python -m orchestrator.harness.probe MODULE DEVICE FIXED_JSON`` prints one JSON line:
-``{"ok": true, "device": "cpu", "params": [...] | null, ...}`` or ``{"ok": false, "error": "..."}``.
+``python -m orchestrator.harness.probe MODULE DEVICE FIXED_JSON [SMOKE_PARAMS_JSON]`` prints one
+JSON line: ``PROBE {"ok": true, "device": "cpu", "params": [...] | null, ...}`` or
+``PROBE {"ok": false, "error": "..."}``; given smoke parameters, then ``SMOKE {...}``: one
+training step of that configuration (``orchestrator.harness.smoke``).
 """
 
 from __future__ import annotations
@@ -60,4 +62,12 @@ def probe(module_name: str, device: str, fixed: dict) -> dict:
 
 if __name__ == "__main__":
     out = probe(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
-    print("PROBE " + json.dumps(out, default=str))
+    print("PROBE " + json.dumps(out, default=str), flush=True)
+    if out["ok"] and len(sys.argv) > 4:  # then one training step of the smallest configuration
+        import os
+
+        from orchestrator.harness.smoke import smoke_step
+
+        os.environ["ORCHESTRATE_SMOKE"] = "1"  # an experiment may tell the smoke step from a trial
+        params = json.loads(sys.argv[4])
+        print("SMOKE " + json.dumps(smoke_step(sys.argv[1], params, out["device"]), default=str), flush=True)

@@ -1,0 +1,161 @@
+"""The experiment checked before the sweep: one tiny training step, in a subprocess.
+
+``python -m orchestrator.harness.smoke '{"experiment": "experiments.mlp", "params": {...},
+"device": "cpu"}'`` builds the workload with the given parameters (the caller passes the
+smallest batch), runs the harness's own loop for one warm-up and one measured optimizer step of
+one micro-batch, without memory caps and without ``torch.compile``, and prints one line::
+
+    SMOKE {"ok": true, "seconds": 1.9, "device": "cpu", "loss": 2.31, "finite": true}
+    SMOKE {"ok": false, "error": "RuntimeError: mat1 and mat2 shapes cannot be multiplied ...",
+           "where": "experiments/mine.py:31", "function": "forward", "phase": "warmup", ...}
+
+``where`` is the innermost line of the traceback that belongs to the experiment's own source (its
+top-level package, or its file), not torch's or the harness's; when the error is raised outside
+that source after the workload was built (``backward()`` of a loss that is not a scalar, say), it
+is the loss function's ``def`` line. A broken experiment is then one line naming its own file
+and line, seconds into a sweep instead of after N failed trials. Exit code 0 when the step ran,
+1 when it failed (the line says why), 2 for a malformed argument.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+UNCAPPED = ("cpu_memory_limit_gib", "memory_fraction")
+"""Knobs that cap memory: left out, so a small step cannot fail for the cap's sake."""
+
+
+def smoke_step(experiment: str, params: dict[str, Any], device: str) -> dict[str, Any]:
+    """One optimizer step of one micro-batch through ``train.run``; never raises."""
+    started = time.perf_counter()
+    params = {k: v for k, v in params.items() if k not in UNCAPPED}
+    params.update(device=device, grad_accum_steps=1, compile=False)
+    config = {"experiment": experiment, "params": params, "allow_swap": True,
+              "trial": {"warmup_steps": 1, "measure_steps": 1, "min_measure_s": 0.0}}
+    built: dict[str, Any] = {}
+    progress = None
+    try:
+        from orchestrator.harness import train  # imports torch: a broken install is this check's error
+
+        progress = train.Progress()
+        progress.phase = "import"
+        module = importlib.import_module(experiment)
+        progress.phase = "setup"
+        build = getattr(module, "build", None)
+        if callable(build):
+            module.build = _recording(build, built)  # train.run finds the same module object
+        out = train.run(config, progress)
+    except BaseException as exc:  # noqa: BLE001 - every failure is the answer
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        traceback.print_exc()
+        result = {"ok": False, "error": _last_line(exc), "oom": _is_oom(exc),
+                  "phase": progress.phase if progress is not None else "import",
+                  "seconds": round(time.perf_counter() - started, 3)}
+        result.update(locate(exc.__traceback__, experiment, built.get("workload")))
+        return result
+    loss = out["metrics"].get("loss")
+    return {"ok": True, "device": out["device"], "loss": loss, "finite": out["finite"],
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _recording(build: Any, built: dict[str, Any]) -> Any:
+    @functools.wraps(build)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        built["workload"] = build(*args, **kwargs)
+        return built["workload"]
+
+    return wrapper
+
+
+def locate(tb: TracebackType | None, experiment: str, workload: Any = None) -> dict[str, Any]:
+    """Where a failure is in the experiment's own source: ``where`` (FILE:LINE, relative to the
+    working directory when under it) and ``function``, or None for both; ``frame``: the innermost
+    frame of all (torch's, often), for the log; ``note`` when ``where`` is the loss function's
+    ``def`` line because no frame of the experiment's own was on the stack."""
+    frames = traceback.extract_tb(tb)
+    roots = source_roots(experiment)
+    out: dict[str, Any] = {"where": None, "function": None,
+                           "frame": f"{_show(frames[-1].filename)}:{frames[-1].lineno}" if frames else None}
+    for frame in reversed(frames):
+        if _within(frame.filename, roots):
+            out.update(where=f"{_show(frame.filename)}:{frame.lineno}", function=frame.name)
+            return out
+    loss = getattr(workload, "loss", None)
+    code = getattr(loss, "__code__", None)
+    if code is not None and _within(code.co_filename, roots):  # raised by backward() or the optimizer
+        name = getattr(loss, "__qualname__", code.co_name)
+        out.update(where=f"{_show(code.co_filename)}:{code.co_firstlineno}", function=name,
+                   note=f"raised outside the experiment's code, after its loss function {name} returned "
+                        "(in backward() or the optimizer step)")
+    return out
+
+
+def source_roots(experiment: str) -> list[Path]:
+    """The experiment's own source: its top-level package's folders, or its file."""
+    top = experiment.split(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return [Path(p).resolve() for p in spec.submodule_search_locations]
+    return [Path(spec.origin).resolve()] if spec.origin else []
+
+
+def _within(filename: str, roots: list[Path]) -> bool:
+    path = Path(filename).resolve()
+    return any(path == root or root in path.parents for root in roots)
+
+
+def _show(filename: str) -> str:
+    path = Path(filename).resolve()
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _is_oom(exc: BaseException) -> bool:
+    try:
+        from orchestrator.harness.oom import is_oom_exception
+
+        return bool(is_oom_exception(exc))
+    except Exception:  # noqa: BLE001 - torch itself may be what failed to import
+        return False
+
+
+def main(argv: list[str]) -> int:
+    usage = ("usage: python -m orchestrator.harness.smoke "
+             "'{\"experiment\": MODULE, \"params\": {...}, \"device\": DEVICE}'")
+    try:
+        request = json.loads(argv[1]) if len(argv) == 2 else None
+        experiment, params, device = request["experiment"], request.get("params", {}), request.get("device", "auto")
+        if not isinstance(experiment, str) or not isinstance(params, dict) or not isinstance(device, str):
+            raise TypeError
+    except (TypeError, KeyError, ValueError):
+        print(usage, file=sys.stderr)
+        return 2
+    result = smoke_step(experiment, params, device)
+    print("SMOKE " + json.dumps(result, default=str), flush=True)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
