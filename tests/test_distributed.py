@@ -1,0 +1,149 @@
+"""Several orchestrators on one study (Optuna's distributed mode): a real PostgreSQL server for the
+study, MLflow on PostgreSQL (directly, and through a real ``mlflow server``), real orchestrator
+processes, each in its own folder as if on its own host (nothing assumes a shared filesystem).
+
+The invariants are read back through Optuna's and MLflow's own APIs (``conftest.check_records``):
+every configuration measured once, exactly ``n_trials`` results, one MLflow run per trial,
+nothing left RUNNING, no trial process outliving its orchestrator.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ORCHESTRATE, check_records, trial_processes, write_spec
+
+pytestmark = pytest.mark.slow
+
+HIDDEN = [8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52]  # 12 configurations
+
+
+def shared_spec(directory: Path, storage: str, tracking: str, sampler: str = "grid",
+                n_trials: int | None = None, min_measure_s: float = 0.05) -> Path:
+    budget = f"\n          n_trials: {n_trials}\n          seed: 3" if n_trials else ""
+    return write_spec(directory, f"""
+        name: shared
+        experiment: experiments.faults
+        device: cpu
+        storage: {storage}
+        tracking_uri: {tracking}
+        fixed:
+          batch_size: 8
+        space:
+          hidden_size: {HIDDEN}
+        search:
+          sampler: {sampler}
+          grace_period_s: 4{budget}
+        trial:
+          warmup_steps: 1
+          measure_steps: 2
+          min_measure_s: {min_measure_s}
+          timeout_s: 60
+        """)
+
+
+def start(folder: Path, spec_text: str) -> subprocess.Popen[str]:
+    """An orchestrator in its own folder (its own trial files and logs, as on another host)."""
+    folder.mkdir()
+    spec = folder / "spec.yaml"
+    spec.write_text(spec_text)
+    return subprocess.Popen([ORCHESTRATE, str(spec), "--no-check"], cwd=folder, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def finish(procs: list[subprocess.Popen[str]], timeout: float = 240) -> list[str]:
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        outs.append(out)
+    return outs
+
+
+def measured(records: dict) -> dict[int, list[int]]:
+    """hidden_size -> numbers of the trials that measured it (started a process)."""
+    out: dict[int, list[int]] = {}
+    for t in records["study"].get_trials():
+        if t.params and "repeat_of" not in t.user_attrs and t.user_attrs.get("status") not in ("deferred", None):
+            out.setdefault(t.params["hidden_size"], []).append(t.number)
+    return out
+
+
+def test_three_orchestrators_share_one_grid_study(tmp_path: Path, postgres) -> None:  # noqa: ANN001
+    storage, tracking = postgres.new_database("study"), postgres.new_database("mlflow")
+    text = shared_spec(tmp_path, storage, tracking).read_text()
+    procs = [start(tmp_path / f"host{i}", text) for i in range(3)]
+    outs = finish(procs)
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out
+        assert "Traceback" not in out, out
+    records = check_records(tmp_path, "shared", n_results=12, storage=storage, tracking=tracking)
+    assert sorted(t.params["hidden_size"] for t in records["results"]) == HIDDEN
+    assert all(len(n) == 1 for n in measured(records).values()), measured(records)
+    owners = {t.user_attrs["orchestrator"] for t in records["results"]}
+    assert len(owners) >= 2, f"one orchestrator did all the work: {owners}"
+    assert all(t.user_attrs["status"] == "ok" for t in records["results"])
+
+
+def test_a_killed_orchestrators_trial_is_run_again_by_the_others(tmp_path: Path, postgres) -> None:  # noqa: ANN001
+    storage, tracking = postgres.new_database("study"), postgres.new_database("mlflow")
+    text = shared_spec(tmp_path, storage, tracking, min_measure_s=0.6).read_text()
+    procs = [start(tmp_path / f"host{i}", text) for i in range(3)]
+    victim, folder = procs[0], tmp_path / "host0"
+    import optuna
+    from optuna.trial import TrialState
+
+    owner = f"{os.uname().nodename}:{victim.pid}"
+    deadline, cut = time.monotonic() + 120, None
+    db = optuna.storages.RDBStorage(storage)
+    while time.monotonic() < deadline and cut is None:
+        time.sleep(0.2)
+        try:
+            study = optuna.load_study(study_name="shared", storage=db)
+        except KeyError:  # not created yet
+            continue
+        running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                   if t.user_attrs.get("orchestrator") == owner]
+        if running and trial_processes(str(folder), "orchestrator.harness"):
+            cut = running[0]
+    assert cut is not None, "the first orchestrator never had a trial in flight"
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    outs = finish(procs[1:])
+    for p, out in zip(procs[1:], outs):
+        assert p.returncode == 0, out
+    time.sleep(1.0)  # PR_SET_PDEATHSIG / the parent watch: the victim's trial processes are gone
+    assert trial_processes(str(folder), "orchestrator.harness") == []
+    records = check_records(tmp_path, "shared", n_results=12, storage=storage, tracking=tracking)
+    assert sorted(t.params["hidden_size"] for t in records["results"]) == HIDDEN
+    cut_after = records["study"].trials[cut.number]
+    assert cut_after.state == TrialState.FAIL and cut_after.user_attrs["status"] == "interrupted"
+    again = next(t for t in records["results"] if t.params == cut.params)
+    assert again.number > cut.number and again.user_attrs["orchestrator"] != owner
+    assert "heartbeats" in cut_after.user_attrs["detail"]
+
+
+def test_tpe_from_three_orchestrators_never_measures_twice(tmp_path: Path, postgres, mlflow_server) -> None:  # noqa: ANN001
+    storage = postgres.new_database("study")
+    text = shared_spec(tmp_path, storage, str(mlflow_server), sampler="tpe", n_trials=12).read_text()
+    text = text.replace("name: shared", f"name: shared-tpe-{tmp_path.name}")
+    procs = [start(tmp_path / f"host{i}", text) for i in range(3)]
+    outs = finish(procs)
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out
+    records = check_records(tmp_path, f"shared-tpe-{tmp_path.name}", n_results=12, storage=storage,
+                            tracking=str(mlflow_server))
+    assert all(len(n) == 1 for n in measured(records).values()), measured(records)
+    # trial files went up as artifacts through the server (no shared filesystem)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(str(mlflow_server))
+    run = records["runs"][records["results"][0].number][0]
+    names = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"trial.log", "result.json"} <= names, names
