@@ -117,7 +117,10 @@ def breakdown(run: dict) -> dict[str, float | None]:
         if e.get("trial") is not None:
             by.setdefault(e["trial"], {}).setdefault(e["event"], e["t"])
     ask_start = [e["t"] for e in run["events"] if e["event"] == "ask_start"]
-    trials = sorted(n for n in by if "start" in by[n] and "exited" in by[n] and n in run["results"])
+    # a trial ends when its result is written: the loop tells it then, and does not wait for the
+    # process's exit (the last trial's process may be ended by the sweep's close, with no event)
+    trials = sorted(n for n in by if "start" in by[n] and n in run["results"]
+                    and ("exited" in by[n] or "result_written" in run["results"][n].get("timeline", {})))
     if len(trials) < 2:
         sys.exit("fewer than two measured trials: nothing to break down")
     phases: dict[str, list[float]] = {k: [] for k in (
@@ -134,7 +137,9 @@ def breakdown(run: dict) -> dict[str, float | None]:
         if "mlflow_started" in ev and "ask_end" in ev and ev["mlflow_started"] <= ev["start"]:
             phases["mlflow start"].append(ev["mlflow_started"] - ev["ask_end"])
         if i:
-            phases["orchestrator"].append(ev["start"] - by[trials[i - 1]]["exited"])
+            prev = by[trials[i - 1]]
+            if "exited" in prev:
+                phases["orchestrator"].append(ev["start"] - prev["exited"])
         got = max(tl.get("imports_done", ev["start"]), tl.get("config_received", ev["start"]))
         phases["spawn + imports"].append(max(0.0, got - ev["start"]))
         if "warmup_done" in tl:
@@ -142,11 +147,13 @@ def breakdown(run: dict) -> dict[str, float | None]:
             phases["gate"].append(tl["window_start"] - tl["warmup_done"])
             phases["window"].append(tl["window_end"] - tl["window_start"])
             phases["result"].append(tl["result_written"] - tl["window_end"])
-            phases["exit"].append(ev["exited"] - tl["result_written"])
+            if "exited" in ev:
+                phases["exit"].append(ev["exited"] - tl["result_written"])
         if "startup_s" in m and "measure_s" in m:
             phases["startup_s + measure_s"].append(m["startup_s"] + m["measure_s"])
     starts = [by[n]["start"] for n in trials]
-    ends = [by[n]["exited"] for n in trials]
+    ends = [by[n].get("exited", run["results"][n].get("timeline", {}).get("result_written", 0.0))
+            for n in trials]
     # steady state: from the first trial's start to the last one's end, per trial after the first
     wall = (ends[-1] - starts[0]) / len(trials)
     out: dict[str, float | None] = {k: (statistics.median(v) if v else None) for k, v in phases.items()}

@@ -12,6 +12,7 @@ process exits; it starts (3) once the process is gone, so trials never share a d
 
 from __future__ import annotations
 
+
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from orchestrator import knobs
 from orchestrator import metrics as M
 from orchestrator.errors import FailureBudgetExceeded
 from orchestrator.faultpoints import reached
-from orchestrator.launch import PRESTART, Launched, StopFlag, SlotLauncher, wait_for_activity
+from orchestrator.launch import PRESTART, Host, Launched, StopFlag, SlotLauncher, wait_for_activity
 from orchestrator.outcome import Outcome
 from orchestrator.proposer import DONE, WAIT, Proposal, Proposer
 from orchestrator.records import (  # noqa: F401 - re-exported: report, plots and tests read them here
@@ -50,7 +51,8 @@ class ProcessRunner:
     def __init__(self, slots: list[Slot], experiment: str, work_dir: Path, stop: StopFlag,
                  prestart: int = PRESTART) -> None:
         self.slots = slots
-        self.launchers = [SlotLauncher(experiment, s.env, s.cores, work_dir, stop, prestart) for s in slots]
+        host = Host()
+        self.launchers = [SlotLauncher(experiment, s.env, s.cores, work_dir, stop, prestart, host) for s in slots]
 
     def idle(self, i: int) -> bool:
         return self.launchers[i].idle

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.launch import SlotLauncher, cpu_seconds, launch_trial, wait_for_activity
+from orchestrator.launch import Host, SlotLauncher, cpu_seconds, launch_trial, wait_for_activity
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +86,9 @@ def test_the_window_waits_until_the_slots_interpreters_are_idle(tmp_path: Path) 
     readies: list[float] = []
     try:
         run = launcher.start({**CONFIG, "trial_number": 0}, tmp_path / "t0", {}, 120, [{}])
+        launcher.tick()  # spares start at the first tick with no window running on the host
         spares = list(launcher.spares)
+        assert len(spares) == 2
         while not run.exited:
             wait_for_activity([launcher])
             launcher.tick()
@@ -97,6 +99,29 @@ def test_the_window_waits_until_the_slots_interpreters_are_idle(tmp_path: Path) 
         assert tl["go"] >= max(readies) - 0.1, "the window opened while an interpreter was still importing"
     finally:
         launcher.close()
+
+
+def test_a_window_waits_for_interpreters_importing_on_another_slot(tmp_path: Path) -> None:
+    """Slots of one host share the rule: slot 0's window opens only once slot 1's new
+    interpreters have imported (an import beside a window slows launch-bound trials)."""
+    host = Host()
+    first = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=0, host=host)
+    other = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=0, host=host)
+    try:
+        run = first.start({**CONFIG, "trial_number": 0}, tmp_path / "t0", {}, 120, [{}])
+        other.pending = [{}, {}]
+        readies: dict[int, float] = {}
+        while not run.exited:
+            wait_for_activity([first, other])
+            first.tick()
+            other.tick()
+            readies.update({s.pid: time.time() for s in other.spares if s.ready and s.pid not in readies})
+        tl = json.loads((tmp_path / "t0" / "result.json").read_text())["timeline"]
+        assert len(other.spares) == 2 and len(readies) == 2
+        assert tl["go"] >= max(readies.values()) - 0.1, "a window opened while another slot imported"
+    finally:
+        first.close()
+        other.close()
 
 
 def test_the_next_trial_gets_its_configuration_only_after_the_previous_process_exited(

@@ -1,0 +1,116 @@
+"""Do pre-started interpreters change what a trial measures? The same configurations, run the old
+way (a fresh process started for the trial, nothing else alive) and the new way (the trial given
+to an interpreter pre-started ahead of it, with the slot's next interpreters pre-started beside
+it), alternating in one run, so drift of the machine falls on both alike.
+
+    python bench/fidelity.py                                 # the MLP spec's grid on the CPU
+    python bench/fidelity.py --device cuda --rounds 5        # on an NVIDIA GPU
+    python bench/fidelity.py --spec sweeps/bert_tiny.yaml --configs 4
+
+Prints, per configuration, the median throughput each way and their ratio (target: within 1%),
+and the CPU seconds the pre-started interpreters used during the new way's timed windows
+(target: about zero: they wait on a pipe). Trials run through ``orchestrator.launch``, as in a
+sweep: same harness, same configuration files, same gate before the window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator import knobs  # noqa: E402
+from orchestrator.launch import SlotLauncher, wait_for_activity  # noqa: E402
+from orchestrator.space import configurations, make_plan, trial_params  # noqa: E402
+from orchestrator.spec import load_spec  # noqa: E402
+
+
+def trial_config(spec, plan, sampled: dict, number: int) -> dict:  # noqa: ANN001
+    return {"experiment": spec.experiment, "trial_number": number, "params": trial_params(plan, sampled),
+            "not_applied": dict(plan.not_applied), "allow_swap": True,
+            "trial": {"warmup_steps": spec.trial.warmup_steps, "measure_steps": spec.trial.measure_steps,
+                      "min_measure_s": spec.trial.min_measure_s}}
+
+
+def run_one(launcher: SlotLauncher, config: dict, trial_dir: Path, env: dict, timeout_s: float) -> dict:
+    run = launcher.start(config, trial_dir, env, timeout_s, [env])
+    while not run.exited:
+        wait_for_activity([launcher])
+        launcher.tick()
+    outcome = run.launched().outcome
+    if outcome.status != "ok":
+        raise SystemExit(f"fidelity: trial {config['params']} ended {outcome.status}: {outcome.detail}")
+    return {"samples_per_s": outcome.metrics["samples_per_s"], "spare_cpu": run.spare_cpu_in_window}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--spec", default=str(ROOT / "sweeps" / "mlp_classifier.yaml"))
+    ap.add_argument("--min-measure-s", type=float, default=2.0, help="each timed window at least this long (short windows are noisy)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--rounds", type=int, default=3, help="measurements of each configuration each way")
+    ap.add_argument("--configs", type=int, default=4, help="the first N configurations of the grid")
+    args = ap.parse_args()
+
+    spec = load_spec(args.spec, {"--device": (("device",), args.device),
+                                 "--min-measure-s": (("trial", "min_measure_s"), args.min_measure_s)})
+    plan = make_plan(spec, args.device)
+    chosen = configurations(plan)[:args.configs]
+    work = Path(tempfile.mkdtemp(prefix="fidelity-"))
+    fresh = {"fresh": [[] for _ in chosen], "pre-started": [[] for _ in chosen]}
+    spare_cpu: list[float] = []
+    # the new way, as a sweep runs it: one launcher for the whole run, its spares refilled as used
+    warm = SlotLauncher(spec.experiment, {}, None, work, None)
+    number = 0
+    try:
+        for r in range(args.rounds):
+            for i, sampled in enumerate(chosen):
+                config = trial_config(spec, plan, sampled, number)
+                env = knobs.trial_env(config["params"], args.device)
+                order = ("fresh", "pre-started") if (r + i) % 2 == 0 else ("pre-started", "fresh")
+                for way in order:
+                    number += 1
+                    trial_dir = work / f"trial-{number:04d}"
+                    if way == "fresh":  # nothing pre-started alive: the old launcher's situation
+                        warm.close()
+                        cold = SlotLauncher(spec.experiment, {}, None, work, None, prestart=0)
+                        try:
+                            got = run_one(cold, config, trial_dir, env, spec.trial.timeout_s)
+                        finally:
+                            cold.close()
+                        warm = SlotLauncher(spec.experiment, {}, None, work, None)
+                        warm.pending = [env]  # pre-started for the next pre-started run
+                    else:
+                        got = run_one(warm, config, trial_dir, env, spec.trial.timeout_s)
+                        if got["spare_cpu"] is not None:
+                            spare_cpu.append(got["spare_cpu"])
+                    fresh[way][i].append(got["samples_per_s"])
+                    print(f"  round {r + 1} {way:>11}: {sampled} {got['samples_per_s']:,.1f} samples/s",
+                          flush=True)
+    finally:
+        warm.close()
+
+    print(f"\nfidelity: {spec.name} on {args.device}, {args.rounds} rounds, alternating order")
+    print(f"{'configuration':<58} {'fresh':>12} {'pre-started':>12} {'ratio':>7}")
+    ratios = []
+    for i, sampled in enumerate(chosen):
+        a, b = statistics.median(fresh["fresh"][i]), statistics.median(fresh["pre-started"][i])
+        ratios.append(b / a)
+        label = ", ".join(f"{k}={v}" for k, v in sampled.items())
+        print(f"{label:<58} {a:>12,.1f} {b:>12,.1f} {b / a:>7.3f}")
+    worst = max(abs(r - 1) for r in ratios)
+    print(f"throughput ratio pre-started / fresh: median {statistics.median(ratios):.3f}, "
+          f"worst {1 + worst if max(ratios) - 1 >= 1 - min(ratios) else 1 - worst:.3f} "
+          f"(target within 1%: {'PASS' if worst <= 0.01 else 'FAIL'})")
+    if spare_cpu:
+        print(f"pre-started interpreters' CPU during the timed windows: median {statistics.median(spare_cpu) * 1000:.0f} ms, "
+              f"max {max(spare_cpu) * 1000:.0f} ms over {len(spare_cpu)} windows")
+
+
+if __name__ == "__main__":
+    main()

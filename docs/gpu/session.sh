@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU runs behind the README's figures, as they were run with the `device` tool on a lent
+# 2-GPU H200 host (torch 2.11 CUDA there; optuna, mlflow and their needs carried as wheels in
+# .whl/; the "before" code, commit 6e081e8, copied into .before/).
+#   bash docs/gpu/session.sh a    overhead before/after (bench/overhead.py)
+#   bash docs/gpu/session.sh a2   overhead of this checkout alone
+#   bash docs/gpu/session.sh b    fidelity, doctor, doctor --check, CPU against CUDA
+#   bash docs/gpu/session.sh c    BERT-base on one GPU against both (bench/devices.py)
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
+export PATH=/tmp/site/bin:$PATH
+ORCH="python3 -m orchestrator.cli"
+step() { echo "=== $1 ($(date +%T))"; }
+{ nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv; nproc; python3 -c "import torch; print(torch.__version__)"; } > "$OUT/machine.txt" 2>&1
+case "${1:-a}" in
+a)
+  step overhead; rm -rf /tmp/before && cp -r .before /tmp/before; timeout 560 python3 bench/overhead.py --device cuda --compare /tmp/before --trials 4 --floor-repeats 3 \
+      --json "$OUT/overhead.json" > "$OUT/overhead.log" 2>&1
+  ;;
+a2)  # this checkout only, after a change (the "before" column is in a's log)
+  step overhead; timeout 400 python3 bench/overhead.py --device cuda --trials 6 --floor-repeats 3 \
+      --json "$OUT/overhead_after.json" > "$OUT/overhead_after.log" 2>&1
+  ;;
+b)
+  step fidelity; timeout 200 python3 bench/fidelity.py --device cuda --rounds 3 --configs 4 > "$OUT/fidelity.log" 2>&1
+  step doctor; (cd /tmp && time $ORCH doctor) > "$OUT/doctor.log" 2>&1; (cd /tmp && $ORCH doctor --format json) > "$OUT/doctor.json" 2>&1
+  step check; (cd /tmp && time timeout 150 $ORCH doctor --check) > "$OUT/doctor_check.log" 2>&1
+  step compare; d=$(mktemp -d); (cd "$d" && timeout 120 $ORCH "$OLDPWD/sweeps/device_compare.yaml" && $ORCH report "$OLDPWD/sweeps/device_compare.yaml" --out "$OUT/compare" && $ORCH best "$OLDPWD/sweeps/device_compare.yaml") > "$OUT/device_compare.log" 2>&1
+  ;;
+c)
+  step devices; timeout 560 python3 bench/devices.py sweeps/bert_base_devices.yaml --one cuda:0 --many auto \
+      --logs "$OUT/devices" --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
+  ;;
+esac
+step done; tail -n 40 "$OUT"/*.log
