@@ -19,6 +19,18 @@ MEASURE_STEPS = "measure_steps_done"       # optimizer steps in the timed window
 DURATION_S = "duration_s"                  # wall time of the whole trial process
 STARTUP_S = "startup_s"                    # process start to the first warm-up step
 
+# System swap around the trial (orchestrator/harness/swap.py): system-wide counters, so only what
+# moved while the trial ran; 0.0 on a machine without swap (a real reading, not a missing one).
+SWAP_OUT_GIB = "swap_out_gib"              # swapped out during the timed window
+SWAP_IN_GIB = "swap_in_gib"                # swapped in during the timed window
+WARMUP_SWAP_OUT_GIB = "warmup_swap_out_gib"  # swapped out from the trial's start to the end of warm-up
+WARMUP_SWAP_IN_GIB = "warmup_swap_in_gib"  # swapped in from the trial's start to the end of warm-up
+SWAP_USED_GIB = "swap_used_gib"            # swap in use at the end of the window
+SWAP_USED_BEFORE_GIB = "swap_used_before_gib"  # swap in use when the trial started (not its doing)
+SWAP_METRICS = (SWAP_OUT_GIB, SWAP_IN_GIB, WARMUP_SWAP_OUT_GIB, WARMUP_SWAP_IN_GIB, SWAP_USED_GIB,
+                SWAP_USED_BEFORE_GIB)
+MPS_FALLBACK_OPS = "mps_fallback_ops"      # MPS: distinct ops that fell back to the CPU (names in info)
+
 # What a spec may name as objective or constraint.
 OBJECTIVE_METRICS = (
     SAMPLES_PER_S, TOKENS_PER_S, STEP_TIME_MS_P50, STEP_TIME_MS_P90, PEAK_MEMORY_GIB,

@@ -16,9 +16,12 @@ from orchestrator.sweep import is_feasible
 
 MAX_LINES = 8
 LINE_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
-PRIORITY = ("oom", "skipped", "crashed", "timeout", "error", "diverged")  # a cell's failure, worst first
-MARKS = {"oom": ("X", "tab:red", "out of memory"), "skipped": ("^", "white", "skipped: predicted OOM, not run"),
+PRIORITY = ("oom", "swapped", "skipped", "crashed", "timeout", "error", "diverged")  # a cell's failure, worst first
+MEMORY_FAILURES = ("oom", "swapped", "skipped")  # what the boundary map marks as not fitting
+MARKS = {"oom": ("X", "tab:red", "out of memory"), "swapped": ("D", "tab:orange", "fits but swaps"),
+         "skipped": ("^", "white", "skipped: predicted OOM, not run"),
          "failed": ("s", "0.45", "failed (crash, timeout, error, diverged)")}
+NOTES = {"oom": "OOM", "swapped": "swaps", "skipped": "skipped"}
 AXIS = {"batch_size": "micro-batch size (samples)", "grad_accum_steps": "gradient accumulation steps",
         "seq_len": "sequence length (tokens)", "effective_batch_size": "effective batch size (samples)",
         M.SAMPLES_PER_S: "throughput (samples/s)", M.TOKENS_PER_S: "throughput (tokens/s)",
@@ -114,7 +117,8 @@ def memory_series(trials: list[Any], layout: Layout | None = None) -> dict[str, 
 
 def oom_grid(trials: list[Any], layout: Layout | None = None) -> dict[str, Any]:
     """The boundary map: ``xs`` x ``rows``; ``values[r][c]`` the best samples/s (None when
-    nothing fitted) and ``notes[r][c]`` "" / "OOM" / "1/2 OOM" / "skipped" / "failed" / "none"."""
+    nothing fitted) and ``notes[r][c]`` "" / "OOM" / "swaps" / "1/2 OOM" / "skipped" / "failed" / "none"
+    (a cell that fits only by swapping is on the wrong side of the boundary, as an OOM is)."""
     layout = layout or choose_layout(trials)
     xs = sorted({t.params[layout.x] for t in trials if layout.x in t.params}) if layout.x else []
     rows = list(dict.fromkeys(str(t.params.get(layout.rows)) for t in trials)) if layout.rows else ["all"]
@@ -127,12 +131,12 @@ def oom_grid(trials: list[Any], layout: Layout | None = None) -> dict[str, Any]:
             if not cell:
                 continue
             best = _pick(cell)
-            bad = [t for t in cell if status(t) in ("oom", "skipped")]
+            bad = [t for t in cell if status(t) in MEMORY_FAILURES]
             if status(best) == "ok":
                 values[r][c] = best.user_attrs["metrics"][M.SAMPLES_PER_S]
                 notes[r][c] = f"{len(bad)}/{len(cell)} OOM" if bad else ""
             else:
-                notes[r][c] = {"oom": "OOM", "skipped": "skipped"}.get(status(best), "failed")
+                notes[r][c] = NOTES.get(status(best), "failed")
     return {"x": layout.x, "rows_knob": layout.rows, "xs": xs, "rows": rows, "values": values, "notes": notes}
 
 
@@ -200,7 +204,7 @@ def _failures(ax: Any, pts: list[tuple[Any, str]], y: float, edge: str) -> set[s
     says what failed, its edge which line it belongs to. Returns the kinds drawn."""
     kinds = set()
     for kind, (shape, colour, _) in MARKS.items():
-        xs = [x for x, s in pts if (s if s in ("oom", "skipped") else "failed") == kind]
+        xs = [x for x, s in pts if (s if s in MEMORY_FAILURES else "failed") == kind]
         if xs:
             ax.scatter(xs, [y] * len(xs), marker=shape, s=120, color=colour, edgecolors=edge, linewidths=1.8,
                        zorder=5)
@@ -268,8 +272,8 @@ def plot_oom_map(trials: list[Any], ctx: PlotContext, path: Path) -> Path:
             v, note = grid["values"][r][c], grid["notes"][r][c]
             if v is None:
                 ax.text(c, r, note, ha="center", va="center", fontsize=13, fontweight="bold",
-                        color="tab:red" if note == "OOM" else "0.3")
-                if note in ("OOM", "skipped"):
+                        color={"OOM": "tab:red", "swaps": "tab:orange"}.get(note, "0.3"))
+                if note in ("OOM", "swaps", "skipped"):
                     ax.plot([c - 0.5, c + 0.5], [r - 0.5, r + 0.5], [c - 0.5, c + 0.5], [r + 0.5, r - 0.5],
                             color="tab:red", alpha=0.35, linewidth=1)
             else:
@@ -320,10 +324,73 @@ def plot_pareto(trials: list[Any], ctx: PlotContext, path: Path) -> Path:
     return _save(fig, path)
 
 
-def write_plots(trials: list[Any], ctx: PlotContext, out: Path) -> list[Path]:
-    """Every plot that fits the study, as PNG files in ``out``; returns their paths."""
+def comparison_file(knob: str) -> str:
+    return "devices.png" if knob == "device" else f"compare_{knob}.png"
+
+
+def plot_comparison(comp: dict[str, Any], ctx: PlotContext, path: Path) -> Path:
+    """Grouped bars: per configuration of the other parameters, each value's samples/s, with its
+    speedup over the reference above the bar; a configuration that failed on a value gets the
+    failure's marker and name where its bar would be."""
+    import numpy as np
+
+    values, rows, ref, knob = comp["values"], comp["rows"], comp["reference"], comp["knob"]
+    what = "device" if knob == "device" else knob
+    fig, ax = _figure(f"{'CPU' if knob == 'device' and ref == 'cpu' else ref} against "
+                      f"{', '.join(map(str, values[1:]))}: throughput per configuration", ctx)
+    if comp["folded"]:
+        _folded(ax, ctx, tuple(comp["folded"]), "bar")
+    width = 0.8 / len(values)
+    found = [c["samples_per_s"] for r in rows for c in r["cells"].values() if c and c["samples_per_s"]]
+    top, low = max(found, default=1.0), min(found, default=1.0)
+    log = top / low > 30
+    if log:
+        ax.set_yscale("log")
+    floor = low / 2 if log else 0.0
+    kinds: set[str] = set()
+    for i, v in enumerate(values):
+        xs = np.arange(len(rows)) + (i - (len(values) - 1) / 2) * width
+        heights = [(r["cells"][v] or {}).get("samples_per_s") or 0 for r in rows]
+        bars = ax.bar(xs, heights, width * 0.92, label=f"{what} {v}" + (" (reference)" if v == ref else ""),
+                      color=LINE_COLOURS[i % len(LINE_COLOURS)])
+        for x, bar, r in zip(xs, bars, rows):
+            cell = r["cells"][v]
+            if cell is None:
+                continue
+            if cell["samples_per_s"] is None:
+                kind = cell["status"] if cell["status"] in MEMORY_FAILURES else "failed"
+                shape, colour, _ = MARKS[kind]
+                y = floor * 1.4 if log else top * 0.03
+                ax.scatter([x], [y], marker=shape, s=110, color=colour, edgecolors="black", zorder=5)
+                ax.annotate(NOTES.get(cell["status"], cell["status"]), (x, y), textcoords="offset points",
+                            xytext=(0, 9), ha="center", fontsize=8)
+                kinds.add(kind)
+            elif v != ref and cell["speedup"] is not None:
+                digits = 1 if cell["speedup"] >= 10 else 2
+                ax.annotate(f"{cell['speedup']:.{digits}f}x", (x, bar.get_height()), textcoords="offset points",
+                            xytext=(0, 3), ha="center", fontsize=9, fontweight="bold")
+    labels = ["\n".join(f"{k}={p}" for k, p in r["params"].items()) or "all" for r in rows]
+    ax.set_xticks(range(len(rows)), labels, fontsize=8 if len(rows) > 6 else 9)
+    ax.set_xlabel(f"configuration of the other parameters (speedup over {what} {ref} above each bar)")
+    ax.set_ylabel(AXIS[M.SAMPLES_PER_S] + (", log scale" if log else ""))
+    if log:
+        ax.set_ylim(floor, top * 3)
+    else:
+        ax.set_ylim(0, top * 1.15)
+    _failure_legend(ax, kinds)
+    ax.legend(loc="upper left", fontsize=9, framealpha=0.9)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.grid(False, axis="x")
+    return _save(fig, path)
+
+
+def write_plots(trials: list[Any], ctx: PlotContext, out: Path, comp: dict[str, Any] | None = None) -> list[Path]:
+    """Every plot that fits the study, as PNG files in ``out``; returns their paths. ``comp``
+    (``compare.comparison``) adds its bar chart."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
+    if comp is not None:
+        paths.append(plot_comparison(comp, ctx, out / comparison_file(comp["knob"])))
     if choose_layout(trials).x is not None:
         paths.append(plot_lines(trials, ctx, out / "throughput.png", M.SAMPLES_PER_S))
         paths.append(plot_lines(trials, ctx, out / "memory.png", M.PEAK_MEMORY_GIB))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import sqlite3
 import sys
 from collections import Counter
@@ -16,13 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import metrics as M
+from orchestrator.compare import compare_knob, comparison, comparison_lines, device_advice, reference_for
 from orchestrator.errors import OrchestratorError, StudyError, UsageParser, print_error, silence_stdout
+from orchestrator.harness import swap
+from orchestrator.outcome import RESULT_STATUSES
 from orchestrator.spec import SweepSpec, load_spec
 from orchestrator.summary import best_table, fmt_num, fmt_params
-from orchestrator.sweep import RESULT_STATUSES, best_trials, rank, results_of
+from orchestrator.sweep import best_trials, rank, results_of
 from orchestrator.tracking import absolute_uri
 
-COUNTED = RESULT_STATUSES  # ok, oom, skipped, timeout, crashed, error, diverged
+COUNTED = RESULT_STATUSES  # ok, oom, swapped, skipped, timeout, crashed, diverged
 TOP_MARK = "\n\n#### Top configurations"  # the part of the parent run's description a report rewrites
 
 
@@ -36,6 +40,8 @@ def _parser(command: str) -> argparse.ArgumentParser:
     if command == "report":
         p.add_argument("--format", choices=("text", "json"), default="text")
         p.add_argument("--out", type=Path, help="folder for the plots (default: mlruns/reports/NAME/)")
+        p.add_argument("--compare", metavar="KNOB", help="compare throughput across the values of this swept "
+                       "parameter, per configuration of the others (default: device, when it is swept)")
     else:
         p.add_argument("-o", "--output", type=Path, help="YAML file to write (default: print it)")
     return p
@@ -56,7 +62,7 @@ def main(argv: list[str]) -> int:
             else:
                 print(export_best(spec, study, args.output))
             return 0
-        return report(spec, study, args.format, args.out)
+        return report(spec, study, args.format, args.out, args.compare)
     except OrchestratorError as exc:
         return print_error(exc)
     except BrokenPipeError:  # `orchestrate report SPEC | head`: the reader left early; not an error
@@ -71,7 +77,7 @@ def open_study(spec: SweepSpec) -> Any:
     from orchestrator.study import sqlite_path
 
     url = absolute_uri(spec.storage)
-    missing = StudyError(f"no study {spec.name!r} in {url}; run `orchestrate {spec.path}` first")
+    missing = StudyError(f"no study {spec.name!r} in {url}; run `{shlex.join(['orchestrate', str(spec.path)])}` first")
     path = sqlite_path(url)
     if path is not None and not _has_study(path, spec.name):  # Optuna would create the file, or its tables
         raise missing
@@ -106,7 +112,42 @@ def trial_row(t: Any) -> dict[str, Any]:
             "values": list(t.values) if t.values else None, "metrics": attrs.get("metrics", {}),
             "duration_s": attrs.get(M.DURATION_S), "detail": attrs.get("detail"),
             "repeat_of": attrs.get("repeat_of"), "mlflow_run_id": attrs.get("mlflow_run_id"),
-            "processes": attrs.get("processes", 1), "neighbour_of": attrs.get("neighbour_of")}
+            "processes": attrs.get("processes", 1), "neighbour_of": attrs.get("neighbour_of"),
+            "retry_of": attrs.get("retry_of"), "retry_reason": attrs.get("retry_reason"),
+            "mps_fallback_ops": _fallback_ops(t)}
+
+
+def link_retries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A configuration's history: each row a later trial ran again (user attribute ``retry_of``
+    on that trial, ``retry_reason`` the earlier status) gets ``retried_as``, that trial's number."""
+    by_number = {r["number"]: r for r in rows}
+    for r in rows:
+        r.setdefault("retried_as", None)
+    for r in rows:
+        earlier = by_number.get(r["retry_of"]) if r["retry_of"] is not None else None
+        if earlier is not None:
+            earlier["retried_as"] = r["number"]
+    return rows
+
+
+def retry_note(r: dict[str, Any]) -> str:
+    """The history part of a row's note: ``retry of #3 (it ended error)``, ``run again as #7``."""
+    parts = []
+    if r.get("retry_of") is not None:
+        parts.append(f"retry of #{r['retry_of']} (it ended {r.get('retry_reason') or 'interrupted'})")
+    if r.get("retried_as") is not None:
+        parts.append(f"run again as #{r['retried_as']}" + (f" (--retry {r['status']}), no longer a result"
+                                                           if r["status"] in COUNTED else ""))
+    return "; ".join(parts)
+
+
+def _fallback_ops(t: Any) -> list[str] | None:
+    """Ops that fell back from MPS to the CPU (names from the result file; the count is a metric)."""
+    n = (t.user_attrs.get("metrics") or {}).get(M.MPS_FALLBACK_OPS)
+    if not n:
+        return [] if n is not None else None
+    ops = (_result_file(t).get("info") or {}).get("mps_fallback_ops")
+    return list(ops) if ops else [f"{int(n)} op(s), names not recorded"]
 
 
 def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list[Any],
@@ -118,12 +159,13 @@ def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list
     counts = Counter(t.user_attrs["status"] for t in results)
     return {
         "study": spec.name, "storage": absolute_uri(spec.storage), "objective": [list(m) for m in spec.objective.metrics],
-        "target": _target(spec, study), "trials": [trial_row(t) for t in trials],
+        "target": _target(spec, study), "trials": link_retries([trial_row(t) for t in trials]),
         "results": len(results), "counts": {s: counts.get(s, 0) for s in COUNTED},
         "not_results": len(trials) - len(results),
         "total_time_s": round(sum(t.user_attrs.get(M.DURATION_S) or 0 for t in trials), 3),
         "best": trial_row(pick_best(spec, best)) if best else None,
         "pareto": [trial_row(t) for t in best] if multi else None,
+        "comparison": None,
     }
 
 
@@ -179,7 +221,14 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
     for r in rows:
         note = f"repeat of #{r['repeat_of']}, not a result" if r["repeat_of"] is not None else \
             "not a result; its configuration runs again" if r["status"] == "interrupted" else \
+            swap_note(r["metrics"]) or _short(r["detail"] or "") if r["status"] == "swapped" else \
             _short(r["detail"] or "") if r["status"] != "ok" else _ok_note(r)
+        history = retry_note(r)
+        if history:
+            note = f"{history}; {note}" if note else history
+        if r.get("mps_fallback_ops"):
+            fell = "MPS fell back to the CPU for " + ", ".join(r["mps_fallback_ops"])
+            note = f"{note}; {fell}" if note else fell
         m = r["metrics"]
         lines.append(f"{r['number']:>4d}  {r['status']:<11s} " + " ".join(
             f"{str(r['params'].get(k, '-')):{align[k]}{width[k]}s}" for k in names) +
@@ -192,7 +241,40 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
     if rep["not_results"]:
         lines.append(f"  {rep['not_results']} trial(s) interrupted, running or repeated are shown above "
                      "but are not results and not counted")
+    lines += memory_pressure_lines(rows)
+    if rep.get("comparison"):
+        lines += [""] + comparison_lines(rep["comparison"])
     return "\n".join(lines)
+
+
+def swap_note(metrics: dict[str, Any]) -> str:
+    """``fits but swaps: 1.23 GiB out, 0.80 GiB in during the window; ...`` from a trial's figures."""
+    out, inn = metrics.get(M.SWAP_OUT_GIB), metrics.get(M.SWAP_IN_GIB)
+    if out is None:
+        return ""
+    used, before = metrics.get(M.SWAP_USED_GIB), metrics.get(M.SWAP_USED_BEFORE_GIB)
+    text = f"fits but swaps: {out:.2f} GiB out, {inn or 0:.2f} GiB in during the window"
+    if used is not None:
+        text += f"; swap in use {used:.2f} GiB" + (f" ({before:.2f} before the trial)" if before is not None else "")
+    return text
+
+
+def memory_pressure_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """After the table: trials that fit only by swapping, and trials in which ops fell back to the CPU."""
+    out = []
+    swapped = [r for r in rows if r["status"] == "swapped" and r["repeat_of"] is None]
+    if swapped:
+        out.append(f"Fits but swaps: {len(swapped)} trial(s) ({', '.join('#' + str(r['number']) for r in swapped)}) "
+                   "fitted only by swapping during the timed window: recorded as swapped, infeasible like an OOM "
+                   "and a memory boundary for skipping (search.allow_swap: true accepts them)")
+    fell: dict[str, list[int]] = {}
+    for r in rows:
+        for op in r.get("mps_fallback_ops") or ():
+            fell.setdefault(op, []).append(r["number"])
+    if fell:
+        out.append("MPS fallbacks: ops that ran on the CPU instead (slower; PYTORCH_ENABLE_MPS_FALLBACK=1): "
+                   + "; ".join(f"{op} (#{', #'.join(map(str, ns))})" for op, ns in fell.items()))
+    return out
 
 
 def _ok_note(r: dict[str, Any]) -> str:
@@ -204,6 +286,11 @@ def _ok_note(r: dict[str, Any]) -> str:
         parts.append(f"median of {r['processes']}, spread {spread:.0%}")
     if r.get("neighbour_of") is not None:
         parts.append(f"neighbour of #{r['neighbour_of']}")
+    m = r["metrics"]
+    if swap.swapped(m):  # measured with search.allow_swap: true
+        parts.append(swap_note(m).replace("fits but swaps", "swapped (allowed by search.allow_swap)"))
+    elif (m.get(M.WARMUP_SWAP_OUT_GIB) or 0) >= swap.SWAP_THRESHOLD_GIB:
+        parts.append(f"swapped {m[M.WARMUP_SWAP_OUT_GIB]:.2f} GiB out during warm-up, not in the window")
     return "; ".join(parts)
 
 
@@ -237,23 +324,29 @@ def best_lines(spec: SweepSpec, best: list[Any]) -> list[str]:
 
 # -- the command ----------------------------------------------------------------------------------
 
-def report(spec: SweepSpec, study: Any, fmt: str, out: Path | None) -> int:
+def report(spec: SweepSpec, study: Any, fmt: str, out: Path | None, compare: str | None = None) -> int:
     from orchestrator.plots import write_plots
     from orchestrator.ui import ParentRun
 
+    knob = compare_knob(spec, compare)
     snapshot = study.get_trials(deepcopy=False)  # one read: table, counts, plots and best agree
     results = results_of(snapshot)
     best = rank(results, spec)
     rep = build_report(spec, study, snapshot, results, best)
+    comp = comparison(results, knob, reference_for(spec, knob)) if knob else None
+    rep["comparison"] = comp
     prov = provenance(snapshot)
     tracking = ParentRun.find(spec, study)
     if not prov and tracking.run_id is not None:
         prov = tracking.child_tags()
     rep["device"] = _device(spec, study, next(iter(results), None))
     rep["device_name"], rep["torch_version"] = prov.get("device_name"), prov.get("torch_version")
+    if "device" in spec.space:  # swept: no one device (nor its name) speaks for the study
+        rep["device"], rep["device_name"] = " and ".join(map(str, spec.space["device"].values)), None
+        prov = {k: v for k, v in prov.items() if k != "device_name"}
     out = (out or Path("mlruns") / "reports" / spec.name).resolve()
-    paths = write_plots(results, plot_context(spec, study, rep, prov), out)
-    logged = tracking.log(paths, top_markdown(spec, best))
+    paths = write_plots(results, plot_context(spec, study, rep, prov), out, comp)
+    logged = tracking.log(paths, top_markdown(spec, best, comp))
     rep["plots"] = [str(p) for p in paths]
     rep["plots_dir"], rep["mlflow"] = str(out), logged
     if fmt == "json":
@@ -283,8 +376,9 @@ def plot_context(spec: SweepSpec, study: Any, rep: dict[str, Any], prov: dict[st
     return PlotContext(subtitle, spec.objective.metrics, budget, limit, front)
 
 
-def top_markdown(spec: SweepSpec, ranked: list[Any], limit: int = 5) -> str:
-    """The parent run's description gets the best configurations as a table and the plots."""
+def top_markdown(spec: SweepSpec, ranked: list[Any], comp: dict[str, Any] | None = None, limit: int = 5) -> str:
+    """The parent run's description gets the best configurations as a table and the plots, and the
+    comparison's summary when the device (or ``--compare``'s knob) was swept."""
     best = ranked[:limit]
     if not best:
         return ""
@@ -295,7 +389,9 @@ def top_markdown(spec: SweepSpec, ranked: list[Any], limit: int = 5) -> str:
         m = t.user_attrs.get("metrics", {})
         out.append(f"| {t.number} | " + " | ".join(str(t.params.get(k, "")) for k in names) +
                    f" | {fmt_num(m.get(M.SAMPLES_PER_S))} | {fmt_num(m.get(M.PEAK_MEMORY_GIB), digits=2)} |")
-    return "\n".join(out) + f"\n\nPlots: the `report/` artifacts (`orchestrate report {spec.path}`)."
+    if comp:
+        out += [""] + ["    " + ln for ln in comparison_lines(comp)]  # an indented block: MLflow shows it as is
+    return "\n".join(out) + f"\n\nPlots: the `report/` artifacts (`{shlex.join(['orchestrate', 'report', str(spec.path)])}`)."
 
 
 # -- the best configuration -----------------------------------------------------------------------
@@ -309,7 +405,8 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
     best = best_trials(study, spec)
     if not best:
         raise StudyError(f"study {spec.name!r} has no feasible measured trial yet; "
-                         f"run `orchestrate {spec.path}` (or see `orchestrate report {spec.path}`)")
+                         f"run `{shlex.join(['orchestrate', str(spec.path)])}` (or see "
+                         f"`{shlex.join(['orchestrate', 'report', str(spec.path)])}`)")
     t = pick_best(spec, best)
     device = _device(spec, study, t)
     params = trial_params(make_plan(spec, device), t.params)
@@ -317,7 +414,12 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
     name = (_result_file(t).get("provenance") or {}).get("device_name")
     summary = (f"{spec.name} trial {t.number}: {fmt_num(m.get(M.SAMPLES_PER_S))} samples/s, peak "
                f"{fmt_num(m.get(M.PEAK_MEMORY_GIB), ' GiB', 2)} ({device}{', ' + name if name else ''})")
-    header = [f"# {summary}; orchestrate best {spec.path}"]
+    if "device" in spec.space:
+        comp = comparison(results_of(study.get_trials(deepcopy=False)), "device", reference_for(spec, "device"))
+        advice = device_advice(comp, t) if comp else None
+        if advice:
+            summary += f"; {advice}"
+    header = [f"# {summary}; {shlex.join(['orchestrate', 'best', str(spec.path)])}"]
     if len(best) > 1 and len(spec.objective.metrics) > 1:
         header.append(f"# the best on {spec.objective.metrics[0][0]} of {len(best)} Pareto-optimal trials: "
                       f"{', '.join(str(b.number) for b in best)}")

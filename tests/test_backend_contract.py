@@ -130,3 +130,76 @@ ENV_CASES = [
 @pytest.mark.parametrize("params, device, env", ENV_CASES)
 def test_trial_environment(params: dict, device: str, env: dict) -> None:
     assert knobs.trial_env(params, device) == env
+
+
+# -- MPS fallback: which ops ran on the CPU ------------------------------------------------------
+
+@pytest.mark.parametrize("env, device, expected", [
+    ("1", "mps", [True, False]),   # warn on every fallback during warm-up, then as training would
+    ("0", "mps", []),              # fallback off: ops MPS lacks raise instead; nothing to hear
+    (None, "mps", []),
+    ("1", "cuda", []),             # only MPS falls back
+    ("1", "cpu", []),
+])
+def test_every_fallback_warns_during_warmup_on_mps(monkeypatch: pytest.MonkeyPatch, env: str | None,
+                                                   device: str, expected: list[bool]) -> None:
+    calls: list[bool] = []
+    monkeypatch.setattr(torch, "set_warn_always", lambda on: calls.append(on))
+    if env is None:
+        monkeypatch.delenv("PYTORCH_ENABLE_MPS_FALLBACK", raising=False)
+    else:
+        monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", env)
+    backend.warn_every_fallback(device, True)
+    backend.warn_every_fallback(device, False)
+    assert calls == expected
+
+
+def test_fallback_log_records_each_op_once_and_passes_other_warnings() -> None:
+    import warnings
+
+    from fixtures.fallback_experiment import OPS, TEXT
+    from orchestrator.harness.fallback import FallbackLog, op_name
+
+    with warnings.catch_warnings(record=True) as shown:  # what reaches the log
+        with FallbackLog() as log:
+            for _ in range(3):  # with set_warn_always(True) torch warns on every call
+                for op in OPS:
+                    warnings.warn(TEXT.format(op), UserWarning)
+            warnings.warn("something else", UserWarning)
+    assert log.ops == list(OPS)
+    texts = [str(w.message) for w in shown]
+    assert [t for t in texts if "fall back to run on the CPU" in t] == [TEXT.format(op) for op in OPS]  # once each
+    assert "something else" in texts
+    assert op_name("The operator 'aten::foo' is not currently implemented for the MPS device.") is None
+
+
+@pytest.mark.contract
+def test_contract_a_trial_records_the_ops_that_fell_back(recwarn: pytest.WarningsRecorder) -> None:
+    """The trial's own code (``train.run``) on the CPU with a loss that emits MPS's fallback warning
+    on every step (synthetic: no MPS here): its result names the ops and counts them, and the log
+    shows each op's warning once and every other warning as usual."""
+    from fixtures.fallback_experiment import OPS
+    from orchestrator import metrics as M
+    from orchestrator.harness import train
+
+    config = {"experiment": "fixtures.fallback_experiment", "not_applied": {},
+              "params": {"device": "cpu", "batch_size": 4},
+              "trial": {"warmup_steps": 2, "measure_steps": 2, "min_measure_s": 0.0}}
+    out = train.run(config, train.Progress())
+    assert out["info"]["mps_fallback_ops"] == list(OPS)
+    assert out["metrics"][M.MPS_FALLBACK_OPS] == 2.0
+    shown = [str(w.message) for w in recwarn]  # what reaches the trial's log
+    assert [sum(f"The operator '{op}' is not currently supported" in m for m in shown) for op in OPS] == [1, 1]
+    assert "an unrelated warning the log must still show" in shown
+
+
+def test_no_fallback_metric_off_mps_without_fallbacks() -> None:
+    """A CPU trial that heard no fallback records no fallback figures (None in the report, not 0)."""
+    from orchestrator import metrics as M
+    from orchestrator.harness import train
+
+    config = {"experiment": "experiments.mlp", "not_applied": {},
+              "params": {"device": "cpu", "batch_size": 8, "hidden_size": 16, "num_layers": 1},
+              "trial": {"warmup_steps": 1, "measure_steps": 1, "min_measure_s": 0.0}}
+    out = train.run(config, train.Progress())
+    assert M.MPS_FALLBACK_OPS not in out["metrics"] and "mps_fallback_ops" not in out["info"]

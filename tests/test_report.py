@@ -7,6 +7,8 @@ multi-objective sweep is run half, reported, then finished with `--export`.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import struct
@@ -92,7 +94,7 @@ def test_report_prints_every_trial_with_its_status_and_the_best(project: Path, t
             assert f"{t.user_attrs['metrics']['samples_per_s']:,.1f}" in row
     counts = Counter(t.user_attrs["status"] for t in trials)
     assert counts["ok"] == 4 and counts["oom"] >= 1  # batch 4096 runs out of memory (or is predicted to)
-    order = ("ok", "oom", "skipped", "timeout", "crashed", "error", "diverged")
+    order = ("ok", "oom", "swapped", "skipped", "timeout", "crashed", "error", "diverged")
     assert "Results: " + ", ".join(f"{counts[s]} {s}" for s in order if counts[s]) + ";" in out
     best = max((t for t in trials if t.user_attrs["status"] == "ok"), key=lambda t: t.values[0])
     assert f"Best: trial {best.number}: " in out
@@ -108,7 +110,8 @@ def test_report_json_matches_optuna(project: Path, text_report: Any) -> None:
     trials = results(project)
     counts = Counter(t.user_attrs["status"] for t in trials)
     assert {k: v for k, v in doc["counts"].items() if v} == dict(counts)
-    assert set(doc["counts"]) == {"ok", "oom", "skipped", "timeout", "crashed", "error", "diverged"}
+    assert set(doc["counts"]) == {"ok", "oom", "swapped", "skipped", "timeout", "crashed", "diverged"}
+    assert doc["comparison"] is None  # the device is not swept, and no --compare
     assert [r["number"] for r in doc["trials"]] == [t.number for t in trials]
     assert [r["status"] for r in doc["trials"]] == [t.user_attrs["status"] for t in trials]
     best = max((t for t in trials if t.values), key=lambda t: t.values[0])
@@ -278,6 +281,9 @@ def fake(number: int, batch: int, dtype: str, status: str, sps: float | None = N
     (["ok", "oom"], "1/2 OOM"),
     (["ok", "skipped"], "1/2 OOM"),
     (["ok", "error"], ""),
+    (["swapped"], "swaps"),         # fits only by swapping: beyond the boundary, like an OOM
+    (["swapped", "oom"], "OOM"),
+    (["ok", "swapped"], "1/2 OOM"),
 ])
 def test_boundary_map_cell_notes(statuses: list[str], note: str) -> None:
     from orchestrator.plots import oom_grid, throughput_series
@@ -292,7 +298,7 @@ def test_boundary_map_cell_notes(statuses: list[str], note: str) -> None:
     if ok:
         assert point == (512, ok[0].values[0], "ok") and grid["values"][0][1] == ok[0].values[0]
     else:
-        assert point == (512, None, {"OOM": "oom", "skipped": "skipped", "failed": "crashed"}[note])
+        assert point == (512, None, {"OOM": "oom", "skipped": "skipped", "failed": "crashed", "swaps": "swapped"}[note])
         assert grid["values"][0][1] is None
 
 
@@ -325,3 +331,59 @@ def test_interrupted_and_repeated_trials_are_shown_but_not_counted(tmp_path: Pat
     assert f"MLflow:  no MLflow store at sqlite:///{tmp_path}/mlruns/mlflow.db; plots not logged" in proc.stdout
     assert not (tmp_path / "mlruns" / "mlflow.db").exists()
     assert sorted(p.name for p in (tmp_path / "mlruns" / "reports" / "tiny_report").iterdir()) == sorted(PLOTS)
+
+
+@pytest.mark.contract
+def test_contract_swapped_and_fallback_trials_show_their_figures(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial that fitted only by swapping and one whose ops fell back from MPS to the CPU, as the
+    sweep records them (status, metrics, the result file's info): neither can happen on this machine."""
+    import optuna
+
+    from orchestrator import metrics as M
+
+    spec = write_spec(tmp_path, SPEC)
+    (tmp_path / "mlruns").mkdir()
+    study = optuna.create_study(study_name="tiny_report", storage=f"sqlite:///{tmp_path}/mlruns/optuna.db",
+                                directions=["maximize"])
+    figures = {M.SWAP_OUT_GIB: 2.1851, M.SWAP_IN_GIB: 10.688, M.WARMUP_SWAP_OUT_GIB: 0.0, M.WARMUP_SWAP_IN_GIB: 0.0,
+               M.SWAP_USED_GIB: 0.5416, M.SWAP_USED_BEFORE_GIB: 9.4628}
+    swapped = fake(1, 512, "float32", "swapped")
+    swapped.user_attrs["metrics"] = {"samples_per_s": 8.0, "peak_memory_gib": 30.1, **figures}
+    swapped.user_attrs["detail"] = "fits but swaps: 2.19 GiB swapped out, 10.69 GiB in during the timed window, at 8.0 samples/s"
+    fell = fake(2, 64, "float32", "ok", 30.6)
+    fell.user_attrs["metrics"][M.MPS_FALLBACK_OPS] = 2.0
+    folder = tmp_path / "trial-0002"
+    folder.mkdir()
+    (folder / "result.json").write_text(json.dumps({"status": "ok", "info": {
+        "mps_fallback_ops": ["aten::_linalg_solve_ex.result", "aten::bitwise_and.Tensor_out"]}}))
+    fell.user_attrs["trial_dir"] = str(folder)
+    warm = fake(3, 8, "float32", "ok", 40.0)
+    warm.user_attrs["metrics"].update({**figures, M.SWAP_OUT_GIB: 0.0, M.SWAP_IN_GIB: 0.0, M.WARMUP_SWAP_OUT_GIB: 1.5})
+    for t in (fake(0, 8, "bfloat16", "ok", 50.0), swapped, fell, warm):
+        study.add_trial(t)
+
+    proc = orchestrate(["report", str(spec)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {int(ln.split()[0]): ln for ln in proc.stdout.splitlines() if re.match(r"^\s+\d+  [a-z]", ln)}
+    assert rows[1].split()[1:5] == ["swapped", "512", "float32", "8.0"]  # the throughput it had while swapping
+    assert rows[1].endswith("fits but swaps: 2.19 GiB out, 10.69 GiB in during the window; swap in use 0.54 GiB "
+                            "(9.46 before the trial)")
+    assert rows[2].endswith("MPS fell back to the CPU for aten::_linalg_solve_ex.result, aten::bitwise_and.Tensor_out")
+    assert rows[3].endswith("swapped 1.50 GiB out during warm-up, not in the window")
+    assert "Results: 3 ok, 1 swapped;" in proc.stdout
+    assert ("Fits but swaps: 1 trial(s) (#1) fitted only by swapping during the timed window: recorded as swapped, "
+            "infeasible like an OOM and a memory boundary for skipping (search.allow_swap: true accepts them)") in proc.stdout
+    assert ("MPS fallbacks: ops that ran on the CPU instead (slower; PYTORCH_ENABLE_MPS_FALLBACK=1): "
+            "aten::_linalg_solve_ex.result (#2); aten::bitwise_and.Tensor_out (#2)") in proc.stdout
+    from orchestrator import report
+
+    out = io.StringIO()
+    monkeypatch.chdir(tmp_path)
+    with contextlib.redirect_stdout(out):  # the same command in this process: no second interpreter start
+        assert report.main(["report", str(spec), "--format", "json"]) == 0
+    doc = json.loads(out.getvalue())
+    assert doc["counts"]["swapped"] == 1
+    by = {r["number"]: r for r in doc["trials"]}
+    assert by[2]["mps_fallback_ops"] == ["aten::_linalg_solve_ex.result", "aten::bitwise_and.Tensor_out"]
+    assert by[1]["metrics"][M.SWAP_OUT_GIB] == 2.1851 and by[0]["mps_fallback_ops"] is None

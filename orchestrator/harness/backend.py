@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
@@ -51,6 +52,22 @@ def set_memory_fraction(device: str, fraction: float) -> None:
         torch.cuda.set_per_process_memory_fraction(float(fraction))
     elif device == "mps":
         torch.mps.set_per_process_memory_fraction(float(fraction))
+
+
+def fallback_enabled() -> bool:
+    """``PYTORCH_ENABLE_MPS_FALLBACK`` as torch reads it at import (``std::stoi``: a leading
+    integer, non-zero = on; notes section 1)."""
+    m = re.match(r"\s*[+-]?\d+", os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", ""))
+    return bool(m) and int(m.group()) != 0
+
+
+def warn_every_fallback(device: str, on: bool) -> None:
+    """MPS with the fallback on: ``torch.set_warn_always(on)``. The fallback warns through
+    ``TORCH_WARN_ONCE`` from one call site, i.e. for the first op only, unless warn-always is set;
+    with it each op that falls back is heard (``fallback.FallbackLog``). On during warm-up only, so
+    the timed window runs as training would."""
+    if device == "mps" and fallback_enabled():
+        torch.set_warn_always(on)
 
 
 def limit_cpu_memory(gib: float) -> None:

@@ -18,7 +18,7 @@ import torch
 
 from orchestrator import knobs
 from orchestrator import metrics as M
-from orchestrator.harness import backend
+from orchestrator.harness import backend, fallback, swap
 from orchestrator.harness.workload import Workload
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -97,10 +97,21 @@ def accumulate(model: torch.nn.Module, loss_fn: Callable, batches: Any, k: int,
 
 
 def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
-    """Run one trial; return its metrics and what was applied. Raises on any failure."""
+    """Run one trial; return its metrics and what was applied. Raises on any failure.
+
+    A trial that fitted but swapped during its timed window (``swap.swapped``) also returns
+    ``status: "swapped"`` and a ``detail`` ("fits but swaps: ..."), its metrics still present, unless
+    the config says ``allow_swap``. Ops that fell back from MPS to the CPU are listed in
+    ``info["mps_fallback_ops"]``."""
+    with fallback.FallbackLog() as fell_back:
+        return _measure(config, progress, fell_back)
+
+
+def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.FallbackLog) -> dict[str, Any]:
     started = time.perf_counter()
     params = dict(config["params"])
     settings = config["trial"]
+    swap_start = swap.read_swap()  # before anything of the trial's: swap already used is not its doing
     progress.mark("device")  # from here the device is touched (allocators read their settings)
     device = backend.resolve(params.get("device", "auto"))
     applied: dict[str, Any] = {"device": device}
@@ -160,6 +171,7 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
 
     # Warm-up: allocations, optimizer state, autotuning and compilation happen here, unmeasured.
     progress.phase = "compile" if params.get("compile") else "warmup"
+    backend.warn_every_fallback(device, True)  # every op that falls back to the CPU is heard
     first_loss = None
     for i in range(settings["warmup_steps"]):
         progress.step = i
@@ -168,14 +180,17 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
         if empty_every and (i + 1) % empty_every == 0:
             backend.empty_cache(device)
         progress.phase = "warmup"
+    backend.warn_every_fallback(device, False)
     loss_first = first_loss.item()  # outside the window: deliberate host read
     backend.synchronize(device)  # sync point: the window starts with an idle device
     startup_s = time.perf_counter() - started  # the gate's wait below is not the trial's start-up
     progress.mark("warmup_done")
+    swap_warmup = swap.read_swap()
     progress.before_window()
 
     # Timed window: at least measure_steps steps and at least min_measure_s seconds.
     progress.phase = "measure"
+    swap_window = swap.read_swap()  # after the gate: swap while waiting there is nobody's
     progress.mark("window_start")
     backend.reset_peak(device)
     use_events = device == "cuda"
@@ -211,6 +226,7 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
     backend.synchronize(device)  # sync point: the window ends when the device is done
     elapsed = time.perf_counter() - t0
     progress.mark("window_end")
+    swap_end = swap.read_swap()
 
     if use_events:
         step_ms = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
@@ -244,14 +260,23 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
     else:
         result_metrics[M.PEAK_MEMORY_GIB] = peaks[M.PEAK_RSS_GIB]
 
+    figures = swap.swap_figures(swap_start, swap_warmup, swap_window, swap_end)
+    result_metrics.update(figures)
+
     info = dict(workload.info)
     if device == "mps":
         ratio = params.get("memory_fraction", params.get("mps_high_watermark_ratio", 1.7))
         recommended = torch.mps.recommended_max_memory() / backend.GIB
         info.update(recommended_max_memory_gib=recommended,
                     effective_cap_gib=(ratio * recommended) if ratio else None)
-    return {"finite": finite, "metrics": result_metrics, "applied": applied,
-            "not_applied": not_applied, "info": info, "device": device}
+    if device == "mps" or fell_back.ops:
+        result_metrics[M.MPS_FALLBACK_OPS] = float(len(fell_back.ops))
+        info["mps_fallback_ops"] = list(fell_back.ops)
+    out = {"finite": finite, "metrics": result_metrics, "applied": applied,
+           "not_applied": not_applied, "info": info, "device": device}
+    if finite and swap.swapped(figures) and not config.get("allow_swap", False):
+        out.update(status="swapped", detail=swap.describe(figures, result_metrics[M.SAMPLES_PER_S]))
+    return out
 
 
 def _percentile(values: list[float], q: float) -> float:
