@@ -17,10 +17,10 @@ EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
 
 USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--n-trials N] [--device D]
                         [--devices LIST] [--retry STATUSES] [--no-check] [--export FILE]
-       orchestrate report SPEC [--format text|json] [--out DIR]     (orchestrate report --help)
+       orchestrate report SPEC [--format text|json] [--out DIR] [--compare KNOB]
        orchestrate best SPEC [-o FILE]                              (the best configuration as YAML)
        orchestrate ui [--port N]                                    (the MLflow UI on 127.0.0.1)
-       orchestrate doctor [--check] [--format text|json]            (is this machine set up? do the knobs work?)"""
+       orchestrate doctor [--check] [--device D] [--format text|json]   (is this machine set up? do the knobs work?)"""
 SUBCOMMANDS = {"report": "orchestrator.report", "best": "orchestrator.report", "ui": "orchestrator.ui",
                "doctor": "orchestrator.doctor"}
 

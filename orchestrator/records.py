@@ -120,6 +120,9 @@ def run_tags(outcome_result: dict[str, Any], status: str, detail: str | None) ->
         tags["failed_in"] = f"{outcome_result['phase']} step {outcome_result.get('step')}"
     if "signal" in outcome_result:
         tags["signal"] = outcome_result["signal"]
+    fell_back = (outcome_result.get("info") or {}).get("mps_fallback_ops")
+    if fell_back:
+        tags["mps_fallback_ops"] = ", ".join(map(str, fell_back))[:5000]
     return {k: str(v) for k, v in tags.items() if v not in (None, "")}
 
 

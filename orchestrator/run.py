@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import SpecError, StudyError
-from orchestrator.spec import SweepSpec
+from orchestrator.spec import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 
 EXIT_OK, EXIT_FAILED = 0, 3
 
@@ -26,6 +26,13 @@ EXIT_OK, EXIT_FAILED = 0, 3
 def command(*args: Any) -> str:
     """A command line a user can paste: every part shell-quoted."""
     return shlex.join(["orchestrate", *map(str, args)])
+
+
+def store_flags(spec: SweepSpec) -> list[str]:
+    """``--storage`` and ``--tracking-uri`` as the printed commands need them: always both, so a
+    pasted command reaches the same stores whether they came from the spec or from flags."""
+    return ["--storage", spec.storage, "--tracking-uri", spec.tracking_uri] if (
+        spec.storage != DEFAULT_STORAGE or spec.tracking_uri != DEFAULT_TRACKING_URI) else []
 
 
 def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = (), check: bool = True,
@@ -297,11 +304,12 @@ def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, code: int) ->
         lines.append("Nothing fit: every configuration ran out of memory (or swapped, or was predicted "
                      "to). That is the answer for this machine; try smaller batches, a lower precision "
                      "or activation checkpointing.")
+    stores = store_flags(spec)
     lines += [f"Study:   {absolute_uri(spec.storage)} (study {spec.name!r})",
               f"Runs:    {tracking} (experiment {spec.name!r})",
-              f"Resume:  {command(spec.path)}",
-              f"Browse:  {command('ui', spec.path)}   (or: {shlex.join(['mlflow', 'ui', '--backend-store-uri', tracking])})",
-              f"Report:  {command('report', spec.path)}   (table and plots)"]
+              f"Resume:  {command(spec.path, *stores)}",
+              f"Browse:  {command('ui', spec.path, *stores[2:])}   (or: {shlex.join(['mlflow', 'ui', '--backend-store-uri', tracking])})",
+              f"Report:  {command('report', spec.path, *stores)}   (table and plots)"]
     print("\n".join(lines))
     if code == EXIT_FAILED:
         print(failure_line(sweep), file=sys.stderr)

@@ -255,7 +255,7 @@ class Sweep:
 
     def _record_skip(self, trial: Any, run_ref: Any, device: str, predicted_by: int) -> None:
         outcome = Outcome("skipped", f"predicted out of memory: needs at least as much memory as "
-                          f"trial {predicted_by}, which ran out of memory", {})
+                          f"trial {predicted_by}, which ran out of memory (or swapped)", {})
         extra: dict[str, Any] = {"reason": "predicted_oom", "predicted_by": predicted_by}
         run_id = self.tracker.run_id(run_ref)
         if run_id:
