@@ -47,10 +47,17 @@ class UsageParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters written as escapes (``\\n``): a
+    message quoting a value such as ``"my\\nsweep"`` stays one line, and a terminal gets no escape
+    sequences from a spec."""
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def print_error(exc: OrchestratorError) -> int:
     """How every command reports an error it expected: one line on stderr (a spec error already
     names its file and line); returns the exit code."""
-    print(f"orchestrate: {exc}" if not isinstance(exc, SpecError) else str(exc), file=sys.stderr)
+    print(one_line(f"orchestrate: {exc}" if not isinstance(exc, SpecError) else str(exc)), file=sys.stderr)
     return exc.exit_code
 
 

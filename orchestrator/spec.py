@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,10 @@ DIRECTIONS = ("maximize", "minimize")
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 MAX_TRIAL_REPEATS = 20
+MAX_CONFIGURATIONS = 100_000
+"""The most configurations a finite space (lists and stepped ranges) may hold, and the most values a
+range may list: more is a mistake (a grid over it would not end, and listing it would take more
+memory than any sweep), refused when the spec is loaded."""
 
 
 @dataclass(frozen=True)
@@ -288,6 +293,7 @@ def check_spec(data: Any, path: Path, lines: dict[tuple, int],
             raise c.fail(("space", key), f"{key} is also in fixed (line {lines.get(('fixed', key))}); "
                          "a parameter is either fixed or swept", show_value=False)
         space[key] = _check_dimension(c, ("space", key), key, value)
+    _check_space_size(c, space)
     if "device" in space and "device" in top:
         if ("device",) in c.overrides:
             raise c.fail(("device",), f"cannot override the device: space.device sweeps it "
@@ -385,6 +391,10 @@ def _check_dimension(c: _Checker, path: tuple, name: str, value: Any) -> Dimensi
         if log:
             raise c.fail(path + ("step",), "step and log: true cannot be combined (as in Optuna)", step)
         n = (high - low) / step
+        if not math.isfinite(n) or n + 1 > MAX_CONFIGURATIONS:
+            raise c.fail(path + ("step",), f"this range lists {n + 1:,.0f} values, more than a sweep can visit "
+                         f"(at most {MAX_CONFIGURATIONS:,}); give a larger step, or no step for a range "
+                         f"that is sampled", step)
         if abs(n - round(n)) > 1e-9 * max(1.0, abs(n)):
             raise c.fail(path + ("step",), f"high - low must be a multiple of step so that both "
                          f"bounds are visited (low {low}, high {high})", step)
@@ -548,10 +558,35 @@ def _values(fixed: dict[str, Any], space: dict[str, Dimension], name: str,
     if isinstance(dim, Choice):
         return ("space", name), dim.values
     if isinstance(dim, Range) and dim.integer:
+        if (int(dim.high) - int(dim.low)) // int(dim.step or 1) + 1 > MAX_CONFIGURATIONS:
+            return ("space", name), None  # too many to list: the caller says so
         return ("space", name), tuple(range(int(dim.low), int(dim.high) + 1, int(dim.step or 1)))
     if isinstance(dim, Range) and ends:
         return ("space", name), (dim.low, dim.high)
     return None
+
+
+def _count(dim: Dimension) -> int | None:
+    """How many values a dimension lists (a grid visits): None for a range without a step,
+    which is sampled."""
+    if isinstance(dim, Choice):
+        return len(dim.values)
+    return None if dim.step is None else round((dim.high - dim.low) / dim.step) + 1
+
+
+def _check_space_size(c: _Checker, space: dict[str, Dimension]) -> None:
+    """A finite space of more than ``MAX_CONFIGURATIONS`` is refused at the line of its largest
+    dimension (the product is computed from the sizes, never listed)."""
+    sizes = {name: _count(dim) for name, dim in space.items()}
+    if not sizes or any(n is None for n in sizes.values()):
+        return  # a continuous dimension: sampled, never listed
+    total = math.prod(sizes.values())
+    if total > MAX_CONFIGURATIONS:
+        largest = max(sizes, key=lambda k: sizes[k])
+        raise c.fail(("space", largest), f"the space holds {total:,} configurations ("
+                     + " x ".join(f"{k} {n:,}" for k, n in sizes.items()) + f"), more than a sweep can "
+                     f"visit (at most {MAX_CONFIGURATIONS:,}); list fewer values, or give a range "
+                     "without a step so that it is sampled", show_value=False)
 
 
 def _item(where: tuple, values: tuple[Any, ...], value: Any, space: dict[str, Dimension]) -> tuple:
@@ -573,6 +608,14 @@ def _check_combinations(c: _Checker, fixed: dict[str, Any], space: dict[str, Dim
         if bs is None or eff is None:
             raise c.fail(("space", "effective_batch_size") if "effective_batch_size" in space else ("fixed", "effective_batch_size"),
                          "effective_batch_size needs batch_size as a fixed value or a list of choices", show_value=False)
+        for where, values in (bs, eff):
+            if values is None:
+                raise c.fail(where, f"every effective_batch_size is checked against every batch size, so this "
+                             f"range must list at most {MAX_CONFIGURATIONS:,} values; give a step or a list",
+                             show_value=False)
+        if len(bs[1]) * len(eff[1]) > MAX_CONFIGURATIONS:
+            raise c.fail(eff[0], f"{len(bs[1]):,} batch sizes x {len(eff[1]):,} effective batch sizes are more "
+                         f"than {MAX_CONFIGURATIONS:,} combinations to check; give fewer values", show_value=False)
         for b, e in itertools.product(bs[1], eff[1]):
             if e % b:
                 raise c.fail(_item(bs[0], bs[1], b, space),

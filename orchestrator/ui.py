@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import shlex
 import shutil
 import signal
 import socket
@@ -100,7 +101,8 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
     print(f"MLflow UI: {url} (runs in {uri}); Ctrl-C stops it", flush=True)
     for exp_name, page in pages:
         print(f"  experiment {exp_name!r}: {page}", flush=True)
-    print(f"Optuna study: optuna-dashboard {absolute_uri(storage)}  (pip install optuna-dashboard)", flush=True)
+    print(f"Optuna study: {shlex.join(['optuna-dashboard', absolute_uri(storage)])}  (pip install optuna-dashboard)",
+          flush=True)
     child = subprocess.Popen(mlflow_command(uri, port))
 
     def forward(signum: int, _frame: object) -> None:  # Ctrl-C or SIGTERM: let mlflow stop itself

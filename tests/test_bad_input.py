@@ -45,7 +45,7 @@ class Case:
 CASES = [
     # -- the file itself ---------------------------------------------------------------------------
     Case("not-yaml", "name: [unclosed\nexperiment: x\n",
-         ("not valid YAML", "expected ',' or ']', but got ':'", "flow sequence that starts on line 1"), 2),
+         ("not valid YAML", "expected ',' or ']'", "flow sequence that starts on line 1"), 2),
     Case("tab-indent", "name: t\n\texperiment: x\n", ("not valid YAML", "tab", "indent with spaces"), 2),
     Case("two-documents", "name: t\n---\nname: u\n", ("not valid YAML", "single document", "another document"), 2),
     Case("empty-file", "", ("the file is empty", "name:", "experiment:"), 1),
