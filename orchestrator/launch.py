@@ -39,6 +39,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterable
 
 from orchestrator.faultpoints import reached
@@ -95,6 +96,8 @@ class Interpreter:
     """One trial process (``python -m orchestrator.harness --serve EXPERIMENT``), in its own
     process session, with a status pipe it writes ``ready``/``window``/``result`` on."""
 
+    mode = "--serve"
+
     def __init__(self, experiment: str, env: dict[str, str], log_path: Path,
                  cores: frozenset[int] | None = None, stop: StopFlag | None = None,
                  where: Path | None = None) -> None:
@@ -109,7 +112,7 @@ class Interpreter:
             child_env["ORCHESTRATE_CPU_CORES"] = ",".join(map(str, sorted(cores)))
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.harness", "--serve", experiment,
+                [sys.executable, "-m", "orchestrator.harness", self.mode, experiment,
                  str(where or log_path.parent)],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=child_env,
                 pass_fds=(write,), start_new_session=True, cwd=os.getcwd())
@@ -151,14 +154,16 @@ class Interpreter:
             self._buffer += chunk
         *lines, self._buffer = self._buffer.split(b"\n")
         for line in lines:
-            word = line.decode(errors="replace").strip()
-            if word == "ready":
-                self.ready = True
-                event("interpreter_ready")
-            elif word == "window":
-                self.at_window = True
-            elif word == "result":
-                self.result_ready = True
+            self._said(line.decode(errors="replace").strip())
+
+    def _said(self, word: str) -> None:
+        if word == "ready":
+            self.ready = True
+            event("interpreter_ready")
+        elif word == "window":
+            self.at_window = True
+        elif word == "result":
+            self.result_ready = True
 
     def reap(self) -> bool:
         """Whether the process has exited (reaped: its memory is free)."""
@@ -207,6 +212,129 @@ class Interpreter:
                 self.proc.stdin.close()
             except OSError:
                 pass
+
+
+class ForkServer(Interpreter):
+    """Linux: an interpreter that imports once and forks a process per trial
+    (``orchestrator/harness/forkserver.py``). It stays the slot's spare across trials; each trial
+    it starts is a ``Forked``."""
+
+    mode = "--fork-server"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.trials: dict[int, Forked] = {}
+        self.asked: list[Forked] = []
+        """Trials asked for, in order, whose pid the server has not said yet."""
+
+    def fork(self, log_path: Path) -> Forked:
+        return Forked(self, log_path)
+
+    def _said(self, word: str) -> None:
+        head, _, rest = word.partition(" ")
+        if not head.isdigit():
+            super()._said(word)
+            return
+        pid, what = int(head), rest.split()
+        if what[:1] == ["forked"] and self.asked:
+            self.asked.pop(0).forked(pid)
+            return
+        trial = self.trials.get(pid)
+        if trial is None or not what:
+            return
+        if what[0] == "window":
+            trial.at_window = True
+        elif what[0] == "result":
+            trial.result_ready = True
+        elif what[0] == "exited" and len(what) == 3:
+            trial.exited(int(what[1]), int(what[2]))
+            del self.trials[pid]
+
+    def discard(self) -> None:
+        for trial in list(self.trials.values()) + self.asked:
+            trial.kill()
+        super().discard()
+
+
+class Forked:
+    """One trial process forked by a ``ForkServer``; for ``ProcessRun`` it is an ``Interpreter``
+    that never imports. The server reaps it and says how it exited, with its peak RSS."""
+
+    ready = True
+    status_fd = None
+
+    def __init__(self, server: ForkServer, log_path: Path) -> None:
+        self.server, self.env, self.stop, self.log_path = server, server.env, server.stop, log_path
+        self.pid: int | None = None
+        self.at_window = self.result_ready = self._kill_when_forked = False
+        self.returncode: int | None = None
+        self.rusage: Any = None
+        self.spawned = time.monotonic()
+
+    def forked(self, pid: int) -> None:
+        self.pid = pid
+        self.server.trials[pid] = self
+        if self.stop is not None:
+            self.stop.pgids.add(pid)
+        if self._kill_when_forked or (self.stop is not None and self.stop.tripped):
+            self.kill()
+
+    def exited(self, code: int, maxrss_kib: int) -> None:
+        self.returncode = code
+        self.rusage = SimpleNamespace(ru_maxrss=maxrss_kib)  # the server's wait4 (Linux: KiB)
+        if self.pid is not None:
+            kill_group(self.pid)  # grandchildren left in its group
+            if self.stop is not None:
+                self.stop.pgids.discard(self.pid)
+
+    def read_status(self) -> None:
+        self.server.read_status()
+
+    def reap(self) -> bool:
+        if self.returncode is None:
+            self.server.read_status()
+        if self.returncode is None and self.server.reap():  # the server died: nobody reports it now
+            self.server.read_status()
+            if self.returncode is None and (self.pid is None or not _alive(self.pid)):
+                self.exited(-signal.SIGKILL, 0)
+        return self.returncode is not None
+
+    def send(self, line: str) -> None:
+        if line == "go":
+            if self.pid is not None:
+                self.server.send(json.dumps({"go": self.pid}))
+        elif line:  # the configuration's path: fork now
+            self.server.asked.append(self)
+            self.server.send(json.dumps({"fork": line, "log": str(self.log_path)}))
+
+    def kill(self) -> None:
+        if self.pid is None:
+            self._kill_when_forked = True
+            return
+        kill_group(self.pid)
+        try:
+            os.kill(self.pid, signal.SIGKILL)  # before its setsid, it is in no group of its own
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close(self) -> None:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
+
+
+def fork_server_usable() -> bool:
+    """Trials are forked from a server only on Linux (Apple's frameworks are not safe to use in a
+    child forked without ``exec``); ``ORCHESTRATE_FORK=0`` turns it off (benchmarks compare)."""
+    return sys.platform.startswith("linux") and os.environ.get("ORCHESTRATE_FORK", "1") != "0"
 
 
 class ProcessRun:
@@ -317,9 +445,12 @@ class SlotLauncher:
 
     def __init__(self, experiment: str, slot_env: dict[str, str], cores: frozenset[int] | None,
                  spare_dir: Path, stop: StopFlag | None, prestart: int = PRESTART,
-                 host: Host | None = None) -> None:
+                 host: Host | None = None, fork: bool | None = None) -> None:
+        """``fork``: keep ``ForkServer`` spares (default: where ``fork_server_usable``), else one
+        pre-started interpreter per trial."""
         self.experiment, self.slot_env, self.cores = experiment, dict(slot_env), cores
         self.spare_dir, self.stop, self.prestart = spare_dir, stop, prestart
+        self.fork = fork_server_usable() if fork is None else fork
         self.host = host or Host()
         self.host.launchers.append(self)
         self.spares: list[Interpreter] = []
@@ -335,7 +466,8 @@ class SlotLauncher:
 
     def _spawn(self, env: dict[str, str], log_path: Path | None = None) -> Interpreter:
         path = log_path or self.spare_dir / SPARES_DIR / f"{time.monotonic_ns()}.log"
-        return Interpreter(self.experiment, env, path, self.cores, self.stop, self.spare_dir)
+        kind = ForkServer if self.fork and log_path is None else Interpreter
+        return kind(self.experiment, env, path, self.cores, self.stop, self.spare_dir)
 
     def start(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
               guesses: list[dict[str, str]] | None = None) -> ProcessRun:
@@ -346,9 +478,14 @@ class SlotLauncher:
             stale.unlink(missing_ok=True)
         wanted = self.full_env(env)
         self.guesses = [self.full_env(g) for g in (guesses or [env])]
-        interp = next((s for s in self.spares if s.env == wanted and not s.reap()), None)
-        if interp is not None:
-            self.spares.remove(interp)
+        spare = next((s for s in self.spares if s.env == wanted and not s.reap()), None)
+        interp: Interpreter | Forked
+        if isinstance(spare, ForkServer):  # it stays, for the trials after this one
+            interp = spare.fork(trial_dir / "trial.log")
+            self.guesses.append(wanted)
+        elif spare is not None:
+            self.spares.remove(spare)
+            interp = spare
         else:
             interp = self._spawn(wanted, trial_dir / "trial.log")
         for s in [s for s in self.spares if s.env not in self.guesses or s.reap()]:
@@ -357,7 +494,10 @@ class SlotLauncher:
             s.discard()
         previous = self.running.exited_at if self.running is not None else None
         self.running = ProcessRun(interp, config, trial_dir, timeout_s, self.stop, previous)
-        if not self.spares and self.prestart:  # refill: every guess, at once (see PRESTART)
+        if self.fork and self.prestart:  # a server for every environment guessed
+            have = [s.env for s in self.spares]
+            self.pending = [g for i, g in enumerate(self.guesses) if g not in have and g not in self.guesses[:i]]
+        elif not self.spares and self.prestart:  # refill: every guess, at once (see PRESTART)
             self.pending = (self.guesses * self.prestart)[:self.prestart]
         return self.running
 
@@ -397,10 +537,8 @@ class SlotLauncher:
         return out
 
     def close(self) -> None:
-        """End of the sweep: the spares leave; a running trial is killed."""
-        for s in self.spares:
-            s.discard()
-        self.spares.clear()
+        """End of the sweep: a running trial is killed (and reaped: by its fork server, if it has
+        one); the spares leave."""
         self.pending = []
         if self.running is not None and not self.running.exited:
             self.running.kill()
@@ -409,6 +547,9 @@ class SlotLauncher:
                 time.sleep(0.01)
         if self.running is not None:
             self.running.interp.close()
+        for s in self.spares:
+            s.discard()
+        self.spares.clear()
 
 
 def wait_for_activity(launchers: Iterable[SlotLauncher], timeout_s: float = POLL_S) -> None:

@@ -27,10 +27,12 @@ def is_attempt(trial: Any) -> bool:
 
 
 def results_of(trials: list[Any]) -> list[Any]:
-    """One trial per configuration that has a result: the newest final one, in trial order."""
+    """One trial per configuration that has a result: the newest final one, in trial order. A trial
+    counts once Optuna has it finished: ``tell`` writes the status attribute first, and another
+    orchestrator reading between the two writes sees a RUNNING trial (in flight, not a result)."""
     newest: dict[str, Any] = {}
     for t in sorted(trials, key=lambda t: t.number):
-        if t.user_attrs.get("status") in RESULT_STATUSES and is_attempt(t):
+        if t.user_attrs.get("status") in RESULT_STATUSES and t.state.is_finished() and is_attempt(t):
             newest[config_key(t.params)] = t
     return sorted(newest.values(), key=lambda t: t.number)
 

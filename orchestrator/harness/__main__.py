@@ -17,11 +17,12 @@ import traceback
 from typing import Any, Callable
 
 
-def watch_parent(interval_s: float = 0.5) -> None:
+def watch_parent(interval_s: float = 0.5, thread: bool = True) -> None:
     """Kill this trial's process group if the orchestrator dies: at once on Linux, where
     PR_SET_PDEATHSIG sends SIGTERM; within ``interval_s`` everywhere (macOS has no PDEATHSIG), by
     polling the parent pid from a thread (torch releases the GIL in its kernels). Set here, in the
-    child, rather than in a ``preexec_fn``, which is unsafe in an orchestrator that runs threads."""
+    child, rather than in a ``preexec_fn``, which is unsafe in an orchestrator that runs threads.
+    ``thread=False``: PDEATHSIG alone (the Linux fork server, which must not start threads)."""
     expected = os.environ.get("ORCHESTRATE_PARENT_PID")
     parent = int(expected) if expected and expected.isdigit() else os.getppid()
     signal.signal(signal.SIGTERM, lambda *_: os.killpg(os.getpgrp(), signal.SIGKILL))
@@ -31,6 +32,8 @@ def watch_parent(interval_s: float = 0.5) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the orchestrator died before the line above took effect
         os.killpg(os.getpgrp(), signal.SIGKILL)
+    if not thread:
+        return
 
     def loop() -> None:
         while True:
@@ -202,6 +205,10 @@ def preload(experiment: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) in (3, 4) and sys.argv[1] == "--serve":  # [4]: the study's folder, for ps
         code = serve(sys.argv[2])
+    elif len(sys.argv) in (3, 4) and sys.argv[1] == "--fork-server":
+        from orchestrator.harness.forkserver import fork_server
+
+        code = fork_server(sys.argv[2])
     else:
         code = main(sys.argv)
     sys.stdout.flush()

@@ -1,0 +1,153 @@
+"""``python -m orchestrator.harness --fork-server EXPERIMENT [FOLDER]`` (Linux): one import of
+torch, the harness and the experiment, then one forked process per trial.
+
+Where ``fork`` is safe, this replaces a pre-started interpreter per trial: the import (2-4 s,
+all CPU) is paid once per slot and environment instead of once per trial, and no import ever
+runs again beside a timed window. Each trial is still a process of its own: forked from an
+interpreter that has touched no device (``import torch`` creates no CUDA context and no
+allocator: ``orchestrator/launch.py`` cites the source), it builds its allocator itself, from
+the environment the server was started with (the launcher uses a server only for a trial whose
+whole environment equals the server's), and its memory is freed when it exits. Not on macOS:
+Apple's frameworks are not safe to use in a child forked without ``exec``, so there every trial
+gets its own pre-started interpreter (``--serve``).
+
+Protocol. The orchestrator writes JSON lines on stdin: ``{"fork": CONFIG, "log": LOG}`` (start a
+trial: its stdout and stderr go to LOG), ``{"go": PID}`` (the trial may open its timed window),
+or an empty line (leave). On the status pipe (``ORCHESTRATE_STATUS_FD``) the server says
+``ready`` once imported, then per trial ``PID forked``, the trial's own ``PID window`` and
+``PID result``, and ``PID exited CODE MAXRSS_KIB`` once it has reaped it (its memory is free).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import time
+from typing import Any, TextIO
+
+
+def fork_server(experiment: str) -> int:
+    from orchestrator.harness.__main__ import pin_cores, preload, watch_parent
+
+    timeline = {"main": time.time()}
+    status = os.fdopen(int(os.environ["ORCHESTRATE_STATUS_FD"]), "w", buffering=1)
+    watch_parent(thread=False)  # PR_SET_PDEATHSIG: the server starts no thread of its own
+    pin_cores()
+    preload(experiment)
+    timeline["imports_done"] = time.time()
+    wake_r, wake_w = os.pipe()  # SIGCHLD wakes the select below: nothing polls during a window
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    server_pid = os.getpid()
+    children: dict[int, int] = {}  # trial pid -> write end of its "go" pipe
+    pending = b""
+    status.write("ready\n")
+    while True:
+        try:
+            readable, _, _ = select.select([0, wake_r], [], [])
+        except InterruptedError:
+            readable = []
+        if wake_r in readable:
+            os.read(wake_r, 4096)
+        _reap(children, status)
+        if 0 not in readable:
+            continue
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return 0
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if not line.strip():
+                return 0
+            order = json.loads(line)
+            if "go" in order:
+                fd = children.get(int(order["go"]))
+                if fd is not None:
+                    os.write(fd, b"go\n")
+                continue
+            go_r, go_w = os.pipe()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                os.close(go_w)
+                for fd in children.values():
+                    os.close(fd)
+                os.close(wake_r)
+                os.close(wake_w)
+                _trial(order["fork"], order["log"], go_r, server_pid, status, timeline)  # never returns
+            os.close(go_r)
+            children[pid] = go_w
+            status.write(f"{pid} forked\n")
+
+
+def _reap(children: dict[int, int], status: TextIO) -> None:
+    while children:
+        try:
+            pid, wait_status, rusage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            return
+        fd = children.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
+        status.write(f"{pid} exited {os.waitstatus_to_exitcode(wait_status)} {rusage.ru_maxrss}\n")
+
+
+def _trial(config_path: str, log_path: str, go_fd: int, server_pid: int, status: TextIO,
+           timeline: dict[str, float]) -> None:
+    """The forked child: a session of its own (the launcher kills its group), stdin its "go"
+    pipe, output to its log, then the same trial as ``--serve`` runs."""
+    code = 1
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.dup2(go_fd, 0)
+        os.close(go_fd)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        sys.stdin = open(0, closefd=False)  # not the server's stdin buffer
+        os.environ["ORCHESTRATE_PARENT_PID"] = str(server_pid)
+        code = run_forked(config_path, status, {**timeline, "forked": time.time()})
+    except BaseException:  # noqa: BLE001 - whatever happens, this process must not return into the server
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if os.environ.get("ORCHESTRATE_TEST_EXIT_DELAY_S"):  # tests only: a process slow to exit
+            time.sleep(float(os.environ["ORCHESTRATE_TEST_EXIT_DELAY_S"]))
+        os._exit(code)
+
+
+def run_forked(config_path: str, status: TextIO, timeline: dict[str, Any]) -> int:
+    """The trial, as ``--serve`` runs it once it has its configuration; ``timeline`` holds the
+    server's start and end of imports, and when this process was forked."""
+    from orchestrator.harness.__main__ import run_config, watch_parent
+
+    watch_parent()  # the server: if it dies (with the orchestrator), so does this trial
+    pid = os.getpid()
+    with open(config_path) as f:
+        config = json.load(f)
+    timeline["config_received"] = time.time()
+
+    def gate() -> None:
+        status.write(f"{pid} window\n")
+        sys.stdin.readline()  # "go" (or EOF: the server is gone, and the watchdog acts)
+        timeline["go"] = time.time()
+
+    run_config(config, timeline, gate)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    status.write(f"{pid} result\n")
+    return 0
