@@ -4,9 +4,18 @@ imports torch.
 
 A trial still runs in a fresh process (allocators read their settings once, and an OOM must not
 poison the next trial); what this module hides is the waiting. Per device slot, a
-``SlotLauncher`` keeps pre-started interpreters (``python -m orchestrator.harness --serve``):
-Python, ``import torch``, the harness and the experiment module, then idle on a pipe. A trial is
-given to one whose environment equals what the trial needs, else to a fresh process. Rules:
+``SlotLauncher`` keeps spares that have Python, ``import torch``, the harness and the experiment
+module loaded, idle on a pipe:
+
+- on Linux a ``ForkServer`` (``python -m orchestrator.harness --fork-server``), which forks one
+  process per trial (``Forked``): the import is paid once per slot and environment, not per
+  trial. It has touched no device, so each child builds its own allocator;
+- elsewhere (macOS: Apple's frameworks are unsafe in a child forked without ``exec``; or
+  ``ORCHESTRATE_FORK=0``) one pre-started interpreter per trial (``--serve``), refilled
+  ``PRESTART`` at a time.
+
+A trial is given to a spare whose environment equals what the trial needs, else to a new one.
+Rules:
 
 - *Allocator settings are read once per process*, some of them as early as ``import torch``
   (torch 2.13.0 source, git cf30153c): a CUDA build's ``libc10_cuda`` reads
@@ -480,6 +489,9 @@ class SlotLauncher:
         self.guesses = [self.full_env(g) for g in (guesses or [env])]
         spare = next((s for s in self.spares if s.env == wanted and not s.reap()), None)
         interp: Interpreter | Forked
+        if spare is None and self.fork and self.prestart:  # one import, for this trial and the next
+            spare = self._spawn(wanted)
+            self.spares.append(spare)
         if isinstance(spare, ForkServer):  # it stays, for the trials after this one
             interp = spare.fork(trial_dir / "trial.log")
             self.guesses.append(wanted)
