@@ -40,6 +40,69 @@ def absolute_uri(uri: str) -> str:
     return uri
 
 
+def template_path() -> Path:
+    """Where the empty MLflow store of this mlflow version is kept (``$XDG_CACHE_HOME/orchestrate``)."""
+    import os
+
+    import mlflow
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "orchestrate" / f"mlflow-{mlflow.__version__}-empty.db"
+
+
+def new_store(url: str) -> None:
+    """Create an empty MLflow SQLite store at ``url`` (a temporary path: ``create_sqlite_atomically``).
+
+    MLflow builds a new store by running every one of its schema migrations, 3-7 s on a small CPU,
+    which every new project paid before its first trial. The first store built with an mlflow
+    version is kept as a template (``template_path``); later ones are a copy of it, with the one
+    row that depends on where it was made (the Default experiment's artifact location, which
+    MLflow sets from the working directory) written as MLflow would have. Any doubt about the
+    template (missing, unreadable, another schema): MLflow builds the store itself."""
+    import shutil
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    target = Path(url[len("sqlite:///"):])
+    template = template_path()
+    try:
+        shutil.copyfile(template, target)
+        con = sqlite3.connect(target)
+        try:
+            with con:
+                (version,) = con.execute("SELECT version_num FROM alembic_version").fetchone()
+                now = int(time.time() * 1000)
+                con.execute("UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
+                            "WHERE experiment_id = 0", (str(Path("mlruns").resolve() / "0"), now, now))
+        finally:
+            con.close()
+        if version == _schema_head():
+            return
+    except (OSError, sqlite3.Error, TypeError):
+        pass
+    target.unlink(missing_ok=True)
+    MlflowClient(url).search_experiments(max_results=1)  # MLflow builds it: every migration
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True)
+        tmp = template.with_name(f".{template.name}.{time.monotonic_ns()}")
+        shutil.copyfile(target, tmp)
+        tmp.replace(template)
+    except OSError:
+        pass  # no cache to keep it in: the next new store is built again
+
+
+def _schema_head() -> str | None:
+    """The newest schema migration this mlflow knows (what a store it builds ends at)."""
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.utils import _get_alembic_config
+
+    try:
+        return ScriptDirectory.from_config(_get_alembic_config("sqlite://")).get_current_head()
+    except Exception:  # noqa: BLE001 - no answer: never trust the template
+        return None
+
+
 class Tracker:
     def __init__(self, tracking_uri: str, experiment: str) -> None:
         import mlflow  # noqa: F401 - heavy; imported only for real runs
@@ -51,7 +114,7 @@ class Tracker:
         from orchestrator.study import create_sqlite_atomically
 
         try:
-            create_sqlite_atomically(self.uri, lambda url: MlflowClient(url).search_experiments(max_results=1))
+            create_sqlite_atomically(self.uri, new_store)
             self.client = MlflowClient(tracking_uri=self.uri)
             exp = self.client.get_experiment_by_name(experiment)
             if exp is None:

@@ -4,6 +4,8 @@
 # .whl/; the "before" code, commit 6e081e8, copied into .before/).
 #   bash docs/gpu/session.sh a    overhead before/after (bench/overhead.py)
 #   bash docs/gpu/session.sh a2   overhead of this checkout alone
+#   bash docs/gpu/session.sh f    the fork server against per-trial interpreters (commit 50cca09's
+#                                 orchestrator/ and experiments/ copied into .spares/)
 #   bash docs/gpu/session.sh b    fidelity, doctor, doctor --check, CPU against CUDA
 #   bash docs/gpu/session.sh c    BERT-base on one GPU against both (bench/devices.py)
 set -uo pipefail
@@ -22,6 +24,10 @@ a)
 a2)  # this checkout only, after a change (the "before" column is in a's log)
   step overhead; timeout 400 python3 bench/overhead.py --device cuda --trials 6 --floor-repeats 3 \
       --json "$OUT/overhead_after.json" > "$OUT/overhead_after.log" 2>&1
+  ;;
+f)
+  step overhead; rm -rf /tmp/spares && cp -r .spares /tmp/spares; timeout 560 python3 bench/overhead.py --device cuda --compare /tmp/spares --trials 6 --floor-repeats 3 \
+      --json "$OUT/overhead_fork.json" > "$OUT/overhead_fork.log" 2>&1
   ;;
 b)
   step fidelity; timeout 200 python3 bench/fidelity.py --device cuda --rounds 3 --configs 4 > "$OUT/fidelity.log" 2>&1
