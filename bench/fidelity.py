@@ -1,7 +1,8 @@
 """Do pre-started interpreters change what a trial measures? The same configurations, run the old
 way (a fresh process started for the trial, nothing else alive) and the new way (the trial given
-to an interpreter pre-started ahead of it, with the slot's next interpreters pre-started beside
-it), alternating in one run, so drift of the machine falls on both alike.
+to a spare started ahead of it, as a sweep does: on Linux forked from the slot's fork server, else
+an interpreter pre-started for it, with the slot's next ones beside it), alternating in one run,
+so drift of the machine falls on both alike.
 
     python bench/fidelity.py                                 # the MLP spec's grid on the CPU
     python bench/fidelity.py --device cuda --rounds 5        # on an NVIDIA GPU
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator import knobs  # noqa: E402
-from orchestrator.launch import SlotLauncher, wait_for_activity  # noqa: E402
+from orchestrator.launch import SlotLauncher, fork_server_usable, wait_for_activity  # noqa: E402
 from orchestrator.space import configurations, make_plan, trial_params  # noqa: E402
 from orchestrator.spec import load_spec  # noqa: E402
 
@@ -95,7 +96,9 @@ def main() -> None:
     finally:
         warm.close()
 
-    print(f"\nfidelity: {spec.name} on {args.device}, {args.rounds} rounds, alternating order")
+    spares = "a fork server (one import, a forked process per trial)" if fork_server_usable() else \
+        "one pre-started interpreter per trial"
+    print(f"\nfidelity: {spec.name} on {args.device}, {args.rounds} rounds, alternating order; spares: {spares}")
     print(f"{'configuration':<58} {'fresh':>12} {'pre-started':>12} {'ratio':>7}")
     ratios = []
     for i, sampled in enumerate(chosen):

@@ -8,7 +8,7 @@ Fixtures (register with ``pytest_plugins = ["servers"]`` in tests/conftest.py):
   authentication, tuned for tests (no fsync). Its ``new_database()`` returns the SQLAlchemy URL
   of a fresh, empty database.
 - ``postgres_url`` (per test): ``postgres.new_database()``.
-- ``mlflow_server`` (session, about 8 s to start): ``mlflow server --serve-artifacts`` on its own
+- ``mlflow_server`` (module, about 8 s to start): ``mlflow server --serve-artifacts`` on its own
   database of ``postgres``; the fixture's value is its ``http://127.0.0.1:PORT`` URI (a ``str``,
   with ``artifacts_dir``, ``backend_store_uri``, ``log_path`` and ``startup_s`` attached).
 
@@ -321,8 +321,9 @@ def start_mlflow_server(postgres: PostgresServer, root: Path) -> Iterator[Mlflow
         stop_process_group(proc)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def mlflow_server(postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServerURI]:
-    """An ``mlflow server`` for the whole session (it takes about 8 s to start): PostgreSQL backend
+    """An ``mlflow server`` per test module (it takes about 8 s to start, and an idle one still
+    uses a tenth of a core, which the rest of a session on 2 cores needs): PostgreSQL backend
     store, artifacts proxied over HTTP into a folder the clients are never told about."""
     yield from start_mlflow_server(postgres, tmp_path_factory.mktemp("mlflow-server"))
