@@ -1,12 +1,16 @@
-"""What the other GPUs of a host buy: one spec run twice in fresh folders, on one GPU and on
-several (``--devices``), then the same configurations compared.
+"""What the other GPUs of a host buy: one spec run in fresh folders, on one GPU and on several
+(``--devices``), then the same configurations compared.
 
     python bench/devices.py sweeps/bert_base_devices.yaml                # cuda:0 against auto
-    python bench/devices.py SPEC --one cuda:0 --many cuda:0,cuda:1
+    python bench/devices.py SPEC --one cuda:0 --many cuda:0,cuda:1 --rounds 2
 
 Prints each configuration's throughput both ways and their ratio (a trial must measure the same
 alone on its GPU whatever runs on the others: target at least 0.97), the GPU each ran on, and the
 sweeps' wall times: the whole command, and the trial loop (first trial's start to last result).
+With ``--rounds N`` (N >= 2) the two ways alternate (one, several, one, several, ...), each
+configuration's figure is its median over the rounds, and the control line compares the single-
+device rounds with each other: how far one process's measurement of a configuration moves between
+two runs of the same sweep, the floor under any several/one ratio.
 """
 
 from __future__ import annotations
@@ -57,42 +61,73 @@ def main() -> None:
     ap.add_argument("--many", default="auto", help="the several devices (default auto: every visible GPU)")
     ap.add_argument("--logs", type=Path, help="write both sweeps' output into this folder")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate the two ways this many times; figures are medians over the rounds")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.logs:
         args.logs.mkdir(parents=True, exist_ok=True)
-    one = run(args.spec, args.one, args.logs / "one.log" if args.logs else None)
-    many = run(args.spec, args.many, args.logs / "many.log" if args.logs else None)
-    slots = sorted({t.user_attrs.get("slot", "?") for t in many["trials"].values()})
+    ones, manys = [], []
+    for r in range(1, args.rounds + 1):
+        suffix = "" if args.rounds == 1 else f"_{r}"
+        for way, devices, into in (("one", args.one, ones), ("many", args.many, manys)):
+            into.append(run(args.spec, devices, args.logs / f"{way}{suffix}.log" if args.logs else None))
+            print(f"round {r}: {devices}: {into[-1]['wall_s']:.1f} s", flush=True)
+    slots = sorted({t.user_attrs.get("slot", "?") for m in manys for t in m["trials"].values()})
 
-    print(f"\n{args.spec.name}: {args.one} against {args.many} ({len(slots)} slots: {', '.join(slots)})")
+    print(f"\n{args.spec.name}: {args.one} against {args.many} ({len(slots)} slots: {', '.join(slots)})"
+          + (f", median of {args.rounds} alternating rounds each way" if args.rounds > 1 else ""))
     print(f"{'configuration':<60} {'status':>8} {'one':>10} {'several':>10} {'ratio':>6}  gpu")
-    ratios = []
-    for key in sorted(one["trials"]):
-        a, b = one["trials"][key], many["trials"].get(key)
+    ratios, control = [], []
+    for key in sorted(ones[0]["trials"]):
+        a, b = ones[0]["trials"][key], manys[0]["trials"].get(key)
         label = ", ".join(f"{k}={v}" for k, v in sorted(a.params.items()))
         if b is None:
             print(f"{label:<60} missing in the several-device sweep")
             continue
-        sa, sb = a.user_attrs.get("status"), b.user_attrs.get("status")
-        ta = a.user_attrs.get("metrics", {}).get("samples_per_s")
-        tb = b.user_attrs.get("metrics", {}).get("samples_per_s")
+        ta, tb = throughput(ones, key), throughput(manys, key)
         where = f"{b.user_attrs.get('slot')} ({b.user_attrs.get('gpu_uuid', '')[:12]})"
         if ta and tb:
             ratios.append(tb / ta)
-            print(f"{label:<60} {sb:>8} {ta:>10,.1f} {tb:>10,.1f} {tb / ta:>6.3f}  {where}")
+            print(f"{label:<60} {b.user_attrs.get('status'):>8} {ta:>10,.1f} {tb:>10,.1f} {tb / ta:>6.3f}  {where}")
         else:
-            print(f"{label:<60} {sa + '/' + sb:>8} {'':>10} {'':>10} {'':>6}  {where}")
+            status = f"{a.user_attrs.get('status')}/{b.user_attrs.get('status')}"
+            print(f"{label:<60} {status:>8} {'':>10} {'':>10} {'':>6}  {where}")
+        singles = [v for v in (throughput([o], key) for o in ones) if v]
+        if len(singles) >= 2:
+            control.append(min(singles) / max(singles))
     if ratios:
         print(f"throughput ratio several / one: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}, "
               f"max {max(ratios):.3f} over {len(ratios)} configurations (target >= 0.97 everywhere: "
               f"{'PASS' if min(ratios) >= 0.97 else 'FAIL'})")
+    if control:
+        print(f"control, the {args.rounds} single-device rounds against each other (slowest / fastest): "
+              f"min {min(control):.3f}, median {statistics.median(control):.3f}; "
+              f"{sum(c < 0.97 for c in control)} of {len(control)} configurations moved more than 3% between them")
+    walls = {}
     for what in ("wall_s", "loop_s"):
-        if one[what] and many[what]:
+        a, b = median_of(ones, what), median_of(manys, what)
+        if a and b:
+            walls[what] = (a, b)
             label = "command wall time" if what == "wall_s" else "trial loop (first start to last result)"
-            print(f"{label}: one {one[what]:.1f} s, several {many[what]:.1f} s, ratio {many[what] / one[what]:.2f}")
+            print(f"{label}: one {a:.1f} s, several {b:.1f} s, ratio {b / a:.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"ratios": ratios, "one": {k: one[k] for k in ("wall_s", "loop_s")},
-                                         "many": {k: many[k] for k in ("wall_s", "loop_s")}, "slots": slots}))
+        args.json.write_text(json.dumps({"ratios": ratios, "control": control, "rounds": args.rounds,
+                                         "walls": walls, "slots": slots}))
+
+
+def throughput(runs: list[dict], key) -> float | None:  # noqa: ANN001
+    """The configuration's median samples/s over the runs where it finished ok."""
+    got = [t.user_attrs.get("metrics", {}).get("samples_per_s") for r in runs
+           if (t := r["trials"].get(key)) is not None and t.user_attrs.get("status") == "ok"]
+    got = [g for g in got if g]
+    return statistics.median(got) if got else None
+
+
+def median_of(runs: list[dict], what: str) -> float | None:
+    got = [r[what] for r in runs if r[what]]
+    return statistics.median(got) if got else None
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ so drift of the machine falls on both alike.
     python bench/fidelity.py                                 # the MLP spec's grid on the CPU
     python bench/fidelity.py --device cuda --rounds 5        # on an NVIDIA GPU
     python bench/fidelity.py --spec sweeps/bert_tiny.yaml --configs 4
+    python bench/fidelity.py --device cuda --spec sweeps/bert_base_devices.yaml --only batch_size=64
 
 Prints, per configuration, the median throughput each way and their ratio (target: within 1%),
 and the CPU seconds the pre-started interpreters used during the new way's timed windows
@@ -56,12 +57,19 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--rounds", type=int, default=3, help="measurements of each configuration each way")
     ap.add_argument("--configs", type=int, default=4, help="the first N configurations of the grid")
+    ap.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
+                    help="keep the grid's configurations with this value (repeatable), then take the first N")
     args = ap.parse_args()
+    if bad := [o for o in args.only if "=" not in o]:
+        ap.error(f"--only takes KEY=VALUE, got {bad[0]!r}")
 
     spec = load_spec(args.spec, {"--device": (("device",), args.device),
                                  "--min-measure-s": (("trial", "min_measure_s"), args.min_measure_s)})
     plan = make_plan(spec, args.device)
-    chosen = configurations(plan)[:args.configs]
+    chosen = [c for c in configurations(plan) if all(str(c.get(k)) == v for k, v in
+                                                     (o.split("=", 1) for o in args.only))][:args.configs]
+    if not chosen:
+        raise SystemExit(f"fidelity: no configuration of {args.spec} has {' and '.join(args.only)}")
     work = Path(tempfile.mkdtemp(prefix="fidelity-"))
     fresh = {"fresh": [[] for _ in chosen], "pre-started": [[] for _ in chosen]}
     spare_cpu: list[float] = []
@@ -99,13 +107,15 @@ def main() -> None:
     spares = "a fork server (one import, a forked process per trial)" if fork_server_usable() else \
         "one pre-started interpreter per trial"
     print(f"\nfidelity: {spec.name} on {args.device}, {args.rounds} rounds, alternating order; spares: {spares}")
-    print(f"{'configuration':<58} {'fresh':>12} {'pre-started':>12} {'ratio':>7}")
+    print(f"{'configuration':<58} {'fresh':>12} {'pre-started':>12} {'ratio':>7}   spread between rounds")
     ratios = []
     for i, sampled in enumerate(chosen):
         a, b = statistics.median(fresh["fresh"][i]), statistics.median(fresh["pre-started"][i])
         ratios.append(b / a)
         label = ", ".join(f"{k}={v}" for k, v in sampled.items())
-        print(f"{label:<58} {a:>12,.1f} {b:>12,.1f} {b / a:>7.3f}")
+        spread = "  ".join(f"{way} {(max(v) - min(v)) / statistics.median(v):.1%}"
+                           for way, v in (("fresh", fresh["fresh"][i]), ("pre-started", fresh["pre-started"][i])))
+        print(f"{label:<58} {a:>12,.1f} {b:>12,.1f} {b / a:>7.3f}   {spread}")
     worst = max(abs(r - 1) for r in ratios)
     print(f"throughput ratio pre-started / fresh: median {statistics.median(ratios):.3f}, "
           f"worst {1 + worst if max(ratios) - 1 >= 1 - min(ratios) else 1 - worst:.3f} "

@@ -218,9 +218,10 @@ def _drive(spec, plan, probe, study, sweep, slots, interrupted, queued, stop) ->
           + "".join(f"; {a}" for a in again), flush=True)
     for k, why in plan.not_applied.items():
         print(f"  not applied on {probe['device']}: {k} ({why})")
-    if len(slots) > 1 and slots[0].cores is not None:
-        print("  CPU slots: each trial pinned to its own cores (" + ", ".join(
-            f"{s.name}" for s in slots) + "); figures are per slot, not per machine")
+    from orchestrator.slots import pinning_line
+
+    if pinned := pinning_line(slots):
+        print(pinned)
     started = time.monotonic()
     bar = tqdm(total=sweep.target, initial=max(0, done), unit="trial", dynamic_ncols=True, file=sys.stderr,
                disable=None)

@@ -39,3 +39,52 @@ def test_search_efficiency_runs_and_reports_every_strategy_and_target() -> None:
         assert f"\n   {strategy} " in out, strategy
     assert "medians over 3 seeds (0-2)" in out
     assert "tpe+skip median ratio" in out and "lightning's 72.5 s" in out
+
+
+@pytest.mark.slow
+def test_devices_bench_alternates_rounds_and_prints_the_control(tmp_path: Path) -> None:
+    """bench/devices.py on two CPU slots (one core each) against one slot of both cores, two
+    alternating rounds: every configuration compared, the control line from the two single-slot
+    rounds, wall times both ways."""
+    import json
+
+    from orchestrator.slots import available_cores
+
+    cores = sorted(available_cores())
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    spec = tmp_path / "devsmoke.yaml"
+    spec.write_text("name: devsmoke\nexperiment: experiments.mlp\ndevice: cpu\n"
+                    "fixed: {in_features: 16, num_layers: 1, hidden_size: 32}\n"
+                    "space: {batch_size: [8, 16]}\nsearch: {sampler: grid}\n"
+                    "trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.0}\n")
+    one, many = f"cpu:{cores[0]}-{cores[1]}", f"cpu:{cores[0]},cpu:{cores[1]}"
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "devices.py"), str(spec), "--one", one,
+                          "--many", many, "--rounds", "2", "--json", str(tmp_path / "d.json")],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("round 1: ") == 2 and out.stdout.count("round 2: ") == 2
+    assert "median of 2 alternating rounds each way" in out.stdout
+    assert "batch_size=8" in out.stdout and "batch_size=16" in out.stdout
+    assert "control, the 2 single-device rounds against each other" in out.stdout
+    got = json.loads((tmp_path / "d.json").read_text())
+    assert len(got["ratios"]) == len(got["control"]) == 2 and all(r > 0 for r in got["ratios"])
+    assert all(0 < c <= 1 for c in got["control"])
+    assert set(got["walls"]) == {"wall_s", "loop_s"} and got["slots"] == [f"cpu:{cores[0]}", f"cpu:{cores[1]}"]
+
+
+@pytest.mark.slow
+def test_fidelity_bench_measures_the_chosen_configurations_both_ways(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "fidelity.py"), "--rounds", "1", "--configs", "1",
+                          "--only", "dtype=bfloat16", "--only", "batch_size=512", "--min-measure-s", "0.1"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [ln for ln in out.stdout.splitlines() if ln.startswith("hidden_size=")]
+    assert len(rows) == 1 and "batch_size=512, dtype=bfloat16" in rows[0] and "spread between rounds" in out.stdout
+    assert "throughput ratio pre-started / fresh: median" in out.stdout
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "fidelity.py"), "--only", "dtype"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert bad.returncode == 2 and "--only takes KEY=VALUE, got 'dtype'" in bad.stderr
+    none = subprocess.run([sys.executable, str(ROOT / "bench" / "fidelity.py"), "--only", "dtype=float8"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert none.returncode == 1 and "no configuration of" in none.stderr and "dtype=float8" in none.stderr

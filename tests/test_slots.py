@@ -14,7 +14,7 @@ import pytest
 
 from conftest import check_records, orchestrate, write_spec
 from orchestrator.errors import SpecError
-from orchestrator.slots import available_cores, resolve_slots
+from orchestrator.slots import Gpu, available_cores, gpu_cores, resolve_slots
 
 FAKE = "0:GPU-aaaa,1:GPU-bbbb,2:GPU-cccc"
 
@@ -78,6 +78,50 @@ def test_cpu_core_slots_are_disjoint_and_pin_their_threads() -> None:
     assert all(s.env["OMP_NUM_THREADS"] == "1" for s in slots)
 
 
+def fake_sys(root: Path, siblings: dict[int, str], local: dict[str, str]) -> Path:
+    """A /sys tree as Linux writes it: each CPU's hyperthread siblings, each PCI device's local CPUs."""
+    for cpu, text in siblings.items():
+        d = root / f"devices/system/cpu/cpu{cpu}/topology"
+        d.mkdir(parents=True)
+        (d / "thread_siblings_list").write_text(text + "\n")
+    for bus, text in local.items():
+        d = root / f"bus/pci/devices/{bus}"
+        d.mkdir(parents=True)
+        (d / "local_cpulist").write_text(text + "\n")
+    return root
+
+
+def test_gpu_slots_get_disjoint_whole_cores_local_to_their_gpu(tmp_path: Path) -> None:
+    """Contract test (no multi-socket GPU host here): 2 sockets of 4 cores with hyperthreads
+    (CPU n and n+8 are siblings), GPUs 0 and 1 on socket 0, GPU 2 on socket 1."""
+    siblings = {c: f"{c % 8},{c % 8 + 8}" for c in range(16)}
+    local = {"0000:18:00.0": "0-3,8-11", "0000:3b:00.0": "0-3,8-11", "0000:86:00.0": "4-7,12-15"}
+    root = fake_sys(tmp_path, siblings, local)
+    gpus = [Gpu(0, "GPU-a", pci_bus_id="00000000:18:00.0"), Gpu(1, "GPU-b", pci_bus_id="00000000:3B:00.0"),
+            Gpu(2, "GPU-c", pci_bus_id="00000000:86:00.0")]
+    cores = gpu_cores(gpus, frozenset(range(16)), root)
+    assert cores == [frozenset({0, 1, 8, 9}), frozenset({2, 3, 10, 11}), frozenset({4, 5, 6, 7, 12, 13, 14, 15})]
+    # the process may use only some CPUs: those are split, siblings still together
+    assert gpu_cores(gpus[:2], frozenset({0, 1, 2, 8, 9, 10}), root) == [frozenset({0, 8}), frozenset({1, 9})]
+    # locality unknown (no bus id, or no such file): an even split of every core
+    unknown = [Gpu(0, "GPU-a"), Gpu(1, "GPU-b", pci_bus_id="00000000:AF:00.0")]
+    assert gpu_cores(unknown, frozenset(range(16)), root) == [
+        frozenset({0, 1, 2, 3, 8, 9, 10, 11}), frozenset({4, 5, 6, 7, 12, 13, 14, 15})]
+    # more GPUs than physical cores: nothing is pinned
+    assert gpu_cores(gpus, frozenset({0, 8}), root) is None
+
+
+def test_several_gpu_slots_pin_their_trials_one_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCHESTRATE_TEST_GPUS", "0:GPU-aaaa,1:GPU-bbbb")
+    one = resolve_slots(("cuda:0",), "cuda", fail)
+    assert one[0].cores is None and "OMP_NUM_THREADS" not in one[0].env
+    if gpu_cores([Gpu(0, "a"), Gpu(1, "b")], available_cores()) is None:
+        pytest.skip("needs two physical cores")
+    two = resolve_slots(("auto",), "cuda", fail)
+    assert two[0].cores and two[1].cores and not two[0].cores & two[1].cores
+    assert [s.env["OMP_NUM_THREADS"] for s in two] == [str(len(s.cores)) for s in two]
+
+
 def test_the_spec_checks_the_devices_syntax(tmp_path: Path) -> None:
     from orchestrator.spec import load_spec
 
@@ -116,12 +160,16 @@ def _intervals(results: list) -> dict[str, list[tuple[float, float, float | None
 
 
 @pytest.mark.slow
-def test_two_gpu_slots_run_at_once_one_trial_per_slot(project: Path) -> None:
+def test_two_gpu_slots_run_at_once_one_trial_per_slot(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = write_spec(project, SPEC)
     env = {"ORCHESTRATE_TEST_GPUS": "0:GPU-aaaa,1:GPU-bbbb", "ORCHESTRATE_TEST_EXIT_DELAY_S": "0.5"}
+    monkeypatch.setenv("ORCHESTRATE_TEST_GPUS", env["ORCHESTRATE_TEST_GPUS"])
     proc = orchestrate([str(spec), "--devices", "auto", "--no-check"], project, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "2 cpu slots (cuda:0, cuda:1" in proc.stdout
+    shares = gpu_cores([Gpu(0, "GPU-aaaa"), Gpu(1, "GPU-bbbb")], available_cores())  # None: too few cores
+    pinned = shares is not None
+    assert ("each GPU's trials pinned to CPU cores of their own (cuda:0: " in proc.stdout) == pinned
     records = check_records(project, "slots", n_results=6)
     results = records["results"]
     slots = _intervals(results)
@@ -138,6 +186,11 @@ def test_two_gpu_slots_run_at_once_one_trial_per_slot(project: Path) -> None:
     for t in results:  # each trial saw its own GPU, recorded with the host that ran it
         placement = json.loads((Path(t.user_attrs["trial_dir"]) / "result.json").read_text())["placement"]
         assert placement["CUDA_VISIBLE_DEVICES"] == t.user_attrs["gpu_uuid"]
+        if pinned:  # and only its own share of the cores
+            mine = shares[int(t.user_attrs["slot"][-1])]
+            assert placement["cpu_cores"] == len(mine) == int(placement["OMP_NUM_THREADS"])
+            slot = resolve_slots(("auto",), "cpu", fail)[int(t.user_attrs["slot"][-1])]
+            assert t.user_attrs["cpu_cores"] == slot.record()["cpu_cores"] and slot.cores == mine
         assert t.user_attrs["gpu_uuid"] == {"cuda:0": "GPU-aaaa", "cuda:1": "GPU-bbbb"}[t.user_attrs["slot"]]
         assert t.user_attrs["host"]
         run = records["runs"][t.number][0]

@@ -8,6 +8,10 @@
 #                                 orchestrator/ and experiments/ copied into .spares/)
 #   bash docs/gpu/session.sh b    fidelity, doctor, doctor --check, CPU against CUDA
 #   bash docs/gpu/session.sh c    BERT-base on one GPU against both (bench/devices.py)
+#   bash docs/gpu/session.sh d    the same, two alternating rounds each way, with the control line
+#   bash docs/gpu/session.sh g    the fork server against per-trial interpreters (as f, shorter), then
+#                                 fidelity with the fork server: the MLP grid and BERT-base at batch 64
+#   bash docs/gpu/session.sh h    fidelity with the fork server, BERT-base at batch 64, 4 rounds
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -15,7 +19,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 export PATH=/tmp/site/bin:$PATH
 ORCH="python3 -m orchestrator.cli"
 step() { echo "=== $1 ($(date +%T))"; }
-{ nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv; nproc; python3 -c "import torch; print(torch.__version__)"; } > "$OUT/machine.txt" 2>&1
+{ nvidia-smi --query-gpu=index,name,memory.total,driver_version,pci.bus_id --format=csv; nproc; python3 -c "import torch; print(torch.__version__)"; nvidia-smi topo -m; lscpu | grep -E "NUMA|Thread|Socket|Model name"; } > "$OUT/machine.txt" 2>&1
 case "${1:-a}" in
 a)
   step overhead; rm -rf /tmp/before && cp -r .before /tmp/before; timeout 560 python3 bench/overhead.py --device cuda --compare /tmp/before --trials 4 --floor-repeats 3 \
@@ -38,6 +42,21 @@ b)
 c)
   step devices; timeout 560 python3 bench/devices.py sweeps/bert_base_devices.yaml --one cuda:0 --many auto \
       --logs "$OUT/devices" --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
+  ;;
+d)
+  step devices; timeout 570 python3 bench/devices.py sweeps/bert_base_devices.yaml --one cuda:0 --many auto \
+      --rounds 2 --logs "$OUT/devices" --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
+  ;;
+g)
+  step overhead; rm -rf /tmp/spares && cp -r .spares /tmp/spares; timeout 330 python3 bench/overhead.py --device cuda --compare /tmp/spares --trials 6 --floor-repeats 3 \
+      --json "$OUT/overhead_fork.json" > "$OUT/overhead_fork.log" 2>&1
+  step fidelity; timeout 120 python3 bench/fidelity.py --device cuda --rounds 3 --configs 4 > "$OUT/fidelity_mlp.log" 2>&1
+  step fidelity-bert; timeout 130 python3 bench/fidelity.py --device cuda --rounds 3 --spec sweeps/bert_base_devices.yaml \
+      --only batch_size=64 --only activation_checkpointing=False > "$OUT/fidelity_bert.log" 2>&1
+  ;;
+h)
+  step fidelity-bert; timeout 330 python3 bench/fidelity.py --device cuda --rounds 4 --spec sweeps/bert_base_devices.yaml \
+      --only batch_size=64 --only activation_checkpointing=False > "$OUT/fidelity_bert.log" 2>&1
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log
