@@ -58,6 +58,10 @@ from orchestrator.timeline import event
 POLL_S = 0.05
 EXIT_GRACE_S = 20.0
 """A process that wrote its result but has not exited after this long is killed (its result stands)."""
+IMPORT_GRACE_S = 120.0
+"""A trial's ``timeout_s`` is its process's own time: the wait for its interpreter or its slot's
+fork server to finish importing (seconds on a busy machine) is not counted, up to this long; an
+import that hangs past it uses up the trial's timeout as any hang does."""
 PRESTART = 2
 """Interpreters started at once when a slot has none left: on a small CPU two import in
 parallel, which a trial's import alone cannot use."""
@@ -130,6 +134,8 @@ class Interpreter:
         self.status_fd: int | None = read
         self.spawned = time.monotonic()
         self.ready = False
+        self.running_since: float | None = None
+        """When it could first run a trial: its imports were done (monotonic clock)."""
         self.at_window = False
         self.result_ready = False
         self.returncode: int | None = None
@@ -168,6 +174,7 @@ class Interpreter:
     def _said(self, word: str) -> None:
         if word == "ready":
             self.ready = True
+            self.running_since = time.monotonic()
             event("interpreter_ready")
         elif word == "window":
             self.at_window = True
@@ -279,9 +286,12 @@ class Forked:
         self.returncode: int | None = None
         self.rusage: Any = None
         self.spawned = time.monotonic()
+        self.running_since: float | None = None
+        """When the server forked it (the server may still have been importing when it was asked)."""
 
     def forked(self, pid: int) -> None:
         self.pid = pid
+        self.running_since = time.monotonic()
         self.server.trials[pid] = self
         if self.stop is not None:
             self.stop.pgids.add(pid)
@@ -401,12 +411,18 @@ class ProcessRun:
         if not self.timed_out and self.interp.at_window and self.window_seen_at is None:
             self.window_seen_at = now
         held = now - self.window_seen_at if self.window_seen_at is not None and self.spare_cpu_at_go is None else 0.0
-        if not self.timed_out and now - self.started - self.gate_wait_s - held > self.timeout_s \
+        if not self.timed_out and now - self.started - self.gate_wait_s - held - self.import_wait(now) > self.timeout_s \
                 and not self.interp.result_ready:
             self.timed_out = True
             self.interp.kill()
         if self.result_seen_at is not None and now - self.result_seen_at > EXIT_GRACE_S:
             self.interp.kill()
+
+    def import_wait(self, now: float) -> float:
+        """Seconds this trial waited for its process's imports (not its own time), at most
+        ``IMPORT_GRACE_S``."""
+        since = self.interp.running_since
+        return min(max(0.0, (now if since is None else since) - self.started), IMPORT_GRACE_S)
 
     def kill(self) -> None:
         self.interp.kill()

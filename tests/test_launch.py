@@ -195,3 +195,26 @@ def test_forked_trials_are_processes_of_their_own_and_die_with_their_server(tmp_
         assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split(") ")[1][:1]
     finally:
         launcher.close()
+
+
+def test_a_trials_timeout_does_not_count_the_wait_for_imports(tmp_path: Path, fork: bool,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first trial of a slot waits for its fork server (or its own interpreter) to import; on a
+    busy machine that took longer than a short ``timeout_s`` and the trial was failed as a timeout
+    before it ran. Here the import takes 4 s and the timeout is 3 s: the trial must run and fit."""
+    (tmp_path / "slowimport.py").write_text(
+        "import time\ntime.sleep(4)\nfrom experiments.mlp import PARAMS, build  # noqa: F401\n")
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(root), os.environ.get("PYTHONPATH", "")]))
+    launcher = SlotLauncher("slowimport", {}, None, tmp_path, None, prestart=1, fork=fork)
+    try:
+        config = {**CONFIG, "experiment": "slowimport", "trial_number": 0}
+        run = launcher.start(config, tmp_path / "t0", {}, 3.0, [{}])
+        while not run.exited:
+            wait_for_activity([launcher])
+            launcher.tick()
+        launched = run.launched()
+        assert launched.outcome.status == "ok", launched.outcome.detail
+        assert run.import_wait(time.monotonic()) >= 3.5, "the import was not waited for"
+    finally:
+        launcher.close()
