@@ -1,0 +1,145 @@
+"""What a checked sweep spec is: frozen dataclasses, built only by ``orchestrator.spec`` after every
+rule in ``orchestrator.specrules`` has passed. Nothing here reads a file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from orchestrator.dominance import DEFAULT_ORDER
+from orchestrator.errors import SpecError
+from orchestrator.yamlsource import dotted
+
+Sampler = Literal["grid", "random", "tpe", "nsga2"]
+Direction = Literal["maximize", "minimize"]
+SAMPLERS = ("grid", "random", "tpe", "nsga2")
+DIRECTIONS = ("maximize", "minimize")
+DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
+DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
+MAX_TRIAL_REPEATS = 20
+MAX_CONFIGURATIONS = 100_000
+"""The most configurations a finite space (lists and stepped ranges) may hold, and the most values a
+range may list: more is a mistake (a grid over it would not end, and listing it would take more
+memory than any sweep), refused when the spec is loaded."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A categorical dimension: one of the listed values."""
+
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Range:
+    """A numeric dimension; both bounds inclusive, as in Optuna."""
+
+    low: float
+    high: float
+    step: float | None = None
+    log: bool = False
+    integer: bool = False
+
+    def grid_values(self) -> tuple[Any, ...]:
+        """The values a grid visits, both bounds included; needs a step (the validator makes
+        ``high - low`` a multiple of it)."""
+        assert self.step is not None
+        if self.integer:
+            return tuple(range(int(self.low), int(self.high) + 1, int(self.step)))
+        n = round((self.high - self.low) / self.step)
+        return tuple(round(self.low + i * self.step, 12) for i in range(n)) + (self.high,)
+
+
+Dimension = Choice | Range
+
+
+@dataclass(frozen=True)
+class Constraint:
+    metric: str
+    max: float | None = None
+    min: float | None = None
+
+    def violation(self, value: float) -> float:
+        """Optuna's convention: <= 0 is feasible, the amount over the bound otherwise."""
+        if self.max is not None:
+            return value - self.max
+        assert self.min is not None
+        return self.min - value
+
+
+@dataclass(frozen=True)
+class Objective:
+    metrics: tuple[tuple[str, Direction], ...]
+    """(metric, direction) pairs; more than one makes a multi-objective study."""
+    constraints: tuple[Constraint, ...] = ()
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    sampler: Sampler = "tpe"
+    n_trials: int | None = None
+    """Finished trials the study should hold, across resumes; None = every configuration."""
+    seed: int | None = None
+    max_failures: int = 10
+    """Failures other than out-of-memory tolerated in one invocation before it stops (exit 3)."""
+    timeout_min: float | None = None
+    patience: int | None = None
+    skip_predicted_oom: bool = True
+    """Skip (record as ``skipped``) configurations that need at least as much memory as one that
+    ran out of memory, by ``memory_order``."""
+    allow_swap: bool = False
+    """A trial that swapped during its timed window is recorded ``swapped`` (infeasible, a memory
+    boundary) unless this is true."""
+    grace_period_s: float = 60.0
+    """With a server database shared by several orchestrators: a running trial whose orchestrator
+    has not sent a heartbeat for this long is failed and its configuration run again."""
+    memory_order: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_ORDER))
+    """Parameter -> how memory grows with it; merged over ``dominance.DEFAULT_ORDER``."""
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    warmup_steps: int = 3
+    measure_steps: int = 10
+    min_measure_s: float = 1.0
+    """The timed window also lasts at least this long (more steps are run if needed)."""
+    timeout_s: float = 900.0
+    """Per process: with repeats, each repeat has this long."""
+    repeats: int = 1
+    """Processes per configuration; the recorded metrics are their median (memory: the largest)."""
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    path: Path
+    name: str
+    experiment: str
+    device: str
+    fixed: dict[str, Any]
+    space: dict[str, Dimension]
+    objective: Objective
+    search: SearchSettings
+    trial: TrialSettings
+    storage: str
+    tracking_uri: str
+    devices: tuple[str, ...] | None = None
+    """Device slots, one trial in flight on each (``orchestrator.slots``); None = one slot."""
+    lines: dict[tuple, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def line_of(self, *path: Any) -> int | None:
+        return self.lines.get(tuple(path))
+
+    def error(self, path: tuple, rule: str) -> SpecError:
+        """A rule broken by ``path``, found after loading (by the experiment probe, say)."""
+        return SpecError(rule, file=str(self.path), line=nearest_line(self.lines, path),
+                         field=dotted(path) or None)
+
+
+def nearest_line(lines: dict[tuple, int], path: tuple) -> int | None:
+    """The line of ``path``, else of its nearest parent that has one."""
+    while True:
+        line = lines.get(path)
+        if line is not None or not path:
+            return line
+        path = path[:-1]
