@@ -10,7 +10,9 @@ sweeps' wall times: the whole command, and the trial loop (first trial's start t
 With ``--rounds N`` (N >= 2) the two ways alternate (one, several, one, several, ...), each
 configuration's figure is its median over the rounds, and the control line compares the single-
 device rounds with each other: how far one process's measurement of a configuration moves between
-two runs of the same sweep, the floor under any several/one ratio.
+two runs of the same sweep, the floor under any several/one ratio. ``--repeats K`` runs the spec
+with ``trial.repeats: K`` (each configuration the median of K processes), for configurations whose
+single measurement scatters more than the comparison needs.
 """
 
 from __future__ import annotations
@@ -26,6 +28,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def with_repeats(spec: Path, repeats: int) -> Path:
+    """A copy of ``spec`` whose trials are each the median of ``repeats`` processes."""
+    import yaml
+
+    data = yaml.safe_load(spec.read_text())
+    data["trial"] = {**(data.get("trial") or {}), "repeats": repeats}
+    copy = Path(tempfile.mkdtemp(prefix="devices-spec-")) / spec.name
+    copy.write_text(yaml.safe_dump(data, sort_keys=False))
+    return copy
 
 
 def run(spec: Path, devices: str, log: Path | None) -> dict:
@@ -63,21 +76,26 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternate the two ways this many times; figures are medians over the rounds")
+    ap.add_argument("--repeats", type=int, help="run the spec with trial.repeats set to this")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.repeats is not None and args.repeats < 1:
+        ap.error(f"--repeats must be at least 1, got {args.repeats}")
+    spec = with_repeats(args.spec, args.repeats) if args.repeats else args.spec
     if args.logs:
         args.logs.mkdir(parents=True, exist_ok=True)
     ones, manys = [], []
     for r in range(1, args.rounds + 1):
         suffix = "" if args.rounds == 1 else f"_{r}"
         for way, devices, into in (("one", args.one, ones), ("many", args.many, manys)):
-            into.append(run(args.spec, devices, args.logs / f"{way}{suffix}.log" if args.logs else None))
+            into.append(run(spec, devices, args.logs / f"{way}{suffix}.log" if args.logs else None))
             print(f"round {r}: {devices}: {into[-1]['wall_s']:.1f} s", flush=True)
     slots = sorted({t.user_attrs.get("slot", "?") for m in manys for t in m["trials"].values()})
 
     print(f"\n{args.spec.name}: {args.one} against {args.many} ({len(slots)} slots: {', '.join(slots)})"
-          + (f", median of {args.rounds} alternating rounds each way" if args.rounds > 1 else ""))
+          + (f", median of {args.rounds} alternating rounds each way" if args.rounds > 1 else "")
+          + (f", each trial the median of {args.repeats} processes" if args.repeats else ""))
     print(f"{'configuration':<60} {'status':>8} {'one':>10} {'several':>10} {'ratio':>6}  gpu")
     ratios, control = [], []
     for key in sorted(ones[0]["trials"]):

@@ -44,8 +44,8 @@ def test_search_efficiency_runs_and_reports_every_strategy_and_target() -> None:
 @pytest.mark.slow
 def test_devices_bench_alternates_rounds_and_prints_the_control(tmp_path: Path) -> None:
     """bench/devices.py on two CPU slots (one core each) against one slot of both cores, two
-    alternating rounds: every configuration compared, the control line from the two single-slot
-    rounds, wall times both ways."""
+    alternating rounds, each trial the median of two processes: every configuration compared, the
+    control line from the two single-slot rounds, wall times both ways."""
     import json
 
     from orchestrator.slots import available_cores
@@ -60,13 +60,16 @@ def test_devices_bench_alternates_rounds_and_prints_the_control(tmp_path: Path) 
                     "trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.0}\n")
     one, many = f"cpu:{cores[0]}-{cores[1]}", f"cpu:{cores[0]},cpu:{cores[1]}"
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "devices.py"), str(spec), "--one", one,
-                          "--many", many, "--rounds", "2", "--json", str(tmp_path / "d.json")],
+                          "--many", many, "--rounds", "2", "--repeats", "2", "--json", str(tmp_path / "d.json"),
+                          "--logs", str(tmp_path / "logs")],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("round 1: ") == 2 and out.stdout.count("round 2: ") == 2
-    assert "median of 2 alternating rounds each way" in out.stdout
+    assert "median of 2 alternating rounds each way, each trial the median of 2 processes" in out.stdout
     assert "batch_size=8" in out.stdout and "batch_size=16" in out.stdout
     assert "control, the 2 single-device rounds against each other" in out.stdout
+    for log in ("one_1", "many_1", "one_2", "many_2"):  # the sweeps really ran two processes a trial
+        assert (tmp_path / "logs" / f"{log}.log").read_text().count("(median of 2, spread") == 2, log
     got = json.loads((tmp_path / "d.json").read_text())
     assert len(got["ratios"]) == len(got["control"]) == 2 and all(r > 0 for r in got["ratios"])
     assert all(0 < c <= 1 for c in got["control"])

@@ -12,6 +12,8 @@
 #   bash docs/gpu/session.sh g    the fork server against per-trial interpreters (as f, shorter), then
 #                                 fidelity with the fork server: the MLP grid and BERT-base at batch 64
 #   bash docs/gpu/session.sh h    fidelity with the fork server, BERT-base at batch 64, 4 rounds
+#   bash docs/gpu/session.sh r    one GPU against both, each configuration the median of 3 processes
+#                                 (not run yet: about 9 minutes on 2 x H200)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -57,6 +59,10 @@ g)
 h)
   step fidelity-bert; timeout 330 python3 bench/fidelity.py --device cuda --rounds 4 --spec sweeps/bert_base_devices.yaml \
       --only batch_size=64 --only activation_checkpointing=False > "$OUT/fidelity_bert.log" 2>&1
+  ;;
+r)
+  step devices; timeout 570 python3 bench/devices.py sweeps/bert_base_devices.yaml --one cuda:0 --many auto \
+      --repeats 3 --logs "$OUT/devices" --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log
