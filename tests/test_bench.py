@@ -91,3 +91,13 @@ def test_fidelity_bench_measures_the_chosen_configurations_both_ways(tmp_path: P
     none = subprocess.run([sys.executable, str(ROOT / "bench" / "fidelity.py"), "--only", "dtype=float8"],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert none.returncode == 1 and "no configuration of" in none.stderr and "dtype=float8" in none.stderr
+
+
+@pytest.mark.slow
+def test_fork_vs_fresh_times_both_ways(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "fork_vs_fresh.py"), "--pairs", "2", "--seconds", "0.2",
+                          "--batch", "16"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    pairs = [ln for ln in out.stdout.splitlines() if ln.startswith("pair ")]
+    assert len(pairs) == 2 and "(fresh first)" in pairs[0] and "(forked first)" in pairs[1]
+    assert "batch 16, 2 pairs: forked / fresh median" in out.stdout
