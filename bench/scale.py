@@ -188,9 +188,9 @@ def report(landscape: Landscape, by_slots: dict[int, list[Replay]], band: float,
     print(f"   medians over {len(seeds)} seeds ({seeds.start}-{seeds.stop - 1}) of the simulated wall time; "
           f"'x1' = that median / the one-slot median; complete = all {len(landscape.rows)} configurations "
           f"have a result (no n_trials: the whole grid)")
-    print(f"   'trials' = measured trials until the band (median); 'run' / 'skip' / 'repeat' / 'defer' = per search "
-          f"(median): processes run, predicted OOMs skipped, proposals answered from the record, proposals "
-          f"of a configuration in flight; 'util' = slot-seconds used / (slots x time to complete)")
+    print("   'trials' = measured trials until the band (median); 'run' / 'skip' / 'repeat' / 'defer' = per search "
+          "(median): processes run, predicted OOMs skipped, proposals answered from the record, proposals "
+          "of a configuration in flight; 'util' = slot-seconds used / (slots x time to complete)")
     base = by_slots.get(1)
     base_band = _median(band_times(base)) if base else math.nan
     base_complete = _median([r.complete_s for r in base]) if base else math.nan
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         if line is not None:
             verdicts.append(line)
     if verdicts:
-        print(f"\nTarget (issue 10; the shipped search: TPE, 5 start-up trials, constant_liar, skipping on):")
+        print("\nTarget (issue 10; the shipped search: TPE, 5 start-up trials, constant_liar, skipping on):")
         for line in verdicts:
             print(f"   {line}")
     print(f"\n({time.perf_counter() - started:.0f} s)")

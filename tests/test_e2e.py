@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE, ROOT, check_records, child_runs, load_study, orchestrate, parent_runs, \
+from conftest import ORCHESTRATE, ROOT, check_records, load_study, orchestrate, parent_runs, \
     trial_processes, write_spec
 
 pytestmark = pytest.mark.slow

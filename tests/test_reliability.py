@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE, check_records, child_runs, load_study, orchestrate, trial_processes, write_spec
+from conftest import ORCHESTRATE, check_records, load_study, orchestrate, trial_processes, write_spec
 
 pytestmark = pytest.mark.slow
 
