@@ -285,7 +285,6 @@ class Forked:
         self.at_window = self.result_ready = self._kill_when_forked = False
         self.returncode: int | None = None
         self.rusage: Any = None
-        self.spawned = time.monotonic()
         self.running_since: float | None = None
         """When the server forked it (the server may still have been importing when it was asked)."""
 
@@ -347,7 +346,10 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
+    try:  # a zombie still answers kill(0): its state, after the command name, is Z
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1][:1] != "Z"
+    except OSError:
+        return False
 
 
 def fork_server_usable() -> bool:

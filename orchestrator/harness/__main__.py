@@ -166,19 +166,27 @@ def serve(experiment: str) -> int:
     line = sys.stdin.readline().strip()
     if not line:
         return 0
+    return run_given(line, status, timeline)
+
+
+def run_given(config_path: str, status: Any, timeline: dict[str, Any], tag: str = "") -> int:
+    """The trial, once its configuration's path has arrived: in a ``--serve`` interpreter, or in a
+    child of the fork server, which ``tag``s its status lines with its pid (``"1234 "``). Says
+    ``window`` and waits for ``go`` on stdin before the timed window, ``result`` after the result
+    file."""
     timeline["config_received"] = time.time()
-    with open(line) as f:
+    with open(config_path) as f:
         config = json.load(f)
 
     def gate() -> None:
-        status.write("window\n")
+        status.write(f"{tag}window\n")
         sys.stdin.readline()  # "go" (or EOF: the launcher is gone, and the watchdog acts)
         timeline["go"] = time.time()
 
     run_config(config, timeline, gate)
     sys.stdout.flush()
     sys.stderr.flush()
-    status.write("result\n")
+    status.write(f"{tag}result\n")
     return 0
 
 

@@ -133,21 +133,7 @@ def _trial(config_path: str, log_path: str, go_fd: int, server_pid: int, status:
 def run_forked(config_path: str, status: TextIO, timeline: dict[str, Any]) -> int:
     """The trial, as ``--serve`` runs it once it has its configuration; ``timeline`` holds the
     server's start and end of imports, and when this process was forked."""
-    from orchestrator.harness.__main__ import run_config, watch_parent
+    from orchestrator.harness.__main__ import run_given, watch_parent
 
     watch_parent()  # the server: if it dies (with the orchestrator), so does this trial
-    pid = os.getpid()
-    with open(config_path) as f:
-        config = json.load(f)
-    timeline["config_received"] = time.time()
-
-    def gate() -> None:
-        status.write(f"{pid} window\n")
-        sys.stdin.readline()  # "go" (or EOF: the server is gone, and the watchdog acts)
-        timeline["go"] = time.time()
-
-    run_config(config, timeline, gate)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    status.write(f"{pid} result\n")
-    return 0
+    return run_given(config_path, status, timeline, tag=f"{os.getpid()} ")
