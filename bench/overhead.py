@@ -169,7 +169,9 @@ def breakdown(run: dict) -> dict[str, float | None]:
                  if "startup_s" in m and "measure_s" in m]
     out["overhead"] = statistics.median(per_trial) if per_trial else None
     out["overhead (mean)"] = wall - statistics.mean(own) if own else None
-    out["first trial after start"] = starts[0] - next(e["t"] for e in run["events"] if e["event"] == "cli_start")
+    cli_start = next(e["t"] for e in run["events"] if e["event"] == "cli_start")
+    out["first trial after start"] = starts[0] - cli_start
+    out["first result after start"] = done[0] - cli_start
     out["command"] = run["command_s"]
     out["resume"] = run["resume_s"]
     out["trials"] = float(len(trials))
@@ -178,7 +180,7 @@ def breakdown(run: dict) -> dict[str, float | None]:
 
 ORDER = ("wall", "ask", "mlflow start", "orchestrator", "spawn + imports", "init + warm-up", "gate",
          "window", "result", "exit", "startup_s + measure_s", "overhead", "overhead (mean)",
-         "first trial after start",
+         "first trial after start", "first result after start",
          "command", "resume", "trials")
 
 
@@ -233,9 +235,10 @@ def main() -> None:
     if args.compare:
         codes = {f"{args.compare.name}": args.compare, "this checkout": None}
     results: dict[str, dict[str, list[dict]]] = {s: {c: [] for c in codes} for s in sweeps}
-    for _ in range(args.rounds):
+    for r in range(args.rounds):
         for sweep_name, text in sweeps.items():
-            for code_name, code_dir in codes.items():  # alternating: the same conditions for both
+            order = list(codes.items()) if r % 2 == 0 else list(codes.items())[::-1]
+            for code_name, code_dir in order:  # alternating, first one way then the other
                 run = run_sweep(text, code_dir, args.device, env, ["--device", args.device])
                 results[sweep_name][code_name].append(breakdown(run))
     report = {"floors": floors, "sweeps": {}}

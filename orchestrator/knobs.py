@@ -136,6 +136,10 @@ def mps_watermarks(high: float | None, low: float | None) -> tuple[float | None,
     return high, low
 
 
+ENV_KNOBS = ("mps_high_watermark_ratio", "mps_low_watermark_ratio", "mps_fallback", "cuda_alloc_conf")
+"""The knobs ``trial_env`` turns into environment variables."""
+
+
 def trial_env(params: dict[str, Any], device: str) -> dict[str, str]:
     """Environment variables a trial's process must start with (allocators read them once)."""
     env: dict[str, str] = {}

@@ -472,11 +472,13 @@ class SlotLauncher:
 
     def __init__(self, experiment: str, slot_env: dict[str, str], cores: frozenset[int] | None,
                  spare_dir: Path, stop: StopFlag | None, prestart: int = PRESTART,
-                 host: Host | None = None, fork: bool | None = None) -> None:
-        """``fork``: keep ``ForkServer`` spares (default: where ``fork_server_usable``), else one
-        pre-started interpreter per trial."""
+                 host: Host | None = None, fork: bool | None = None, where: Path | None = None) -> None:
+        """``spare_dir``: where spares' own logs go; ``fork``: keep ``ForkServer`` spares (default:
+        where ``fork_server_usable``), else one pre-started interpreter per trial; ``where``: the
+        study's folder, on every interpreter's command line (default ``spare_dir``)."""
         self.experiment, self.slot_env, self.cores = experiment, dict(slot_env), cores
         self.spare_dir, self.stop, self.prestart = spare_dir, stop, prestart
+        self.where = where or spare_dir
         self.fork = fork_server_usable() if fork is None else fork
         self.host = host or Host()
         self.host.launchers.append(self)
@@ -494,7 +496,13 @@ class SlotLauncher:
     def _spawn(self, env: dict[str, str], log_path: Path | None = None) -> Interpreter:
         path = log_path or self.spare_dir / SPARES_DIR / f"{time.monotonic_ns()}.log"
         kind = ForkServer if self.fork and log_path is None else Interpreter
-        return kind(self.experiment, env, path, self.cores, self.stop, self.spare_dir)
+        return kind(self.experiment, env, path, self.cores, self.stop, self.where)
+
+    def prewarm(self, env: dict[str, str]) -> None:
+        """Start the slot's first spare before its first trial is known (at start-up, while the
+        smoke step runs and the stores open), for trials that will need ``env``."""
+        if self.prestart and not self.spares and not self.pending:
+            self.spares.append(self._spawn(self.full_env(env)))
 
     def start(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
               guesses: list[dict[str, str]] | None = None) -> ProcessRun:

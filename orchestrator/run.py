@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import SpecError, StudyError
+from orchestrator.launch import StopFlag
 from orchestrator.spec import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 
 EXIT_OK, EXIT_FAILED = 0, 3
@@ -56,22 +57,42 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
         guess = spec.device if spec.device != "auto" else guess_device()
         smoke = checks.smoke_params(spec, make_plan(spec, guess if "device" not in spec.space else "cpu"))
     probe = checks.Probe(spec, smoke, _probe_env(spec))
+    stop, runner = StopFlag(), None
     try:
-        import mlflow.tracking  # noqa: F401 - heavy imports, overlapped with the probe
-        import optuna  # noqa: F401
+        try:
+            import mlflow.tracking  # noqa: F401 - heavy imports, overlapped with the probe
+            import optuna  # noqa: F401
 
-        found = probe.result()
-        checks.check_experiment_params(spec, found)
-        device = found["device"]
-        if device == "cuda":
-            checks.check_cuda_fraction(spec)
-        plan = make_plan(spec, device)
-        slots = _slots(spec, plan.device, devices_flag)
-        if smoke is not None:
-            _check_smoke(spec, probe.smoke())
+            found = probe.result()
+            checks.check_experiment_params(spec, found)
+            device = found["device"]
+            if device == "cuda":
+                checks.check_cuda_fraction(spec)
+            plan = make_plan(spec, device)
+            slots = _slots(spec, plan.device, devices_flag)
+            runner = _prewarmed(spec, plan, slots, stop)
+            if smoke is not None:
+                _check_smoke(spec, probe.smoke())
+        finally:
+            probe.close()
+        return _open_and_drive(spec, plan, found, slots, shared, export, retry, runner, stop)
     finally:
-        probe.close()
-    return _open_and_drive(spec, plan, found, slots, shared, export, retry)
+        if runner is not None:
+            runner.close()
+
+
+def _prewarmed(spec: SweepSpec, plan: Any, slots: list[Any], stop: Any) -> Any:
+    """The trial runner, its slots' first interpreters already importing (torch: seconds) while
+    the smoke step runs and the stores open, when every trial will need the same environment
+    (else the first trial starts its own: a wrong guess would cost an import)."""
+    from orchestrator.space import shared_env
+    from orchestrator.sweep import ProcessRunner
+
+    runner = ProcessRunner(slots, spec.experiment, Path("mlruns").resolve(), stop)
+    env = shared_env(plan)
+    if env is not None:
+        runner.prewarm(env)
+    return runner
 
 
 def _probe_env(spec: SweepSpec) -> dict[str, str]:
@@ -130,18 +151,16 @@ def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
 
 
 def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: list[Any], shared: bool,
-                    export: Path | None, retry: tuple[str, ...]) -> int:
+                    export: Path | None, retry: tuple[str, ...], runner: Any, stop: Any) -> int:
     from orchestrator.coordination import Heartbeat, StudyLock
-    from orchestrator.launch import StopFlag
     from orchestrator.recovery import Recovery
     from orchestrator.space import fingerprint
     from orchestrator.study import UID_ATTR, open_study, study_lock
-    from orchestrator.sweep import ProcessRunner, Sweep
+    from orchestrator.sweep import Sweep
     from orchestrator.tracking import AsyncTracker, Tracker, absolute_uri
 
-    stop = StopFlag()
     previous = {s: signal.signal(s, stop.trip) for s in (signal.SIGINT, signal.SIGTERM)}
-    runner = heartbeat = tracker = None
+    heartbeat = tracker = None
     try:
         Path("mlruns").mkdir(exist_ok=True)
         with study_lock(spec.storage, spec.name):
@@ -160,7 +179,6 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                 interrupted = recovery.recover()
                 queued, superseded = recovery.retry_queue(retry)
             tracker = AsyncTracker(sync)
-            runner = ProcessRunner(slots, spec.experiment, work_dir, stop)
             sweep = Sweep(spec, plan, study, tracker, work_dir, stop, runner, lock=lock,
                           recovery=recovery if shared else None)
             sweep.proposer.superseded = superseded
@@ -183,8 +201,6 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                     print(f"orchestrate: not exported: {exc}", file=sys.stderr)
             return code
     finally:
-        if runner is not None:
-            runner.close()
         if heartbeat is not None:
             heartbeat.stop()
         for s, handler in previous.items():

@@ -17,6 +17,7 @@ list, and lets CPU trials run on such slots, so the scheduling is tested without
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -68,21 +69,7 @@ def list_gpus() -> list[Gpu]:
             index, _, uuid = item.partition(":")
             gpus.append(Gpu(int(index), uuid or f"GPU-test-{index}", "test GPU"))
     else:
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name,memory.total,pci.bus_id",
-                                  "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                                 timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            return []
-        if out.returncode != 0:
-            return []
-        gpus = []
-        for line in out.stdout.splitlines():
-            parts = [p.strip() for p in line.split(",")]
-            if len(parts) >= 4 and parts[0].isdigit():
-                gpus.append(Gpu(int(parts[0]), parts[1], parts[2],
-                                int(parts[3]) if parts[3].isdigit() else None,
-                                parts[4] if len(parts) > 4 else ""))
+        gpus = list(_nvidia_smi())
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None or fake:
         return gpus
@@ -94,6 +81,25 @@ def list_gpus() -> list[Gpu]:
             break  # CUDA stops at the first invalid entry too
         picked.append(match)
     return picked
+
+
+@functools.lru_cache(maxsize=1)
+def _nvidia_smi() -> list[Gpu]:
+    """``nvidia-smi``'s GPUs, asked once per process (start-up asks twice: the probe's GPU, the slots)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name,memory.total,pci.bus_id",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if out.returncode != 0:
+        return []
+    gpus = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 4 and parts[0].isdigit():
+            gpus.append(Gpu(int(parts[0]), parts[1], parts[2], int(parts[3]) if parts[3].isdigit() else None,
+                            parts[4] if len(parts) > 4 else ""))
+    return gpus
 
 
 def available_cores() -> frozenset[int]:

@@ -104,6 +104,19 @@ def count_configurations(plan: Plan) -> int | None:
     return len(configurations(plan)) if plan.finite() else None
 
 
+def shared_env(plan: Plan) -> dict[str, str] | None:
+    """The environment every trial of ``plan`` starts with, when all need the same one (most
+    sweeps set no allocator variable); None when it differs between configurations."""
+    if plan.finite():
+        envs = {json.dumps(knobs.trial_env(p, p["device"]), sort_keys=True)
+                for p in (trial_params(plan, c) for c in configurations(plan))}
+        return json.loads(envs.pop()) if len(envs) == 1 else None
+    if any(n == "device" or n in knobs.ENV_KNOBS for n in plan.searched):
+        return None
+    params = trial_params(plan, {})
+    return knobs.trial_env(params, params["device"])
+
+
 def config_key(params: dict[str, Any]) -> str:
     """A canonical text for a configuration: ints and equal floats compare equal, and so do floats
     that differ only by rounding (Optuna's stepped float ``0.1 + 2 * 0.1`` is the grid's 0.3)."""

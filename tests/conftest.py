@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,17 @@ def trial_processes(marker: str, *more: str) -> list[int]:
         if marker in cmd and all(m in cmd for m in more) and "Z" not in state.split()[1:2]:
             pids.append(int(entry.name))
     return pids
+
+
+def wait_for_trial(project: Path, timeout_s: float = 30) -> bool:
+    """Wait until the sweep in ``project`` has given a trial its folder (its process is then being
+    started). Not its processes: the slots' fork servers start before the study is open."""
+    deadline = time.monotonic() + timeout_s
+    while not list(project.glob("mlruns/.trials/*/trial-*")):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 @pytest.fixture

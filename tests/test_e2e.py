@@ -6,6 +6,7 @@ real MLflow store in SQLite, all in a temporary project folder; checked through 
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -62,9 +63,17 @@ def test_shipped_bert_memory_dry_run(project: Path) -> None:
 
 def test_sweep_records_everything_and_a_second_run_resumes(project: Path) -> None:
     spec = write_spec(project, SPEC)
-    proc = orchestrate([str(spec)], project)
+    events = project.parent / f"{project.name}-events.jsonl"
+    proc = orchestrate([str(spec)], project, env={"ORCHESTRATE_TIMELINE": str(events)})
     assert proc.returncode == 0, proc.stderr
     records = check_records(project, "tiny_e2e", n_results=6)
+    # The slot's fork server was started at start-up, before the study was opened and the first
+    # trial asked for, and served all six trials (the two OOMs included): one import in all.
+    timeline = [json.loads(line) for line in events.read_text().splitlines()]
+    names = [e["event"] for e in timeline]
+    assert names.count("interpreter_spawn") == 1, names
+    assert names.index("interpreter_spawn") < names.index("ask_start") < names.index("start")
+    assert names.count("start") == 6
     by_batch = {}
     for t in records["results"]:
         by_batch.setdefault(t.params["batch_size"], []).append(t.user_attrs["status"])

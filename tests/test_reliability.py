@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE, check_records, load_study, orchestrate, trial_processes, write_spec
+from conftest import ORCHESTRATE, check_records, load_study, orchestrate, trial_processes, wait_for_trial, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -178,9 +178,7 @@ def test_ctrl_c_and_sigterm_kill_the_trial_and_record_it_interrupted(project: Pa
     spec = fault_spec(project, ["hang", "none"])
     proc = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while not trial_processes(str(project / "mlruns")) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    assert wait_for_trial(project)
     time.sleep(1.0)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)
@@ -204,9 +202,7 @@ def test_a_second_orchestrator_on_the_same_study_refuses_naming_the_lock(project
     first = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while not trial_processes(str(project / "mlruns")) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        assert wait_for_trial(project)
         second = orchestrate([str(spec)], project)
         assert second.returncode == 2
         assert "being run by another orchestrate" in second.stderr

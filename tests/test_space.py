@@ -10,7 +10,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from conftest import ROOT
 from orchestrator.space import (Plan, config_key, configurations, count_configurations, distance,
-                                distribution, make_plan, nearest, trial_params)
+                                distribution, make_plan, nearest, shared_env, trial_params)
 from orchestrator.spec import Choice, Range, load_spec
 
 BERT_MEMORY = ROOT / "sweeps" / "bert_memory.yaml"
@@ -121,6 +121,25 @@ def test_a_continuous_range_has_no_count(tmp_path: Path) -> None:
     spec = spec_from(tmp_path, "space:\n  lr: {low: 0.001, high: 0.1}\n  batch_size: [8]\nsearch:\n  n_trials: 4\n")
     plan = make_plan(spec, "cpu")
     assert not plan.finite() and count_configurations(plan) is None
+
+
+@pytest.mark.parametrize("device, space, fixed, expected", [
+    ("cpu", "batch_size: [8, 16]", "", {}),  # most sweeps: no allocator variable
+    ("cpu", "lr: {low: 0.001, high: 0.1}", "", {}),  # continuous, no environment knob
+    ("cuda", "batch_size: [8, 16]", "cuda_alloc_conf: 'expandable_segments:True'",
+     {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),  # fixed: every trial the same
+    ("cuda", "cuda_alloc_conf: ['expandable_segments:True', 'backend:native']", "", None),
+    ("mps", "mps_high_watermark_ratio: [1.0, 1.7]", "", None),
+    ("mps", "mps_low_watermark_ratio: {low: 0.5, high: 1.0}", "", None),  # continuous, varies
+    ("cpu", "mps_high_watermark_ratio: [1.0, 1.7]", "", {}),  # not read on cpu: not searched
+    ("swept", "device: [cuda, cpu]\n  cuda_alloc_conf: ['backend:native']", "", None),  # cuda's, not cpu's
+])
+def test_shared_env_is_the_one_environment_of_every_trial_or_none(
+        tmp_path: Path, device: str, space: str, fixed: str, expected: dict | None) -> None:
+    """What the slots' first interpreters are started with before the first trial is known."""
+    text = (f"fixed:\n  {fixed}\n" if fixed else "") + f"space:\n  {space}\nsearch:\n  n_trials: 4\n"
+    plan = make_plan(spec_from(tmp_path, text), device)
+    assert shared_env(plan) == expected
 
 
 @pytest.mark.parametrize("batch_size, accum", [(8, 8), (16, 4), (64, 1)])
