@@ -6,9 +6,19 @@ alternating pairs so that drift falls on both alike.
 
     python bench/fork_vs_fresh.py                       # 10 pairs, batch 64
     taskset -c 2,3 python bench/fork_vs_fresh.py --pairs 20 --batch 512
+    python bench/fork_vs_fresh.py --interleave 300 --process-pairs 6   # taking turns (below)
 
 Prints each pair and the pairwise ratio forked / fresh, then the median ratio and how many pairs
 the forked child was the slower one.
+
+``--interleave N``: on a shared machine, whose speed moves by 10-50% from one second to the next,
+two windows seconds apart cannot show 1%. So two processes are started, built and warmed up,
+then take turns: N slices each of ``--steps`` training steps (tens of milliseconds), one running
+while the other waits on a pipe, in the order first-second, second-first, ... Drift falls on
+both within a fraction of a second. ``--process-pairs P`` such pairs of a fresh process and a
+forked one, and P pairs of two fresh processes as the control (how far two processes started
+the same way differ: each has its own memory layout). Prints each pair's throughput ratio over
+all its slices, with a bootstrap 95% interval over slice pairs, then the median over pairs.
 """
 
 from __future__ import annotations
@@ -16,11 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +45,8 @@ def imports() -> None:
     preload("experiments.mlp")
 
 
-def measure(batch: int, seconds: float) -> dict:
+def warmed_step(batch: int):  # noqa: ANN201
+    """The training step, built and run 20 times."""
     import torch
 
     torch.manual_seed(0)
@@ -49,6 +62,13 @@ def measure(batch: int, seconds: float) -> dict:
 
     for _ in range(20):
         step()
+    return step
+
+
+def measure(batch: int, seconds: float) -> dict:
+    import torch
+
+    step = warmed_step(batch)
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         step()
@@ -78,16 +98,136 @@ def fresh(batch: int, seconds: float) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def serve_slices(batch: int, steps: int, orders: TextIO, answers: TextIO) -> None:
+    """Build and warm up, say ``ready``, then per ``go`` line time ``steps`` steps and answer
+    with the seconds they took; any other line ends it."""
+    import torch
+
+    step = warmed_step(batch)
+    answers.write(f"ready {torch.get_num_threads()}\n")
+    answers.flush()
+    for line in orders:
+        if line.strip() != "go":
+            return
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        answers.write(f"{time.perf_counter() - t0}\n")
+        answers.flush()
+
+
+class Slices:
+    """One process built, warmed up and waiting for ``go``: forked from this one, or fresh."""
+
+    def __init__(self, way: str, batch: int, steps: int) -> None:
+        self.way, self.pid, self.proc = way, None, None
+        if way == "forked":  # the fork server's way: a child of this process, after its imports
+            to_child, orders = os.pipe()
+            answers, from_child = os.pipe()
+            self.pid = os.fork()
+            if self.pid == 0:
+                os.close(orders)
+                os.close(answers)
+                try:
+                    serve_slices(batch, steps, os.fdopen(to_child), os.fdopen(from_child, "w"))
+                finally:
+                    os._exit(0)
+            os.close(to_child)
+            os.close(from_child)
+            self.orders, self.answers = os.fdopen(orders, "w", buffering=1), os.fdopen(answers)
+        else:
+            self.proc = subprocess.Popen([sys.executable, __file__, "--serve-slices", "--batch", str(batch),
+                                          "--steps", str(steps)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         text=True, bufsize=1)
+            self.orders, self.answers = self.proc.stdin, self.proc.stdout
+        self.threads = int(self.answers.readline().split()[1])
+
+    def turn(self, pause_s: float = 0.01) -> float:
+        time.sleep(pause_s)  # the other one's threads stop spinning first
+        self.orders.write("go\n")
+        return float(self.answers.readline())
+
+    def close(self) -> None:
+        self.orders.write("stop\n")
+        self.orders.close()
+        if self.pid is not None:
+            os.waitpid(self.pid, 0)
+        else:
+            self.proc.wait()
+
+
+def interleave(ways: tuple[str, str], batch: int, steps: int, slices: int, seed: int) -> dict:
+    """Two processes alive at once, taking turns (see the module's docstring): the throughput
+    ratio second / first over all slices, with a bootstrap 95% interval over slice pairs."""
+    a, b = Slices(ways[0], batch, steps), Slices(ways[1], batch, steps)
+    try:
+        for _ in range(4):  # settle: both have run before anything counts
+            a.turn(), b.turn()
+        taken: list[tuple[float, float]] = []
+        for i in range(slices):
+            if i % 2 == 0:
+                ta = a.turn()
+                taken.append((ta, b.turn()))
+            else:
+                tb = b.turn()
+                taken.append((a.turn(), tb))
+    finally:
+        a.close()
+        b.close()
+
+    def ratio(idx: list[int]) -> float:
+        return sum(taken[i][0] for i in idx) / sum(taken[i][1] for i in idx)
+
+    rng = random.Random(seed)
+    boot = sorted(ratio([rng.randrange(slices) for _ in range(slices)]) for _ in range(1000))
+    return {"ratio": ratio(list(range(slices))), "low": boot[25], "high": boot[974],
+            "slice_s": statistics.median([t for pair in taken for t in pair]), "threads": (a.threads, b.threads),
+            "rates": (slices * steps * batch / sum(t for t, _ in taken), slices * steps * batch / sum(t for _, t in taken))}
+
+
+def interleaved(batch: int, steps: int, slices: int, process_pairs: int) -> None:
+    """``process_pairs`` pairs of (fresh, forked) processes and as many (fresh, fresh) ones, in
+    turn: the second tells how far two processes started the same way differ (the floor under
+    any fork-against-fresh figure: a process's memory layout is its own)."""
+    got: dict[str, list[dict]] = {"fresh, forked": [], "fresh, fresh": []}
+    for k in range(process_pairs):
+        for name in got:
+            r = interleave(tuple(name.split(", ")), batch, steps, slices, seed=k)  # type: ignore[arg-type]
+            got[name].append(r)
+            print(f"pair {k + 1:>2} {name:<13}: {r['rates'][0]:>11,.1f} and {r['rates'][1]:>11,.1f} samples/s, "
+                  f"second / first {r['ratio']:.4f} (95% interval {r['low']:.4f}-{r['high']:.4f}; "
+                  f"slices {r['slice_s'] * 1000:.0f} ms, threads {r['threads'][0]}/{r['threads'][1]})", flush=True)
+    print(f"batch {batch}, {process_pairs} process pairs each, {slices} interleaved slices of {steps} steps each way per pair")
+    for name, rs in got.items():
+        ratios = sorted(r["ratio"] for r in rs)
+        print(f"  {name:<13} second / first: median {statistics.median(ratios):.4f}, min {ratios[0]:.4f}, "
+              f"max {ratios[-1]:.4f}; second slower in {sum(x < 1 for x in ratios)} of {len(ratios)}")
+    forked = statistics.median(r["ratio"] for r in got["fresh, forked"])
+    control = max(abs(r["ratio"] - 1) for r in got["fresh, fresh"])
+    print(f"forked / fresh: median {forked:.4f} over {process_pairs} pairs of processes; two fresh processes "
+          f"differed by up to {control:.1%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", type=int, default=10)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=2.0, help="each timed window")
+    ap.add_argument("--interleave", type=int, metavar="N", help="both ways alive, N slices each, taking turns")
+    ap.add_argument("--process-pairs", type=int, default=4, help="pairs of processes each way (with --interleave)")
+    ap.add_argument("--steps", type=int, default=40, help="training steps per slice (with --interleave)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--serve-slices", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     imports()
+    if args.serve_slices:
+        serve_slices(args.batch, args.steps, sys.stdin, sys.stdout)
+        return
     if args.child:
         print(json.dumps(measure(args.batch, args.seconds)))
+        return
+    if args.interleave:
+        interleaved(args.batch, args.steps, args.interleave, args.process_pairs)
         return
     ratios = []
     for i in range(args.pairs):

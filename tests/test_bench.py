@@ -3,6 +3,7 @@ not the figures, which come from the full runs)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,22 @@ def test_fork_vs_fresh_times_both_ways(tmp_path: Path) -> None:
     pairs = [ln for ln in out.stdout.splitlines() if ln.startswith("pair ")]
     assert len(pairs) == 2 and "(fresh first)" in pairs[0] and "(forked first)" in pairs[1]
     assert "batch 16, 2 pairs: forked / fresh median" in out.stdout
+
+
+@pytest.mark.slow
+def test_fork_vs_fresh_interleaved_takes_turns_and_has_a_control(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "fork_vs_fresh.py"), "--interleave", "10", "--steps", "2",
+                          "--batch", "16", "--process-pairs", "1"], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    pairs = [ln for ln in out.stdout.splitlines() if ln.startswith("pair ")]
+    assert [p.split(":")[0] for p in pairs] == ["pair  1 fresh, forked", "pair  1 fresh, fresh "]
+    for line in pairs:  # the ratio is the second's throughput over the first's, inside its interval
+        first, second, ratio, low, high = (float(x.replace(",", "")) for x in re.search(
+            r": +([\d,.]+) and +([\d,.]+) samples/s, second / first ([\d.]+) \(95% interval ([\d.]+)-([\d.]+);",
+            line).groups())
+        assert ratio == pytest.approx(second / first, rel=2e-3) and low <= ratio <= high
+        assert "threads" in line
+    assert "batch 16, 1 process pairs each, 10 interleaved slices of 2 steps each way per pair" in out.stdout
+    assert re.search(r"^forked / fresh: median [\d.]+ over 1 pairs of processes; two fresh processes differed by up to",
+                     out.stdout, re.M)

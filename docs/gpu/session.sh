@@ -14,6 +14,10 @@
 #   bash docs/gpu/session.sh h    fidelity with the fork server, BERT-base at batch 64, 4 rounds
 #   bash docs/gpu/session.sh r    one GPU against both, each configuration the median of 3 processes
 #                                 (not run yet: about 9 minutes on 2 x H200)
+#   bash docs/gpu/session.sh p    fork servers started at start-up against the version before them
+#                                 (commit 08615a3's orchestrator/ and experiments/ copied into
+#                                 .before_prewarm/), 2 alternating rounds; not run yet
+#   bash docs/gpu/session.sh i    fork_vs_fresh --interleave on 2 of the host's cores; not run yet
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -63,6 +67,15 @@ h)
 r)
   step devices; timeout 570 python3 bench/devices.py sweeps/bert_base_devices.yaml --one cuda:0 --many auto \
       --repeats 3 --logs "$OUT/devices" --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
+  ;;
+p)
+  step overhead; rm -rf /tmp/before_prewarm && cp -r .before_prewarm /tmp/before_prewarm
+  timeout 560 python3 bench/overhead.py --device cuda --compare /tmp/before_prewarm --rounds 2 --trials 6 \
+      --floor-repeats 3 --json "$OUT/overhead_prewarm.json" > "$OUT/overhead_prewarm.log" 2>&1
+  ;;
+i)
+  step interleave; timeout 280 taskset -c 2,3 python3 bench/fork_vs_fresh.py --interleave 2400 > "$OUT/interleave_b64.log" 2>&1
+  timeout 280 taskset -c 2,3 python3 bench/fork_vs_fresh.py --interleave 2400 --batch 512 --steps 10 > "$OUT/interleave_b512.log" 2>&1
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log
