@@ -132,7 +132,6 @@ class Interpreter:
         os.close(write)
         os.set_blocking(read, False)
         self.status_fd: int | None = read
-        self.spawned = time.monotonic()
         self.ready = False
         self.running_since: float | None = None
         """When it could first run a trial: its imports were done (monotonic clock)."""

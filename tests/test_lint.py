@@ -1,0 +1,17 @@
+"""Pyflakes' rules (ruff ``F``) over the whole tree: undefined names, unused imports and variables,
+f-strings without placeholders. An undefined name in a rarely taken branch (an error path, a
+device we have no machine for) is a crash that no other test would reach."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_pyflakes_rules_hold_everywhere() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--select", "F", "--no-cache", "--output-format",
+                           "concise", "orchestrator", "experiments", "bench", "tests"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
