@@ -470,11 +470,12 @@ class SlotLauncher:
     pre-started for the next ones (see the module's rules)."""
 
     def __init__(self, experiment: str, slot_env: dict[str, str], cores: frozenset[int] | None,
-                 spare_dir: Path, stop: StopFlag | None, prestart: int = PRESTART,
+                 spare_dir: Path | None, stop: StopFlag | None, prestart: int = PRESTART,
                  host: Host | None = None, fork: bool | None = None, where: Path | None = None) -> None:
-        """``spare_dir``: where spares' own logs go; ``fork``: keep ``ForkServer`` spares (default:
-        where ``fork_server_usable``), else one pre-started interpreter per trial; ``where``: the
-        study's folder, on every interpreter's command line (default ``spare_dir``)."""
+        """``spare_dir``: the study's trial folder, where spares' own logs go (None until the study
+        is open: only ``prewarm`` may start one before); ``fork``: keep ``ForkServer`` spares
+        (default: where ``fork_server_usable``), else one pre-started interpreter per trial;
+        ``where``: on every interpreter's command line (default ``spare_dir``)."""
         self.experiment, self.slot_env, self.cores = experiment, dict(slot_env), cores
         self.spare_dir, self.stop, self.prestart = spare_dir, stop, prestart
         self.where = where or spare_dir
@@ -493,15 +494,20 @@ class SlotLauncher:
         return {**self.slot_env, **env}
 
     def _spawn(self, env: dict[str, str], log_path: Path | None = None) -> Interpreter:
-        path = log_path or self.spare_dir / SPARES_DIR / f"{time.monotonic_ns()}.log"
+        assert log_path is not None or self.spare_dir is not None, "the study's folder is not known yet"
+        path = log_path or self.spare_dir / SPARES_DIR / f"{time.monotonic_ns()}.log"  # type: ignore[operator]
         kind = ForkServer if self.fork and log_path is None else Interpreter
         return kind(self.experiment, env, path, self.cores, self.stop, self.where)
 
     def prewarm(self, env: dict[str, str]) -> None:
-        """Start the slot's first spare before its first trial is known (at start-up, while the
-        smoke step runs and the stores open), for trials that will need ``env``."""
-        if self.prestart and not self.spares and not self.pending:
-            self.spares.append(self._spawn(self.full_env(env)))
+        """Start the slot's fork server before its first trial is known (at start-up, while the
+        smoke step runs and the stores open, before the study's folder exists), for trials that
+        will need ``env``. Its own output is dropped (a spare's log is deleted when it leaves
+        anyway; each trial writes its own). Fork servers only: a pre-started ``--serve``
+        interpreter's log becomes its trial's, so it must start in the study's folder."""
+        if self.fork and self.prestart and not self.spares and not self.pending:
+            self.spares.append(ForkServer(self.experiment, self.full_env(env), Path(os.devnull), self.cores,
+                                          self.stop, self.where))
 
     def start(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
               guesses: list[dict[str, str]] | None = None) -> ProcessRun:

@@ -82,9 +82,9 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
 
 
 def _prewarmed(spec: SweepSpec, plan: Any, slots: list[Any], stop: Any) -> Any:
-    """The trial runner, its slots' first interpreters already importing (torch: seconds) while
-    the smoke step runs and the stores open, when every trial will need the same environment
-    (else the first trial starts its own: a wrong guess would cost an import)."""
+    """The trial runner, its slots' fork servers already importing (torch: seconds) while the
+    smoke step runs and the stores open, when every trial will need the same environment (else
+    the first trial starts its own: a wrong guess would cost an import)."""
     from orchestrator.space import shared_env
     from orchestrator.sweep import ProcessRunner
 
@@ -179,6 +179,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                 interrupted = recovery.recover()
                 queued, superseded = recovery.retry_queue(retry)
             tracker = AsyncTracker(sync)
+            runner.open(work_dir)
             sweep = Sweep(spec, plan, study, tracker, work_dir, stop, runner, lock=lock,
                           recovery=recovery if shared else None)
             sweep.proposer.superseded = superseded

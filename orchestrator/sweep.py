@@ -12,8 +12,6 @@ process exits; it starts (3) once the process is gone, so trials never share a d
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,21 +46,24 @@ class Interrupted(Exception):
 
 class ProcessRunner:
     """Runs trials in real processes, one ``SlotLauncher`` per device slot. Made at start-up,
-    before the study is open: the spares' own logs go to a temporary folder of its own (a trial's
-    log is in its trial folder), removed by ``close``; ``where`` is on their command lines."""
+    before the study is open, so that each slot's fork server can start importing then
+    (``prewarm``); ``open`` gives it the study's trial folder before the first trial."""
 
     def __init__(self, slots: list[Slot], experiment: str, where: Path, stop: StopFlag,
                  prestart: int = PRESTART) -> None:
         self.slots = slots
-        self.spare_dir = Path(tempfile.mkdtemp(prefix="orchestrate-spares-"))
         host = Host()
-        self.launchers = [SlotLauncher(experiment, s.env, s.cores, self.spare_dir, stop, prestart, host,
-                                       where=where) for s in slots]
+        self.launchers = [SlotLauncher(experiment, s.env, s.cores, None, stop, prestart, host, where=where)
+                          for s in slots]
 
     def prewarm(self, env: dict[str, str]) -> None:
-        """Every slot's first spare, starting now, for trials that will need ``env``."""
+        """Every slot's fork server, starting now, for trials that will need ``env``."""
         for launcher in self.launchers:
             launcher.prewarm(env)
+
+    def open(self, work_dir: Path) -> None:
+        for launcher in self.launchers:
+            launcher.spare_dir = work_dir
 
     def idle(self, i: int) -> bool:
         return self.launchers[i].idle
@@ -83,7 +84,6 @@ class ProcessRunner:
     def close(self) -> None:
         for launcher in self.launchers:
             launcher.close()
-        shutil.rmtree(self.spare_dir, ignore_errors=True)
 
 
 @dataclass

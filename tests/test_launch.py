@@ -218,3 +218,24 @@ def test_a_trials_timeout_does_not_count_the_wait_for_imports(tmp_path: Path, fo
         assert run.import_wait(time.monotonic()) >= 3.5, "the import was not waited for"
     finally:
         launcher.close()
+
+
+def test_a_prewarmed_fork_server_serves_the_first_trial_before_the_study_folder_is_known(
+        tmp_path: Path, fork: bool) -> None:
+    """Start-up (``ProcessRunner.prewarm``): before the study is open the slot has no folder for
+    spares' logs; a fork server starts anyway (its own output dropped) and runs the first trial,
+    whose log is its own. A ``--serve`` interpreter's log becomes its trial's, so without the fork
+    server nothing starts early."""
+    launcher = SlotLauncher("experiments.mlp", {}, None, None, None, prestart=1, fork=fork)
+    try:
+        launcher.prewarm({})
+        assert len(launcher.spares) == (1 if fork else 0)
+        launcher.spare_dir = tmp_path  # the study is open
+        result = run_to_end(launcher, 0, tmp_path / "t0", {})
+        assert (tmp_path / "t0" / "trial.log").is_file()
+        if fork:
+            (server,) = launcher.spares
+            assert isinstance(server, ForkServer) and str(server.log_path) == os.devnull
+            assert result["timeline"]["imports_done"] < result["timeline"]["forked"], "not the prewarmed server"
+    finally:
+        launcher.close()
