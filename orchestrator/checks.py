@@ -10,6 +10,7 @@ from typing import Any
 
 from orchestrator.errors import SpecError
 from orchestrator.spec import SweepSpec
+from orchestrator.timeline import event
 
 
 class Probe:
@@ -38,6 +39,7 @@ class Probe:
         self._err = tempfile.TemporaryFile()  # a pipe could fill up with a traceback and block the child
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._err,
                                      env={**os.environ, **(env or {})}, start_new_session=True)
+        event("probe_start")
         self._lines: list[str] = []
         self._buffer = b""
         self._stderr = ""

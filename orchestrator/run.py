@@ -41,7 +41,7 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     from orchestrator import checks
     from orchestrator.coordination import is_shared
     from orchestrator.space import guess_device, make_plan
-    from orchestrator.study import check_url_opens
+    from orchestrator.study import check_not_locked, check_url_opens
 
     if export is not None and not (export.parent.resolve().is_dir() and os.access(export.parent.resolve(), os.W_OK)):
         raise SpecError(f"cannot write {export}: folder {export.parent.resolve()} does not exist or "
@@ -52,6 +52,8 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
         except StudyError as exc:
             raise spec.error((field,), f"{str(exc).split(': ', 1)[-1]}, got {url!r}") from None
     shared = is_shared(spec.storage)
+    if not shared:
+        check_not_locked(spec.storage, spec.name)
     smoke = None
     if check and (shared or not _has_ok_result(spec)):
         guess = spec.device if spec.device != "auto" else guess_device()

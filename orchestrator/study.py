@@ -87,16 +87,42 @@ def study_lock(url: str, name: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            raise StudyError(f"study {name!r} is being run by another orchestrate (pid {holder}); "
-                             f"lock {lock_path}. SQLite serves one orchestrator per study: wait for it, or "
-                             "run several at once on a PostgreSQL study (--storage postgresql://...; "
-                             "see the README, 'Several GPUs and hosts')") from None
+            raise _held(fd, name, lock_path) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
         os.close(fd)
+
+
+def check_not_locked(url: str, name: str) -> None:
+    """Refuse at once, before the probe imports torch beside the running sweep's trials, when
+    another orchestrator holds the SQLite study's lock (creates nothing; ``study_lock`` still
+    decides a race)."""
+    path = sqlite_path(url)
+    if path is None:
+        return
+    import fcntl
+
+    lock_path = path.with_name(f"{path.name}.{name}.lock")
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _held(fd, name, lock_path) from None
+    finally:
+        os.close(fd)  # releases the lock if it was taken
+
+
+def _held(fd: int, name: str, lock_path: Path) -> StudyError:
+    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+    return StudyError(f"study {name!r} is being run by another orchestrate (pid {holder}); "
+                      f"lock {lock_path}. SQLite serves one orchestrator per study: wait for it, or "
+                      "run several at once on a PostgreSQL study (--storage postgresql://...; "
+                      "see the README, 'Several GPUs and hosts')")
 
 
 def make_sampler(spec: SweepSpec, n_existing: int, worker: int = 0):

@@ -6,6 +6,7 @@ Optuna (SQLite) and MLflow (SQLite) stores; invariants are read back through the
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -203,11 +204,15 @@ def test_a_second_orchestrator_on_the_same_study_refuses_naming_the_lock(project
                              stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for_trial(project)
-        second = orchestrate([str(spec)], project)
+        events = project.parent / f"{project.name}-second.jsonl"
+        second = orchestrate([str(spec)], project, env={"ORCHESTRATE_TIMELINE": str(events)})
         assert second.returncode == 2
         assert "being run by another orchestrate" in second.stderr
         assert "optuna.db.faults.lock" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1
+        # refused before its probe or a fork server imported torch beside the first one's trials
+        names = [json.loads(line)["event"] for line in events.read_text().splitlines()]
+        assert "cli_start" in names and "probe_start" not in names and "interpreter_spawn" not in names
     finally:
         first.send_signal(signal.SIGINT)
         first.communicate(timeout=30)
