@@ -16,7 +16,8 @@
 #                                 (not run yet: about 9 minutes on 2 x H200)
 #   bash docs/gpu/session.sh p    fork servers started at start-up against the version before them
 #                                 (commit 08615a3's orchestrator/ and experiments/ copied into
-#                                 .before_prewarm/), 2 alternating rounds; not run yet
+#                                 .before_prewarm/: git archive 08615a3 orchestrator experiments |
+#                                 tar -x -C .before_prewarm), 2 alternating rounds; not run yet
 #   bash docs/gpu/session.sh i    fork_vs_fresh --interleave on 2 of the host's cores; not run yet
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
