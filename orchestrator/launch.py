@@ -494,20 +494,24 @@ class SlotLauncher:
         return {**self.slot_env, **env}
 
     def _spawn(self, env: dict[str, str], log_path: Path | None = None) -> Interpreter:
-        assert log_path is not None or self.spare_dir is not None, "the study's folder is not known yet"
-        path = log_path or self.spare_dir / SPARES_DIR / f"{time.monotonic_ns()}.log"  # type: ignore[operator]
+        """A trial's own interpreter (``log_path``: its trial log) or a spare. A spare's own log
+        goes to the study's folder; before that is known (``prewarm``), a fork server's output is
+        dropped: a spare's log is deleted when it leaves anyway, and each forked trial writes its
+        own."""
         kind = ForkServer if self.fork and log_path is None else Interpreter
-        return kind(self.experiment, env, path, self.cores, self.stop, self.where)
+        if log_path is None:
+            assert self.spare_dir is not None or kind is ForkServer, "a --serve spare's log becomes its trial's"
+            log_path = (self.spare_dir / SPARES_DIR / f"{time.monotonic_ns()}.log" if self.spare_dir is not None
+                        else Path(os.devnull))
+        return kind(self.experiment, env, log_path, self.cores, self.stop, self.where)
 
     def prewarm(self, env: dict[str, str]) -> None:
         """Start the slot's fork server before its first trial is known (at start-up, while the
         smoke step runs and the stores open, before the study's folder exists), for trials that
-        will need ``env``. Its own output is dropped (a spare's log is deleted when it leaves
-        anyway; each trial writes its own). Fork servers only: a pre-started ``--serve``
-        interpreter's log becomes its trial's, so it must start in the study's folder."""
+        will need ``env``. Fork servers only: a pre-started ``--serve`` interpreter's log is
+        renamed into its trial's folder, so it must start in the study's folder."""
         if self.fork and self.prestart and not self.spares and not self.pending:
-            self.spares.append(ForkServer(self.experiment, self.full_env(env), Path(os.devnull), self.cores,
-                                          self.stop, self.where))
+            self.spares.append(self._spawn(self.full_env(env)))
 
     def start(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
               guesses: list[dict[str, str]] | None = None) -> ProcessRun:

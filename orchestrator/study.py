@@ -81,7 +81,7 @@ def study_lock(url: str, name: str) -> Iterator[None]:
         return
     import fcntl
 
-    lock_path = path.with_name(f"{path.name}.{name}.lock")
+    lock_path = _lock_path(path, name)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -104,7 +104,7 @@ def check_not_locked(url: str, name: str) -> None:
         return
     import fcntl
 
-    lock_path = path.with_name(f"{path.name}.{name}.lock")
+    lock_path = _lock_path(path, name)
     try:
         fd = os.open(lock_path, os.O_RDONLY)
     except OSError:
@@ -115,6 +115,10 @@ def check_not_locked(url: str, name: str) -> None:
         raise _held(fd, name, lock_path) from None
     finally:
         os.close(fd)  # releases the lock if it was taken
+
+
+def _lock_path(db: Path, name: str) -> Path:
+    return db.with_name(f"{db.name}.{name}.lock")
 
 
 def _held(fd: int, name: str, lock_path: Path) -> StudyError:
