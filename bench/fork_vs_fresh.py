@@ -7,6 +7,7 @@ alternating pairs so that drift falls on both alike.
     python bench/fork_vs_fresh.py                       # 10 pairs, batch 64
     taskset -c 2,3 python bench/fork_vs_fresh.py --pairs 20 --batch 512
     python bench/fork_vs_fresh.py --interleave 300 --process-pairs 6   # taking turns (below)
+    python bench/fork_vs_fresh.py --from-log run.log                    # its summary again
 
 Prints each pair and the pairwise ratio forked / fresh, then the median ratio and how many pairs
 the forked child was the slower one.
@@ -17,8 +18,13 @@ then take turns: N slices each of ``--steps`` training steps (tens of millisecon
 while the other waits on a pipe, in the order first-second, second-first, ... Drift falls on
 both within a fraction of a second. ``--process-pairs P`` such pairs of a fresh process and a
 forked one, and P pairs of two fresh processes as the control (how far two processes started
-the same way differ: each has its own memory layout). Prints each pair's throughput ratio over
-all its slices, with a bootstrap 95% interval over slice pairs, then the median over pairs.
+the same way differ). Each pair's two processes are built and warmed up one after the other,
+never together. Prints each pair's throughput ratio over all its slices, with a bootstrap 95%
+interval over slice pairs, then per way the median and the geometric mean over pairs with a
+bootstrap interval over pairs (a process's own speed is the noise that matters). ``--siblings``
+adds pairs of two children forked from this process: whether forked children share a speed.
+``--from-log LOG`` prints the summary again from a log's pair lines (a run cut off by its time
+limit prints none).
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import math
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -140,6 +148,10 @@ class Slices:
                                           "--steps", str(steps)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          text=True, bufsize=1)
             self.orders, self.answers = self.proc.stdin, self.proc.stdout
+        self.threads = 0
+
+    def ready(self) -> None:
+        """Wait for ``ready``: built and warmed up."""
         self.threads = int(self.answers.readline().split()[1])
 
     def turn(self, pause_s: float = 0.01) -> float:
@@ -159,8 +171,14 @@ class Slices:
 def interleave(ways: tuple[str, str], batch: int, steps: int, slices: int, seed: int) -> dict:
     """Two processes alive at once, taking turns (see the module's docstring): the throughput
     ratio second / first over all slices, with a bootstrap 95% interval over slice pairs."""
-    a, b = Slices(ways[0], batch, steps), Slices(ways[1], batch, steps)
+    # one at a time: the first is built and warmed up alone before the second starts. Started
+    # together, whichever warmed up first ran faster for its whole life, forked or fresh (two
+    # children forked from one process: the second slower in 10 of 10 pairs, by 5% on average)
+    a, b = Slices(ways[0], batch, steps), None
     try:
+        a.ready()
+        b = Slices(ways[1], batch, steps)
+        b.ready()
         for _ in range(4):  # settle: both have run before anything counts
             a.turn(), b.turn()
         taken: list[tuple[float, float]] = []
@@ -173,7 +191,8 @@ def interleave(ways: tuple[str, str], batch: int, steps: int, slices: int, seed:
                 taken.append((a.turn(), tb))
     finally:
         a.close()
-        b.close()
+        if b is not None:
+            b.close()
 
     def ratio(idx: list[int]) -> float:
         return sum(taken[i][0] for i in idx) / sum(taken[i][1] for i in idx)
@@ -185,11 +204,13 @@ def interleave(ways: tuple[str, str], batch: int, steps: int, slices: int, seed:
             "rates": (slices * steps * batch / sum(t for t, _ in taken), slices * steps * batch / sum(t for _, t in taken))}
 
 
-def interleaved(batch: int, steps: int, slices: int, process_pairs: int) -> None:
+def interleaved(batch: int, steps: int, slices: int, process_pairs: int, siblings: bool = False) -> None:
     """``process_pairs`` pairs of (fresh, forked) processes and as many (fresh, fresh) ones, in
     turn: the second tells how far two processes started the same way differ (the floor under
     any fork-against-fresh figure: a process's memory layout is its own)."""
     got: dict[str, list[dict]] = {"fresh, forked": [], "fresh, fresh": []}
+    if siblings:
+        got["forked, forked"] = []
     for k in range(process_pairs):
         for name in got:
             r = interleave(tuple(name.split(", ")), batch, steps, slices, seed=k)  # type: ignore[arg-type]
@@ -198,14 +219,46 @@ def interleaved(batch: int, steps: int, slices: int, process_pairs: int) -> None
                   f"second / first {r['ratio']:.4f} (95% interval {r['low']:.4f}-{r['high']:.4f}; "
                   f"slices {r['slice_s'] * 1000:.0f} ms, threads {r['threads'][0]}/{r['threads'][1]})", flush=True)
     print(f"batch {batch}, {process_pairs} process pairs each, {slices} interleaved slices of {steps} steps each way per pair")
+    summarize({name: [round(r["ratio"], 4) for r in rs] for name, rs in got.items()})  # as printed: --from-log agrees
+
+
+def over_pairs(ratios: list[float], seed: int = 0) -> tuple[float, float, float]:
+    """The geometric mean of per-pair ratios with a bootstrap 95% interval over pairs of
+    processes: the expected ratio, with each process's own speed counted as the noise it is."""
+    def gmean(xs: list[float]) -> float:
+        return math.exp(statistics.fmean(math.log(x) for x in xs))
+
+    rng = random.Random(seed)
+    boot = sorted(gmean([rng.choice(ratios) for _ in ratios]) for _ in range(2000))
+    return gmean(ratios), boot[50], boot[1949]
+
+
+def summarize(got: dict[str, list[float]]) -> None:
+    """The per-way lines and the verdict, from each pair's ratio second / first."""
     for name, rs in got.items():
-        ratios = sorted(r["ratio"] for r in rs)
+        ratios = sorted(rs)
+        mean, low, high = over_pairs(ratios)
         print(f"  {name:<13} second / first: median {statistics.median(ratios):.4f}, min {ratios[0]:.4f}, "
-              f"max {ratios[-1]:.4f}; second slower in {sum(x < 1 for x in ratios)} of {len(ratios)}")
-    forked = statistics.median(r["ratio"] for r in got["fresh, forked"])
-    control = max(abs(r["ratio"] - 1) for r in got["fresh, fresh"])
-    print(f"forked / fresh: median {forked:.4f} over {process_pairs} pairs of processes; two fresh processes "
-          f"differed by up to {control:.1%}")
+              f"max {ratios[-1]:.4f}; second slower in {sum(x < 1 for x in ratios)} of {len(ratios)}; "
+              f"geometric mean {mean:.4f} (95% interval over pairs {low:.4f}-{high:.4f})")
+    forked, control = got["fresh, forked"], got["fresh, fresh"]
+    mean, low, high = over_pairs(forked)
+    print(f"forked / fresh: {mean:.4f} (95% interval {low:.4f}-{high:.4f}) over {len(forked)} pairs of processes; "
+          f"two fresh processes differed by up to {max(abs(r - 1) for r in control):.1%}")
+    if got.get("forked, forked"):
+        print(f"two children forked from this one process differed by up to "
+              f"{max(abs(r - 1) for r in got['forked, forked']):.1%}")
+
+
+def from_log(path: str) -> None:
+    """The summary again from a log's pair lines (a run cut off by its time limit prints none)."""
+    got: dict[str, list[float]] = {"fresh, forked": [], "fresh, fresh": []}
+    for line in open(path):
+        m = re.match(r"pair +\d+ (\w+, \w+) *:.*second / first ([\d.]+)", line)
+        if m:
+            got.setdefault(m[1], []).append(float(m[2]))
+    print(f"{path}: {' and '.join(str(len(rs)) for rs in got.values())} pairs of processes")
+    summarize(got)
 
 
 def main() -> None:
@@ -216,9 +269,15 @@ def main() -> None:
     ap.add_argument("--interleave", type=int, metavar="N", help="both ways alive, N slices each, taking turns")
     ap.add_argument("--process-pairs", type=int, default=4, help="pairs of processes each way (with --interleave)")
     ap.add_argument("--steps", type=int, default=40, help="training steps per slice (with --interleave)")
+    ap.add_argument("--siblings", action="store_true",
+                    help="also pairs of two children forked from this process (with --interleave): do they share a speed?")
+    ap.add_argument("--from-log", metavar="LOG", help="print the summary of an --interleave run's log again")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--serve-slices", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.from_log:
+        from_log(args.from_log)
+        return
     imports()
     if args.serve_slices:
         serve_slices(args.batch, args.steps, sys.stdin, sys.stdout)
@@ -227,7 +286,7 @@ def main() -> None:
         print(json.dumps(measure(args.batch, args.seconds)))
         return
     if args.interleave:
-        interleaved(args.batch, args.steps, args.interleave, args.process_pairs)
+        interleaved(args.batch, args.steps, args.interleave, args.process_pairs, args.siblings)
         return
     ratios = []
     for i in range(args.pairs):

@@ -106,18 +106,36 @@ def test_fork_vs_fresh_times_both_ways(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_fork_vs_fresh_interleaved_takes_turns_and_has_a_control(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "fork_vs_fresh.py"), "--interleave", "10", "--steps", "2",
-                          "--batch", "16", "--process-pairs", "1"], capture_output=True, text=True, timeout=300,
+    script = str(ROOT / "bench" / "fork_vs_fresh.py")
+    out = subprocess.run([sys.executable, script, "--interleave", "10", "--steps", "2", "--batch", "16",
+                          "--process-pairs", "2", "--siblings"], capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     pairs = [ln for ln in out.stdout.splitlines() if ln.startswith("pair ")]
-    assert [p.split(":")[0] for p in pairs] == ["pair  1 fresh, forked", "pair  1 fresh, fresh "]
+    assert [p.split(":")[0] for p in pairs] == ["pair  1 fresh, forked", "pair  1 fresh, fresh ", "pair  1 forked, forked",
+                                                "pair  2 fresh, forked", "pair  2 fresh, fresh ", "pair  2 forked, forked"]
+    ratios = []
     for line in pairs:  # the ratio is the second's throughput over the first's, inside its interval
         first, second, ratio, low, high = (float(x.replace(",", "")) for x in re.search(
             r": +([\d,.]+) and +([\d,.]+) samples/s, second / first ([\d.]+) \(95% interval ([\d.]+)-([\d.]+);",
             line).groups())
         assert ratio == pytest.approx(second / first, rel=2e-3) and low <= ratio <= high
         assert "threads" in line
-    assert "batch 16, 1 process pairs each, 10 interleaved slices of 2 steps each way per pair" in out.stdout
-    assert re.search(r"^forked / fresh: median [\d.]+ over 1 pairs of processes; two fresh processes differed by up to",
-                     out.stdout, re.M)
+        ratios.append(ratio)
+    assert "batch 16, 2 process pairs each, 10 interleaved slices of 2 steps each way per pair" in out.stdout
+    verdict = re.search(r"^forked / fresh: ([\d.]+) \(95% interval ([\d.]+)-([\d.]+)\) over 2 pairs of processes; "
+                        r"two fresh processes differed by up to ([\d.]+)%$", out.stdout, re.M)
+    assert verdict, out.stdout
+    mean, low, high, spread = (float(x) for x in verdict.groups())
+    assert mean == pytest.approx((ratios[0] * ratios[3]) ** 0.5, rel=2e-4)  # geometric mean of the forked pairs
+    assert min(ratios[0], ratios[3]) - 1e-4 <= low <= mean <= high <= max(ratios[0], ratios[3]) + 1e-4
+    assert spread == pytest.approx(100 * max(abs(ratios[1] - 1), abs(ratios[4] - 1)), abs=0.06)
+    siblings = re.search(r"^two children forked from this one process differed by up to ([\d.]+)%$", out.stdout, re.M)
+    assert siblings and float(siblings[1]) == pytest.approx(100 * max(abs(ratios[2] - 1), abs(ratios[5] - 1)), abs=0.06)
+    # a run cut off by its time limit: the summary again from the log's pair lines
+    (tmp_path / "run.log").write_text(out.stdout)
+    again = subprocess.run([sys.executable, script, "--from-log", str(tmp_path / "run.log")], capture_output=True,
+                           text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0].endswith("run.log: 2 and 2 and 2 pairs of processes")
+    assert again.stdout.splitlines()[1:] == out.stdout.splitlines()[-5:]

@@ -18,7 +18,8 @@
 #                                 (commit 08615a3's orchestrator/ and experiments/ copied into
 #                                 .before_prewarm/: git archive 08615a3 orchestrator experiments |
 #                                 tar -x -C .before_prewarm), 2 alternating rounds; not run yet
-#   bash docs/gpu/session.sh i    fork_vs_fresh --interleave on 2 of the host's cores; not run yet
+#   bash docs/gpu/session.sh i    fork_vs_fresh --interleave, pairs of processes each way, batch 512
+#                                 and 64, on 2 of the host's cores
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -74,9 +75,12 @@ p)
   timeout 560 python3 bench/overhead.py --device cuda --compare /tmp/before_prewarm --rounds 2 --trials 6 \
       --floor-repeats 3 --json "$OUT/overhead_prewarm.json" > "$OUT/overhead_prewarm.log" 2>&1
   ;;
-i)
-  step interleave; timeout 280 taskset -c 2,3 python3 bench/fork_vs_fresh.py --interleave 2400 > "$OUT/interleave_b64.log" 2>&1
-  timeout 280 taskset -c 2,3 python3 bench/fork_vs_fresh.py --interleave 2400 --batch 512 --steps 10 > "$OUT/interleave_b512.log" 2>&1
+i)  # pairs of processes each way (fresh+forked, and fresh+fresh as the control), on 2 of the host's cores
+  step interleave-b512; timeout 300 taskset -c 2,3 python3 bench/fork_vs_fresh.py --interleave 100 --process-pairs 11 \
+      --batch 512 --steps 10 > "$OUT/interleave_b512.log" 2>&1
+  step interleave-b64; timeout 250 taskset -c 2,3 python3 bench/fork_vs_fresh.py --interleave 60 --process-pairs 8 \
+      > "$OUT/interleave_b64.log" 2>&1
+  for f in "$OUT"/interleave_*.log; do python3 bench/fork_vs_fresh.py --from-log "$f"; done > "$OUT/summary.log"
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log
