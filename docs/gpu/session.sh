@@ -13,13 +13,14 @@
 #                                 fidelity with the fork server: the MLP grid and BERT-base at batch 64
 #   bash docs/gpu/session.sh h    fidelity with the fork server, BERT-base at batch 64, 4 rounds
 #   bash docs/gpu/session.sh r    one GPU against both, each configuration the median of 3 processes
-#                                 (not run yet: about 9 minutes on 2 x H200)
+#                                 (not run yet: about 9 minutes on 2 x H200; no 2-GPU host lent since)
 #   bash docs/gpu/session.sh p    fork servers started at start-up against the version before them
 #                                 (commit 08615a3's orchestrator/ and experiments/ copied into
 #                                 .before_prewarm/: git archive 08615a3 orchestrator experiments |
-#                                 tar -x -C .before_prewarm), 2 alternating rounds; not run yet
+#                                 tar -x -C .before_prewarm), 2 alternating rounds; run on an H100
+#                                 (docs/gpu/prewarm/)
 #   bash docs/gpu/session.sh i    fork_vs_fresh --interleave, pairs of processes each way, batch 512
-#                                 and 64, on 2 of the host's cores
+#                                 and 64, on 2 of the host's cores; run on an H100 (docs/gpu/fork/interleave_*)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
