@@ -65,11 +65,6 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
             import mlflow.tracking  # noqa: F401 - heavy imports, overlapped with the probe
             import optuna  # noqa: F401
 
-            if not spec.tracking_uri.startswith(("http://", "https://", "databricks")):
-                # the database store's module (0.9 s on the 2-core CPU), else imported when
-                # the store opens, after the probe: an import, nothing opened or written
-                import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-
             found = probe.result()
             checks.check_experiment_params(spec, found)
             device = found["device"]

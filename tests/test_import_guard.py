@@ -26,15 +26,3 @@ def test_help_and_dry_run_do_not_import_torch() -> None:
     assert out.stdout.strip().endswith("NO-TORCH NO-MLFLOW"), out.stdout
     helped = subprocess.run([ORCHESTRATE, "--help"], capture_output=True, text=True)
     assert helped.returncode == 0 and "Exit codes" in helped.stdout
-
-
-def test_checking_a_spec_on_the_default_stores_leaves_sqlalchemy_out() -> None:
-    """The spec is checked before the probe (which imports torch) can start: SQLAlchemy (0.4 s)
-    is imported there only for URLs that need it, not for the usual sqlite:///path."""
-    from conftest import ROOT
-
-    code = ("import sys; from orchestrator.spec import load_spec; "
-            "s = load_spec('sweeps/mlp_classifier.yaml'); "
-            "print(s.storage, s.tracking_uri, 'sqlalchemy' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert out.stdout.split() == ["sqlite:///mlruns/optuna.db", "sqlite:///mlruns/mlflow.db", "False"], out.stdout
