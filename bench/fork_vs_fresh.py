@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import math
+import os
 import random
 import re
 import statistics
@@ -207,7 +207,7 @@ def interleave(ways: tuple[str, str], batch: int, steps: int, slices: int, seed:
 def interleaved(batch: int, steps: int, slices: int, process_pairs: int, siblings: bool = False) -> None:
     """``process_pairs`` pairs of (fresh, forked) processes and as many (fresh, fresh) ones, in
     turn: the second tells how far two processes started the same way differ (the floor under
-    any fork-against-fresh figure: a process's memory layout is its own)."""
+    any fork-against-fresh figure: a process's speed is partly its own)."""
     got: dict[str, list[dict]] = {"fresh, forked": [], "fresh, fresh": []}
     if siblings:
         got["forked, forked"] = []
@@ -236,6 +236,8 @@ def over_pairs(ratios: list[float], seed: int = 0) -> tuple[float, float, float]
 def summarize(got: dict[str, list[float]]) -> None:
     """The per-way lines and the verdict, from each pair's ratio second / first."""
     for name, rs in got.items():
+        if not rs:
+            continue
         ratios = sorted(rs)
         mean, low, high = over_pairs(ratios)
         print(f"  {name:<13} second / first: median {statistics.median(ratios):.4f}, min {ratios[0]:.4f}, "
@@ -243,8 +245,8 @@ def summarize(got: dict[str, list[float]]) -> None:
               f"geometric mean {mean:.4f} (95% interval over pairs {low:.4f}-{high:.4f})")
     forked, control = got["fresh, forked"], got["fresh, fresh"]
     mean, low, high = over_pairs(forked)
-    print(f"forked / fresh: {mean:.4f} (95% interval {low:.4f}-{high:.4f}) over {len(forked)} pairs of processes; "
-          f"two fresh processes differed by up to {max(abs(r - 1) for r in control):.1%}")
+    print(f"forked / fresh: {mean:.4f} (95% interval {low:.4f}-{high:.4f}) over {len(forked)} pairs of processes"
+          + (f"; two fresh processes differed by up to {max(abs(r - 1) for r in control):.1%}" if control else ""))
     if got.get("forked, forked"):
         print(f"two children forked from this one process differed by up to "
               f"{max(abs(r - 1) for r in got['forked, forked']):.1%}")
@@ -253,10 +255,12 @@ def summarize(got: dict[str, list[float]]) -> None:
 def from_log(path: str) -> None:
     """The summary again from a log's pair lines (a run cut off by its time limit prints none)."""
     got: dict[str, list[float]] = {"fresh, forked": [], "fresh, fresh": []}
-    for line in open(path):
+    for line in Path(path).read_text().splitlines():
         m = re.match(r"pair +\d+ (\w+, \w+) *:.*second / first ([\d.]+)", line)
         if m:
             got.setdefault(m[1], []).append(float(m[2]))
+    if not got["fresh, forked"]:
+        sys.exit(f"{path}: no 'pair N fresh, forked: ...' line (the lines an --interleave run prints)")
     print(f"{path}: {' and '.join(str(len(rs)) for rs in got.values())} pairs of processes")
     summarize(got)
 

@@ -139,3 +139,8 @@ def test_fork_vs_fresh_interleaved_takes_turns_and_has_a_control(tmp_path: Path)
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[0].endswith("run.log: 2 and 2 and 2 pairs of processes")
     assert again.stdout.splitlines()[1:] == out.stdout.splitlines()[-5:]
+    (tmp_path / "other.log").write_text("not a run's log\n")
+    wrong = subprocess.run([sys.executable, script, "--from-log", str(tmp_path / "other.log")], capture_output=True,
+                           text=True, timeout=60)
+    assert wrong.returncode == 1 and wrong.stderr.strip().endswith(
+        "other.log: no 'pair N fresh, forked: ...' line (the lines an --interleave run prints)"), wrong.stderr
