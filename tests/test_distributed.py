@@ -108,9 +108,13 @@ def test_a_killed_orchestrators_trial_is_run_again_by_the_others(tmp_path: Path,
             study = optuna.load_study(study_name="shared", storage=db)
         except KeyError:  # not created yet
             continue
+        # a trial of the victim's that has its configuration and its folder (its process is being
+        # started): not merely asked (the owner is recorded before the configuration), and not
+        # judged by a harness process, which the slot's fork server is from start-up on
         running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                   if t.user_attrs.get("orchestrator") == owner]
-        if running and trial_processes(str(folder), "orchestrator.harness"):
+                   if t.user_attrs.get("orchestrator") == owner and "hidden_size" in t.params
+                   and list(folder.glob(f"mlruns/.trials/*/trial-{t.number:04d}"))]
+        if running:
             cut = running[0]
     assert cut is not None, "the first orchestrator never had a trial in flight"
     victim.send_signal(signal.SIGKILL)
