@@ -505,6 +505,10 @@ class SlotLauncher:
                         else Path(os.devnull))
         return kind(self.experiment, env, log_path, self.cores, self.stop, self.where)
 
+    def open(self, spare_dir: Path) -> None:
+        """The study is open: spares started from now on keep their logs in its folder."""
+        self.spare_dir = spare_dir
+
     def prewarm(self, env: dict[str, str]) -> None:
         """Start the slot's fork server before its first trial is known (at start-up, while the
         smoke step runs and the stores open, before the study's folder exists), for trials that

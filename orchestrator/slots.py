@@ -84,22 +84,23 @@ def list_gpus() -> list[Gpu]:
 
 
 @functools.lru_cache(maxsize=1)
-def _nvidia_smi() -> list[Gpu]:
-    """``nvidia-smi``'s GPUs, asked once per process (start-up asks twice: the probe's GPU, the slots)."""
+def _nvidia_smi() -> tuple[Gpu, ...]:
+    """``nvidia-smi``'s GPUs, asked once per process (start-up asks twice: the probe's GPU, the slots);
+    a tuple, so no caller can change the cached answer."""
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name,memory.total,pci.bus_id",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        return []
+        return ()
     if out.returncode != 0:
-        return []
+        return ()
     gpus = []
     for line in out.stdout.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 4 and parts[0].isdigit():
             gpus.append(Gpu(int(parts[0]), parts[1], parts[2], int(parts[3]) if parts[3].isdigit() else None,
                             parts[4] if len(parts) > 4 else ""))
-    return gpus
+    return tuple(gpus)
 
 
 def available_cores() -> frozenset[int]:

@@ -63,7 +63,7 @@ class ProcessRunner:
 
     def open(self, work_dir: Path) -> None:
         for launcher in self.launchers:
-            launcher.spare_dir = work_dir
+            launcher.open(work_dir)
 
     def idle(self, i: int) -> bool:
         return self.launchers[i].idle
