@@ -426,9 +426,12 @@ def check_url(c: Checker, path: tuple, value: Any, what: str) -> str:
     example = DEFAULT_STORAGE if what == "storage" else DEFAULT_TRACKING_URI
     if not isinstance(value, str) or not value.strip():
         raise c.fail(path, f"{what} must be a URL such as {example}", value)
+    from orchestrator.redact import shown
+
+    checked, value = value, shown(value)  # errors below quote the URL: never with its password
     if what == "tracking_uri":
         if value == "databricks" or re.match(r"^(https?|databricks)://", value):
-            return value
+            return checked
         if value.startswith("file:"):
             raise c.fail(path, f"MLflow 3 refuses the file store; use a URL such as {example}", value)
         if not _URL.match(value):
@@ -438,7 +441,7 @@ def check_url(c: Checker, path: tuple, value: Any, what: str) -> str:
     from sqlalchemy.exc import ArgumentError
 
     try:
-        url = make_url(value)
+        url = make_url(checked)
     except (ArgumentError, ValueError):
         raise c.fail(path, f"{what} must be a database URL such as {example}", value) from None
     backend = url.get_backend_name()
@@ -460,4 +463,4 @@ def check_url(c: Checker, path: tuple, value: Any, what: str) -> str:
             package = _DRIVER_PACKAGES.get(driver, driver)
             raise c.fail(path, f"{what} needs the {backend} driver {driver}, which is not installed "
                          f"(pip install '{package}')", value) from None
-    return value
+    return checked
