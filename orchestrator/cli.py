@@ -38,8 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
     p.add_argument("--dry-run", action="store_true",
                    help="check the spec and print the plan; create nothing, import no torch")
-    p.add_argument("--storage", help="Optuna storage URL (default: the spec's, else sqlite:///mlruns/optuna.db)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's, else sqlite:///mlruns/mlflow.db)")
+    p.add_argument("--storage", help="Optuna storage URL (default: $ORCHESTRATE_STORAGE, else the spec's, else "
+                   "sqlite:///mlruns/optuna.db); keep a password out of it: PGPASSWORD, ~/.pgpass")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $ORCHESTRATE_TRACKING_URI or "
+                   "$MLFLOW_TRACKING_URI, else the spec's, else sqlite:///mlruns/mlflow.db)")
     p.add_argument("--n-trials", type=int, help="total trials the study should hold (overrides search.n_trials)")
     p.add_argument("--device", help="auto, mps, cuda or cpu (overrides the spec's device)")
     p.add_argument("--devices", metavar="LIST",
@@ -79,13 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        from orchestrator.stores import guard, overrides
+
+        stores, origins = overrides(args.storage, args.tracking_uri)
         spec = load_spec(args.spec, {
-            "--storage": (("storage",), args.storage),
-            "--tracking-uri": (("tracking_uri",), args.tracking_uri),
+            **stores,
             "--n-trials": (("search", "n_trials"), args.n_trials),
             "--device": (("device",), args.device),
             "--devices": (("devices",), args.devices),
         })
+        guard(spec, origins)
         if args.dry_run:
             from orchestrator.dryrun import print_plan
 
@@ -94,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.run import run
 
         return run(spec, export=args.export, retry=args.retry, check=not args.no_check,
-                   devices_flag=args.devices is not None)
+                   devices_flag=args.devices is not None, origins=origins)
     except OrchestratorError as exc:
         return print_error(exc)
     except KeyboardInterrupt:  # before the sweep's own handlers: nothing was started yet

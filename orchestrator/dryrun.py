@@ -13,6 +13,7 @@ def print_plan(spec: SweepSpec) -> None:
 
     from orchestrator import knobs
     from orchestrator.space import count_configurations, guess_device, make_plan
+    from orchestrator.redact import shown
     from orchestrator.summary import describe_dim
     from orchestrator.tracking import absolute_uri, artifact_root
 
@@ -37,7 +38,7 @@ def print_plan(spec: SweepSpec) -> None:
         objective += "; subject to " + ", ".join(
             f"{c.metric} {'<=' if c.max is not None else '>='} {c.max if c.max is not None else c.min}"
             for c in spec.objective.constraints)
-    storage, tracking = absolute_uri(spec.storage), absolute_uri(spec.tracking_uri)
+    storage, tracking = shown(absolute_uri(spec.storage)), shown(absolute_uri(spec.tracking_uri))
     seed = f", seed {spec.search.seed}" if spec.search.seed is not None else ""
     t = spec.trial
     out = [f"Plan for {spec.path} (dry run: nothing is created, nothing runs)",

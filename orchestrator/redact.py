@@ -155,11 +155,25 @@ class OutputFilter(io.TextIOBase):
         return getattr(self.stream, name)
 
 
+_KNOWN: set[str] = set()
+"""This process's secrets, once ``filter_output`` was told them (for ``scrub``)."""
+
+
+def scrub(text: str) -> str:
+    """``text`` with every secret this process knows replaced by ``***`` (a file before it is
+    recorded, say)."""
+    for s in sorted(_KNOWN, key=len, reverse=True):
+        text = text.replace(s, MASK)
+    return text
+
+
 def filter_output(secrets: Iterable[str]) -> None:
-    """From now on, ``secrets`` never reach this process's stdout or stderr (see the module)."""
+    """From now on, ``secrets`` never reach this process's stdout or stderr (see the module), and
+    ``scrub`` knows them."""
     secrets = [s for s in secrets if s]
     if not secrets:
         return
+    _KNOWN.update(secrets)
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if isinstance(stream, OutputFilter):

@@ -19,7 +19,9 @@ from typing import Any
 
 from orchestrator.errors import SpecError, StudyError
 from orchestrator.launch import StopFlag
+from orchestrator.redact import pasteable, shown
 from orchestrator.spec import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
+from orchestrator.stores import Origins, command_flags, from_environment
 
 EXIT_OK, EXIT_FAILED = 0, 3
 
@@ -29,15 +31,14 @@ def command(*args: Any) -> str:
     return shlex.join(["orchestrate", *map(str, args)])
 
 
-def store_flags(spec: SweepSpec) -> list[str]:
-    """``--storage`` and ``--tracking-uri`` as the printed commands need them: always both, so a
-    pasted command reaches the same stores whether they came from the spec or from flags."""
-    return ["--storage", spec.storage, "--tracking-uri", spec.tracking_uri] if (
-        spec.storage != DEFAULT_STORAGE or spec.tracking_uri != DEFAULT_TRACKING_URI) else []
+def store_flags(spec: SweepSpec, origins: Origins = Origins()) -> list[str]:
+    """``--storage`` and ``--tracking-uri`` as the printed commands need them (``stores``): a
+    pasted command reaches the same stores, and carries no password."""
+    return command_flags(spec, origins, (DEFAULT_STORAGE, DEFAULT_TRACKING_URI))
 
 
 def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = (), check: bool = True,
-        devices_flag: bool = False) -> int:
+        devices_flag: bool = False, origins: Origins = Origins()) -> int:
     from orchestrator import checks
     from orchestrator.coordination import is_shared
     from orchestrator.space import guess_device, make_plan
@@ -50,7 +51,9 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
         try:
             check_url_opens(url, field)
         except StudyError as exc:
-            raise spec.error((field,), f"{str(exc).split(': ', 1)[-1]}, got {url!r}") from None
+            rule = f"{str(exc).split(': ', 1)[-1]}, got {shown(url)!r}"
+            origin = getattr(origins, field)
+            raise (SpecError(rule, file=origin, field=field) if origin else spec.error((field,), rule)) from None
     shared = is_shared(spec.storage)
     if not shared:
         check_not_locked(spec.storage, spec.name)
@@ -77,7 +80,7 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
                 _check_smoke(spec, probe.smoke())
         finally:
             probe.close()
-        return _open_and_drive(spec, plan, found, slots, shared, export, retry, runner, stop)
+        return _open_and_drive(spec, plan, found, slots, shared, export, retry, runner, stop, origins)
     finally:
         if runner is not None:
             runner.close()
@@ -153,7 +156,8 @@ def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
 
 
 def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: list[Any], shared: bool,
-                    export: Path | None, retry: tuple[str, ...], runner: Any, stop: Any) -> int:
+                    export: Path | None, retry: tuple[str, ...], runner: Any, stop: Any,
+                    origins: Origins) -> int:
     from orchestrator.coordination import Heartbeat, StudyLock
     from orchestrator.recovery import Recovery
     from orchestrator.space import fingerprint
@@ -172,7 +176,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                 study = open_study(spec, spec.storage, fingerprint(spec, plan),
                                    worker=os.getpid() if shared else 0)
                 uid = study.user_attrs[UID_ATTR]
-                parent = sync.open_parent(spec.name, absolute_uri(spec.storage), spec.path, uid)
+                parent = sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
                 if study.user_attrs.get("mlflow_parent_run_id") != parent:
                     study.set_user_attr("mlflow_parent_run_id", parent)
             work_dir = (Path("mlruns") / ".trials" / f"{spec.name}-{uid[:8]}").resolve()
@@ -194,7 +198,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
             if not tracker.close():
                 print("orchestrate: MLflow did not take every record in time; the next run repairs it",
                       file=sys.stderr)
-            _finish(spec, study, sync, sweep, code)
+            _finish(spec, study, sync, sweep, code, origins)
             if export is not None and code == 0:
                 from orchestrator.report import export_best
 
@@ -286,7 +290,7 @@ def _drive(spec, plan, probe, study, sweep, slots, interrupted, queued, stop) ->
     return code
 
 
-def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, code: int) -> None:
+def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, code: int, origins: Origins) -> None:
     from orchestrator import metrics as M
     from orchestrator.summary import best_table, fmt_params, status_counts
     from orchestrator.sweep import rank, result_trials
@@ -324,12 +328,16 @@ def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, code: int) ->
         lines.append("Nothing fit: every configuration ran out of memory (or swapped, or was predicted "
                      "to). That is the answer for this machine; try smaller batches, a lower precision "
                      "or activation checkpointing.")
-    stores = store_flags(spec)
-    lines += [f"Study:   {absolute_uri(spec.storage)} (study {spec.name!r})",
-              f"Runs:    {tracking} (experiment {spec.name!r})",
+    stores = store_flags(spec, origins)
+    tracking_flags = stores[stores.index("--tracking-uri"):] if "--tracking-uri" in stores else []
+    lines += [f"Study:   {shown(absolute_uri(spec.storage))} (study {spec.name!r})",
+              f"Runs:    {shown(tracking)} (experiment {spec.name!r})",
               f"Resume:  {command(spec.path, *stores)}",
-              f"Browse:  {command('ui', spec.path, *stores[2:])}   (or: {shlex.join(['mlflow', 'ui', '--backend-store-uri', tracking])})",
+              f"Browse:  {command('ui', spec.path, *tracking_flags)}   (or: "
+              f"{shlex.join(['mlflow', 'ui', '--backend-store-uri', pasteable(tracking)])})",
               f"Report:  {command('report', spec.path, *stores)}   (table and plots)"]
+    if env := from_environment(origins):
+        lines.append(f"         (these commands find the stores through {' and '.join(env)}, as this run did)")
     print("\n".join(lines))
     if code == EXIT_FAILED:
         print(failure_line(sweep), file=sys.stderr)

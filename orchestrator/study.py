@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from orchestrator.errors import StudyError
+from orchestrator.redact import pasteable, shown
 from orchestrator.spec import SweepSpec
 
 FINGERPRINT_ATTR = "orchestrate.fingerprint"
@@ -31,17 +32,17 @@ def check_url_opens(url: str, what: str) -> None:
     path = sqlite_path(url)
     if path is not None:
         if path.exists() and not path.is_file():
-            raise StudyError(f"{what} {url}: {path} is not a file")
+            raise StudyError(f"{what} {shown(url)}: {path} is not a file")
         parent = path.resolve().parent
         if not parent.exists() and parent != Path("mlruns").resolve():
-            raise StudyError(f"{what} {url}: folder {parent} does not exist; create it or fix the URL")
+            raise StudyError(f"{what} {shown(url)}: folder {parent} does not exist; create it or fix the URL")
         if parent.exists() and not os.access(parent, os.W_OK):
-            raise StudyError(f"{what} {url}: folder {parent} is not writable")
+            raise StudyError(f"{what} {shown(url)}: folder {parent} is not writable")
         if path.exists():
             with open(path, "rb") as f:
                 head = f.read(16)
             if head and head != b"SQLite format 3\x00":
-                raise StudyError(f"{what} {url}: {path} is not an SQLite database; move it aside "
+                raise StudyError(f"{what} {shown(url)}: {path} is not an SQLite database; move it aside "
                                  "or point the URL elsewhere")
         return
     if url.split(":", 1)[0] in ("http", "https", "databricks"):
@@ -53,7 +54,7 @@ def check_url_opens(url: str, what: str) -> None:
         with engine.connect():
             pass
     except Exception as exc:  # noqa: BLE001 - any driver error means the URL cannot be used
-        raise StudyError(f"{what} {url}: cannot connect ({type(exc).__name__}: "
+        raise StudyError(f"{what} {shown(url)}: cannot connect ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
 
 
@@ -189,9 +190,9 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
         msg = str(exc).splitlines()[0]
         hint = ("another program holds a write lock; close it (an open optuna-dashboard?) and retry"
                 if "locked" in msg else "the file may be corrupt: move it aside to start a new study")
-        raise StudyError(f"storage {storage_url}: {msg}; {hint}") from None
+        raise StudyError(f"storage {shown(storage_url)}: {msg}; {hint}") from None
     except (RuntimeError, ValueError) as exc:  # e.g. a schema from an unknown Optuna version
-        raise StudyError(f"storage {storage_url}: {str(exc).splitlines()[0]}") from None
+        raise StudyError(f"storage {shown(storage_url)}: {str(exc).splitlines()[0]}") from None
 
     stored_dirs = [d.name.lower() for d in study.directions]
     if stored_dirs != directions:
@@ -216,6 +217,6 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
 
 def _mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:
     return StudyError(
-        f"study {spec.name!r} in {url} was created from a different spec ({what}). "
+        f"study {spec.name!r} in {shown(url)} was created from a different spec ({what}). "
         f"To keep both, give this spec a new `name:`; to start over, delete the old study: "
-        f"optuna delete-study --study-name {spec.name} --storage {url}")
+        f"optuna delete-study --study-name {spec.name} --storage {pasteable(url)}")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import StudyError
+from orchestrator.redact import shown
 
 MLFLOW_STATUS = {"ok": "FINISHED", "interrupted": "KILLED"}  # every other status: FAILED
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
@@ -120,12 +121,12 @@ class Tracker:
             if exp is None:
                 exp_id = self.client.create_experiment(experiment, artifact_location=artifact_root(self.uri, experiment))
             elif exp.lifecycle_stage == "deleted":
-                raise StudyError(f"MLflow experiment {experiment!r} in {self.uri} is deleted; restore it "
+                raise StudyError(f"MLflow experiment {experiment!r} in {shown(self.uri)} is deleted; restore it "
                                  f"(mlflow experiments restore --experiment-id {exp.experiment_id}) or rename the spec")
             else:
                 exp_id = exp.experiment_id
         except MlflowException as exc:
-            raise StudyError(f"tracking_uri {self.uri}: cannot open the MLflow store: {str(exc).splitlines()[0]}") from None
+            raise StudyError(f"tracking_uri {shown(self.uri)}: cannot open the MLflow store: {str(exc).splitlines()[0]}") from None
         self.experiment_id = exp_id
         self.parent_id: str | None = None
 
@@ -142,11 +143,27 @@ class Tracker:
             self.client.update_run(self.parent_id, status="RUNNING")
         else:
             run = self.client.create_run(self.experiment_id, run_name=study,
-                                         tags={"role": "sweep", "study": study, "storage": storage,
+                                         tags={"role": "sweep", "study": study, "storage": shown(storage),
                                                "study_uid": uid})
             self.parent_id = run.info.run_id
-        self.client.log_artifact(self.parent_id, str(spec_path))
+        self._log_spec(spec_path)
         return self.parent_id
+
+    def _log_spec(self, spec_path: Path) -> None:
+        """The spec as an artifact of the parent run; a copy without its secrets where it holds
+        any (a password in its ``storage:``, say): MLflow's readers are not all the spec's."""
+        import tempfile
+
+        from orchestrator.redact import scrub
+
+        text = spec_path.read_text(errors="replace")
+        if scrub(text) == text:
+            self.client.log_artifact(self.parent_id, str(spec_path))
+            return
+        with tempfile.TemporaryDirectory() as folder:
+            copy = Path(folder) / spec_path.name
+            copy.write_text(scrub(text))
+            self.client.log_artifact(self.parent_id, str(copy))
 
     def close_parent(self, status: str, description: str, metrics: dict[str, float]) -> None:
         assert self.parent_id is not None

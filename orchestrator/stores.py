@@ -1,0 +1,88 @@
+"""Where a sweep's study and runs live: the flags, the environment, the spec, in that order; and
+what a printed command needs to reach them again, without their secrets.
+
+``--storage`` and ``--tracking-uri`` win; then ``ORCHESTRATE_STORAGE`` and
+``ORCHESTRATE_TRACKING_URI`` (then MLflow's own ``MLFLOW_TRACKING_URI``), so that a team's
+command lines and specs need not carry a password at all; then the spec's ``storage:`` and
+``tracking_uri:``; then the defaults (SQLite files under ``mlruns/``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.redact import environment_secrets, filter_output, has_secret, pasteable, secrets_in
+
+STORAGE_ENV = ("ORCHESTRATE_STORAGE",)
+TRACKING_ENV = ("ORCHESTRATE_TRACKING_URI", "MLFLOW_TRACKING_URI")
+
+
+@dataclass(frozen=True)
+class Origins:
+    """Where each store's URL came from: a flag, an environment variable, or None (the spec or
+    the default)."""
+
+    storage: str | None = None
+    tracking_uri: str | None = None
+
+
+def overrides(storage_flag: str | None, tracking_flag: str | None,
+              environ: dict[str, str] | None = None) -> tuple[dict[str, Any], Origins]:
+    """``load_spec``'s overrides for the two stores, and where each came from."""
+    env = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    origin: dict[str, str | None] = {"storage": None, "tracking_uri": None}
+    for field, flag, value, names in (("storage", "--storage", storage_flag, STORAGE_ENV),
+                                      ("tracking_uri", "--tracking-uri", tracking_flag, TRACKING_ENV)):
+        if value is not None:
+            out[flag] = ((field,), value)
+            origin[field] = flag
+            continue
+        name = next((n for n in names if env.get(n)), None)
+        if name is not None:
+            out[name] = ((field,), env[name])
+            origin[field] = name
+    return out, Origins(**origin)
+
+
+def guard(spec: Any, origins: Origins) -> None:
+    """Before anything else runs: every secret this run knows is kept out of its output, and a
+    password given on the command line is warned about, once."""
+    filter_output(secrets_in(spec.storage) + secrets_in(spec.tracking_uri) + environment_secrets())
+    for field, flag in (("storage", "--storage"), ("tracking_uri", "--tracking-uri")):
+        if getattr(origins, field) == flag and has_secret(getattr(spec, field)):
+            print(f"orchestrate: warning: {flag} holds a password, which other users of this host can "
+                  f"read in the process list (ps); {_instead(field)}", file=sys.stderr)
+        elif getattr(origins, field) is None and has_secret(getattr(spec, field)):
+            print(f"orchestrate: warning: {spec.path} holds a password in `{field}:`, readable by "
+                  f"anyone who can read the file or its history; {_instead(field)}", file=sys.stderr)
+
+
+def _instead(field: str) -> str:
+    if field == "storage":
+        return ("leave it out of the URL and give it to libpq instead (PGPASSWORD, ~/.pgpass or "
+                "PGSERVICE), or pass the whole URL in ORCHESTRATE_STORAGE")
+    return ("leave it out of the URI and set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD "
+            "(or MLFLOW_TRACKING_TOKEN), or pass the whole URI in ORCHESTRATE_TRACKING_URI")
+
+
+def command_flags(spec: Any, origins: Origins, defaults: tuple[str, str]) -> list[str]:
+    """``--storage``/``--tracking-uri`` as a printed command needs them to reach the same stores:
+    none for a store read from the environment (the variable reaches it again), both otherwise
+    when either is not the default, with their secrets left out (``redact.pasteable``)."""
+    flags: list[str] = []
+    if spec.storage == defaults[0] and spec.tracking_uri == defaults[1]:
+        return flags
+    for field, flag in (("storage", "--storage"), ("tracking_uri", "--tracking-uri")):
+        origin = getattr(origins, field)
+        if origin is None or origin.startswith("--"):
+            flags += [flag, pasteable(getattr(spec, field))]
+    return flags
+
+
+def from_environment(origins: Origins) -> list[str]:
+    """The variables a printed command relies on, e.g. ``["ORCHESTRATE_STORAGE"]``."""
+    return [o for o in (origins.storage, origins.tracking_uri) if o is not None and not o.startswith("--")]
