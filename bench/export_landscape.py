@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.replay import RECORDED_STATUSES as EXPORTED, RESULT_COLUMNS  # noqa: E402  (what replay reads)
+from orchestrator.landscape import RECORDED_STATUSES as EXPORTED, RESULT_COLUMNS  # noqa: E402  (what replay reads)
 
 
 def cell(value: Any) -> str:

@@ -48,7 +48,8 @@ from typing import Iterable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.replay import Landscape, TrialRecord, landscape_spec, load_landscape, replay_sweep  # noqa: E402
+from orchestrator.landscape import Landscape, load_landscape  # noqa: E402
+from orchestrator.replay import TrialRecord, landscape_spec, replay_sweep  # noqa: E402
 from orchestrator.slots import available_cores  # noqa: E402
 from orchestrator.space import config_key  # noqa: E402
 

@@ -10,13 +10,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from orchestrator import exits
 from orchestrator.errors import OrchestratorError, UsageParser, print_error, silence_stdout
 from orchestrator.spec import load_spec
 
-EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
 
-USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--n-trials N] [--device D]
-                        [--devices LIST] [--retry STATUSES] [--no-check] [--export FILE]
+USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--n-trials N] [--stop auto|budget]
+                        [--device D] [--devices LIST] [--retry STATUSES] [--no-check] [--export FILE]
        orchestrate report SPEC [--format text|json] [--out DIR] [--compare KNOB]
        orchestrate best SPEC [-o FILE]                              (the best configuration as YAML)
        orchestrate ui [--port N]                                    (the MLflow UI on 127.0.0.1)
@@ -30,10 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="orchestrate", usage=USAGE,
         description="Run the training sweep a YAML spec describes (or resume it), each trial in a "
                     "fresh subprocess; results go to Optuna (the study) and MLflow (the runs).",
-        epilog="Exit codes: 0 finished (OOM trials are results; so is 'nothing fit'), 1 internal "
-               "error, 2 invalid spec, usage or experiment, 3 trials failed: more than "
-               "search.max_failures, or no feasible result because trials failed, 130 interrupted "
-               "(143 on SIGTERM). Run the same command again to resume; trials that failed with "
+        epilog=exits.HELP + " Run the same command again to resume; trials that failed with "
                "status error run again then.")
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
     p.add_argument("--dry-run", action="store_true",
@@ -42,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "sqlite:///mlruns/optuna.db); keep a password out of it: PGPASSWORD, ~/.pgpass")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $ORCHESTRATE_TRACKING_URI or "
                    "$MLFLOW_TRACKING_URI, else the spec's, else sqlite:///mlruns/mlflow.db)")
-    p.add_argument("--n-trials", type=int, help="total trials the study should hold (overrides search.n_trials)")
+    p.add_argument("--n-trials", type=int, help="the budget: at most this many trials with a result in the "
+                   "study (overrides search.n_trials)")
+    p.add_argument("--stop", metavar="auto|budget", help="auto: end once no configuration left is likely to "
+                   "beat the best by more than search.band; budget: use the whole budget (overrides search.stop)")
     p.add_argument("--device", help="auto, mps, cuda or cpu (overrides the spec's device)")
     p.add_argument("--devices", metavar="LIST",
                    help="device slots, one trial at a time on each: auto (every visible GPU), "
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec(args.spec, {
             **stores,
             "--n-trials": (("search", "n_trials"), args.n_trials),
+            "--stop": (("search", "stop"), args.stop),
             "--device": (("device",), args.device),
             "--devices": (("devices",), args.devices),
         })
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             from orchestrator.dryrun import print_plan
 
             print_plan(spec)
-            return EXIT_OK
+            return exits.OK
         from orchestrator.run import run
 
         return run(spec, export=args.export, retry=args.retry, check=not args.no_check,
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         return print_error(exc)
     except KeyboardInterrupt:  # before the sweep's own handlers: nothing was started yet
         print("orchestrate: interrupted before the sweep started; nothing was run", file=sys.stderr)
-        return 130
+        return exits.INTERRUPTED
 
 
 def entry() -> None:
@@ -115,7 +116,7 @@ def entry() -> None:
         sys.stdout.flush()  # a pipe's buffered output is written here, not at interpreter exit
     except BrokenPipeError:
         silence_stdout()  # no second error when Python flushes stdout at exit
-        sys.exit(141)  # 128 + SIGPIPE, as a shell reports a command killed by it
+        sys.exit(exits.BROKEN_PIPE)
     sys.exit(code)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 
 def is_shared(storage_url: str) -> bool:
@@ -62,14 +62,19 @@ class StudyLock:
 
 
 class Heartbeat:
-    """Records a heartbeat for each trial in ``trial_ids()`` every ``interval_s`` seconds."""
+    """Records a heartbeat for each trial of ``track``'s source every ``interval_s`` seconds."""
 
-    def __init__(self, storage: Any, trial_ids: Any, interval_s: float) -> None:
-        self.storage, self.trial_ids, self.interval_s = storage, trial_ids, interval_s
+    def __init__(self, storage: Any, interval_s: float) -> None:
+        self.storage, self.interval_s = storage, interval_s
+        self._trial_ids: Callable[[], Iterable[int]] = lambda: ()
         self.errors = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
         self._thread.start()
+
+    def track(self, trial_ids: Callable[[], Iterable[int]]) -> None:
+        """From now on, keep the trials ``trial_ids()`` lists alive (the sweep's running ones)."""
+        self._trial_ids = trial_ids
 
     def beat(self, ids: Iterable[int]) -> None:
         for trial_id in ids:
@@ -78,9 +83,13 @@ class Heartbeat:
             except Exception:  # noqa: BLE001 - a missed beat is retried; grace covers several
                 self.errors += 1
 
+    def beat_one(self, trial: Any) -> None:
+        """A trial just asked for: alive from its first moment."""
+        self.beat([trial._trial_id])
+
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.beat(list(self.trial_ids()))
+            self.beat(list(self._trial_ids()))
 
     def stop(self) -> None:
         self._stop.set()

@@ -41,8 +41,16 @@ def print_plan(spec: SweepSpec) -> None:
     storage, tracking = shown(absolute_uri(spec.storage)), shown(absolute_uri(spec.tracking_uri))
     seed = f", seed {spec.search.seed}" if spec.search.seed is not None else ""
     t = spec.trial
+    from orchestrator.study import planned
+
+    if planned(spec):
+        search = ("auto search: " + (f"ends once no configuration left is likely to beat the best by more "
+                                     f"than {spec.search.band:.0%}" if spec.search.stop == "auto" else
+                                     "runs the whole budget (stop: budget)"))
+    else:
+        search = f"{spec.search.sampler if spec.search.sampler != 'auto' else 'tpe'} sampler{seed}"
     out = [f"Plan for {spec.path} (dry run: nothing is created, nothing runs)",
-           f"  study        {spec.name}: {spec.search.sampler} sampler{seed}",
+           f"  study        {spec.name}: {search}",
            f"  experiment   {spec.experiment} ({found.origin})",
            f"  device       {how}",
            f"  space        {n if n is not None else 'continuous'} configurations" + (f": {dims}" if dims else "")]
@@ -50,7 +58,7 @@ def print_plan(spec: SweepSpec) -> None:
         out.append(f"                 {k:<26s} {describe_dim(v)}")
     if plan.fixed:
         out.append("  fixed        " + " ".join(f"{k}={v}" for k, v in plan.fixed.items()))
-    out.append(f"  trials       {target} in total for the study, across resumes{_progress(spec)}")
+    out.append(f"  trials       at most {target} in total for the study, across resumes{_progress(spec)}")
     out.append(f"               each: {t.warmup_steps} warm-up + at least {t.measure_steps} measured steps "
                f"and {t.min_measure_s:g} s; killed after {t.timeout_s:g} s"
                + (f"; measured {t.repeats} times, each in a fresh process (median)" if t.repeats > 1 else ""))

@@ -8,7 +8,8 @@ import sys
 
 
 class OrchestratorError(Exception):
-    """Base class: a problem the user can fix. Exit code 2 unless a subclass says otherwise."""
+    """Base class: a problem the user can fix. Exit code 2 (``exits.USAGE``) unless a subclass
+    says otherwise."""
 
     exit_code = 2
 
@@ -36,7 +37,7 @@ class StudyError(OrchestratorError):
 class FailureBudgetExceeded(OrchestratorError):
     """More trials failed (other than by running out of memory) than ``search.max_failures``."""
 
-    exit_code = 3
+    exit_code = 3  # exits.FAILED
 
 
 class UsageParser(argparse.ArgumentParser):

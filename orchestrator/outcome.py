@@ -17,10 +17,22 @@ RESULT_STATUSES = ("ok", "oom", "swapped", "skipped", "timeout", "crashed", "div
 RETRIED = ("error",)
 """Not final: the user's code or environment failed (an exception, a non-zero exit, an unreadable
 result). Retried once on each later invocation; never counts toward ``n_trials``."""
+RUN_AGAIN = ("interrupted",) + RETRIED
+"""A configuration whose last attempt ended so runs again on the next invocation (without
+``--retry``): cut off, or failed in the user's code."""
+COUNTED_FAILURES = ("error", "timeout", "diverged")
+"""Failures that count toward ``search.max_failures`` (with crashes other than SIGKILL, see
+``counts_as_failure``); running out of memory never does."""
 INFEASIBLE = ("oom", "swapped", "skipped", "crashed")
 """Told as PRUNED with a violated ``fits_in_memory`` constraint: no invented objective value."""
 MEMORY_BOUNDARY = ("oom", "swapped")
 """Evidence for OOM-aware skipping: a configuration that needs at least as much memory fails too."""
+
+
+def counts_as_failure(status: str, result: dict[str, Any]) -> bool:
+    """Whether a trial's outcome counts toward ``search.max_failures``: a SIGKILL is usually the
+    memory killer (a boundary, like an OOM), any other crash is a failure."""
+    return status in COUNTED_FAILURES or (status == "crashed" and result.get("signal") != "SIGKILL")
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from orchestrator.dominance import predicted_oom
 from orchestrator.faultpoints import reached
 from orchestrator.outcome import MEMORY_BOUNDARY, Outcome
+from orchestrator.planner import Planner, Verdict
 from orchestrator.records import is_attempt, results_of
 from orchestrator.space import Plan, config_key, configurations, nearest, suggest
 from orchestrator.spec import SweepSpec
@@ -60,24 +61,38 @@ class Proposal:
 
 class Proposer:
     def __init__(self, spec: SweepSpec, plan: Plan, study: Any, lock: Any, on_answer: Callable[..., None],
-                 heartbeat: Callable[[Any], None] = lambda trial: None, neighbours: bool = True) -> None:
+                 heartbeat: Callable[[Any], None] = lambda trial: None, neighbours: bool = True,
+                 memory_limit_gib: float | None = None, superseded: dict[str, int] | None = None,
+                 owner: str | None = None) -> None:
         """``on_answer(trial, outcome, original_number)`` records a proposal answered without a
-        process (an MLflow run and a printed line); ``heartbeat(trial)`` marks a new trial alive."""
+        process (an MLflow run and a printed line); ``heartbeat(trial)`` marks a new trial alive;
+        ``memory_limit_gib``: what a trial may use on the device, where known (the planner's
+        memory model, ``feasibility``); ``superseded``: config key -> trial number below which its
+        result does not count (``--retry``, ``recovery.retry_queue``); ``owner``: ``host:pid`` of
+        this orchestrator, recorded on each trial it asks for when several share the study (user
+        attribute ``orchestrator``: who is running a RUNNING trial)."""
+        from orchestrator.study import planned
+
         self.spec, self.plan, self.study, self.lock = spec, plan, study, lock
         self.on_answer, self.heartbeat, self.neighbours = on_answer, heartbeat, neighbours
         self.configs = configurations(plan) if plan.finite() else None
+        self.planner: Planner | None = None
+        if planned(spec) and self.configs:
+            (metric, direction), = spec.objective.metrics
+            self.planner = Planner(self.configs, plan.searched, metric, direction, plan.device,
+                                   spec.search.memory_order, spec.search.band, memory_limit_gib)
+        self.verdict: Verdict | None = None
+        """The planner's last word on whether the search is done (``auto`` sampler)."""
         target = spec.search.n_trials or (len(self.configs) if self.configs is not None else 0)
         self.target = min(target, len(self.configs)) if self.configs is not None else target
         self.rng = random.Random(spec.search.seed)
         self.answered = 0
         self.failed_here: set[str] = set()
         """Configurations that failed (status error) in this invocation: not tried again in it."""
-        self.superseded: dict[str, int] = {}
-        """Config key -> trial number below which its result does not count (``--retry``)."""
+        self.superseded = dict(superseded or {})
+        self.owner = owner
         self.exhausted: str | None = None
-        self.owner: str | None = None
-        """``host:pid`` of this orchestrator, recorded on each trial it asks for when several share
-        the study (user attribute ``orchestrator``: who is running a RUNNING trial)."""
+        """Why nothing more is proposed, when the study does not have all its results."""
 
     # -- reading the study ----------------------------------------------------------------------
     def view(self) -> View:
@@ -114,7 +129,17 @@ class Proposer:
                     return DONE
                 if len(v.results) + len(v.in_flight) >= self.target:
                     return WAIT  # the rest of the budget is in flight
-                if not v.queued:
+                if not v.queued and self.planner is not None:
+                    decision = self.planner.decide(v.results, set(v.in_flight) | self.failed_here,
+                                                   stop=self.spec.search.stop == "auto")
+                    self.verdict = decision.verdict
+                    if decision.config is None:
+                        if v.in_flight:
+                            return WAIT  # their results may change the verdict
+                        self.exhausted = decision.verdict.reason
+                        return DONE
+                    self.study.enqueue_trial(decision.config, user_attrs={"chosen_by": decision.why})
+                elif not v.queued:
                     forced = None
                     if self.spec.search.sampler == "grid":
                         forced = next(iter(self.unvisited(v)), None)

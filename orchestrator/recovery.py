@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from orchestrator import metrics as M
+from orchestrator.outcome import RUN_AGAIN
 from orchestrator.records import is_attempt, results_of, run_metrics, run_tags, trace_tags
 from orchestrator.repeats import repeat_dir_name, repeat_path
 from orchestrator.space import config_key
@@ -172,7 +173,7 @@ class Recovery:
                     continue
                 t, status = results[key], results[key].user_attrs.get("status")
                 superseded[key] = first_new
-            elif status not in ("interrupted", "error"):
+            elif status not in RUN_AGAIN:
                 continue
             params = t.params or t.system_attrs.get("fixed_params")
             attrs = {"retry_of": t.number, "retry_reason": status}

@@ -14,142 +14,37 @@ Never imports torch; Optuna only inside the functions that need it.
 from __future__ import annotations
 
 import copy
-import csv
+import math
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.errors import OrchestratorError
+from orchestrator.landscape import Landscape
 from orchestrator.launch import Launched, StopFlag
 from orchestrator.outcome import Outcome
-from orchestrator.space import config_key
 
-RESULT_COLUMNS = ("status", "samples_per_s", "peak_memory_gib", "duration_s")
-RECORDED_STATUSES = ("ok", "oom", "timeout", "crashed", "error", "diverged")
 REPLAY_PATH = Path("<replay>")
 
 
-class LandscapeError(OrchestratorError, ValueError):
-    """A landscape table that cannot be read, or a configuration it does not hold."""
-
-
-@dataclass(frozen=True)
-class Row:
-    """One recorded trial."""
-
-    params: dict[str, Any]
-    status: str
-    samples_per_s: float | None
-    peak_memory_gib: float | None
-    duration_s: float
-    """Wall time of the recorded trial's process: what replaying it costs."""
-
-
-@dataclass(frozen=True)
-class Landscape:
-    path: Path
-    columns: tuple[str, ...]
-    """The swept parameters, in the table's order."""
-    rows: dict[str, Row]
-    """``config_key`` of the parameters -> the recorded result, in the table's order."""
-
-    def values(self, column: str) -> tuple[Any, ...]:
-        """A column's distinct values in order of first appearance (for a table written from a
-        grid study, the order of the spec's list)."""
-        seen: dict[str, Any] = {}
-        for row in self.rows.values():
-            seen.setdefault(config_key({column: row.params[column]}), row.params[column])
-        return tuple(seen.values())
-
-    def row(self, params: dict[str, Any]) -> Row:
-        missing = [c for c in self.columns if c not in params]
-        if missing:
-            raise LandscapeError(f"{self.path}: the configuration {params} lacks the landscape's "
-                                 f"column(s) {', '.join(missing)}")
-        wanted = {c: params[c] for c in self.columns}
-        row = self.rows.get(config_key(wanted))
-        if row is None:
-            raise LandscapeError(f"{self.path}: no recorded result for {wanted}; the landscape holds "
-                                 f"{len(self.rows)} configurations of {', '.join(self.columns)}")
-        return row
-
-    def best_feasible(self) -> float:
-        """The highest recorded ``samples_per_s`` of a trial that fitted in memory."""
-        values = [r.samples_per_s for r in self.rows.values() if r.status == "ok" and r.samples_per_s is not None]
-        if not values:
-            raise LandscapeError(f"{self.path}: no configuration has status ok")
-        return max(values)
-
-    def total_duration_s(self) -> float:
-        return sum(r.duration_s for r in self.rows.values())
-
-
-def _parse_column(name: str, texts: list[str]) -> list[Any]:
-    """A parameter column with its type: booleans, integers, floats, else strings."""
-    if all(t.lower() in ("true", "false") for t in texts):
-        return [t.lower() == "true" for t in texts]
-    for kind in (int, float):
-        try:
-            return [kind(t) for t in texts]
-        except ValueError:
-            continue
-    return texts
-
-
-def _number(text: str, where: str) -> float | None:
-    if text == "":
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise LandscapeError(f"{where}: must be a number or empty, got {text!r}") from None
-
-
-def load_landscape(csv_path: str | Path) -> Landscape:
-    """Read a landscape CSV (``bench/export_landscape.py``'s format)."""
-    path = Path(csv_path)
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        header = list(reader.fieldnames or [])
-        table = list(reader)
-    missing = [c for c in RESULT_COLUMNS if c not in header]
-    if missing:
-        raise LandscapeError(f"{path}: missing column(s) {', '.join(missing)}; a landscape has the "
-                             f"swept parameters, then {', '.join(RESULT_COLUMNS)}")
-    columns = tuple(c for c in header if c not in RESULT_COLUMNS)
-    if not columns or not table:
-        raise LandscapeError(f"{path}: needs at least one parameter column and one row")
-    typed = {c: _parse_column(c, [r[c] for r in table]) for c in columns}
-    rows: dict[str, Row] = {}
-    for i, raw in enumerate(table):
-        line = f"{path}:{i + 2}"
-        params = {c: typed[c][i] for c in columns}
-        if raw["status"] not in RECORDED_STATUSES:
-            raise LandscapeError(f"{line}: status must be one of {', '.join(RECORDED_STATUSES)}, "
-                                 f"got {raw['status']!r}")
-        duration = _number(raw["duration_s"], f"{line}: duration_s")
-        if duration is None or duration < 0:
-            raise LandscapeError(f"{line}: duration_s must be a number >= 0, got {raw['duration_s']!r}")
-        key = config_key(params)
-        if key in rows:
-            raise LandscapeError(f"{line}: configuration {params} appears twice")
-        rows[key] = Row(params, raw["status"], _number(raw["samples_per_s"], f"{line}: samples_per_s"),
-                        _number(raw["peak_memory_gib"], f"{line}: peak_memory_gib"), duration)
-    return Landscape(path, columns, rows)
-
-
 class ReplayLauncher:
-    """``launch.launch_trial``'s signature; answers from the landscape and creates nothing on disk."""
+    """``launch.launch_trial``'s signature; answers from the landscape and creates nothing on disk.
+    ``noise``: each measured throughput is the recorded one times ``exp(N(0, noise))`` (seeded by
+    ``seed``), as a second measurement of the same configuration would differ."""
 
-    def __init__(self, landscape: Landscape) -> None:
-        self.landscape = landscape
+    def __init__(self, landscape: Landscape, noise: float = 0.0, seed: int = 0) -> None:
+        self.landscape, self.noise = landscape, noise
+        self.rng = random.Random(seed)
         self.calls: list[dict[str, Any]] = []
 
     def __call__(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
                  stop: StopFlag | None = None) -> Launched:
         row = self.landscape.row(config["params"])
         self.calls.append({c: row.params[c] for c in self.landscape.columns})
-        metrics = {k: v for k, v in (("samples_per_s", row.samples_per_s),
+        measured = row.samples_per_s
+        if measured is not None and self.noise:
+            measured *= math.exp(self.rng.gauss(0.0, self.noise))
+        metrics = {k: v for k, v in (("samples_per_s", measured),
                                       ("peak_memory_gib", row.peak_memory_gib)) if v is not None}
         detail = None if row.status == "ok" else f"replayed from {self.landscape.path.name}: {row.status}"
         return Launched(Outcome(row.status, detail, {"status": row.status, "metrics": metrics}),
@@ -159,7 +54,8 @@ class ReplayLauncher:
 class NullTracker:
     """The tracker methods the sweep loop calls, recording nothing (no MLflow)."""
 
-    def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str]) -> str:
+    def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str],
+                    on_created: Any = None) -> str:
         return f"replay-{number}"
 
     def finish_trial(self, run_ref: str, status: str, metrics: dict[str, float], tags: dict[str, str],
@@ -167,7 +63,7 @@ class NullTracker:
         return None
 
     @staticmethod
-    def run_id(ref: str) -> str:
+    def run_id(ref: str, wait: bool = True) -> str:
         return ref
 
     def trial_runs(self) -> dict[int, list[Any]]:
@@ -250,23 +146,41 @@ class TrialRecord:
         return self.status != "skipped" and self.repeat_of is None
 
 
-def landscape_spec(landscape: Landscape, name: str = "replay", device: str = "cpu") -> dict[str, Any]:
-    """A spec (as a YAML-like mapping) whose space is exactly the landscape's columns and values.
-    ``device`` only decides which knobs are searched (``space.make_plan``); every knob in the
-    recorded landscapes applies on every device."""
-    return {"name": name, "experiment": "experiments.bert", "device": device,
+def landscape_spec(landscape: Landscape, name: str = "replay", device: str | None = None) -> dict[str, Any]:
+    """A spec (as a YAML-like mapping) whose space is exactly the landscape's columns and values,
+    on the landscape's device (``device`` overrides it: it decides which knobs are searched and
+    the ``auto`` search's priors)."""
+    return {"name": name, "experiment": "experiments.bert", "device": device or landscape.device,
             "space": {c: list(landscape.values(c)) for c in landscape.columns},
             "objective": {"metric": "samples_per_s", "direction": "maximize"},
             "search": {"sampler": "grid"}}
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A replayed sweep: its trials in the order their results were known, and how it ended."""
+
+    records: list["TrialRecord"]
+    stopped_because: str | None
+    end_s: float
+    """The simulated clock when the sweep ended (it ended itself, or ran out of configurations)."""
+
+
 def replay_sweep(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip: bool,
                  sampler: Any = None, launcher: Callable[..., Launched] | None = None,
                  neighbours: bool = True, slots: int = 1) -> list[TrialRecord]:
-    """Run the orchestrator's sweep loop over ``landscape``; the trials in the order they were made.
-    ``sampler`` replaces the one the spec names (``study.make_sampler``), to try another setting;
-    ``neighbours=False`` turns off the queueing of a re-proposed configuration's nearest neighbour;
-    ``slots`` trials run at once (``ReplayRunner``)."""
+    """``replay_run``'s trials (see there)."""
+    return replay_run(spec_dict, landscape, seed, skip, sampler, launcher, neighbours, slots).records
+
+
+def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip: bool,
+               sampler: Any = None, launcher: Callable[..., Launched] | None = None,
+               neighbours: bool = True, slots: int = 1, noise: float = 0.0) -> Replayed:
+    """Run the orchestrator's sweep loop over ``landscape``. ``sampler`` replaces the one the spec
+    names (``study.make_sampler``), to try another setting; ``neighbours=False`` turns off the
+    queueing of a re-proposed configuration's nearest neighbour; ``slots`` trials run at once
+    (``ReplayRunner``); ``noise``: ``ReplayLauncher``'s. The sweep gets the memory limit a real
+    run's probe would have reported (``Landscape.memory_limit_gib``)."""
     import optuna
 
     from orchestrator.space import make_plan
@@ -282,12 +196,12 @@ def replay_sweep(spec_dict: dict[str, Any], landscape: Landscape, seed: int, ski
     plan = make_plan(spec, spec.device if spec.device != "auto" else "cpu")
     study = optuna.create_study(directions=[d for _, d in spec.objective.metrics],
                                 sampler=sampler if sampler is not None else make_sampler(spec, 0))
-    runner = ReplayRunner(launcher or ReplayLauncher(landscape), slots)
+    runner = ReplayRunner(launcher or ReplayLauncher(landscape, noise, seed), slots)
     sweep = Sweep(spec, plan, study, NullTracker(), REPLAY_PATH, StopFlag(), runner,  # type: ignore[arg-type]
-                  neighbours=neighbours)
+                  neighbours=neighbours, memory_limit_gib=landscape.memory_limit_gib)
     finished: dict[int, float] = {}
-    sweep.run(lambda trial, outcome, now: finished.__setitem__(trial.number, now))
-    return trial_records(study, finished)
+    result = sweep.run(lambda trial, outcome, now: finished.__setitem__(trial.number, now))
+    return Replayed(trial_records(study, finished), result.stopped_because, runner.clock)
 
 
 def trial_records(study: Any, finished: dict[int, float] | None = None) -> list[TrialRecord]:
@@ -361,15 +275,18 @@ class BandHit:
     """Replayed time until then: the sum of the measured trials' recorded durations."""
 
 
-def time_to_band(records: list[TrialRecord], threshold: float) -> BandHit | None:
-    """The first measured trial with ``samples_per_s >= threshold``; None if none reaches it. A
-    skipped or repeated trial never counts as finding it (nothing was measured)."""
+def time_to_band(records: list[TrialRecord], threshold: float,
+                 truth: Callable[[TrialRecord], float | None] | None = None) -> BandHit | None:
+    """The first measured trial whose throughput is ``>= threshold``; None if none reaches it. A
+    skipped or repeated trial never counts as finding it (nothing was measured). ``truth``: the
+    throughput to judge by (default what the trial measured; with replay noise, the recorded one)."""
     trials, cost = 0, 0.0
     for i, r in enumerate(records):
         if not r.measured:
             continue
         trials += 1
         cost += r.cost_s
-        if r.status == "ok" and r.samples_per_s is not None and r.samples_per_s >= threshold:
+        value = r.samples_per_s if truth is None else (truth(r) if r.status == "ok" else None)
+        if r.status == "ok" and value is not None and value >= threshold:
             return BandHit(trials, i + 1, cost)
     return None

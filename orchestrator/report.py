@@ -23,7 +23,7 @@ from orchestrator.harness import swap
 from orchestrator.outcome import RESULT_STATUSES
 from orchestrator.spec import SweepSpec, load_spec
 from orchestrator.summary import best_table, fmt_num, fmt_params
-from orchestrator.sweep import best_trials, rank, results_of
+from orchestrator.records import best_trials, rank, results_of
 from orchestrator.tracking import absolute_uri
 
 COUNTED = RESULT_STATUSES  # ok, oom, swapped, skipped, timeout, crashed, diverged

@@ -12,18 +12,15 @@ import shlex
 import signal
 import socket
 import sys
-import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from orchestrator import exits
 from orchestrator.errors import SpecError, StudyError
 from orchestrator.launch import StopFlag
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.stores import Origins, command_flags, from_environment
-
-EXIT_OK, EXIT_FAILED = 0, 3
 
 
 def command(*args: Any) -> str:
@@ -57,10 +54,9 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     shared = is_shared(spec.storage)
     if not shared:
         check_not_locked(spec.storage, spec.name)
-    smoke = None
-    if check and (shared or not _has_ok_result(spec)):
-        guess = spec.device if spec.device != "auto" else guess_device()
-        smoke = checks.smoke_params(spec, make_plan(spec, guess if "device" not in spec.space else "cpu"))
+    guess = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else guess_device()
+    guessed = make_plan(spec, guess)
+    smoke = checks.smoke_params(spec, guessed) if check and (shared or not _has_ok_result(spec)) else None
     probe = checks.Probe(spec, smoke, _probe_env(spec))
     stop, runner = StopFlag(), None
     try:
@@ -73,7 +69,7 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
             device = found["device"]
             if device == "cuda":
                 checks.check_cuda_fraction(spec)
-            plan = make_plan(spec, device)
+            plan = guessed if device == guess and "device" not in spec.space else make_plan(spec, device)
             slots = _slots(spec, plan.device, devices_flag)
             runner = _prewarmed(spec, plan, slots, stop)
             if smoke is not None:
@@ -186,27 +182,28 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                 queued, superseded = recovery.retry_queue(retry)
             tracker = AsyncTracker(sync)
             runner.open(work_dir)
-            sweep = Sweep(spec, plan, study, tracker, work_dir, stop, runner, lock=lock,
-                          recovery=recovery if shared else None)
-            sweep.proposer.superseded = superseded
             if shared:
-                heartbeat = Heartbeat(study._storage, sweep.running_trial_ids,
-                                      max(1.0, spec.search.grace_period_s / 4))
-                sweep.proposer.heartbeat = lambda trial: heartbeat.beat([trial._trial_id])
-                sweep.proposer.owner = f"{socket.gethostname()}:{os.getpid()}"
-            code = _drive(spec, plan, probe, study, sweep, slots, interrupted, queued, stop)
+                heartbeat = Heartbeat(study._storage, max(1.0, spec.search.grace_period_s / 4))
+            sweep = Sweep(spec, plan, study, tracker, work_dir, stop, runner, lock=lock,
+                          recovery=recovery if shared else None, superseded=superseded,
+                          heartbeat=heartbeat.beat_one if heartbeat else None,
+                          owner=f"{socket.gethostname()}:{os.getpid()}" if shared else None,
+                          memory_limit_gib=memory_limit(spec, plan, probe))
+            if heartbeat is not None:
+                heartbeat.track(sweep.running_trial_ids)
+            result = _drive(spec, probe, study, sweep, slots, interrupted, queued)
             if not tracker.close():
                 print("orchestrate: MLflow did not take every record in time; the next run repairs it",
                       file=sys.stderr)
-            _finish(spec, study, sync, sweep, code, origins)
-            if export is not None and code == 0:
+            _finish(spec, study, sync, sweep, result, origins)
+            if export is not None and result.code == exits.OK:
                 from orchestrator.report import export_best
 
                 try:
                     print(export_best(spec, study, export))
                 except StudyError as exc:  # e.g. every trial ran out of memory: the sweep still finished
                     print(f"orchestrate: not exported: {exc}", file=sys.stderr)
-            return code
+            return result.code
     finally:
         if heartbeat is not None:
             heartbeat.stop()
@@ -214,15 +211,26 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
             signal.signal(s, handler)
 
 
-def _drive(spec, plan, probe, study, sweep, slots, interrupted, queued, stop) -> int:  # noqa: ANN001
+def memory_limit(spec: SweepSpec, plan: Any, probe: dict[str, Any]) -> float | None:
+    """What one trial may use on the device, in GiB, where the probe knows it: a CUDA GPU's memory
+    times a fixed ``memory_fraction`` (a swept fraction, or another device: learned from the
+    trials instead, ``feasibility``)."""
+    total = probe.get("total_memory_gib")
+    if plan.device != "cuda" or not total or "memory_fraction" in plan.searched:
+        return None
+    return float(total) * float(plan.fixed.get("memory_fraction", 1.0))
+
+
+def _drive(spec: SweepSpec, probe: dict[str, Any], study: Any, sweep: Any, slots: list[Any],
+           interrupted: int, queued: dict[str, int]) -> Any:
     from tqdm import tqdm
 
     from orchestrator import metrics as M
-    from orchestrator.errors import FailureBudgetExceeded
+    from orchestrator.outcome import RUN_AGAIN
+    from orchestrator.records import result_trials
     from orchestrator.summary import trial_line
-    from orchestrator.sweep import Interrupted, result_trials
 
-    done = len(result_trials(study)) - sum(queued.get(s, 0) for s in queued if s not in ("interrupted", "error"))
+    done = len(result_trials(study)) - sum(n for s, n in queued.items() if s not in RUN_AGAIN)
     n = len(sweep.configs) if sweep.configs is not None else None
     where = f"{probe['device']} ({probe.get('device_name')})"
     if len(slots) > 1:
@@ -233,19 +241,19 @@ def _drive(spec, plan, probe, study, sweep, slots, interrupted, queued, stop) ->
     if queued.get("error"):
         again.append(f"{queued['error']} configuration(s) whose last trial ended 'error' will run again")
     for status, count in queued.items():
-        if status not in ("interrupted", "error"):
+        if status not in RUN_AGAIN:
             again.append(f"{count} '{status}' result(s) will run again (--retry)")
+    search = "auto search" if sweep.proposer.planner is not None else f"{spec.search.sampler} sampler"
     print(f"orchestrate: {spec.name} on {where}, torch {probe.get('torch_version')}; "
-          f"{n if n is not None else 'continuous'} configurations, {spec.search.sampler} sampler; "
+          f"{n if n is not None else 'continuous'} configurations, {search}; "
           f"{done} of {sweep.target} trials done"
           + "".join(f"; {a}" for a in again), flush=True)
-    for k, why in plan.not_applied.items():
+    for k, why in sweep.plan.not_applied.items():
         print(f"  not applied on {probe['device']}: {k} ({why})")
     from orchestrator.slots import pinning_line
 
     if pinned := pinning_line(slots):
         print(pinned)
-    started = time.monotonic()
     bar = tqdm(total=sweep.target, initial=max(0, done), unit="trial", dynamic_ncols=True, file=sys.stderr,
                disable=None)
 
@@ -266,34 +274,20 @@ def _drive(spec, plan, probe, study, sweep, slots, interrupted, queued, stop) ->
         if outcome.status != "error":
             bar.update(1)
 
-    code = EXIT_OK
-    sweep.exit_status = "FINISHED"
     try:
-        sweep.run(on_result)
-    except Interrupted as exc:
-        bar.close()
-        name = "SIGTERM" if exc.signum == signal.SIGTERM else "Ctrl-C"
-        print(f"orchestrate: stopped by {name}; the running trial(s) were killed and recorded as "
-              f"interrupted. Resume with: {command(spec.path)}", file=sys.stderr)
-        code, sweep.exit_status = (143 if exc.signum == signal.SIGTERM else 130), "KILLED"
-    except FailureBudgetExceeded as exc:
-        bar.close()
-        print(f"orchestrate: {exc}", file=sys.stderr)
-        code, sweep.exit_status = exc.exit_code, "FAILED"
+        result = sweep.run(on_result)
     finally:
         bar.close()
-    sweep.elapsed = time.monotonic() - started
-    if code == EXIT_OK and not sweep.best and sweep.failures:
-        code, sweep.exit_status = EXIT_FAILED, "FAILED"
-    elif code == EXIT_OK and len(result_trials(study)) < sweep.target and not sweep.stopped_because:
-        sweep.exit_status = "KILLED"
-    return code
+    if result.message:
+        resume = f" Resume with: {command(spec.path)}" if result.code not in (exits.OK, exits.FAILED) else ""
+        print(result.message + resume, file=sys.stderr)
+    return result
 
 
-def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, code: int, origins: Origins) -> None:
+def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, result: Any, origins: Origins) -> None:
     from orchestrator import metrics as M
+    from orchestrator.records import rank, result_trials
     from orchestrator.summary import best_table, fmt_params, status_counts
-    from orchestrator.sweep import rank, result_trials
     from orchestrator.tracking import absolute_uri
 
     trials = [t for t in study.get_trials(deepcopy=False) if "status" in t.user_attrs]
@@ -303,20 +297,26 @@ def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, code: int, or
     spent = sum(t.user_attrs.get(M.DURATION_S) or 0 for t in trials)
     description = [f"**{spec.name}**: {len(results)} of {sweep.target} trials ({counts}); "
                    f"{spent / 60:.1f} min of trial time."]
+    if result.stopped_because:
+        description.append(f"Stopped: {result.stopped_because}.")
     if best:
         b = best[0]
         description.append("Best: " + fmt_params(b.params) + " -> " + ", ".join(
             f"{m} {v:,.2f}" for (m, _), v in zip(spec.objective.metrics, b.values)))
-    tracker.close_parent(sweep.exit_status, "\n\n".join(description),
+    tracker.close_parent(result.status, "\n\n".join(description),
                          {"trials_done": len(results), "best_" + spec.objective.metrics[0][0]:
                           best[0].values[0] if best else float("nan")})
-    if code not in (EXIT_OK, EXIT_FAILED):
+    if result.code not in (exits.OK, exits.FAILED):
         return
     tracking = absolute_uri(spec.tracking_uri)
     lines = ["", f"{spec.name}: {len(results)} of {sweep.target} trials have a result ({counts}); "
-             f"trial time {spent:.0f} s, this run {sweep.elapsed:.0f} s."]
-    if sweep.stopped_because:
-        lines.append(f"Stopped early: {sweep.stopped_because}.")
+             f"trial time {spent:.0f} s, this run {result.elapsed_s:.0f} s."]
+    stores = store_flags(spec, origins)
+    if result.stopped_because:
+        lines.append(f"Stopped: {result.stopped_because}.")
+        if result.verdict is not None and result.verdict.done and spec.search.stop == "auto":
+            lines.append(f"Go on anyway: {command(spec.path, *stores, '--stop', 'budget')}   "
+                         "(or search.stop: budget in the spec)")
     lines.append("Best configurations:" if len(spec.objective.metrics) == 1 else "Pareto front:")
     lines += best_table(spec, best)
     if best:
@@ -328,7 +328,6 @@ def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, code: int, or
         lines.append("Nothing fit: every configuration ran out of memory (or swapped, or was predicted "
                      "to). That is the answer for this machine; try smaller batches, a lower precision "
                      "or activation checkpointing.")
-    stores = store_flags(spec, origins)
     tracking_flags = stores[stores.index("--tracking-uri"):] if "--tracking-uri" in stores else []
     lines += [f"Study:   {shown(absolute_uri(spec.storage))} (study {spec.name!r})",
               f"Runs:    {shown(tracking)} (experiment {spec.name!r})",
@@ -339,15 +338,7 @@ def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, code: int, or
     if env := from_environment(origins):
         lines.append(f"         (these commands find the stores through {' and '.join(env)}, as this run did)")
     print("\n".join(lines))
-    if code == EXIT_FAILED:
-        print(failure_line(sweep), file=sys.stderr)
+    if result.code == exits.FAILED:
+        from orchestrator.sweep import failure_line
 
-
-def failure_line(sweep: Any) -> str:
-    """One line for a sweep that ended without a feasible result because trials failed."""
-    kinds = Counter(sweep.failed_statuses)
-    status, count = kinds.most_common(1)[0]
-    detail = sweep.failure_examples.get(status, ("", None))
-    logs = f"; its log: {detail[1]}" if detail[1] else f"; logs in {sweep.work_dir}"
-    return (f"orchestrate: no configuration has a feasible result: {sweep.failures} trial(s) failed in this "
-            f"run, most often with status {status} ({count}x{': ' + detail[0] if detail[0] else ''}){logs}")
+        print(failure_line(result.failures, sweep.work_dir), file=sys.stderr)

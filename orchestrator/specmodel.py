@@ -11,9 +11,11 @@ from orchestrator.dominance import DEFAULT_ORDER
 from orchestrator.errors import SpecError
 from orchestrator.yamlsource import dotted
 
-Sampler = Literal["grid", "random", "tpe", "nsga2"]
+Sampler = Literal["auto", "grid", "random", "tpe", "nsga2"]
+Stop = Literal["auto", "budget"]
 Direction = Literal["maximize", "minimize"]
-SAMPLERS = ("grid", "random", "tpe", "nsga2")
+SAMPLERS = ("auto", "grid", "random", "tpe", "nsga2")
+STOPS = ("auto", "budget")
 DIRECTIONS = ("maximize", "minimize")
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
@@ -77,9 +79,12 @@ class Objective:
 
 @dataclass(frozen=True)
 class SearchSettings:
-    sampler: Sampler = "tpe"
+    sampler: Sampler = "auto"
+    """``auto``: the ordered model search (``planner``) for a finite space with one objective, TPE
+    otherwise; ``grid``: every configuration in order; ``random``, ``tpe``, ``nsga2``: Optuna's."""
     n_trials: int | None = None
-    """Finished trials the study should hold, across resumes; None = every configuration."""
+    """The budget: at most this many trials with a result in the study, across resumes; None =
+    every configuration."""
     seed: int | None = None
     max_failures: int = 10
     """Failures other than out-of-memory tolerated in one invocation before it stops (exit 3)."""
@@ -96,6 +101,12 @@ class SearchSettings:
     has not sent a heartbeat for this long is failed and its configuration run again."""
     memory_order: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_ORDER))
     """Parameter -> how memory grows with it; merged over ``dominance.DEFAULT_ORDER``."""
+    stop: Stop = "auto"
+    """``auto``: with the ``auto`` sampler, end the sweep once no configuration left is likely to
+    beat the best measured by more than ``band``; ``budget``: run until ``n_trials`` (or the space)
+    is used up."""
+    band: float = 0.02
+    """How close to the best counts as found, for ``stop: auto`` (a fraction: 0.02 = 2%)."""
 
 
 @dataclass(frozen=True)

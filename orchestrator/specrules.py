@@ -14,7 +14,7 @@ from orchestrator import knobs
 from orchestrator.errors import SpecError
 from orchestrator.metrics import OBJECTIVE_METRICS
 from orchestrator.specmodel import (DEFAULT_STORAGE, DEFAULT_TRACKING_URI, DIRECTIONS, MAX_CONFIGURATIONS,
-                                    MAX_TRIAL_REPEATS, SAMPLERS, Choice, Constraint, Dimension, Direction,
+                                    MAX_TRIAL_REPEATS, SAMPLERS, STOPS, Choice, Constraint, Dimension, Direction,
                                     Objective, Range, SearchSettings, TrialSettings, nearest_line)
 from orchestrator.yamlsource import dotted
 
@@ -220,9 +220,13 @@ def check_objective(c: Checker, raw: Any) -> Objective:
 
 def check_search(c: Checker, raw: Any, space: dict[str, Dimension]) -> SearchSettings:
     path = ("search",)
-    s = c.mapping(path, raw, ("sampler", "n_trials", "seed", "max_failures", "timeout_min", "patience",
-                              "skip_predicted_oom", "memory_order", "allow_swap", "grace_period_s"))
-    sampler = c.one_of(path + ("sampler",), s.get("sampler", "tpe"), SAMPLERS, "sampler")
+    s = c.mapping(path, raw, ("sampler", "n_trials", "stop", "band", "seed", "max_failures", "timeout_min",
+                              "patience", "skip_predicted_oom", "memory_order", "allow_swap", "grace_period_s"))
+    sampler = c.one_of(path + ("sampler",), s.get("sampler", "auto"), SAMPLERS, "sampler")
+    stop = c.one_of(path + ("stop",), s.get("stop", "auto"), STOPS, "stop")
+    band = c.number(path + ("band",), s.get("band", 0.02), "band", positive=True)
+    if band >= 0.5:
+        raise c.fail(path + ("band",), "band is a fraction of the best (0.02 = within 2%) and must be below 0.5", band)
     n_trials = s.get("n_trials")
     if n_trials is not None:
         c.integer(path + ("n_trials",), n_trials, 1, "n_trials")
@@ -255,7 +259,7 @@ def check_search(c: Checker, raw: Any, space: dict[str, Dimension]) -> SearchSet
     if grace < 2:
         raise c.fail(path + ("grace_period_s",), "grace_period_s must be at least 2 (heartbeats are "
                      "sent every grace_period_s / 4, at least once a second)", grace)
-    return SearchSettings(sampler=sampler, n_trials=n_trials, seed=seed, max_failures=max_failures,
+    return SearchSettings(sampler=sampler, n_trials=n_trials, stop=stop, band=band, seed=seed, max_failures=max_failures,
                           timeout_min=timeout_min, patience=patience, skip_predicted_oom=skip,
                           allow_swap=allow_swap, grace_period_s=grace,
                           memory_order=check_memory_order(c, s.get("memory_order") or {}, space))

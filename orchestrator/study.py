@@ -1,7 +1,8 @@
 """The Optuna study behind a spec: open or resume it, refuse a mismatched one, lock it.
 
 Optuna's storage is used as it is (RDBStorage over the spec's URL); this module only adds what a
-resumable single-orchestrator sweep needs around it.
+resumable sweep needs around it: a study made from the same spec, and one orchestrator at a time
+on an SQLite study (several share a server database: ``coordination``).
 """
 
 from __future__ import annotations
@@ -139,6 +140,8 @@ def make_sampler(spec: SweepSpec, n_existing: int, worker: int = 0):
 
     seed = None if spec.search.seed is None else (spec.search.seed + 7919 * n_existing + 104729 * worker) % 2**32
     name = spec.search.sampler
+    if name == "auto" and not planned(spec):
+        name = "tpe"  # a continuous space or several objectives: the planner does not apply
     if name == "tpe":
         # 5 random start-up trials instead of Optuna's 10: memory sweeps are small (tens of
         # configurations), and on both recorded landscapes this reached the best configuration
@@ -148,7 +151,15 @@ def make_sampler(spec: SweepSpec, n_existing: int, worker: int = 0):
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, constant_liar=True)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed)
-    return optuna.samplers.RandomSampler(seed=seed)  # grid: every trial is enqueued by the sweep
+    return optuna.samplers.RandomSampler(seed=seed)  # grid, auto: every trial is enqueued by the sweep
+
+
+def planned(spec: SweepSpec) -> bool:
+    """Whether the ``auto`` search (``planner``) chooses the trials: a finite space, one objective."""
+    from orchestrator.spec import Range
+
+    return (spec.search.sampler == "auto" and len(spec.objective.metrics) == 1
+            and not any(isinstance(d, Range) and d.step is None for d in spec.space.values()))
 
 
 def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], worker: int = 0):

@@ -1,4 +1,5 @@
-"""The sweep loop: one trial in flight per device slot, until the study has its results.
+"""The sweep loop: one trial in flight per device slot, until the study has its results or the
+search is done.
 
 Per trial (so that a SIGKILL at any point can be repaired on the next start, ``recovery``):
   1. ask            -> Optuna trial RUNNING (``proposer``; heartbeat with a server database)
@@ -7,41 +8,34 @@ Per trial (so that a SIGKILL at any point can be repaired on the next start, ``r
   4. tell Optuna    -> the result, with status and metrics as user attributes
   5. finish MLflow  -> metrics, tags, artifacts, terminal status (writer thread, idempotent)
 A slot's next trial is proposed (1-2) as soon as its current one has a result, while that
-process exits; it starts (3) once the process is gone, so trials never share a device.
+process exits; it starts (3) once the process is gone, so trials never share a device. A trial's
+life in between is a ``job.Job``; when to stop proposing is the ``stoppolicy.StopPolicy``'s call.
+``Sweep.run`` returns a ``SweepResult``.
 """
 
 from __future__ import annotations
 
+import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator import knobs
+from orchestrator import exits, knobs
 from orchestrator import metrics as M
-from orchestrator.errors import FailureBudgetExceeded
 from orchestrator.faultpoints import reached
-from orchestrator.launch import PRESTART, Host, Launched, StopFlag, SlotLauncher, wait_for_activity
-from orchestrator.outcome import Outcome
+from orchestrator.job import INTERRUPTED_DETAIL, Job, State
+from orchestrator.launch import PRESTART, Host, StopFlag, SlotLauncher, wait_for_activity
+from orchestrator.outcome import RESULT_STATUSES, Outcome
+from orchestrator.planner import Verdict
 from orchestrator.proposer import DONE, WAIT, Proposal, Proposer
-from orchestrator.records import (  # noqa: F401 - re-exported: report, plots and tests read them here
-    FIT_CONSTRAINT, best_trials, is_feasible, rank, result_trials, results_of, run_metrics, run_tags,
-    tell, trace_tags)
-from orchestrator.outcome import RESULT_STATUSES  # noqa: F401 - re-exported
+from orchestrator.records import rank, result_trials, run_metrics, run_tags, tell, trace_tags
 from orchestrator.recovery import trial_files
-from orchestrator.repeats import combine, repeat_path
 from orchestrator.slots import Slot
 from orchestrator.space import Plan, config_key, trial_params
 from orchestrator.spec import SweepSpec
+from orchestrator.stoppolicy import Failures, StopPolicy
 from orchestrator.timeline import event
-
-COUNTED_FAILURES = ("error", "timeout", "diverged")  # and crashes other than SIGKILL; OOM never
-
-
-class Interrupted(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 class ProcessRunner:
@@ -87,53 +81,54 @@ class ProcessRunner:
 
 
 @dataclass
-class Job:
-    """One configuration being measured on a slot (``trial.repeats`` processes, one after another)."""
+class SweepResult:
+    """How one ``Sweep.run`` ended."""
 
-    trial: Any
-    sampled: dict[str, Any]
-    params: dict[str, Any]
-    config: dict[str, Any]
-    env: dict[str, str]
-    trial_dir: Path
-    slot: int
-    run_ref: Any
-    runs: list[Launched] = field(default_factory=list)
-    handle: Any = None
-    current: Launched | None = None
-    """The current process's outcome once it has a result (its exit may be pending)."""
+    code: int
+    """The exit code (``exits``)."""
+    status: str
+    """The study's MLflow parent run's terminal status: FINISHED, KILLED or FAILED."""
+    elapsed_s: float
+    best: list[Any]
+    """``records.rank`` of the study's results at the end."""
+    failures: Failures
+    stopped_because: str | None = None
+    """Why it stopped before the budget was used up (the search's verdict, patience, ...)."""
+    verdict: Verdict | None = None
+    """The ``auto`` search's last verdict (what was left, and the chance it held a better one)."""
+    message: str | None = None
+    """One line for stderr when it did not finish (failure budget, Ctrl-C)."""
 
 
 class Sweep:
-    """One invocation of ``orchestrate SPEC``: run until the study is complete (recovery first:
-    ``recovery.Recovery``, called by the CLI)."""
+    """One invocation of ``orchestrate SPEC``: run until the study is complete (``run.py`` repairs
+    what a killed orchestrator left first: ``recovery.Recovery``)."""
 
     def __init__(self, spec: SweepSpec, plan: Plan, study: Any, tracker: Any, work_dir: Path,
                  stop: StopFlag, runner: Any, neighbours: bool = True, lock: Any = None,
-                 recovery: Any = None) -> None:
+                 recovery: Any = None, superseded: dict[str, int] | None = None,
+                 heartbeat: Callable[[Any], None] | None = None, owner: str | None = None,
+                 memory_limit_gib: float | None = None) -> None:
         """``tracker``: ``tracking.AsyncTracker`` (or ``replay.NullTracker``); ``runner``:
         ``ProcessRunner`` (or ``replay.ReplayRunner``, which answers from a recorded table on a
         simulated clock); ``lock``: ``coordination.StudyLock``; ``recovery``: a
-        ``recovery.Recovery`` that fails other orchestrators' stale trials (server databases)."""
+        ``recovery.Recovery`` that fails other orchestrators' stale trials (server databases);
+        ``superseded``, ``heartbeat``, ``owner``, ``memory_limit_gib``: the ``Proposer``'s."""
         import contextlib
 
         self.spec, self.plan, self.study, self.tracker = spec, plan, study, tracker
         self.work_dir, self.stop, self.runner, self.recovery = work_dir, stop, runner, recovery
         self.proposer = Proposer(spec, plan, study, lock or contextlib.nullcontext(), self._answered,
-                                 neighbours=neighbours)
+                                 heartbeat=heartbeat or (lambda trial: None), neighbours=neighbours,
+                                 memory_limit_gib=memory_limit_gib, superseded=superseded, owner=owner)
         self.target = self.proposer.target
         self.configs = self.proposer.configs
         self.best: list[Any] = []
-        """``best_trials`` as of the last result; kept by ``run`` so nobody reads the study again."""
-        self.failures = 0
-        self.failed_statuses: dict[str, int] = {}
-        self.failure_examples: dict[str, tuple[str, str]] = {}
-        """Status -> (the first such failure's detail, its log), for the closing line."""
-        self.exit_status, self.elapsed = "FINISHED", 0.0
-        self.stopped_because: str | None = None
+        """``records.rank`` of the results as of the last one (kept here: nobody reads the study again)."""
         self.jobs: dict[int, Job] = {}
         self.discarded: list[int] = []
         """Trials another orchestrator declared dead (stale heartbeat) before they were told."""
+        self._policy: StopPolicy | None = None
         self._on_result: Callable[[Any, Outcome, float], None] = lambda *a: None
 
     def trial_dir(self, number: int) -> Path:
@@ -144,32 +139,20 @@ class Sweep:
         return [job.trial._trial_id for job in list(self.jobs.values())]
 
     # -- the loop -----------------------------------------------------------------------------------
-    def run(self, on_result: Callable[[Any, Outcome, float], None]) -> None:
+    def run(self, on_result: Callable[[Any, Outcome, float], None]) -> SweepResult:
         """``on_result(trial, outcome, now)`` after every trial (``now``: the runner's clock)."""
         self._on_result = on_result
         event("loop_start")
         self.best = rank(result_trials(self.study), self.spec)
         clock = self.runner.now
         started = clock()
-        since_best, best = 0, self._best_value()
-        proposing, budget_error = True, None
-        next_stale_check = started
+        policy = self._policy = StopPolicy(self.spec.search, started, self._best_value(), self.work_dir)
+        proposing, next_stale_check = True, started
         while True:
             if self.stop.tripped:
-                self._interrupt()
-                raise Interrupted(self.stop.signum or 2)
-            if proposing and self.stopped_because is None:
-                timeout_min, patience = self.spec.search.timeout_min, self.spec.search.patience
-                if timeout_min is not None and clock() - started > timeout_min * 60:
-                    self.stopped_because = f"search.timeout_min={timeout_min:g} reached"
-                elif patience is not None and since_best >= patience:
-                    self.stopped_because = f"no improvement in {since_best} trials (search.patience)"
-                proposing = self.stopped_because is None
-            if proposing:
-                proposing = self._fill_slots()
-            for job in self.jobs.values():
-                if job.handle is None and self.runner.idle(job.slot):
-                    self._start(job)
+                return self._interrupted(clock() - started)
+            proposing = proposing and policy.proposing(clock()) and self._fill_slots()
+            self._advance_all()  # start what can start
             if not self.jobs:
                 if not proposing or self.recovery is None:
                     break
@@ -179,36 +162,36 @@ class Sweep:
                 next_stale_check = self._check_stale(next_stale_check)
                 continue
             self.runner.wait(0.05)
-            if self.recovery is not None:
-                next_stale_check = self._check_stale(next_stale_check)
-            for i, job in list(self.jobs.items()):
-                if job.handle is None or not self._advance(job):
-                    continue
-                del self.jobs[i]
+            next_stale_check = self._check_stale(next_stale_check)
+            self._advance_all()  # take the results the wait brought
+        policy.done(self.proposer.exhausted)
+        return self._result(clock() - started)
+
+    def _advance_all(self) -> None:
+        for slot, job in list(self.jobs.items()):
+            if job.advance(self.runner.idle(job.slot), self._start) is State.FINISHED:
+                del self.jobs[slot]
                 outcome = self._finish(job)
-                if outcome is None:
-                    continue
-                best_after = self._best_value()
-                since_best = 0 if best_after is not None and best_after != best else since_best + 1
-                best = best_after
-                on_result(job.trial, outcome, clock())
-                if outcome.status in COUNTED_FAILURES or (
-                        outcome.status == "crashed" and outcome.result.get("signal") != "SIGKILL"):
-                    self.failures += 1
-                    self.failed_statuses[outcome.status] = self.failed_statuses.get(outcome.status, 0) + 1
-                    self.failure_examples.setdefault(outcome.status, (
-                        (outcome.detail or "")[:200], str(job.trial_dir / "trial.log")))
-                    if self.failures > self.spec.search.max_failures and budget_error is None:
-                        budget_error = FailureBudgetExceeded(
-                            f"{self.failures} trials failed (error, timeout, crash or divergence; OOM not "
-                            f"counted), more than search.max_failures={self.spec.search.max_failures}. "
-                            f"The study is saved: fix the cause (see the trial logs in {self.work_dir}) and "
-                            f"run the same command to resume")
-                        proposing = False  # the trials in flight finish; none start
-        if budget_error is not None:
-            raise budget_error
-        if self.proposer.exhausted and self.stopped_because is None:
-            self.stopped_because = self.proposer.exhausted
+                if outcome is not None:
+                    self._recorded(job, outcome)
+
+    def _recorded(self, job: Job, outcome: Outcome) -> None:
+        assert self._policy is not None
+        self._policy.record(outcome, self._best_value(), job.trial_dir / "trial.log")
+        self._on_result(job.trial, outcome, self.runner.now())
+
+    def _result(self, elapsed: float) -> SweepResult:
+        policy = self._policy
+        assert policy is not None
+        failures, verdict = policy.failures, self.proposer.verdict
+        if policy.budget_error is not None:
+            return SweepResult(exits.FAILED, "FAILED", elapsed, self.best, failures, policy.stopped_because,
+                               verdict, f"orchestrate: {policy.budget_error}")
+        if not self.best and failures.count:
+            return SweepResult(exits.FAILED, "FAILED", elapsed, self.best, failures, policy.stopped_because, verdict)
+        unfinished = len(result_trials(self.study)) < self.target and not policy.stopped_because
+        return SweepResult(exits.OK, "KILLED" if unfinished else "FINISHED", elapsed, self.best, failures,
+                           policy.stopped_because, verdict)
 
     def _fill_slots(self) -> bool:
         """Propose a trial for every slot without one. False once nothing more will be proposed."""
@@ -245,7 +228,7 @@ class Sweep:
         device = params["device"]
         placement = self.runner.slots[slot].record()
         run_ref = self.tracker.start_trial(trial.number, params, {"device": device, **{
-            k: str(v) for k, v in placement.items()}})
+            k: str(v) for k, v in placement.items()}}, on_created=lambda run_id: _link(trial, run_id))
         reached("after_run_start")
         if proposal.predicted_by is not None:
             self._record_skip(trial, run_ref, device, proposal.predicted_by)
@@ -262,7 +245,7 @@ class Sweep:
         }
         env = knobs.trial_env(params, device)
         self.jobs[slot] = Job(trial, proposal.sampled, params, config, env, self.trial_dir(trial.number),
-                              slot, run_ref)
+                              slot, run_ref, self.spec.trial.repeats)
 
     def _record_skip(self, trial: Any, run_ref: Any, device: str, predicted_by: int) -> None:
         outcome = Outcome("skipped", f"predicted out of memory: needs at least as much memory as "
@@ -277,41 +260,18 @@ class Sweep:
                                   "predicted_by": str(predicted_by), "detail": outcome.detail}, [])
         self._on_result(trial, outcome, self.runner.now())
 
-    def _start(self, job: Job) -> None:
-        k = len(job.runs) + 1
+    def _start(self, job: Job, folder: Path) -> Any:
+        """Step 3: the job's next process, on its slot."""
         guesses = self.proposer.next_envs(
             PRESTART, lambda c: knobs.trial_env(trial_params(self.plan, c), job.params["device"]), job.env)
-        job.handle = self.runner.start(job.slot, job.config, repeat_path(job.trial_dir, k), job.env,
-                                       self.spec.trial.timeout_s, guesses)
-        job.current = None
-
-    def _advance(self, job: Job) -> bool:
-        """Move ``job`` on; True once it has its final outcome (repeats: ``orchestrator.repeats``)."""
-        h = job.handle
-        if job.current is None:
-            if not h.has_result:
-                return False
-            job.current = h.launched()
-        more = job.current.outcome.status == "ok" and len(job.runs) + 1 < self.spec.trial.repeats
-        if not more:
-            job.runs.append(job.current)
-            return True
-        if not h.exited or not self.runner.idle(job.slot):
-            return False  # the next repeat starts once this process has gone
-        job.runs.append(job.current)
-        if self.stop.tripped:  # stopped between repeats: start no process to kill it
-            job.runs.append(Launched(Outcome("interrupted", "the orchestrator was stopped during this trial"),
-                                     None, 0.0, None, job.trial_dir / "trial.log"))
-            return True
-        self._start(job)
-        return False
+        return self.runner.start(job.slot, job.config, folder, job.env, self.spec.trial.timeout_s, guesses)
 
     def _finish(self, job: Job) -> Outcome | None:
         """Steps 4-5 for a finished job; None when another orchestrator declared it dead first."""
         from optuna.exceptions import UpdateFinishedTrialError
 
         trial = job.trial
-        launched = combine(job.runs, self.spec.trial.repeats, [m for m, _ in self.spec.objective.metrics])
+        launched = job.outcome([m for m, _ in self.spec.objective.metrics])
         outcome = launched.outcome
         extra: dict[str, Any] = {M.DURATION_S: round(launched.duration_s, 3), "trial_dir": str(job.trial_dir),
                                  "process_peak_rss_gib": launched.peak_rss_gib,
@@ -321,13 +281,13 @@ class Sweep:
             extra["started_at"] = round(first.started_at, 3)
             extra["slot_free_at"] = None if first.slot_free_at is None else round(first.slot_free_at, 3)
         processes = int(outcome.result.get("repeats_done", 1))
-        if self.spec.trial.repeats > 1:
+        if job.repeats > 1:
             extra["processes"] = processes
             if "repeat_metrics" in outcome.result:
                 extra["repeat_metrics"] = outcome.result["repeat_metrics"]
         if job.env:
             extra["env"] = job.env
-        run_id = self.tracker.run_id(job.run_ref)
+        run_id = self.tracker.run_id(job.run_ref, wait=False)  # MLflow stays off the critical path
         if run_id:
             extra["mlflow_run_id"] = run_id
         try:
@@ -352,8 +312,7 @@ class Sweep:
         reached("after_finish")
         if status in RESULT_STATUSES:
             self.best = rank(result_trials(self.study), self.spec)
-        outcome.status = status
-        return outcome
+        return Outcome(status, outcome.detail, outcome.result)
 
     def _answered(self, trial: Any, outcome: Outcome, original: int | None) -> None:
         """A proposal answered without a process (``proposer``): its MLflow run, then the line."""
@@ -363,20 +322,15 @@ class Sweep:
         self.tracker.finish_trial(ref, trial.user_attrs.get("status") or outcome.status, {}, tags, [])
         self._on_result(trial, outcome, self.runner.now())
 
-    def _interrupt(self) -> None:
-        """Ctrl-C / SIGTERM: every trial in flight is killed and recorded as interrupted."""
+    def _interrupted(self, elapsed: float) -> SweepResult:
+        """Ctrl-C / SIGTERM: a trial that ended by itself keeps its result; every other one in
+        flight is killed and recorded as interrupted."""
         from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
-        for i, job in list(self.jobs.items()):  # a trial that ended by itself keeps its result
-            if job.handle is not None:
-                job.handle.poll()
-            if job.handle is not None and job.current is None and job.handle.has_result:
-                job.current = job.handle.launched()
-            if job.current is not None and job.current.outcome.status != "interrupted" and (
-                    job.current.outcome.status != "ok" or len(job.runs) + 1 >= self.spec.trial.repeats):
-                job.runs.append(job.current)
-                del self.jobs[i]
+        for slot, job in list(self.jobs.items()):
+            if job.settle() is State.FINISHED:
+                del self.jobs[slot]
                 outcome = self._finish(job)
                 if outcome is not None:
                     self._on_result(job.trial, outcome, self.runner.now())
@@ -385,13 +339,38 @@ class Sweep:
             trial = job.trial
             try:
                 trial.set_user_attr("status", "interrupted")
-                trial.set_user_attr("detail", "the orchestrator was stopped during this trial")
+                trial.set_user_attr("detail", INTERRUPTED_DETAIL)
                 self.study.tell(trial, state=TrialState.FAIL)
             except UpdateFinishedTrialError:
                 continue
-            self.tracker.finish_trial(job.run_ref, "interrupted", {}, {
-                "detail": "the orchestrator was stopped during this trial"},
-                trial_files(job.trial_dir) if job.handle is not None else [])
-            self._on_result(trial, Outcome("interrupted", "the orchestrator was stopped during this trial"),
-                            self.runner.now())
+            self.tracker.finish_trial(job.run_ref, "interrupted", {}, {"detail": INTERRUPTED_DETAIL},
+                                      trial_files(job.trial_dir) if job.started else [])
+            self._on_result(trial, Outcome("interrupted", INTERRUPTED_DETAIL), self.runner.now())
         self.jobs.clear()
+        signum = self.stop.signum or signal.SIGINT
+        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        assert self._policy is not None
+        return SweepResult(exits.for_signal(signum), "KILLED", elapsed, self.best, self._policy.failures,
+                           message=f"orchestrate: stopped by {name}; the running trial(s) were killed and "
+                                   "recorded as interrupted.")
+
+
+def _link(trial: Any, run_id: str) -> None:
+    """The trial's MLflow run id as a user attribute, from the tracker's writer thread, while the
+    trial is still running (a finished trial's attributes are fixed: then its run is found by its
+    ``trial_number`` tag)."""
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    try:
+        trial.set_user_attr("mlflow_run_id", run_id)
+    except UpdateFinishedTrialError:
+        pass
+
+
+def failure_line(failures: Failures, work_dir: Path) -> str:
+    """One line for a sweep that ended without a feasible result because trials failed."""
+    status, count = max(failures.by_status.items(), key=lambda kv: kv[1])
+    detail, log = failures.examples.get(status, ("", ""))
+    logs = f"; its log: {log}" if log else f"; logs in {work_dir}"
+    return (f"orchestrate: no configuration has a feasible result: {failures.count} trial(s) failed in this "
+            f"run, most often with status {status} ({count}x{': ' + detail if detail else ''}){logs}")

@@ -240,6 +240,7 @@ class RunRef:
         self.number = number
         self.run_id: str | None = None
         self.done = threading.Event()
+        self.on_created: Any = None
 
 
 class AsyncTracker:
@@ -274,6 +275,8 @@ class AsyncTracker:
                 elif kind == "start":
                     ref.run_id = self.sync.start_trial(*args)
                     event("mlflow_started", ref.number)
+                    if ref.on_created is not None:
+                        ref.on_created(ref.run_id)
                 elif ref.run_id is not None:
                     self.sync.finish_trial(ref.run_id, *args)
                     event("mlflow_finished", ref.number)
@@ -284,8 +287,11 @@ class AsyncTracker:
                     ref.done.set()
                 self.queue.task_done()
 
-    def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str]) -> RunRef:
+    def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str],
+                    on_created: Any = None) -> RunRef:
+        """Queue the trial's run; ``on_created(run_id)`` is called by the writer once it exists."""
         ref = RunRef(number)
+        ref.on_created = on_created
         self.queue.put(("start", ref, (number, params, tags)))
         return ref
 
@@ -294,8 +300,11 @@ class AsyncTracker:
         self.queue.put(("finish", ref, (status, metrics, tags, files)))
 
     @staticmethod
-    def run_id(ref: RunRef, timeout_s: float = 30.0) -> str | None:
-        ref.done.wait(timeout_s)
+    def run_id(ref: RunRef, timeout_s: float = 30.0, wait: bool = True) -> str | None:
+        """The run's id once the writer created it; ``wait=False``: None if not yet (the sweep's
+        record of a trial never waits for MLflow: ``start_trial``'s ``on_created`` links them)."""
+        if wait:
+            ref.done.wait(timeout_s)
         return ref.run_id
 
     def flush(self, timeout_s: float = 300.0) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.replay import load_landscape
+from orchestrator.landscape import load_landscape
 
 ROOT = Path(__file__).resolve().parents[1]
 LANDSCAPES = sorted((ROOT / "bench" / "landscapes").glob("*.csv"))

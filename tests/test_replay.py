@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.replay import (LandscapeError, NullTracker, ReplayLauncher, TrialRecord,
-                                 landscape_spec, lightning_pick, lightning_search, load_landscape,
+from orchestrator.landscape import LandscapeError, load_landscape
+from orchestrator.replay import (NullTracker, ReplayLauncher, TrialRecord,
+                                 landscape_spec, lightning_pick, lightning_search,
                                  replay_sweep, time_to_band)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import orchestrator.replay as replay
-from orchestrator.replay import load_landscape
+from orchestrator.landscape import load_landscape
 from orchestrator.space import config_key
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -79,7 +79,8 @@ def test_defaults(tmp_path: Path) -> None:
     assert spec.fixed == {}
     assert spec.objective.metrics == (("samples_per_s", "maximize"),)
     assert spec.objective.constraints == ()
-    assert spec.search == SearchSettings(sampler="tpe", n_trials=None, seed=None, max_failures=10)
+    assert spec.search == SearchSettings(sampler="auto", n_trials=None, stop="auto", band=0.02, seed=None,
+                                         max_failures=10)
     assert spec.trial == TrialSettings(warmup_steps=3, measure_steps=10, min_measure_s=1.0, timeout_s=900.0)
     assert spec.storage == DEFAULT_STORAGE == "sqlite:///mlruns/optuna.db"
     assert spec.tracking_uri == DEFAULT_TRACKING_URI == "sqlite:///mlruns/mlflow.db"

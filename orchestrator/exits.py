@@ -1,0 +1,37 @@
+"""Every exit code of ``orchestrate``, in one place (``orchestrate --help`` lists them)."""
+
+from __future__ import annotations
+
+import signal
+
+OK = 0
+"""The sweep finished, or stopped itself (out-of-memory trials are results; so is "nothing fit")."""
+INTERNAL = 1
+"""An unexpected error: its traceback is printed."""
+USAGE = 2
+"""An invalid spec, flag, experiment or study (one line on stderr, naming the file and line)."""
+FAILED = 3
+"""Trials failed: more than ``search.max_failures``, or no feasible result because they failed."""
+STORE_DOWN = 75
+"""The study's database or the tracking server stayed unreachable for ``search.outage_s``; the
+study is saved and resumes with the same command (75 is ``EX_TEMPFAIL`` of sysexits.h: a
+temporary failure, to be retried)."""
+NOT_HONOURED = 4
+"""``orchestrate doctor --check``: a memory knob did not take effect."""
+BROKEN_PIPE = 128 + signal.SIGPIPE
+"""The reader of the output left early (``| head``), as a shell reports it."""
+INTERRUPTED = 128 + signal.SIGINT
+"""Ctrl-C: the running trials were killed and recorded as interrupted."""
+TERMINATED = 128 + signal.SIGTERM
+
+
+def for_signal(signum: int) -> int:
+    """The code a sweep stopped by ``signum`` exits with (130 for Ctrl-C, 143 for SIGTERM)."""
+    return 128 + signum
+
+
+HELP = (f"Exit codes: {OK} finished or stopped itself (OOM trials are results; so is 'nothing fit'), "
+        f"{INTERNAL} internal error, {USAGE} invalid spec, usage or experiment, {FAILED} trials failed: "
+        f"more than search.max_failures, or no feasible result because trials failed, {STORE_DOWN} the "
+        f"study's database or the tracking server unreachable for longer than search.outage_s, "
+        f"{INTERRUPTED} interrupted ({TERMINATED} on SIGTERM).")
