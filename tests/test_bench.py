@@ -30,16 +30,26 @@ def test_each_landscape_is_a_full_grid_with_a_feasible_best(path: Path) -> None:
     assert any(r.status == "oom" for r in land.rows.values())  # the memory limit was reached
 
 
-def test_search_efficiency_runs_and_reports_every_strategy_and_target() -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "search_efficiency.py"), "--seeds", "3",
+def test_search_efficiency_runs_and_reports_every_strategy_and_target(tmp_path: Path) -> None:
+    import json
+
+    out_json = tmp_path / "figures.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "search_efficiency.py"), "--seeds", "2",
+                           "--noise", "0.02", "--json", str(out_json),
                            str(ROOT / "bench" / "landscapes" / "bert_base_h200_cap015.csv")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    for strategy in ("grid", "random", "tpe", "tpe+skip", "tpe+skip, no nbr", "lightning"):
+    for strategy in ("grid", "random", "tpe+skip", "shipped", "lightning"):
         assert f"\n   {strategy} " in out, strategy
-    assert "medians over 3 seeds (0-2)" in out
-    assert "tpe+skip median ratio" in out and "lightning's 72.5 s" in out
+    assert "seeds 1000-1001, measurement noise 0.02" in out
+    assert "shipped ratio" in out and "lightning's 72.5 s" in out and "stop_ratio" in out
+    figures = json.loads(out_json.read_text())["bert_base_h200_cap015.csv"]
+    assert figures["grid_s"] == pytest.approx(282.117, abs=0.01)
+    shipped = figures["strategies"]["shipped"]
+    assert set(shipped) == {"ratio", "ratio_p90", "time_to_band_s", "stop_ratio", "stopped_in_band"}
+    assert set(figures["strategies"]["lightning"]) == {"ratio", "time_to_band_s"}
+    assert shipped["ratio"] == pytest.approx(shipped["time_to_band_s"] / figures["grid_s"], abs=1e-3)
 
 
 @pytest.mark.slow
