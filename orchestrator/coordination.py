@@ -26,10 +26,15 @@ def is_shared(storage_url: str) -> bool:
 class StudyLock:
     """A re-entrant, cross-process lock for one study (see the module)."""
 
-    def __init__(self, storage_url: str, study_name: str) -> None:
+    def __init__(self, storage_url: str, study_name: str, outage: Any = None) -> None:
+        """``outage``: an ``outage.Outage`` guard; taking the lock waits out a lost connection."""
         self._local = threading.RLock()
         self._depth = 0
         self._conn: Any = None
+        self._outage = outage
+        self._swap = threading.Lock()  # _conn between the holder and ``ensure`` (another thread's retry)
+        self._held = False
+        """The lock was taken (``__enter__`` returned) and not yet released."""
         if storage_url.startswith("postgresql"):
             import sqlalchemy
 
@@ -37,28 +42,76 @@ class StudyLock:
             self._key = int.from_bytes(digest[:8], "big", signed=True)
             self._engine = sqlalchemy.create_engine(storage_url, poolclass=sqlalchemy.pool.NullPool)
             self._text = sqlalchemy.text
+            if outage is not None:
+                outage.before_retry.append(self.ensure)
 
     def __enter__(self) -> "StudyLock":
         self._local.acquire()
         self._depth += 1
         if self._depth == 1 and hasattr(self, "_engine"):
-            self._conn = self._engine.connect()
-            self._conn.execute(self._text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
-            self._conn.commit()
+            try:
+                conn = self._outage.call(self._take) if self._outage is not None else self._take()
+            except BaseException:
+                self._depth -= 1
+                self._local.release()
+                raise
+            with self._swap:
+                self._conn, self._held = conn, True
         return self
+
+    def ensure(self) -> None:
+        """While held: if the lock's connection died (the server restarted, and the lock with its
+        session), take the lock again on a new one before the guarded work is retried; another
+        orchestrator may hold it meanwhile, and this waits for it."""
+        with self._swap:
+            if not self._held:
+                return  # not held (or still being taken): nothing to take again
+            conn = self._conn
+            if conn is not None:
+                try:
+                    conn.execute(self._text("SELECT 1"))
+                    conn.commit()
+                    return
+                except Exception:  # noqa: BLE001 - dead: its lock went with its session
+                    try:
+                        conn.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+                self._conn = None
+            self._conn = self._take()  # raises while the server is still down: the retry waits
+
+    def _take(self) -> Any:
+        conn = self._engine.connect()
+        try:
+            conn.execute(self._text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
+            conn.commit()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def __exit__(self, *exc: Any) -> None:
         try:
             self._depth -= 1
-            if self._depth == 0 and self._conn is not None:
-                try:
-                    self._conn.execute(self._text("SELECT pg_advisory_unlock(:k)"), {"k": self._key})
-                    self._conn.commit()
-                finally:
-                    self._conn.close()  # closing the session releases the lock in any case
-                    self._conn = None
+            if self._depth == 0 and hasattr(self, "_engine"):
+                with self._swap:
+                    conn, self._conn, self._held = self._conn, None, False
+                if conn is not None:
+                    self._release(conn)
         finally:
             self._local.release()
+
+    def _release(self, conn: Any) -> None:
+        try:
+            conn.execute(self._text("SELECT pg_advisory_unlock(:k)"), {"k": self._key})
+            conn.commit()
+        except Exception:  # noqa: BLE001 - the connection was lost: so was the lock, with its session
+            pass
+        finally:
+            try:
+                conn.close()  # closing the session releases the lock in any case
+            except Exception:  # noqa: BLE001
+                pass
 
 
 class Heartbeat:

@@ -48,11 +48,15 @@ def trial_files(trial_dir: Path, processes: int = 1) -> list[tuple[Path, str | N
 
 
 class Recovery:
-    def __init__(self, study: Any, tracker: Any, work_dir: Path, shared: bool, grace_s: float) -> None:
+    def __init__(self, study: Any, tracker: Any, work_dir: Path, shared: bool, grace_s: float,
+                 outage: Any = None) -> None:
         """``tracker``: the synchronous ``tracking.Tracker`` (recovery runs before the loop, and
-        between its trials from the main thread)."""
+        between its trials from the main thread); ``outage``: the study database's
+        ``outage.Outage`` guard (an outage excuses missed heartbeats, ``fail_stale``)."""
         self.study, self.tracker, self.work_dir = study, tracker, work_dir
-        self.shared, self.grace_s = shared, grace_s
+        self.shared, self.grace_s, self.outage = shared, grace_s, outage
+        self._silent: dict[int, float] = {}
+        """RUNNING trials seen without any heartbeat, and when (``_orphans``)."""
 
     def trial_dir(self, number: int) -> Path:
         return self.work_dir / f"trial-{number:04d}"
@@ -99,10 +103,10 @@ class Recovery:
         from optuna.trial import TrialState
 
         storage = self.study._storage
-        if not is_heartbeat_enabled(storage):
+        if not is_heartbeat_enabled(storage) or self.excused():
             return 0
         failed: list[Any] = []
-        for trial_id in storage._get_stale_trial_ids(self.study._study_id):
+        for trial_id in storage._get_stale_trial_ids(self.study._study_id) + self._orphans():
             try:
                 storage.set_trial_user_attr(trial_id, "status", "interrupted")
                 storage.set_trial_user_attr(trial_id, "detail", STALE_DETAIL)
@@ -116,6 +120,36 @@ class Recovery:
                 for run in runs.get(t.number, []) or [self._new_run(t)]:
                     self.tracker.finish_trial(run.info.run_id, "interrupted", {}, {"detail": STALE_DETAIL}, [])
         return len(failed)
+
+    def excused(self) -> bool:
+        """Whether heartbeats may be missing because of an outage, not a dead orchestrator: this
+        orchestrator lost the database less than a grace period ago, or the server (re)started
+        less than one ago (then nobody could write a heartbeat while it was down)."""
+        from orchestrator.outage import server_started_at
+        from orchestrator.study import engine_of
+
+        if self.outage is not None and self.outage.recently(self.grace_s):
+            return True
+        engine = engine_of(self.study._storage)
+        up = self.outage.call(server_started_at, engine) if self.outage is not None else server_started_at(engine)
+        return up is not None and up < 2 * self.grace_s
+
+    def _orphans(self) -> list[int]:
+        """RUNNING trials that never had a heartbeat, seen so in two checks a grace period apart:
+        asked by an orchestrator that died before its first beat (or asked twice through a lost
+        connection), they would otherwise stay RUNNING forever (Optuna's stale check skips them)."""
+        import time
+
+        from orchestrator.study import engine_of
+
+        engine = engine_of(self.study._storage)
+        if engine is None:
+            return []
+        silent = (self.outage.call(_silent_trials, engine, self.study._study_id) if self.outage is not None
+                  else _silent_trials(engine, self.study._study_id))
+        now = time.monotonic()
+        self._silent = {i: self._silent.get(i, now) for i in silent}
+        return [i for i, since in self._silent.items() if now - since >= self.grace_s]
 
     def _end_interrupted(self, t: Any, runs: list[Any]) -> None:
         import optuna
@@ -183,6 +217,17 @@ class Recovery:
             busy.add(key)
             queued[status] = queued.get(status, 0) + 1
         return queued, superseded
+
+
+def _silent_trials(engine: Any, study_id: int) -> set[int]:
+    """RUNNING trials of the study without a row in Optuna's heartbeat table."""
+    import sqlalchemy
+
+    with engine.connect() as conn:
+        rows = conn.execute(sqlalchemy.text(
+            "SELECT t.trial_id FROM trials t LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
+            "WHERE t.study_id = :s AND t.state = 'RUNNING' AND h.trial_id IS NULL"), {"s": study_id})
+        return {r[0] for r in rows}
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -54,6 +54,8 @@ class ReplayLauncher:
 class NullTracker:
     """The tracker methods the sweep loop calls, recording nothing (no MLflow)."""
 
+    down = None
+
     def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str],
                     on_created: Any = None) -> str:
         return f"replay-{number}"

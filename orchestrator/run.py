@@ -166,17 +166,18 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
     try:
         Path("mlruns").mkdir(exist_ok=True)
         with study_lock(spec.storage, spec.name):
-            lock = StudyLock(spec.storage, spec.name)
+            db, runs = outages(spec, stop)
+            lock = StudyLock(spec.storage, spec.name, db)
             with lock:  # several orchestrators starting at once: one creates, the others load
-                sync = Tracker(spec.tracking_uri, spec.name)
+                sync = Tracker(spec.tracking_uri, spec.name, runs)
                 study = open_study(spec, spec.storage, fingerprint(spec, plan),
-                                   worker=os.getpid() if shared else 0)
+                                   worker=os.getpid() if shared else 0, outage=db)
                 uid = study.user_attrs[UID_ATTR]
                 parent = sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
                 if study.user_attrs.get("mlflow_parent_run_id") != parent:
                     study.set_user_attr("mlflow_parent_run_id", parent)
             work_dir = (Path("mlruns") / ".trials" / f"{spec.name}-{uid[:8]}").resolve()
-            recovery = Recovery(study, sync, work_dir, shared, spec.search.grace_period_s)
+            recovery = Recovery(study, sync, work_dir, shared, spec.search.grace_period_s, db)
             with lock:
                 interrupted = recovery.recover()
                 queued, superseded = recovery.retry_queue(retry)
@@ -209,6 +210,18 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
             heartbeat.stop()
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def outages(spec: SweepSpec, stop: Any) -> tuple[Any, Any]:
+    """The ``outage.Outage`` guards of the study's database and the tracking store: a lost
+    connection to a server is waited out for ``search.outage_s`` (a local SQLite file needs none)."""
+    from orchestrator.outage import Outage
+
+    def guard(url: str, what: str) -> Any:
+        if url.startswith("sqlite"):
+            return None
+        return Outage(f"the {what} {shown(url)}", spec.search.outage_s, stop=stop)
+    return guard(spec.storage, "study's database"), guard(spec.tracking_uri, "tracking store")
 
 
 def memory_limit(spec: SweepSpec, plan: Any, probe: dict[str, Any]) -> float | None:

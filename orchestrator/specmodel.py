@@ -107,6 +107,10 @@ class SearchSettings:
     is used up."""
     band: float = 0.02
     """How close to the best counts as found, for ``stop: auto`` (a fraction: 0.02 = 2%)."""
+    outage_s: float = 300.0
+    """How long a server database or tracking server may stay unreachable (a restart, a failover)
+    before the orchestrator gives up with exit code 75; meanwhile every call is retried and the
+    trials run on."""
 
 
 @dataclass(frozen=True)

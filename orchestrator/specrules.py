@@ -221,7 +221,8 @@ def check_objective(c: Checker, raw: Any) -> Objective:
 def check_search(c: Checker, raw: Any, space: dict[str, Dimension]) -> SearchSettings:
     path = ("search",)
     s = c.mapping(path, raw, ("sampler", "n_trials", "stop", "band", "seed", "max_failures", "timeout_min",
-                              "patience", "skip_predicted_oom", "memory_order", "allow_swap", "grace_period_s"))
+                              "patience", "skip_predicted_oom", "memory_order", "allow_swap", "grace_period_s",
+                              "outage_s"))
     sampler = c.one_of(path + ("sampler",), s.get("sampler", "auto"), SAMPLERS, "sampler")
     stop = c.one_of(path + ("stop",), s.get("stop", "auto"), STOPS, "stop")
     band = c.number(path + ("band",), s.get("band", 0.02), "band", positive=True)
@@ -259,7 +260,9 @@ def check_search(c: Checker, raw: Any, space: dict[str, Dimension]) -> SearchSet
     if grace < 2:
         raise c.fail(path + ("grace_period_s",), "grace_period_s must be at least 2 (heartbeats are "
                      "sent every grace_period_s / 4, at least once a second)", grace)
-    return SearchSettings(sampler=sampler, n_trials=n_trials, stop=stop, band=band, seed=seed, max_failures=max_failures,
+    outage_s = c.number(path + ("outage_s",), s.get("outage_s", 300.0), "outage_s", positive=True)
+    return SearchSettings(sampler=sampler, n_trials=n_trials, stop=stop, band=band, outage_s=outage_s, seed=seed,
+                          max_failures=max_failures,
                           timeout_min=timeout_min, patience=patience, skip_predicted_oom=skip,
                           allow_swap=allow_swap, grace_period_s=grace,
                           memory_order=check_memory_order(c, s.get("memory_order") or {}, space))

@@ -162,10 +162,18 @@ def planned(spec: SweepSpec) -> bool:
             and not any(isinstance(d, Range) and d.step is None for d in spec.space.values()))
 
 
-def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], worker: int = 0):
+POOL = {"pool_size": 2, "max_overflow": 2}
+"""Connections one orchestrator holds to a server database for the study: the loop and the
+heartbeat thread (and the MLflow writer linking a run) at once, at most 4; the study lock takes one
+more while it is held (``coordination.StudyLock``)."""
+
+
+def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], worker: int = 0,
+               outage: Any = None):
     """Create the study, or load it and check it was made from the same spec. With a server
     database the storage keeps heartbeats (``coordination.Heartbeat`` records them; a trial silent
-    for ``search.grace_period_s`` is stale)."""
+    for ``search.grace_period_s`` is stale), and every call goes through ``outage``
+    (``outage.Outage``: a lost connection is waited out for up to ``search.outage_s``)."""
     import warnings
 
     import optuna
@@ -179,7 +187,7 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
     else:
         grace = spec.search.grace_period_s
         kwargs.update(heartbeat_interval=max(1, int(grace / 4)), grace_period=max(2, int(grace)))
-        kwargs["engine_kwargs"] = {"pool_pre_ping": True}
+        kwargs["engine_kwargs"] = {"pool_pre_ping": True, **POOL}
         if storage_url.startswith("postgresql"):
             # Optuna compares heartbeats written with the server's now() against naive UTC
             # datetimes; a server in another time zone would make every trial look stale.
@@ -190,7 +198,7 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     try:
         create_sqlite_atomically(storage_url, lambda url: optuna.storages.RDBStorage(url, **kwargs))
-        storage = optuna.storages.RDBStorage(storage_url, **kwargs)
+        storage = _storage(storage_url, kwargs, outage)
         try:
             n_existing = storage.get_n_trials(storage.get_study_id_from_name(spec.name))
         except KeyError:  # no such study yet
@@ -224,6 +232,28 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
                  for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k)]
         raise _mismatch(spec, storage_url, "; ".join(diffs))
     return study
+
+
+def _storage(url: str, kwargs: dict[str, Any], outage: Any) -> Any:
+    """Optuna's storage for ``url``; behind an ``outage`` guard for a server database."""
+    import optuna
+    from optuna.storages._cached_storage import _CachedStorage
+
+    if outage is None or url.startswith("sqlite"):
+        return optuna.storages.RDBStorage(url, **kwargs)
+    from orchestrator.outage import create, retrying_storage
+
+    rdb = create(outage, optuna.storages.RDBStorage, url, **kwargs)
+    return retrying_storage(_CachedStorage(rdb), outage)
+
+
+def engine_of(storage: Any) -> Any:
+    """The SQLAlchemy engine behind a study's storage (wrapped or not), or None."""
+    for _ in range(3):
+        if hasattr(storage, "engine"):
+            return storage.engine
+        storage = getattr(storage, "inner", None) or getattr(storage, "_backend", None)
+    return None
 
 
 def _mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:

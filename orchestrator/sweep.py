@@ -151,6 +151,8 @@ class Sweep:
         while True:
             if self.stop.tripped:
                 return self._interrupted(clock() - started)
+            if self.tracker.down is not None:  # the tracking store gave up (outage); the study is fine
+                raise self.tracker.down
             proposing = proposing and policy.proposing(clock()) and self._fill_slots()
             self._advance_all()  # start what can start
             if not self.jobs:

@@ -105,7 +105,9 @@ def _schema_head() -> str | None:
 
 
 class Tracker:
-    def __init__(self, tracking_uri: str, experiment: str) -> None:
+    def __init__(self, tracking_uri: str, experiment: str, outage: Any = None) -> None:
+        """``outage``: an ``outage.Outage`` guard for a tracking server or server database (every
+        client call waits out a lost connection); a local SQLite store needs none."""
         import mlflow  # noqa: F401 - heavy; imported only for real runs
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
@@ -116,7 +118,14 @@ class Tracker:
 
         try:
             create_sqlite_atomically(self.uri, new_store)
-            self.client = MlflowClient(tracking_uri=self.uri)
+            if outage is not None and not self.uri.startswith("sqlite"):
+                from orchestrator.outage import RetryingClient, create, mlflow_pool, shorten_mlflow_retries
+
+                shorten_mlflow_retries()
+                mlflow_pool()
+                self.client = RetryingClient(create(outage, MlflowClient, tracking_uri=self.uri), outage)
+            else:
+                self.client = MlflowClient(tracking_uri=self.uri)
             exp = self.client.get_experiment_by_name(experiment)
             if exp is None:
                 exp_id = self.client.create_experiment(experiment, artifact_location=artifact_root(self.uri, experiment))
@@ -257,6 +266,9 @@ class AsyncTracker:
         self.sync = tracker
         self.queue: "queue.Queue[Any]" = queue.Queue()
         self.failed: list[str] = []
+        self.down: Exception | None = None
+        """Set when the tracking store stayed unreachable past ``search.outage_s`` (``StoreDown``):
+        the sweep loop raises it."""
         self._thread = threading.Thread(target=self._work, name="mlflow-writer", daemon=True)
         self._thread.start()
 
@@ -281,6 +293,10 @@ class AsyncTracker:
                     self.sync.finish_trial(ref.run_id, *args)
                     event("mlflow_finished", ref.number)
             except Exception as exc:  # noqa: BLE001 - a lost record is repaired on the next start
+                from orchestrator.outage import StoreDown
+
+                if isinstance(exc, StoreDown):
+                    self.down = exc
                 self.failed.append(f"trial {ref.number}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             finally:
                 if kind == "start":

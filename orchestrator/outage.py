@@ -1,0 +1,255 @@
+"""A store that goes away for a while (the study's database restarts, the tracking server is
+redeployed) costs a wait, not the sweep.
+
+Every call to the study's storage and to MLflow goes through an ``Outage`` guard: a call that fails
+because the connection was lost is tried again with backoff (0.5 s doubling to 10 s), for up to
+``search.outage_s`` from the first failure; the trial processes run on meanwhile, and a result
+that could not be written waits in its trial's folder until the store is back. Past
+``outage_s`` the guard raises ``StoreDown``: one line naming the store, exit code 75
+(``exits.STORE_DOWN``), and the study resumes with the same command.
+
+- ``RetryingStorage`` wraps Optuna's storage (the ``BaseStorage`` the study is given) this way,
+  with the two writes that are not idempotent made safe to repeat: a retried ``tell`` whose first
+  attempt had in fact been committed is recognised as done, not as a conflict.
+- ``RetryingClient`` wraps ``MlflowClient`` the same way (MLflow's own HTTP retries are shortened
+  so that ours, bounded by ``outage_s``, decide).
+- ``server_started_at`` lets ``recovery.fail_stale`` excuse an outage: heartbeats that could not
+  be written while the database was down do not make live trials look dead once it is back.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from orchestrator.errors import OrchestratorError
+
+BACKOFF_S = (0.5, 10.0)
+LOST = ("server closed the connection", "connection refused", "could not connect", "terminating connection",
+        "connection reset", "connection timed out", "max retries exceeded", "broken pipe",
+        "the database system is starting up", "the database system is shutting down",
+        "server conn crashed", "ssl connection has been closed", "connection already closed",
+        "remote end closed connection", "failed to establish a new connection", "temporarily unavailable",
+        "name or service not known", "no route to host", "network is unreachable")
+"""Words of a lost connection, as psycopg2, SQLAlchemy, requests and MLflow say it."""
+
+
+class StoreDown(OrchestratorError):
+    """A store stayed unreachable for longer than ``search.outage_s``."""
+
+    exit_code = 75  # exits.STORE_DOWN
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) says the connection to a store was lost: a failure to
+    wait out, not a mistake to report."""
+    seen = 0
+    while exc is not None and seen < 8:
+        name = type(exc).__name__
+        text = str(exc).lower()
+        if name in ("OperationalError", "InterfaceError", "DisconnectionError", "ConnectionError",
+                    "ConnectTimeout", "ReadTimeout", "RemoteDisconnected", "NewConnectionError"):
+            if name != "OperationalError" or not _sqlite_lock(text):
+                return True
+        if any(word in text for word in LOST):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+        seen += 1
+    return False
+
+
+def _sqlite_lock(text: str) -> bool:
+    return "database is locked" in text or "no such table" in text
+
+
+class Outage:
+    """Retries a store's calls through a lost connection for up to ``limit_s`` (see the module).
+    One per store; thread-safe (the heartbeat and the MLflow writer threads use it too)."""
+
+    def __init__(self, store: str, limit_s: float, sleep: Callable[[float], None] = time.sleep,
+                 stop: Any = None) -> None:
+        """``store``: how the one-line error names it (a URL already masked: ``redact.shown``);
+        ``stop``: the sweep's ``launch.StopFlag``: Ctrl-C ends the wait."""
+        self.store, self.limit_s, self.sleep, self.stop = store, limit_s, sleep, stop
+        self._lock = threading.Lock()
+        self.down_since: float | None = None
+        """Monotonic time of the first failure of the outage in progress (None: none)."""
+        self.last_ended: float | None = None
+        """Monotonic time the last outage ended (a call succeeded again)."""
+        self.outages = 0
+        self.gave_up: StoreDown | None = None
+        self.before_retry: list[Callable[[], None]] = []
+        """Run before each retry (``coordination.StudyLock.ensure``: a lock held on a connection
+        the outage killed is taken again before the work it guards goes on)."""
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        delay = BACKOFF_S[0]
+        retry = False
+        while True:
+            if self.gave_up is not None:
+                raise self.gave_up
+            try:
+                if retry:
+                    for hook in self.before_retry:
+                        hook()
+                retry = True
+                value = fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - sorted below: only a lost connection is waited out
+                if not connection_lost(exc):
+                    raise
+                self._failed(exc)
+                if self.stop is not None and self.stop.tripped:
+                    stopped = StoreDown(f"stopped while {self.store} was unreachable; the study is saved: run "
+                                        "the same command to resume once it is back")
+                    stopped.exit_code = 128 + (self.stop.signum or 2)
+                    raise stopped from None
+                self.sleep(delay)
+                delay = min(delay * 2, BACKOFF_S[1])
+                continue
+            if self.down_since is not None:
+                self._recovered()
+            return value
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if self.down_since is None:
+                self.down_since = now
+                self.outages += 1
+            if now - self.down_since > self.limit_s:
+                self.gave_up = StoreDown(
+                    f"{self.store} was unreachable for {now - self.down_since:.0f} s, more than "
+                    f"search.outage_s={self.limit_s:g} ({_first_line(exc)}); the study is saved: run the "
+                    "same command to resume once it is back")
+                raise self.gave_up from None
+
+    def _recovered(self) -> None:
+        with self._lock:
+            if self.down_since is not None:
+                self.down_since, self.last_ended = None, time.monotonic()
+
+    def recently(self, within_s: float) -> bool:
+        """An outage is in progress or ended less than ``within_s`` ago."""
+        now = time.monotonic()
+        return self.down_since is not None or (self.last_ended is not None and now - self.last_ended < within_s)
+
+
+def create(outage: Outage, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``outage.call`` for a call that creates a store's tables (MLflow's and Optuna's first
+    connection to a new database): two orchestrators whose creation an outage interrupted can
+    meet in it (a driver's own reconnect loop may finish one after the study lock was lost), and
+    the one that loses the race sees "already exists"; by then the tables are there, so it tries
+    again, a few times."""
+    for attempt in range(5):
+        try:
+            return outage.call(fn, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - only the creation race is retried
+            text = str(exc).lower()
+            if attempt == 4 or not ("already exists" in text or "uniqueviolation" in text or
+                                    "duplicate key" in text):
+                raise
+            time.sleep(1.0 + attempt)
+    raise AssertionError("unreachable")
+
+
+def _first_line(exc: BaseException) -> str:
+    from orchestrator.redact import scrub
+
+    text = str(exc).strip().splitlines()
+    return scrub(f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__)
+
+
+def retrying_storage(inner: Any, outage: Outage) -> Any:
+    """``inner`` (an Optuna ``BaseStorage`` with heartbeats) with every call guarded."""
+    from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
+    from optuna.storages import BaseStorage
+    from optuna.storages._heartbeat import BaseHeartbeat
+
+    def guarded(name: str) -> Callable[..., Any]:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return self.outage.call(getattr(self.inner, name), *args, **kwargs)
+        method.__name__ = name
+        return method
+
+    def set_trial_state_values(self: Any, trial_id: int, state: Any, values: Any = None) -> bool:
+        """A retried ``tell`` whose first try was committed after all is done, not a conflict."""
+        tries = [0]
+
+        def tell() -> bool:
+            tries[0] += 1
+            try:
+                return self.inner.set_trial_state_values(trial_id, state, values)
+            except UpdateFinishedTrialError:
+                if tries[0] > 1:
+                    done = self.inner.get_trial(trial_id)
+                    if done.state == state and (values is None or list(done.values or []) == list(values)):
+                        return True
+                raise
+        return self.outage.call(tell)
+
+    def create_new_study(self: Any, directions: Any, study_name: str | None = None) -> int:
+        tries = [0]
+
+        def create() -> int:
+            tries[0] += 1
+            try:
+                return self.inner.create_new_study(directions, study_name)
+            except DuplicatedStudyError:
+                if tries[0] > 1 and study_name is not None:
+                    return self.inner.get_study_id_from_name(study_name)
+                raise
+        return self.outage.call(create)
+
+    def getattr_(self: Any, name: str) -> Any:  # what Optuna's own classes reach for (_get_stale_trial_ids)
+        target = getattr(self.inner, name)
+        return (lambda *a, **k: self.outage.call(target, *a, **k)) if callable(target) else target
+
+    names = {n for base in (BaseStorage, BaseHeartbeat) for n in vars(base)
+             if (not n.startswith("_") or n in base.__abstractmethods__) and callable(getattr(base, n))}
+    namespace: dict[str, Any] = {n: guarded(n) for n in names}
+    namespace.update(set_trial_state_values=set_trial_state_values, create_new_study=create_new_study,
+                     __getattr__=getattr_, __doc__="Optuna's storage, each call through an Outage guard.")
+    storage = type("RetryingStorage", (BaseStorage, BaseHeartbeat), namespace)()
+    storage.inner, storage.outage = inner, outage
+    return storage
+
+
+class RetryingClient:
+    """``MlflowClient`` with every call through ``outage`` (see the module)."""
+
+    def __init__(self, client: Any, outage: Outage) -> None:
+        self._client, self._outage = client, outage
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._client, name)
+        if not callable(target):
+            return target
+        return lambda *a, **k: self._outage.call(target, *a, **k)
+
+
+def shorten_mlflow_retries() -> None:
+    """MLflow retries an HTTP request 7 times with a doubling backoff (minutes) before it gives up;
+    ours, bounded by ``search.outage_s``, should decide instead. Only where the user set nothing."""
+    for name, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+                        ("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")):
+        os.environ.setdefault(name, value)
+
+
+def mlflow_pool() -> None:
+    """MLflow's connections to a tracking database, bounded like the study's (``study.POOL``):
+    its writer thread and the loop's calls, at most 3. Only where the user set nothing."""
+    os.environ.setdefault("MLFLOW_SQLALCHEMYSTORE_POOL_SIZE", "2")
+    os.environ.setdefault("MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW", "1")
+
+
+def server_started_at(engine: Any) -> float | None:
+    """How many seconds ago the PostgreSQL server (re)started, by its own clock; None elsewhere."""
+    if engine is None or engine.dialect.name != "postgresql":
+        return None
+    import sqlalchemy
+
+    with engine.connect() as conn:
+        return float(conn.execute(sqlalchemy.text(
+            "SELECT EXTRACT(EPOCH FROM (now() - pg_postmaster_start_time()))")).scalar())
