@@ -3,7 +3,8 @@
 Every error names the file, the line, the field path, the rule and the value received, e.g.
 ``sweeps/x.yaml:12: space.batch_size[2]: batch sizes must be positive integers, got -8``.
 Nothing here touches the disk besides reading the spec. The pieces: ``specmodel`` (what a checked
-spec is), ``specrules`` (the rule of each section), this module (reading, overrides from flags,
+spec is), ``specrules`` (the rule of each section), ``specspace`` (the rules of the parameters:
+fixed values, space entries and their combinations), this module (reading, overrides from flags,
 and the rules that join the sections).
 """
 
@@ -16,13 +17,14 @@ from typing import Any
 from orchestrator import knobs
 from orchestrator.specmodel import (DEFAULT_STORAGE, DEFAULT_TRACKING_URI, Choice, Constraint,  # noqa: F401
                                     Dimension, Range, SearchSettings, SweepSpec, TrialSettings)
-from orchestrator.specrules import (Checker, check_combinations, check_devices, check_dimension,  # noqa: F401
-                                    check_objective, check_search, check_space_size, check_trial, check_url,
-                                    check_value, show)
+from orchestrator.specrules import (Checker, check_devices, check_objective, check_search,  # noqa: F401
+                                    check_trial, check_url, show)
+from orchestrator.specspace import check_combinations, check_dimension, check_space_size, check_value  # noqa: F401
 from orchestrator.yamlsource import load_yaml
 
-# The data model lives in ``specmodel`` and the rules in ``specrules``; the names other modules
-# use are re-exported here (above), so ``from orchestrator.spec import SweepSpec`` stays the way in.
+# The data model lives in ``specmodel`` and the rules in ``specrules`` and ``specspace``; the names
+# other modules use are re-exported here (above), so ``from orchestrator.spec import SweepSpec``
+# stays the way in.
 
 TOP_KEYS = ("name", "experiment", "device", "devices", "fixed", "space", "objective", "search", "trial",
             "storage", "tracking_uri")
