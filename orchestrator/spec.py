@@ -29,6 +29,8 @@ from orchestrator.yamlsource import load_yaml
 TOP_KEYS = ("name", "experiment", "device", "devices", "fixed", "space", "objective", "search", "trial",
             "storage", "tracking_uri")
 REQUIRED_TOP = ("name", "experiment")
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"
+EXPERIMENT_PATTERN = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
@@ -62,10 +64,10 @@ def check_spec(data: Any, path: Path, lines: dict[tuple, int],
         return {} if value is None else value
 
     name = top["name"]
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name):
+    if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
         raise c.fail(("name",), "the study name must be letters, digits, '_', '.' or '-'", name)
     experiment = top["experiment"]
-    if not isinstance(experiment, str) or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", experiment):
+    if not isinstance(experiment, str) or not re.fullmatch(EXPERIMENT_PATTERN, experiment):
         raise c.fail(("experiment",), "experiment must be a dotted Python module name such as experiments.bert", experiment)
 
     device = top.get("device", "auto")
