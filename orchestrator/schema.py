@@ -59,7 +59,11 @@ def one_line(doc: str) -> str:
 def field_docs() -> dict[tuple[str, str], str]:
     """(class, field) -> the docstring written under the field in ``specmodel``."""
     docs: dict[tuple[str, str], str] = {}
-    for cls in ast.parse(inspect.getsource(specmodel)).body:
+    try:
+        source = inspect.getsource(specmodel)
+    except OSError:  # installed without its sources: the schema, without descriptions
+        return docs
+    for cls in ast.parse(source).body:
         if not isinstance(cls, ast.ClassDef):
             continue
         for stmt, after in zip(cls.body, cls.body[1:]):
