@@ -20,9 +20,10 @@ USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--
        orchestrate report SPEC [--format text|json] [--out DIR] [--compare KNOB]
        orchestrate best SPEC [-o FILE]                              (the best configuration as YAML)
        orchestrate ui [--port N]                                    (the MLflow UI on 127.0.0.1)
-       orchestrate doctor [--check] [--device D] [--format text|json]   (is this machine set up? do the knobs work?)"""
+       orchestrate doctor [--check] [--device D] [--format text|json]   (is this machine set up? do the knobs work?)
+       orchestrate schema [--format json|markdown]                  (the spec's JSON Schema, or its reference page)"""
 SUBCOMMANDS = {"report": "orchestrator.report", "best": "orchestrator.report", "ui": "orchestrator.ui",
-               "doctor": "orchestrator.doctor"}
+               "doctor": "orchestrator.doctor", "schema": "orchestrator.schema"}
 
 
 def build_parser() -> argparse.ArgumentParser:

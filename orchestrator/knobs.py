@@ -26,56 +26,67 @@ def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+@dataclass(frozen=True, eq=False)
+class Rule:
+    """A knob's value rule: called with a value, ``None`` when it holds, else the rule it breaks.
+    ``schema`` is the same rule in JSON Schema, which ``orchestrator.schema`` publishes (a test
+    checks the two agree on a table of values)."""
+
+    holds: Callable[[Any], bool]
+    broken: str
+    schema: dict[str, Any]
+
+    def __call__(self, value: Any) -> str | None:
+        return None if self.holds(value) else self.broken
+
+
 @dataclass(frozen=True)
 class Knob:
     name: str
     kind: str                          # "int" | "float" | "bool" | "str" | "choice"
-    check: Callable[[Any], str | None]  # None when the value is fine, else the rule it breaks
+    check: Rule                        # None when the value is fine, else the rule it breaks
     devices: frozenset[str] = ALL      # the devices that read this knob
     env: str | None = None             # environment variable the launcher sets, if any
     doc: str = ""
 
 
-def _positive_int(what: str) -> Callable[[Any], str | None]:
-    return lambda v: None if is_int(v) and v > 0 else f"{what} must be positive integers"
+def _positive_int(what: str) -> Rule:
+    return Rule(lambda v: is_int(v) and v > 0, f"{what} must be positive integers",
+                {"type": "integer", "minimum": 1})
 
 
-def _nonneg_int(what: str) -> Callable[[Any], str | None]:
-    return lambda v: None if is_int(v) and v >= 0 else f"{what} must be integers >= 0"
+def _nonneg_int(what: str) -> Rule:
+    return Rule(lambda v: is_int(v) and v >= 0, f"{what} must be integers >= 0",
+                {"type": "integer", "minimum": 0})
 
 
-def _one_of(options: tuple[str, ...], what: str) -> Callable[[Any], str | None]:
-    return lambda v: None if v in options else f"{what} must be one of {', '.join(options)}"
+def _one_of(options: tuple[str, ...], what: str) -> Rule:
+    return Rule(lambda v: isinstance(v, str) and v in options, f"{what} must be one of {', '.join(options)}",
+                {"enum": list(options)})
 
 
-def _bool(what: str) -> Callable[[Any], str | None]:
-    return lambda v: None if isinstance(v, bool) else f"{what} must be true or false"
+def _bool(what: str) -> Rule:
+    return Rule(lambda v: isinstance(v, bool), f"{what} must be true or false", {"type": "boolean"})
 
 
-def _ratio(v: Any) -> str | None:
-    if is_number(v) and 0.0 <= v <= 2.0:
-        return None
-    return "watermark ratios must be numbers from 0.0 to 2.0 (0.0 disables the cap)"
+_RATIO = Rule(lambda v: is_number(v) and 0.0 <= v <= 2.0,
+              "watermark ratios must be numbers from 0.0 to 2.0 (0.0 disables the cap)",
+              {"type": "number", "minimum": 0, "maximum": 2})
+
+_FRACTION = Rule(lambda v: is_number(v) and 0.0 < v <= 2.0,
+                 "memory_fraction must be a number in (0, 2]: at most 1.0 on CUDA, "
+                 "up to 2.0 on MPS (relative to the recommended working set)",
+                 {"type": "number", "exclusiveMinimum": 0, "maximum": 2})
 
 
-def _fraction(v: Any) -> str | None:
-    if is_number(v) and 0.0 < v <= 2.0:
-        return None
-    return ("memory_fraction must be a number in (0, 2]: at most 1.0 on CUDA, "
-            "up to 2.0 on MPS (relative to the recommended working set)")
+def _positive_number(what: str) -> Rule:
+    return Rule(lambda v: is_number(v) and v > 0, f"{what} must be a positive number",
+                {"type": "number", "exclusiveMinimum": 0})
 
 
-def _positive_number(what: str) -> Callable[[Any], str | None]:
-    return lambda v: None if is_number(v) and v > 0 else f"{what} must be a positive number"
-
-
-def _alloc_conf(v: Any) -> str | None:
-    if not isinstance(v, str) or not v.strip():
-        return "cuda_alloc_conf must be a non-empty string such as 'expandable_segments:True'"
-    for part in v.split(","):
-        if ":" not in part:
-            return "cuda_alloc_conf must be comma-separated key:value pairs"
-    return None
+_ALLOC_CONF = Rule(lambda v: isinstance(v, str) and all(":" in part for part in v.split(",")),
+                   "cuda_alloc_conf must be comma-separated key:value pairs such as 'expandable_segments:True'",
+                   {"type": "string", "pattern": "^[^,]*:[^,]*(,[^,]*:[^,]*)*$"})
 
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
@@ -100,17 +111,17 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          doc="adamw picks fused where the device supports it, else foreach"),
     Knob("lr", "float", _positive_number("lr"), doc="learning rate"),
     Knob("seed", "int", _nonneg_int("seed"), doc="seed for the model and the synthetic data"),
-    Knob("mps_high_watermark_ratio", "float", _ratio, frozenset({"mps"}),
+    Knob("mps_high_watermark_ratio", "float", _RATIO, frozenset({"mps"}),
          env="PYTORCH_MPS_HIGH_WATERMARK_RATIO",
          doc="hard cap = ratio x recommended working set; 0.0 = no cap"),
-    Knob("mps_low_watermark_ratio", "float", _ratio, frozenset({"mps"}),
+    Knob("mps_low_watermark_ratio", "float", _RATIO, frozenset({"mps"}),
          env="PYTORCH_MPS_LOW_WATERMARK_RATIO",
          doc="soft limit where the allocator starts reclaiming; must not exceed the high ratio"),
     Knob("mps_fallback", "bool", _bool("mps_fallback"), frozenset({"mps"}),
          env="PYTORCH_ENABLE_MPS_FALLBACK", doc="run ops MPS lacks on the CPU"),
-    Knob("memory_fraction", "float", _fraction, frozenset({"mps", "cuda"}),
+    Knob("memory_fraction", "float", _FRACTION, frozenset({"mps", "cuda"}),
          doc="per-process memory cap (torch.{cuda,mps}.set_per_process_memory_fraction)"),
-    Knob("cuda_alloc_conf", "str", _alloc_conf, frozenset({"cuda"}), env="PYTORCH_CUDA_ALLOC_CONF",
+    Knob("cuda_alloc_conf", "str", _ALLOC_CONF, frozenset({"cuda"}), env="PYTORCH_CUDA_ALLOC_CONF",
          doc="CUDA caching-allocator settings"),
     Knob("cpu_memory_limit_gib", "float", _positive_number("cpu_memory_limit_gib"),
          frozenset({"cpu"}), doc="RLIMIT_DATA for the trial process: a real CPU out-of-memory"),

@@ -7,7 +7,7 @@ TOKENS_PER_S = "tokens_per_s"
 STEP_TIME_MS_P50 = "step_time_ms_p50"
 STEP_TIME_MS_P90 = "step_time_ms_p90"
 THROUGHPUT_CV = "throughput_cv"            # coefficient of variation over sub-windows (0.02 = 2 %)
-PEAK_MEMORY_GIB = "peak_memory_gib"        # the headline peak; meaning per backend in the README
+PEAK_MEMORY_GIB = "peak_memory_gib"        # the headline peak; meaning per backend in docs/measurement.md
 PEAK_ALLOCATED_GIB = "peak_allocated_gib"  # CUDA/MPS: peak bytes held by live tensors
 PEAK_RESERVED_GIB = "peak_reserved_gib"    # CUDA/MPS: peak bytes the caching allocator held
 PEAK_DRIVER_GIB = "peak_driver_gib"        # MPS: max driver_allocated_memory sampled per step

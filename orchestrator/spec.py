@@ -3,7 +3,8 @@
 Every error names the file, the line, the field path, the rule and the value received, e.g.
 ``sweeps/x.yaml:12: space.batch_size[2]: batch sizes must be positive integers, got -8``.
 Nothing here touches the disk besides reading the spec. The pieces: ``specmodel`` (what a checked
-spec is), ``specrules`` (the rule of each section), this module (reading, overrides from flags,
+spec is), ``specrules`` (the rule of each section), ``specspace`` (the rules of the parameters:
+fixed values, space entries and their combinations), this module (reading, overrides from flags,
 and the rules that join the sections).
 """
 
@@ -16,17 +17,20 @@ from typing import Any
 from orchestrator import knobs
 from orchestrator.specmodel import (DEFAULT_STORAGE, DEFAULT_TRACKING_URI, Choice, Constraint,  # noqa: F401
                                     Dimension, Range, SearchSettings, SweepSpec, TrialSettings)
-from orchestrator.specrules import (Checker, check_combinations, check_devices, check_dimension,  # noqa: F401
-                                    check_objective, check_search, check_space_size, check_trial, check_url,
-                                    check_value, show)
+from orchestrator.specrules import (Checker, check_devices, check_objective, check_search,  # noqa: F401
+                                    check_trial, check_url, show)
+from orchestrator.specspace import check_combinations, check_dimension, check_space_size, check_value  # noqa: F401
 from orchestrator.yamlsource import load_yaml
 
-# The data model lives in ``specmodel`` and the rules in ``specrules``; the names other modules
-# use are re-exported here (above), so ``from orchestrator.spec import SweepSpec`` stays the way in.
+# The data model lives in ``specmodel`` and the rules in ``specrules`` and ``specspace``; the names
+# other modules use are re-exported here (above), so ``from orchestrator.spec import SweepSpec``
+# stays the way in.
 
 TOP_KEYS = ("name", "experiment", "device", "devices", "fixed", "space", "objective", "search", "trial",
             "storage", "tracking_uri")
 REQUIRED_TOP = ("name", "experiment")
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"
+EXPERIMENT_PATTERN = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
@@ -60,10 +64,10 @@ def check_spec(data: Any, path: Path, lines: dict[tuple, int],
         return {} if value is None else value
 
     name = top["name"]
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name):
+    if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
         raise c.fail(("name",), "the study name must be letters, digits, '_', '.' or '-'", name)
     experiment = top["experiment"]
-    if not isinstance(experiment, str) or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", experiment):
+    if not isinstance(experiment, str) or not re.fullmatch(EXPERIMENT_PATTERN, experiment):
         raise c.fail(("experiment",), "experiment must be a dotted Python module name such as experiments.bert", experiment)
 
     device = top.get("device", "auto")

@@ -1,11 +1,17 @@
 """What a checked sweep spec is: frozen dataclasses, built only by ``orchestrator.spec`` after every
-rule in ``orchestrator.specrules`` has passed. Nothing here reads a file."""
+rule in ``orchestrator.specrules`` has passed. Nothing here reads a file.
+
+This is also where the spec is documented: ``orchestrator.schema`` reads each YAML-facing field's
+type (a ``Literal`` is a set of words, ``Bound`` a numeric limit), default and the docstring under
+it, and writes the JSON Schema and the reference page from them. A new field needs its check in
+``specrules``, a docstring here, and ``orchestrate schema`` run again (the command is in the
+failing test's message)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from orchestrator.dominance import DEFAULT_ORDER
 from orchestrator.errors import SpecError
@@ -24,6 +30,23 @@ MAX_CONFIGURATIONS = 100_000
 """The most configurations a finite space (lists and stepped ranges) may hold, and the most values a
 range may list: more is a mistake (a grid over it would not end, and listing it would take more
 memory than any sweep), refused when the spec is loaded."""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A numeric field's limits, as its type says them (``Annotated[int, Bound(minimum=1)]``):
+    ``minimum`` and ``maximum`` inclusive, ``above`` exclusive. ``specrules`` enforces them (with
+    its own wording) and ``orchestrator.schema`` publishes them; a test holds the two together."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+    above: float | None = None
+
+
+PositiveInt = Annotated[int, Bound(minimum=1)]
+NonNegativeInt = Annotated[int, Bound(minimum=0)]
+PositiveFloat = Annotated[float, Bound(above=0)]
+NonNegativeFloat = Annotated[float, Bound(minimum=0)]
 
 
 @dataclass(frozen=True)
@@ -80,34 +103,42 @@ class Objective:
 @dataclass(frozen=True)
 class SearchSettings:
     sampler: Sampler = "auto"
-    """``auto``: the ordered model search (``planner``) for a finite space with one objective, TPE
-    otherwise; ``grid``: every configuration in order; ``random``, ``tpe``, ``nsga2``: Optuna's."""
-    n_trials: int | None = None
-    """The budget: at most this many trials with a result in the study, across resumes; None =
+    """How configurations are proposed: ``auto`` (the ordered model search, ``planner``, for a
+    finite space with one objective; TPE otherwise), ``grid`` (every configuration, in the order
+    the space lists them), ``random``, ``tpe`` (Optuna's TPE, seeded) or ``nsga2``
+    (multi-objective)."""
+    n_trials: PositiveInt | None = None
+    """The budget: at most this many trials with a result in the study, across resumes; absent =
     every configuration."""
-    seed: int | None = None
-    max_failures: int = 10
+    seed: NonNegativeInt | None = None
+    """Seed of the sampler and of the tie-breaks between equally near configurations."""
+    max_failures: NonNegativeInt = 10
     """Failures other than out-of-memory tolerated in one invocation before it stops (exit 3)."""
-    timeout_min: float | None = None
-    patience: int | None = None
+    timeout_min: PositiveFloat | None = None
+    """Wall-clock budget of one invocation, in minutes: no new trial starts after it."""
+    patience: PositiveInt | None = None
+    """Stop after this many finished trials without a better feasible result (one objective
+    metric only)."""
     skip_predicted_oom: bool = True
     """Skip (record as ``skipped``) configurations that need at least as much memory as one that
     ran out of memory, by ``memory_order``."""
     allow_swap: bool = False
     """A trial that swapped during its timed window is recorded ``swapped`` (infeasible, a memory
     boundary) unless this is true."""
-    grace_period_s: float = 60.0
+    grace_period_s: Annotated[float, Bound(minimum=2)] = 60.0
     """With a server database shared by several orchestrators: a running trial whose orchestrator
     has not sent a heartbeat for this long is failed and its configuration run again."""
     memory_order: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_ORDER))
-    """Parameter -> how memory grows with it; merged over ``dominance.DEFAULT_ORDER``."""
+    """Parameter -> how memory grows with it: ``increasing``, ``decreasing``, ``neutral``, or a
+    mapping of value to rank (higher = more memory); merged over ``dominance.DEFAULT_ORDER``."""
     stop: Stop = "auto"
     """``auto``: with the ``auto`` sampler, end the sweep once no configuration left is likely to
     beat the best measured by more than ``band``; ``budget``: run until ``n_trials`` (or the space)
     is used up."""
-    band: float = 0.02
-    """How close to the best counts as found, for ``stop: auto`` (a fraction: 0.02 = 2%)."""
-    outage_s: float = 300.0
+    band: Annotated[float, Bound(above=0, maximum=0.5)] = 0.02
+    """How close to the best counts as found, for ``stop: auto``: a fraction of the best (0.02 =
+    within 2%)."""
+    outage_s: PositiveFloat = 300.0
     """How long a server database or tracking server may stay unreachable (a restart, a failover)
     before the orchestrator gives up with exit code 75; meanwhile every call is retried and the
     trials run on."""
@@ -115,13 +146,16 @@ class SearchSettings:
 
 @dataclass(frozen=True)
 class TrialSettings:
-    warmup_steps: int = 3
-    measure_steps: int = 10
-    min_measure_s: float = 1.0
+    warmup_steps: PositiveInt = 3
+    """Optimizer steps run before the timed window, not measured."""
+    measure_steps: PositiveInt = 10
+    """Optimizer steps the timed window holds at least."""
+    min_measure_s: NonNegativeFloat = 1.0
     """The timed window also lasts at least this long (more steps are run if needed)."""
-    timeout_s: float = 900.0
-    """Per process: with repeats, each repeat has this long."""
-    repeats: int = 1
+    timeout_s: PositiveFloat = 900.0
+    """The trial's process group is killed after this long (imports not counted). Per process:
+    with repeats, each repeat has this long."""
+    repeats: Annotated[int, Bound(minimum=1, maximum=MAX_TRIAL_REPEATS)] = 1
     """Processes per configuration; the recorded metrics are their median (memory: the largest)."""
 
 
@@ -129,17 +163,34 @@ class TrialSettings:
 class SweepSpec:
     path: Path
     name: str
+    """The Optuna study's name and the MLflow experiment's: letters, digits, ``_``, ``.`` or ``-``,
+    at most 100."""
     experiment: str
+    """The Python module that builds the workload, e.g. ``experiments.bert`` (imported in a
+    subprocess when the spec is checked)."""
     device: str
+    """Where trials run: ``auto`` = mps if available, else cuda, else cpu. Sweep it instead with
+    ``space: {device: [mps, cpu]}``."""
     fixed: dict[str, Any]
+    """Parameters passed unchanged to every trial: harness knobs and the experiment's own."""
     space: dict[str, Dimension]
+    """Swept parameters: each a list of choices or a range ``{low, high, step, log}``."""
     objective: Objective
+    """What a trial is judged by: one metric and its direction, or several (a Pareto front), and
+    optional constraints."""
     search: SearchSettings
+    """How the study proposes configurations and when it stops."""
     trial: TrialSettings
+    """How each configuration is measured."""
     storage: str
+    """Optuna storage URL (SQLAlchemy); ``postgresql+psycopg2://...`` lets several orchestrators
+    share one study."""
     tracking_uri: str
+    """MLflow tracking URI: a database URL, or ``http(s)://`` for a tracking server."""
     devices: tuple[str, ...] | None = None
-    """Device slots, one trial in flight on each (``orchestrator.slots``); None = one slot."""
+    """Device slots, one trial in flight on each (``orchestrator.slots``): ``auto`` (every visible
+    GPU), or a list or comma-separated text of ``cuda:N``, ``cuda``, ``mps``, ``cpu`` or ``cpu:A-B``
+    (a trial pinned to cores A to B); absent = one slot on ``device``."""
     lines: dict[tuple, int] = field(default_factory=dict, compare=False, repr=False)
 
     def line_of(self, *path: Any) -> int | None:

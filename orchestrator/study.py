@@ -128,7 +128,7 @@ def _held(fd: int, name: str, lock_path: Path) -> StudyError:
     return StudyError(f"study {name!r} is being run by another orchestrate (pid {holder}); "
                       f"lock {lock_path}. SQLite serves one orchestrator per study: wait for it, or "
                       "run several at once on a PostgreSQL study (--storage postgresql://...; "
-                      "see the README, 'Several GPUs and hosts')")
+                      "see docs/scale.md)")
 
 
 def make_sampler(spec: SweepSpec, n_existing: int, worker: int = 0):

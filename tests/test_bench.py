@@ -1,4 +1,4 @@
-"""The benchmark scripts still run and print what the README quotes (few seeds: a smoke test,
+"""The benchmark scripts still run and print what docs/benchmarks.md quotes (few seeds: a smoke test,
 not the figures, which come from the full runs)."""
 
 from __future__ import annotations

@@ -26,3 +26,14 @@ def test_help_and_dry_run_do_not_import_torch() -> None:
     assert out.stdout.strip().endswith("NO-TORCH NO-MLFLOW"), out.stdout
     helped = subprocess.run([ORCHESTRATE, "--help"], capture_output=True, text=True)
     assert helped.returncode == 0 and "Exit codes" in helped.stdout
+
+
+def test_schema_does_not_import_torch_or_mlflow() -> None:
+    """``orchestrate schema`` answers from the spec's model alone, for an editor or CI that has no
+    torch installed."""
+    code = ("import sys, io, contextlib; from orchestrator import cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            "    rc = cli.main(['schema']) + cli.main(['schema', '--format', 'markdown'])\n"
+            "print(rc, len(out.getvalue()) > 1000, sorted(m for m in ('torch', 'mlflow', 'optuna') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "0 True []", out.stdout + out.stderr

@@ -31,7 +31,7 @@ def probe(module_name: str, device: str, fixed: dict) -> dict:
     build = getattr(module, "build", None)
     if not callable(build):
         return {"ok": False, "error": f"{module_name} does not follow the experiment contract: it has no "
-                                      "build(params, device) function (see README, 'Your own experiment')"}
+                                      "build(params, device) function (see docs/experiment.md)"}
     params = getattr(module, "PARAMS", None)
     if params is not None and not isinstance(params, dict):
         return {"ok": False, "error": f"{module_name}.PARAMS must be a dict of parameter names to defaults"}

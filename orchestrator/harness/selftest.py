@@ -1,6 +1,6 @@
 """The workload ``orchestrate doctor --check`` runs: each step needs one known allocation.
 
-An experiment under the usual contract (README, "Your own experiment"). Its batch is one float32
+An experiment under the usual contract (docs/experiment.md). Its batch is one float32
 tensor of ``batch_size`` x ``width`` (so ``batch_size`` = 65,536 at width 1,024 is exactly 256 MiB)
 through an elementwise model, ``x * w + b``: cheap to compute on any device, and the step needs the
 batch plus about three more tensors of its size (output, its square, the gradient). A memory cap
