@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import metrics as M
-from orchestrator.sweep import is_feasible
+from orchestrator.records import is_feasible
 
 MAX_LINES = 8
 LINE_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]

@@ -21,9 +21,9 @@ from orchestrator.compare import compare_knob, comparison, comparison_lines, dev
 from orchestrator.errors import OrchestratorError, StudyError, UsageParser, print_error, silence_stdout
 from orchestrator.harness import swap
 from orchestrator.outcome import RESULT_STATUSES
+from orchestrator.records import best_trials, rank, results_of
 from orchestrator.spec import SweepSpec, load_spec
 from orchestrator.summary import best_table, fmt_num, fmt_params
-from orchestrator.sweep import best_trials, rank, results_of
 from orchestrator.tracking import absolute_uri
 
 COUNTED = RESULT_STATUSES  # ok, oom, swapped, skipped, timeout, crashed, diverged

@@ -69,7 +69,7 @@ def text_report(project: Path) -> Any:
 
 
 def results(project: Path, name: str = "tiny_report") -> list[Any]:
-    from orchestrator.sweep import result_trials
+    from orchestrator.records import result_trials
 
     return result_trials(load_study(project, name))
 
@@ -246,7 +246,7 @@ def test_half_finished_then_multi_objective_study(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     from orchestrator.spec import load_spec
-    from orchestrator.sweep import best_trials
+    from orchestrator.records import best_trials
 
     front = best_trials(load_study(tmp_path, "tiny_pareto"), load_spec(spec))
     assert [r["number"] for r in doc["pareto"]] == [t.number for t in front] and front
