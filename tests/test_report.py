@@ -134,7 +134,7 @@ def test_plots_are_readable_pngs(project: Path, text_report: Any) -> None:
 
 @pytest.mark.slow
 def test_the_data_behind_each_plot_is_the_study(project: Path) -> None:
-    from orchestrator.plots import choose_layout, history_series, memory_series, oom_grid, throughput_series
+    from orchestrator.plotdata import choose_layout, history_series, memory_series, oom_grid, throughput_series
 
     trials = results(project)
     by_config = {(t.params["batch_size"], t.params["dtype"]): t for t in trials}
@@ -286,7 +286,7 @@ def fake(number: int, batch: int, dtype: str, status: str, sps: float | None = N
     (["ok", "swapped"], "1/2 OOM"),
 ])
 def test_boundary_map_cell_notes(statuses: list[str], note: str) -> None:
-    from orchestrator.plots import oom_grid, throughput_series
+    from orchestrator.plotdata import oom_grid, throughput_series
 
     cell = [fake(i, 512, "float32", s, 100.0 + i if s == "ok" else None) for i, s in enumerate(statuses)]
     trials = [fake(10, 8, "float32", "ok", 50.0), fake(11, 8, "bfloat16", "ok", 60.0)] + cell
