@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import StudyError
-from orchestrator.redact import MASK, secrets_in, shown
+from orchestrator.redact import first_line, shown
 
 SCHEMAS = ("v3.2.0.a",)
 """Optuna's alembic revisions whose tables this module reads (Optuna 5.0's)."""
@@ -122,7 +122,7 @@ def _read_sqlite(path: Path, name: str) -> StoredStudy | None:
         return StoredStudy(name, _directions(con, study_id), _attrs(con, "study_user_attributes", "study", study_id),
                            _trials(con, study_id))
     except sqlite3.Error as exc:
-        raise StudyError(f"storage {shown(url)}: {_first_line(exc, url)}") from None
+        raise StudyError(f"storage {shown(url)}: {first_line(exc, url)}") from None
     finally:
         con.close()
 
@@ -150,7 +150,7 @@ def _connect(path: Path, url: str) -> sqlite3.Connection | None:
     try:
         con = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=10, isolation_level=None)
     except sqlite3.Error as exc:
-        raise StudyError(f"storage {shown(url)}: {_first_line(exc, url)}") from None
+        raise StudyError(f"storage {shown(url)}: {first_line(exc, url)}") from None
     return con
 
 
@@ -160,7 +160,7 @@ def _study_id(con: sqlite3.Connection, name: str, url: str) -> int | None:
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:  # not a database at all
-        raise StudyError(f"storage {shown(url)}: {_first_line(exc, url)}") from None
+        raise StudyError(f"storage {shown(url)}: {first_line(exc, url)}") from None
     if "studies" not in tables:
         return None
     revision = None
@@ -258,12 +258,5 @@ def _read_through_optuna(url: str, name: str) -> StoredStudy | None:
     except KeyError:
         return None
     except Exception as exc:  # noqa: BLE001 - a driver or schema error: one line, not a traceback
-        raise StudyError(f"storage {shown(url)}: {_first_line(exc, url)}") from None
+        raise StudyError(f"storage {shown(url)}: {first_line(exc, url)}") from None
 
-
-def _first_line(exc: BaseException, url: str) -> str:
-    """An error's first line, with any secret of ``url`` in it masked (a driver may quote the URL)."""
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    for secret in secrets_in(url):
-        text = text.replace(secret, MASK)
-    return text
