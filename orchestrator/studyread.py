@@ -9,7 +9,8 @@ MySQL), is read through ``optuna.load_study`` as before. Either way the caller g
 whose trials read as Optuna's ``FrozenTrial`` does for the fields the orchestrator uses
 (``number``, ``state.name``, ``state.is_finished()``, ``params``, ``values``, ``user_attrs``,
 ``system_attrs``, ``constraints``, ``datetime_start``, ``datetime_complete``); compare states by
-``state.name``, not with Optuna's enum.
+``state.name``, not with Optuna's enum. The study itself is read once, into a ``StoredStudy``
+(``name``, ``directions``, ``user_attrs``, ``trials``).
 
 How Optuna stores a trial, and so how it is read back here (optuna/storages/_rdb/storage.py,
 ``_build_frozen_trial_from_trial_model``): a parameter's ``param_value`` is its internal float,
@@ -17,8 +18,8 @@ made external by its ``distribution_json`` (an int distribution: ``int(value)``;
 one: the index into its ``choices``); an objective value is ``trial_values.value`` unless its
 ``value_type`` is ``INF_POS``/``INF_NEG``; attributes are JSON in ``value_json``; a constraint is
 the system attribute ``constraints:NAME`` that ``Trial.set_constraint(NAME, value)`` writes (older
-Optuna: one list under ``constraints``). Nothing is created: a file or study that is not there is
-``None``, never an empty study.
+Optuna: one list under ``constraints``). A file or study that is not there is ``None``, never an
+empty study.
 """
 
 from __future__ import annotations
@@ -96,8 +97,9 @@ class StoredStudy:
 
 def read_study(url: str, name: str) -> StoredStudy | None:
     """Study ``name`` in storage ``url`` (absolute or relative ``sqlite:///``), or None when there
-    is none; creates nothing. A storage that cannot be read is a ``StudyError`` that names the URL
-    without its password."""
+    is none. An SQLite file is only read (a missing file or table stays missing); through Optuna,
+    its storage creates its tables in an empty database, as ``optuna.load_study`` does. A storage
+    that cannot be read is a ``StudyError`` that names the URL without its password."""
     path = _sqlite_path(url)
     if path is not None:
         try:
