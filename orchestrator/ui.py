@@ -3,10 +3,10 @@
 ``orchestrate ui`` runs ``mlflow ui`` bound to 127.0.0.1 as a child process, prints the URL,
 forwards Ctrl-C/SIGTERM and returns the child's exit code. The child gets the run store's URI in
 ``MLFLOW_BACKEND_STORE_URI``, not on its command line (which any user of the machine can read),
-and none of the orchestrator's other credentials; every URI printed has its password masked. The store is never created here: no
-runs yet is a one-line error. Before the server starts, each experiment with trial runs gets a
-saved view (trials flat, best first, status + swept parameters + headline metrics as columns),
-and the printed URL opens it. ``ParentRun`` is how ``orchestrate report`` finds the study's parent
+and none of the orchestrator's other credentials; every URI printed has its password masked.
+The store is never created here: no runs yet is a one-line error. Before the server starts, each
+experiment with trial runs gets a saved view (trials flat, best first, status + swept parameters
++ headline metrics as columns), and the printed URL opens it. ``ParentRun`` is how ``orchestrate report`` finds the study's parent
 run to log its plots and extend its description.
 """
 
