@@ -17,7 +17,7 @@ from orchestrator.spec import load_spec
 
 USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--n-trials N] [--stop auto|budget]
                         [--device D] [--devices LIST] [--retry STATUSES] [--no-check] [--export FILE]
-       orchestrate report SPEC [--format text|json] [--out DIR] [--compare KNOB]
+       orchestrate report SPEC [--format text|json] [--plots] [--out DIR] [--compare KNOB]
        orchestrate best SPEC [-o FILE]                              (the best configuration as YAML)
        orchestrate ui [--port N]                                    (the MLflow UI on 127.0.0.1)
        orchestrate doctor [--check] [--device D] [--format text|json]   (is this machine set up? do the knobs work?)

@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestrator import metrics as M
 from orchestrator.errors import OrchestratorError
-from orchestrator.plots import _pick, status
+from orchestrator.plotdata import pick, status
 from orchestrator.spec import SweepSpec
 
 
@@ -39,7 +39,7 @@ def comparison(trials: list[Any], knob: str = "device", reference: Any = None) -
     """Throughput by value of ``knob`` (the device, say) per configuration of the other parameters.
 
     Trials are grouped by the parameters every trial has, besides ``knob`` (a knob only one device
-    reads, such as an MPS watermark, is folded: the cell is its fastest trial, ``plots._pick``).
+    reads, such as an MPS watermark, is folded: the cell is its fastest trial, ``plotdata.pick``).
     Each row: ``params`` and, per value, ``{"trial", "status", "samples_per_s", "speedup"}``, where
     the speedup is over ``reference`` (default: ``cpu`` when it is one of the values, else the first
     value seen) and is None unless both ran ``ok``. ``summary`` per other value: the configurations
@@ -65,7 +65,7 @@ def comparison(trials: list[Any], knob: str = "device", reference: Any = None) -
             if v not in by_value:
                 row["cells"][v] = None
                 continue
-            best = _pick(by_value[v])
+            best = pick(by_value[v])
             sps = best.user_attrs.get("metrics", {}).get(M.SAMPLES_PER_S) if status(best) == "ok" else None
             row["cells"][v] = {"trial": best.number, "status": status(best), "samples_per_s": sps, "speedup": None}
         base = row["cells"][ref]

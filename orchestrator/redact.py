@@ -98,6 +98,15 @@ def has_secret(url: str) -> bool:
     return bool(secrets_in(url))
 
 
+def first_line(exc: BaseException, url: str) -> str:
+    """An error's first line for a one-line message about ``url``, with ``url``'s secrets in it
+    masked (a driver or library may quote the URL it was given)."""
+    text = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+    for secret in secrets_in(url):
+        text = text.replace(secret, MASK)
+    return text
+
+
 def environment_secrets(environ: dict[str, str] | None = None) -> list[str]:
     """Secrets held by this process's environment: the credential variables' values, and the
     secret parts of URLs in the URL variables."""

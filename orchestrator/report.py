@@ -1,45 +1,46 @@
 """``orchestrate report`` and ``orchestrate best``: read a study (finished or not) and show it.
 
-The study is only read: nothing is created where it does not exist. MLflow is opened only to log
-the plots on the study's parent run. torch is never imported.
+The study is only read (``studyread``: for SQLite, its tables directly, without Optuna); nothing
+is created where it does not exist. ``reportdoc`` says what the report holds. Plots are drawn only
+when asked for (``--plots`` or ``--out``): then matplotlib draws them and MLflow, opened only for
+this, logs them on the study's parent run. torch is never imported, and no device is probed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
-import shlex
-import sqlite3
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from orchestrator import metrics as M
-from orchestrator.compare import compare_knob, comparison, comparison_lines, device_advice, reference_for
+from orchestrator.compare import compare_knob, comparison, device_advice, reference_for
 from orchestrator.errors import OrchestratorError, StudyError, UsageParser, print_error, silence_stdout
-from orchestrator.harness import swap
-from orchestrator.outcome import RESULT_STATUSES
+from orchestrator.records import rank, results_of
+from orchestrator.redact import shown
+from orchestrator.reportdoc import (best_lines, build_report, device_of, paste_command, pick_best, provenance,
+                                    render_text, result_file, top_markdown)
 from orchestrator.spec import SweepSpec, load_spec
-from orchestrator.summary import best_table, fmt_num, fmt_params
-from orchestrator.records import best_trials, rank, results_of
+from orchestrator.studyread import StoredStudy, read_study
+from orchestrator.summary import fmt_num
 from orchestrator.tracking import absolute_uri
-
-COUNTED = RESULT_STATUSES  # ok, oom, swapped, skipped, timeout, crashed, diverged
-TOP_MARK = "\n\n#### Top configurations"  # the part of the parent run's description a report rewrites
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
     p = UsageParser(prog=f"orchestrate {command}", description=(
-        "Show a study's trials, counts, best configuration and plots (works while it runs)."
+        "Show a study's trials, counts and best configuration (works while it runs); --plots also "
+        "draws the plots and logs them on the study's MLflow parent run."
         if command == "report" else "Write the best feasible configuration as flat YAML."))
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
     p.add_argument("--storage", help="Optuna storage URL (default: the spec's)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
     if command == "report":
         p.add_argument("--format", choices=("text", "json"), default="text")
-        p.add_argument("--out", type=Path, help="folder for the plots (default: mlruns/reports/NAME/)")
+        p.add_argument("--plots", action="store_true", help="also draw the plots (PNG) and log them, with the "
+                       "best configurations, on the study's MLflow parent run (imports matplotlib and MLflow: seconds)")
+        p.add_argument("--out", type=Path, help="folder for the plots (implies --plots; default: "
+                       "mlruns/reports/NAME/)")
         p.add_argument("--compare", metavar="KNOB", help="compare throughput across the values of this swept "
                        "parameter, per configuration of the others (default: device, when it is swept)")
     else:
@@ -51,8 +52,11 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     args = _parser(command).parse_args(rest)
     try:
-        spec = load_spec(args.spec, {"--storage": (("storage",), args.storage),
-                                     "--tracking-uri": (("tracking_uri",), args.tracking_uri)})
+        from orchestrator.stores import guard, overrides
+
+        stores, origins = overrides(args.storage, args.tracking_uri)
+        spec = load_spec(args.spec, stores)
+        guard(spec, origins)
         study = open_study(spec)
         if command == "best":
             text, summary = best_yaml(spec, study)
@@ -62,7 +66,7 @@ def main(argv: list[str]) -> int:
             else:
                 print(export_best(spec, study, args.output))
             return 0
-        return report(spec, study, args.format, args.out, args.compare)
+        return report(spec, study, args.format, args.out, args.compare, plots=args.plots or args.out is not None)
     except OrchestratorError as exc:
         return print_error(exc)
     except BrokenPipeError:  # `orchestrate report SPEC | head`: the reader left early; not an error
@@ -70,356 +74,103 @@ def main(argv: list[str]) -> int:
         return 0
 
 
-def open_study(spec: SweepSpec) -> Any:
-    """Load the spec's study without creating a database or a study."""
-    import optuna
-
-    from orchestrator.study import sqlite_path
-
+def open_study(spec: SweepSpec) -> StoredStudy:
+    """The spec's study, read once; a one-line error where there is none (nothing is created)."""
     url = absolute_uri(spec.storage)
-    missing = StudyError(f"no study {spec.name!r} in {url}; run `{shlex.join(['orchestrate', str(spec.path)])}` first")
-    path = sqlite_path(url)
-    if path is not None and not _has_study(path, spec.name):  # Optuna would create the file, or its tables
-        raise missing
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        return optuna.load_study(study_name=spec.name, storage=url)
-    except KeyError:
-        raise missing from None
-    except Exception as exc:  # noqa: BLE001 - a driver or schema error: one line, not a traceback
-        raise StudyError(f"storage {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    study = read_study(url, spec.name)
+    if study is None:
+        raise StudyError(f"no study {spec.name!r} in {shown(url)}; run `{paste_command(spec)}` first")
+    return study
 
 
-def _has_study(path: Path, name: str) -> bool:
-    if not path.is_file():
-        return False
-    try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-        try:
-            return con.execute("SELECT 1 FROM studies WHERE study_name = ?", (name,)).fetchone() is not None
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return False
+# -- the report -----------------------------------------------------------------------------------
 
-
-# -- what the report says -------------------------------------------------------------------------
-
-def trial_row(t: Any) -> dict[str, Any]:
-    attrs = t.user_attrs
-    return {"number": t.number, "state": t.state.name,
-            "status": attrs.get("status", t.state.name.lower()), "params": dict(t.params),
-            "values": list(t.values) if t.values else None, "metrics": attrs.get("metrics", {}),
-            "duration_s": attrs.get(M.DURATION_S), "detail": attrs.get("detail"),
-            "repeat_of": attrs.get("repeat_of"), "mlflow_run_id": attrs.get("mlflow_run_id"),
-            "processes": attrs.get("processes", 1), "neighbour_of": attrs.get("neighbour_of"),
-            "retry_of": attrs.get("retry_of"), "retry_reason": attrs.get("retry_reason"),
-            "mps_fallback_ops": _fallback_ops(t)}
-
-
-def link_retries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A configuration's history: each row a later trial ran again (user attribute ``retry_of``
-    on that trial, ``retry_reason`` the earlier status) gets ``retried_as``, that trial's number."""
-    by_number = {r["number"]: r for r in rows}
-    for r in rows:
-        r.setdefault("retried_as", None)
-    for r in rows:
-        earlier = by_number.get(r["retry_of"]) if r["retry_of"] is not None else None
-        if earlier is not None:
-            earlier["retried_as"] = r["number"]
-    return rows
-
-
-def retry_note(r: dict[str, Any]) -> str:
-    """The history part of a row's note: ``retry of #3 (it ended error)``, ``run again as #7``."""
-    parts = []
-    if r.get("retry_of") is not None:
-        parts.append(f"retry of #{r['retry_of']} (it ended {r.get('retry_reason') or 'interrupted'})")
-    if r.get("retried_as") is not None:
-        parts.append(f"run again as #{r['retried_as']}" + (f" (--retry {r['status']}), no longer a result"
-                                                           if r["status"] in COUNTED else ""))
-    return "; ".join(parts)
-
-
-def _fallback_ops(t: Any) -> list[str] | None:
-    """Ops that fell back from MPS to the CPU (names from the result file; the count is a metric)."""
-    n = (t.user_attrs.get("metrics") or {}).get(M.MPS_FALLBACK_OPS)
-    if not n:
-        return [] if n is not None else None
-    ops = (_result_file(t).get("info") or {}).get("mps_fallback_ops")
-    return list(ops) if ops else [f"{int(n)} op(s), names not recorded"]
-
-
-def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list[Any],
-                 best: list[Any]) -> dict[str, Any]:
-    """Everything ``report`` prints, as plain values (the JSON document, less the plot paths), from
-    one read of the study: ``snapshot`` (its trials), ``results`` and ``best`` derived from it."""
-    trials = [t for t in snapshot if t.state.name != "WAITING"]
-    multi = len(spec.objective.metrics) > 1
-    counts = Counter(t.user_attrs["status"] for t in results)
-    return {
-        "study": spec.name, "storage": absolute_uri(spec.storage), "objective": [list(m) for m in spec.objective.metrics],
-        "target": _target(spec, study), "trials": link_retries([trial_row(t) for t in trials]),
-        "results": len(results), "counts": {s: counts.get(s, 0) for s in COUNTED},
-        "not_results": len(trials) - len(results),
-        "total_time_s": round(sum(t.user_attrs.get(M.DURATION_S) or 0 for t in trials), 3),
-        "best": trial_row(pick_best(spec, best)) if best else None,
-        "pareto": [trial_row(t) for t in best] if multi else None,
-        "comparison": None,
-    }
-
-
-def _device(spec: SweepSpec, study: Any, t: Any = None) -> str:
-    """The device a trial ran on: its result file, its params, the study's plan, the spec."""
-    applied = _result_file(t).get("applied", {}) if t is not None else {}
-    device = applied.get("device") or (t.params.get("device") if t is not None else None)
-    device = device or study.user_attrs.get("orchestrate.fingerprint", {}).get("device")
-    if device in (None, "swept"):
-        from orchestrator.space import guess_device
-
-        device = spec.device if spec.device != "auto" else guess_device()
-    return device
-
-
-def _target(spec: SweepSpec, study: Any) -> int | None:
-    from orchestrator.space import count_configurations, make_plan
-
-    n = count_configurations(make_plan(spec, _device(spec, study)))
-    known = [x for x in (spec.search.n_trials, n) if x is not None]
-    return min(known) if known else None
-
-
-def _result_file(t: Any) -> dict[str, Any]:
-    folder = t.user_attrs.get("trial_dir") if t is not None else None
-    try:
-        data = json.loads((Path(folder) / "result.json").read_text()) if folder else {}
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def provenance(trials: list[Any]) -> dict[str, Any]:
-    """device_name, total_memory_gib, torch_version from the first trial result that has them."""
-    for t in trials:
-        prov = _result_file(t).get("provenance") or {}
-        if prov.get("device_name"):
-            return prov
-    return {}
-
-
-def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
-    rows = rep["trials"]
-    names = list(dict.fromkeys(k for r in rows for k in r["params"]))
-    width = {k: max([len(k)] + [len(str(r["params"].get(k, "-"))) for r in rows]) for k in names}
-    align = {k: ">" if all(isinstance(r["params"].get(k), (int, float)) for r in rows) else "<" for k in names}
-    head = f"{'#':>4s}  {'status':<11s} " + " ".join(f"{k:{align[k]}{width[k]}s}" for k in names) + \
-        f" {'samples/s':>10s} {'peak GiB':>8s} {'time s':>7s}  note"
-    where = rep["device"] + (f" ({rep['device_name']})" if rep["device_name"] else "")
-    lines = [f"{spec.name}: {rep['results']} of {rep['target'] or '?'} trials have a result; on {where}"
-             + (f", torch {rep['torch_version']}" if rep["torch_version"] else ""),
-             f"Study: {rep['storage']} (study {spec.name!r})", "", head]
-    for r in rows:
-        note = f"repeat of #{r['repeat_of']}, not a result" if r["repeat_of"] is not None else \
-            "not a result; its configuration runs again" if r["status"] == "interrupted" else \
-            swap_note(r["metrics"]) or _short(r["detail"] or "") if r["status"] == "swapped" else \
-            _short(r["detail"] or "") if r["status"] != "ok" else _ok_note(r)
-        history = retry_note(r)
-        if history:
-            note = f"{history}; {note}" if note else history
-        if r.get("mps_fallback_ops"):
-            fell = "MPS fell back to the CPU for " + ", ".join(r["mps_fallback_ops"])
-            note = f"{note}; {fell}" if note else fell
-        m = r["metrics"]
-        lines.append(f"{r['number']:>4d}  {r['status']:<11s} " + " ".join(
-            f"{str(r['params'].get(k, '-')):{align[k]}{width[k]}s}" for k in names) +
-            f" {fmt_num(m.get(M.SAMPLES_PER_S)):>10s} {fmt_num(m.get(M.PEAK_MEMORY_GIB), digits=2):>8s}"
-            f" {fmt_num(r['duration_s']):>7s}  {note}".rstrip())
-    if not rows:
-        lines.append("  (no trials yet)")
-    counts = ", ".join(f"{n} {s}" for s, n in rep["counts"].items() if n) or "none yet"
-    lines += ["", f"Results: {counts}; trial time {rep['total_time_s']:.0f} s ({rep['total_time_s'] / 60:.1f} min)"]
-    if rep["not_results"]:
-        lines.append(f"  {rep['not_results']} trial(s) interrupted, running or repeated are shown above "
-                     "but are not results and not counted")
-    lines += memory_pressure_lines(rows)
-    if rep.get("comparison"):
-        lines += [""] + comparison_lines(rep["comparison"])
-    return "\n".join(lines)
-
-
-def swap_note(metrics: dict[str, Any]) -> str:
-    """``fits but swaps: 1.23 GiB out, 0.80 GiB in during the window; ...`` from a trial's figures."""
-    out, inn = metrics.get(M.SWAP_OUT_GIB), metrics.get(M.SWAP_IN_GIB)
-    if out is None:
-        return ""
-    used, before = metrics.get(M.SWAP_USED_GIB), metrics.get(M.SWAP_USED_BEFORE_GIB)
-    text = f"fits but swaps: {out:.2f} GiB out, {inn or 0:.2f} GiB in during the window"
-    if used is not None:
-        text += f"; swap in use {used:.2f} GiB" + (f" ({before:.2f} before the trial)" if before is not None else "")
-    return text
-
-
-def memory_pressure_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """After the table: trials that fit only by swapping, and trials in which ops fell back to the CPU."""
-    out = []
-    swapped = [r for r in rows if r["status"] == "swapped" and r["repeat_of"] is None]
-    if swapped:
-        out.append(f"Fits but swaps: {len(swapped)} trial(s) ({', '.join('#' + str(r['number']) for r in swapped)}) "
-                   "fitted only by swapping during the timed window: recorded as swapped, infeasible like an OOM "
-                   "and a memory boundary for skipping (search.allow_swap: true accepts them)")
-    fell: dict[str, list[int]] = {}
-    for r in rows:
-        for op in r.get("mps_fallback_ops") or ():
-            fell.setdefault(op, []).append(r["number"])
-    if fell:
-        out.append("MPS fallbacks: ops that ran on the CPU instead (slower; PYTORCH_ENABLE_MPS_FALLBACK=1): "
-                   + "; ".join(f"{op} (#{', #'.join(map(str, ns))})" for op, ns in fell.items()))
-    return out
-
-
-def _ok_note(r: dict[str, Any]) -> str:
-    """How a measured trial came about: its repeats' spread, and whether the sweep queued it as the
-    nearest neighbour of a configuration the sampler proposed again."""
-    parts = []
-    spread = r["metrics"].get(M.SAMPLES_PER_S + "_spread")
-    if r.get("processes", 1) > 1 and spread is not None:
-        parts.append(f"median of {r['processes']}, spread {spread:.0%}")
-    if r.get("neighbour_of") is not None:
-        parts.append(f"neighbour of #{r['neighbour_of']}")
-    m = r["metrics"]
-    if swap.swapped(m):  # measured with search.allow_swap: true
-        parts.append(swap_note(m).replace("fits but swaps", "swapped (allowed by search.allow_swap)"))
-    elif (m.get(M.WARMUP_SWAP_OUT_GIB) or 0) >= swap.SWAP_THRESHOLD_GIB:
-        parts.append(f"swapped {m[M.WARMUP_SWAP_OUT_GIB]:.2f} GiB out during warm-up, not in the window")
-    return "; ".join(parts)
-
-
-def _short(detail: str, width: int = 100) -> str:
-    """A failure's detail for the table: without the CPU allocator's boilerplate (which hides the
-    message), cut at a sentence end where it is long."""
-    detail = re.sub(r"\[enforce fail at [^\]]*\] [^.]*\. ", "", detail)
-    end = detail.rfind(". ", 40, width + 10) if len(detail) > width else -1
-    return detail[:end + 1] if end > 0 else detail[:width]
-
-
-def pick_best(spec: SweepSpec, best: list[Any]) -> Any:
-    """The best feasible trial; on a Pareto front, the member best on the first objective."""
-    if not best:
-        return None
-    sign = -1 if spec.objective.metrics[0][1] == "maximize" else 1
-    return min(best, key=lambda t: sign * t.values[0])
-
-
-def best_lines(spec: SweepSpec, best: list[Any]) -> list[str]:
-    multi = len(spec.objective.metrics) > 1
-    out = ["Pareto front:" if multi else "Best feasible configurations:"] + best_table(spec, best)
-    b = pick_best(spec, best)
-    if b is not None:
-        m = b.user_attrs.get("metrics", {})
-        out.append(("Best on " + spec.objective.metrics[0][0] + " among the front: " if multi else "Best: ") +
-                   f"trial {b.number}: {fmt_params(b.params)} -> {fmt_num(m.get(M.SAMPLES_PER_S))} samples/s, "
-                   f"peak {fmt_num(m.get(M.PEAK_MEMORY_GIB), ' GiB', 2)}")
-    return out
-
-
-# -- the command ----------------------------------------------------------------------------------
-
-def report(spec: SweepSpec, study: Any, fmt: str, out: Path | None, compare: str | None = None) -> int:
-    from orchestrator.plots import write_plots
-    from orchestrator.ui import ParentRun
-
+def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, compare: str | None = None,
+           plots: bool = False) -> int:
+    """Print the report (``fmt``: text or json); with ``plots``, draw them into ``out`` and log
+    them on the parent run."""
     knob = compare_knob(spec, compare)
-    snapshot = study.get_trials(deepcopy=False)  # one read: table, counts, plots and best agree
+    snapshot = study.trials  # one read: table, counts, plots and best agree
     results = results_of(snapshot)
     best = rank(results, spec)
-    rep = build_report(spec, study, snapshot, results, best)
     comp = comparison(results, knob, reference_for(spec, knob)) if knob else None
-    rep["comparison"] = comp
-    prov = provenance(snapshot)
-    tracking = ParentRun.find(spec, study)
-    if not prov and tracking.run_id is not None:
-        prov = tracking.child_tags()
-    rep["device"] = _device(spec, study, next(iter(results), None))
-    rep["device_name"], rep["torch_version"] = prov.get("device_name"), prov.get("torch_version")
-    if "device" in spec.space:  # swept: no one device (nor its name) speaks for the study
-        rep["device"], rep["device_name"] = " and ".join(map(str, spec.space["device"].values)), None
-        prov = {k: v for k, v in prov.items() if k != "device_name"}
-    out = (out or Path("mlruns") / "reports" / spec.name).resolve()
-    paths = write_plots(results, plot_context(spec, study, rep, prov), out, comp)
-    logged = tracking.log(paths, top_markdown(spec, best, comp))
-    rep["plots"] = [str(p) for p in paths]
-    rep["plots_dir"], rep["mlflow"] = str(out), logged
+    prov, tracking = provenance(snapshot), None
+    if plots:
+        from orchestrator.ui import ParentRun
+
+        tracking = ParentRun.find(spec, study)
+        if not prov and tracking.run_id is not None:
+            prov = tracking.child_tags()
+    rep = build_report(spec, study, snapshot, results, best, comp, prov)
+    rep.update(plots=[], plots_dir=None, mlflow=None)
+    if tracking is not None:
+        from orchestrator.plots import write_plots
+
+        folder = (out or Path("mlruns") / "reports" / spec.name).resolve()
+        paths = write_plots(results, plot_context(spec, rep, prov), folder, comp)
+        rep.update(plots=[str(p) for p in paths], plots_dir=str(folder),
+                   mlflow=tracking.log(paths, top_markdown(spec, best, comp)))
     if fmt == "json":
         print(json.dumps(rep, indent=1, default=str))
         return 0
-    print("\n".join([render_text(spec, rep), ""] + best_lines(spec, best) + [
-        "", f"Plots:   {out}/ ({', '.join(p.name for p in paths) or 'none: no trials yet'})", f"MLflow:  {logged}"]))
+    if rep["plots_dir"] is not None:
+        drawn = ", ".join(Path(p).name for p in rep["plots"]) or "none: no trials yet"
+        tail = [f"Plots:   {rep['plots_dir']}/ ({drawn})", f"MLflow:  {rep['mlflow']}"]
+    else:
+        tail = [f"Plots:   `{paste_command(spec, 'report')} --plots` draws them (mlruns/reports/{spec.name}/) "
+                "and logs them on the study's MLflow parent run"]
+    print("\n".join([render_text(spec, rep), ""] + best_lines(spec, best) + [""] + tail))
     return 0
 
 
-def plot_context(spec: SweepSpec, study: Any, rep: dict[str, Any], prov: dict[str, Any]) -> Any:
+def plot_context(spec: SweepSpec, rep: dict[str, Any], prov: dict[str, Any]) -> Any:
+    """The plots' subtitle (what ran where) and memory lines (the budget, the device's memory)."""
     from orchestrator.plots import PlotContext
 
     device = rep["device"]
     model = spec.fixed.get("model")
-    where = f"{device} ({prov['device_name']})" if prov.get("device_name") else device
+    where = f"{device} ({rep['device_name']})" if rep["device_name"] else device
     subtitle = (f"{spec.name}: {spec.experiment}" + (f" model {model}" if model else "") + f" on {where}"
-                + (f", torch {prov['torch_version']}" if prov.get("torch_version") else "")
+                + (f", torch {rep['torch_version']}" if rep["torch_version"] else "")
                 + f"; {rep['results']} trials")
     budget = next((c.max for c in spec.objective.constraints if c.metric == M.PEAK_MEMORY_GIB and c.max), None)
     limit = None
     if device == "cpu" and spec.fixed.get("cpu_memory_limit_gib"):
-        limit = (spec.fixed["cpu_memory_limit_gib"], f"limit: cpu_memory_limit_gib {spec.fixed['cpu_memory_limit_gib']:g} GiB (RLIMIT_DATA)")
+        gib = spec.fixed["cpu_memory_limit_gib"]
+        limit = (gib, f"limit: cpu_memory_limit_gib {gib:g} GiB (RLIMIT_DATA)")
     elif prov.get("total_memory_gib"):
         limit = (prov["total_memory_gib"], f"device memory: {prov['total_memory_gib']:.1f} GiB")
     front = tuple(r["number"] for r in rep["pareto"] or ())
     return PlotContext(subtitle, spec.objective.metrics, budget, limit, front)
 
 
-def top_markdown(spec: SweepSpec, ranked: list[Any], comp: dict[str, Any] | None = None, limit: int = 5) -> str:
-    """The parent run's description gets the best configurations as a table and the plots, and the
-    comparison's summary when the device (or ``--compare``'s knob) was swept."""
-    best = ranked[:limit]
-    if not best:
-        return ""
-    names = list(dict.fromkeys(k for t in best for k in t.params))
-    out = [TOP_MARK, "", "| trial | " + " | ".join(names) + " | samples/s | peak GiB |",
-           "|---" * (len(names) + 3) + "|"]
-    for t in best:
-        m = t.user_attrs.get("metrics", {})
-        out.append(f"| {t.number} | " + " | ".join(str(t.params.get(k, "")) for k in names) +
-                   f" | {fmt_num(m.get(M.SAMPLES_PER_S))} | {fmt_num(m.get(M.PEAK_MEMORY_GIB), digits=2)} |")
-    if comp:
-        out += [""] + ["    " + ln for ln in comparison_lines(comp)]  # an indented block: MLflow shows it as is
-    return "\n".join(out) + f"\n\nPlots: the `report/` artifacts (`{shlex.join(['orchestrate', 'report', str(spec.path)])}`)."
-
-
 # -- the best configuration -----------------------------------------------------------------------
 
 def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
-    """The best feasible trial's parameters (fixed + sampled + derived) as YAML, and a summary."""
+    """The best feasible trial's parameters (fixed + sampled + derived) as YAML, and a summary.
+    ``study``: a ``StoredStudy``, or the sweep's own ``optuna.Study`` (``orchestrate SPEC --export``)."""
     import yaml
 
     from orchestrator.space import make_plan, trial_params
 
-    best = best_trials(study, spec)
+    results = results_of(study.get_trials(deepcopy=False))  # one read
+    best = rank(results, spec)
     if not best:
         raise StudyError(f"study {spec.name!r} has no feasible measured trial yet; "
-                         f"run `{shlex.join(['orchestrate', str(spec.path)])}` (or see "
-                         f"`{shlex.join(['orchestrate', 'report', str(spec.path)])}`)")
+                         f"run `{paste_command(spec)}` (or see `{paste_command(spec, 'report')}`)")
     t = pick_best(spec, best)
-    device = _device(spec, study, t)
+    device = device_of(spec, study, t)
     params = trial_params(make_plan(spec, device), t.params)
     m = t.user_attrs.get("metrics", {})
-    name = (_result_file(t).get("provenance") or {}).get("device_name")
+    name = (result_file(t).get("provenance") or {}).get("device_name")
     summary = (f"{spec.name} trial {t.number}: {fmt_num(m.get(M.SAMPLES_PER_S))} samples/s, peak "
                f"{fmt_num(m.get(M.PEAK_MEMORY_GIB), ' GiB', 2)} ({device}{', ' + name if name else ''})")
     if "device" in spec.space:
-        comp = comparison(results_of(study.get_trials(deepcopy=False)), "device", reference_for(spec, "device"))
+        comp = comparison(results, "device", reference_for(spec, "device"))
         advice = device_advice(comp, t) if comp else None
         if advice:
             summary += f"; {advice}"
-    header = [f"# {summary}; {shlex.join(['orchestrate', 'best', str(spec.path)])}"]
+    header = [f"# {summary}; {paste_command(spec, 'best')}"]
     if len(best) > 1 and len(spec.objective.metrics) > 1:
         header.append(f"# the best on {spec.objective.metrics[0][0]} of {len(best)} Pareto-optimal trials: "
                       f"{', '.join(str(b.number) for b in best)}")

@@ -347,7 +347,7 @@ def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, result: Any, 
               f"Resume:  {command(spec.path, *stores)}",
               f"Browse:  {command('ui', spec.path, *tracking_flags)}   (or: "
               f"{shlex.join(['mlflow', 'ui', '--backend-store-uri', pasteable(tracking)])})",
-              f"Report:  {command('report', spec.path, *stores)}   (table and plots)"]
+              f"Report:  {command('report', spec.path, *stores)}   (add --plots for the plots)"]
     if env := from_environment(origins):
         lines.append(f"         (these commands find the stores through {' and '.join(env)}, as this run did)")
     print("\n".join(lines))

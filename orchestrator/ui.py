@@ -1,10 +1,12 @@
 """What a person sees in MLflow: ``orchestrate ui``, the runs table's saved view, the parent run.
 
 ``orchestrate ui`` runs ``mlflow ui`` bound to 127.0.0.1 as a child process, prints the URL,
-forwards Ctrl-C/SIGTERM and returns the child's exit code. The store is never created here: no
-runs yet is a one-line error. Before the server starts, each experiment with trial runs gets a
-saved view (trials flat, best first, status + swept parameters + headline metrics as columns),
-and the printed URL opens it. ``ParentRun`` is how ``orchestrate report`` finds the study's parent
+forwards Ctrl-C/SIGTERM and returns the child's exit code. The child gets the run store's URI in
+``MLFLOW_BACKEND_STORE_URI``, not on its command line (which any user of the machine can read),
+and none of the orchestrator's other credentials; every URI printed has its password masked.
+The store is never created here: no runs yet is a one-line error. Before the server starts, each
+experiment with trial runs gets a saved view (trials flat, best first, status + swept parameters
++ headline metrics as columns), and the printed URL opens it. ``ParentRun`` is how ``orchestrate report`` finds the study's parent
 run to log its plots and extend its description.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
 import shlex
 import shutil
 import signal
@@ -24,6 +27,7 @@ from typing import Any
 
 from orchestrator import metrics as M
 from orchestrator.errors import OrchestratorError, UsageParser, print_error
+from orchestrator.redact import child_env, first_line, has_secret, pasteable, shown
 from orchestrator.spec import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.tracking import absolute_uri, quiet_mlflow_logs
 
@@ -52,17 +56,33 @@ def main(argv: list[str]) -> int:
         if args.spec:
             from orchestrator.spec import load_spec
 
-            spec = load_spec(args.spec, {"--tracking-uri": (("tracking_uri",), args.tracking_uri)})
+            from orchestrator.stores import guard, overrides
+
+            stores, origins = overrides(None, args.tracking_uri)
+            spec = load_spec(args.spec, stores)
+            guard(spec, origins)
             return serve(spec.tracking_uri, args.port, spec.storage, spec.name, spec.objective.metrics[0])
         return serve(args.tracking_uri or DEFAULT_TRACKING_URI, args.port)
     except OrchestratorError as exc:
         return print_error(exc)
 
 
-def mlflow_command(uri: str, port: int) -> list[str]:
+def mlflow_command(port: int) -> list[str]:
+    """``mlflow ui`` on ``HOST:port``; the store comes from ``server_env``."""
     exe = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or shutil.which("mlflow")
     base = [exe] if exe else [sys.executable, "-m", "mlflow"]
-    return base + ["ui", "--backend-store-uri", uri, "--host", HOST, "--port", str(port), "--workers", "1"]
+    return base + ["ui", "--host", HOST, "--port", str(port), "--workers", "1"]
+
+
+def server_env(uri: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The MLflow server's environment: ``redact.child_env`` (without the credentials only the
+    orchestrator uses), the store in ``MLFLOW_BACKEND_STORE_URI`` (``mlflow ui`` reads it there),
+    and libpq's ``PGPASSWORD`` where the store is a PostgreSQL URL that leaves its password to it."""
+    env = os.environ if environ is None else environ
+    out = {**child_env(env), "MLFLOW_BACKEND_STORE_URI": uri}
+    if uri.startswith("postgresql") and not has_secret(uri) and env.get("PGPASSWORD"):
+        out["PGPASSWORD"] = env["PGPASSWORD"]
+    return out
 
 
 def check_store(uri: str) -> str:
@@ -72,7 +92,7 @@ def check_store(uri: str) -> str:
     uri = absolute_uri(uri)
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
-        raise OrchestratorError(f"no runs yet in {uri}; run a sweep first (orchestrate SPEC)")
+        raise OrchestratorError(f"no runs yet in {shown(uri)}; run a sweep first (orchestrate SPEC)")
     return uri
 
 
@@ -97,13 +117,13 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
     try:
         pages = save_views(uri, url, objective[0], objective[1] == "maximize", only=name)
     except MlflowException as exc:
-        raise OrchestratorError(f"tracking_uri {uri}: {str(exc).splitlines()[0]}") from None
-    print(f"MLflow UI: {url} (runs in {uri}); Ctrl-C stops it", flush=True)
+        raise OrchestratorError(f"tracking_uri {shown(uri)}: {first_line(exc, uri)}") from None
+    print(f"MLflow UI: {url} (runs in {shown(uri)}); Ctrl-C stops it", flush=True)
     for exp_name, page in pages:
         print(f"  experiment {exp_name!r}: {page}", flush=True)
-    print(f"Optuna study: {shlex.join(['optuna-dashboard', absolute_uri(storage)])}  (pip install optuna-dashboard)",
-          flush=True)
-    child = subprocess.Popen(mlflow_command(uri, port))
+    print(f"Optuna study: {shlex.join(['optuna-dashboard', pasteable(absolute_uri(storage))])}  "
+          "(pip install optuna-dashboard)", flush=True)
+    child = subprocess.Popen(mlflow_command(port), env=server_env(uri))
 
     def forward(signum: int, _frame: object) -> None:  # Ctrl-C or SIGTERM: let mlflow stop itself
         if child.poll() is None:
@@ -123,8 +143,8 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
 class ParentRun:
     """The study's parent run in MLflow, if the store and the run exist (never created here)."""
 
-    def __init__(self, client: Any, run_id: str | None, why: str) -> None:
-        self.client, self.run_id, self.why = client, run_id, why
+    def __init__(self, client: Any, run_id: str | None, why: str, uri: str = "") -> None:
+        self.client, self.run_id, self.why, self.uri = client, run_id, why, uri
 
     @classmethod
     def find(cls, spec: SweepSpec, study: Any) -> "ParentRun":
@@ -133,7 +153,7 @@ class ParentRun:
         uri = absolute_uri(spec.tracking_uri)
         path = sqlite_path(uri)
         if path is not None and not path.is_file():
-            return cls(None, None, f"no MLflow store at {uri}; plots not logged")
+            return cls(None, None, f"no MLflow store at {shown(uri)}; plots not logged")
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
@@ -148,10 +168,11 @@ class ParentRun:
             wanted = study.user_attrs.get("mlflow_parent_run_id")  # set by the sweep; exact
             run_id = wanted if wanted in ids else None  # never another study's parent
             if run_id is None:
-                return cls(None, None, f"no parent run for study {spec.name!r} in {uri}; plots not logged")
+                return cls(None, None, f"no parent run for study {spec.name!r} in {shown(uri)}; plots not logged")
         except MlflowException as exc:
-            return cls(None, None, f"MLflow store {uri}: {str(exc).splitlines()[0]}; plots not logged")
-        return cls(client, run_id, f"plots logged to parent run {run_id} under {ARTIFACT_DIR}/ in {uri}")
+            return cls(None, None, f"MLflow store {shown(uri)}: {first_line(exc, uri)}; plots not logged")
+        return cls(client, run_id, f"plots logged to parent run {run_id} under {ARTIFACT_DIR}/ in {shown(uri)}",
+                   uri)
 
     def child_tags(self) -> dict[str, Any]:
         runs = self.client.search_runs([self.client.get_run(self.run_id).info.experiment_id], max_results=1,
@@ -174,7 +195,7 @@ class ParentRun:
             note = note.split("\n\n" + head)[0] if head else note
             self.client.set_tag(self.run_id, NOTE, note + section)
         except MlflowException as exc:
-            return f"MLflow run {self.run_id}: {str(exc).splitlines()[0]}; plots not logged"
+            return f"MLflow run {self.run_id}: {first_line(exc, self.uri)}; plots not logged"
         return self.why
 
 

@@ -6,7 +6,7 @@ Fixtures (register with ``pytest_plugins = ["servers"]`` in tests/conftest.py):
 - ``postgres`` (session, about 1 s to start): a throwaway PostgreSQL cluster in a temporary
   folder (on /dev/shm where it is roomy), listening on 127.0.0.1 and a free port, trust
   authentication, tuned for tests (no fsync). Its ``new_database()`` returns the SQLAlchemy URL
-  of a fresh, empty database.
+  of a fresh, empty database; ``new_database_with_password()`` one owned by a role with a password.
 - ``postgres_url`` (per test): ``postgres.new_database()``.
 - ``mlflow_server`` (module, about 8 s to start): ``mlflow server --serve-artifacts`` on its own
   database of ``postgres``; the fixture's value is its ``http://127.0.0.1:PORT`` URI (a ``str``,
@@ -179,6 +179,21 @@ class PostgresServer:
         finally:
             conn.close()
         return self.url(name)
+
+    def new_database_with_password(self, prefix: str, password: str) -> str:
+        """A fresh database owned by a new role of its own name that has ``password``; its URL with
+        the password in it. The cluster trusts 127.0.0.1, so the password is accepted unchecked:
+        what a test of it exercises is where the password is shown, not libpq's authentication."""
+        name = self.new_database(prefix).rsplit("/", 1)[1]
+        conn = self.connect()
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(f'CREATE ROLE "{name}" LOGIN PASSWORD %s', (password,))
+                cur.execute(f'ALTER DATABASE "{name}" OWNER TO "{name}"')
+        finally:
+            conn.close()
+        return f"postgresql+psycopg2://{name}:{password}@127.0.0.1:{self.port}/{name}"
 
     def pg_ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*self.prefix, str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), *args],

@@ -190,7 +190,7 @@ def device_study(tmp_path: Path) -> Path:
 
 @pytest.mark.contract
 def test_contract_device_comparison_in_the_report(device_study: Path) -> None:
-    code, out, err = report_main(device_study, "report", "spec.yaml")
+    code, out, err = report_main(device_study, "report", "spec.yaml", "--plots")
     assert code == 0, err
     lines = out.splitlines()
     i = lines.index("Device comparison: samples/s per configuration of the other parameters, and the speedup "

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, orchestrate
-from orchestrator import doctor
+from orchestrator import doctor, doctorcheck
 from orchestrator.doctor import GIB, mps_caps, strtod
 
 LINUX = sys.platform.startswith("linux")
@@ -103,21 +103,21 @@ def test_check_on_a_device_torch_does_not_see_is_one_line(tmp_path: Path) -> Non
 def test_doctor_check_proves_the_cpu_memory_limit_is_honoured(checked: tuple[dict[str, Any], float, Path]) -> None:
     doc, took, where = checked
     c = doc["check"]
-    assert took < 150 and c["elapsed_s"] <= doctor.CHECK_BUDGET_S
+    assert took < 150 and c["elapsed_s"] <= doctorcheck.CHECK_BUDGET_S
     assert c["device"] == "cpu" and c["uncapped"]["status"] == "ok" and c["honoured"] is True
     (knob,) = c["knobs"]
     assert knob["knob"] == "cpu_memory_limit_gib" and knob["verdict"] == "honoured"
     assert knob["capped"]["status"] == "oom" and "DefaultCPUAllocator: can't allocate memory" in knob["capped"]["detail"]
     segment = c["uncapped"]["info"]["data_segment_bytes_at_build"]
     assert knob["cap_gib"] == pytest.approx((segment + c["batch_gib"] * GIB / 2) / GIB)  # below the batch's needs
-    assert c["uncapped"]["info"]["batch_bytes"] == doctor.CHECK_BATCH * doctor.CHECK_WIDTH * 4 == 256 * 1024 ** 2
+    assert c["uncapped"]["info"]["batch_bytes"] == doctorcheck.CHECK_BATCH * doctorcheck.CHECK_WIDTH * 4 == 256 * 1024 ** 2
     assert c["uncapped"]["metrics"]["peak_memory_gib"] > c["batch_gib"]  # without the cap the batch was there
     mm, train = c["speed"]["matmul"], c["speed"]["train"]
     assert mm["cpu"] > 0 and "device" not in mm  # nothing to compare the CPU with here
     assert [r["device"] for r in train] == ["cpu"] and train[0]["status"] == "ok"
     assert c["work_dir"] is None  # removed: every knob was honoured
     assert sorted(p.name for p in where.iterdir()) == ["timeit.py"]  # nothing left where it ran
-    text = doctor.render_check(c)
+    text = doctorcheck.render_check(c)
     assert f"  cpu_memory_limit_gib      honoured: cpu_memory_limit_gib={knob['value']:.4g} GiB: ended oom (" in text
     assert "ended oom (RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 268435456 bytes" in text
     assert "Speed on the CPU (no other device here to compare it with):" in text
@@ -134,9 +134,9 @@ def test_a_cap_that_did_not_bite_reads_not_honoured_and_keeps_the_logs(tmp_path:
     capped = {**uncapped, "metrics": {"peak_memory_gib": 0.8}}
     c = {"device": "cpu", "batch_gib": 0.25, "uncapped": uncapped, "speed": {}, "elapsed_s": 9.0,
          "knobs": [{"knob": "cpu_memory_limit_gib", "value": 64.0, "cap_gib": 64.0, "capped": capped,
-                    "verdict": doctor.knob_verdict("ok", capped["status"])}],
+                    "verdict": doctorcheck.knob_verdict("ok", capped["status"])}],
          "honoured": False, "work_dir": str(tmp_path)}
-    text = doctor.render_check(c)
+    text = doctorcheck.render_check(c)
     assert "  without a cap: ok, peak 0.90 GiB\n" in text
     assert "  cpu_memory_limit_gib      NOT honoured: cpu_memory_limit_gib=64 GiB: ended ok\n" in text
     assert text.endswith(f"Not every knob could be shown to work; trial logs are in {tmp_path}")
@@ -148,7 +148,7 @@ def test_check_recorded_on_an_h100_prints_as_it_did_there() -> None:
     under a 64 MiB cap; the CPU against the GPU)."""
     rec = json.loads((ROOT / "tests" / "fixtures" / "doctor_check_h100.json").read_text())
     c = rec["check"]
-    assert doctor.render_check(c) + "\n" == rec["printed"]
+    assert doctorcheck.render_check(c) + "\n" == rec["printed"]
     (knob,) = c["knobs"]
     assert knob["knob"] == "memory_fraction" and knob["verdict"] == "honoured" and c["honoured"]
     assert "CUDA out of memory" in knob["capped"]["detail"] and "64.00 MiB allowed" in knob["capped"]["detail"]
@@ -161,13 +161,13 @@ def test_speed_lines_against_a_device() -> None:
     speed = {"matmul": {"cpu": 80.0, "device": 40_000.0},
              "train": [{"device": "cpu", "status": "ok", "metrics": {"samples_per_s": 2_000.0}},
                        {"device": "cuda", "status": "ok", "metrics": {"samples_per_s": 50_000.0}}]}
-    assert doctor.speed_lines("cuda", speed) == [
+    assert doctorcheck.speed_lines("cuda", speed) == [
         "Speed, the CPU against cuda (speedup = cuda / cpu):",
         "  matrix multiply 2048 x 2048 float32   cpu 80.0 GFLOP/s   cuda 40,000.0 GFLOP/s   speedup 500.00x",
         "  training step (experiments.mlp, hidden 1024, 4 layers, batch 256)   cpu 2,000.0 samples/s   "
         "cuda 50,000.0 samples/s   speedup 25.00x"]
     speed["train"] = speed["train"][:1]
-    assert doctor.speed_lines("mps", speed)[-1] == ("  training step (experiments.mlp, hidden 1024, 4 layers, batch 256): "
+    assert doctorcheck.speed_lines("mps", speed)[-1] == ("  training step (experiments.mlp, hidden 1024, 4 layers, batch 256): "
                                                     "not (all) run, the two-minute budget was spent")
 
 
@@ -181,7 +181,7 @@ def test_speed_lines_against_a_device() -> None:
     ("timeout", "oom", "could not tell"),
 ])
 def test_knob_verdict(uncapped: str, capped: str, verdict: str) -> None:
-    assert doctor.knob_verdict(uncapped, capped) == verdict
+    assert doctorcheck.knob_verdict(uncapped, capped) == verdict
 
 
 # -- MPS's caps, derived without torch: a table ---------------------------------------------------
@@ -389,7 +389,7 @@ def test_contract_cuda_devices_are_listed_with_name_and_memory(monkeypatch: pyte
                                 "capability": "9.0"} for i in range(2)]
     facts = {"cuda": cuda, "mps": {"available": False}, "os": {"system": "Linux"}}
     assert doctor.resolve_device(facts) == "cuda"
-    (trial,) = doctor.knob_trials("cuda", facts, {})
+    (trial,) = doctorcheck.knob_trials("cuda", facts, {})
     assert trial[0] == "memory_fraction" and trial[1] == pytest.approx(0.0625 / 79.18) and trial[2] == 0.0625
 
 
@@ -398,7 +398,7 @@ def test_contract_mps_knob_trials_cap_a_quarter_of_the_batch(monkeypatch: pytest
     from orchestrator import knobs
 
     facts = {"mps": {"available": True, "recommended_max_memory_bytes": R16}, "os": {"system": "Darwin"}}
-    trials = doctor.knob_trials("mps", facts, {})
+    trials = doctorcheck.knob_trials("mps", facts, {})
     assert [t[0] for t in trials] == ["memory_fraction", "mps_high_watermark_ratio"]
     ratio = 64 * 1024 ** 2 / R16
     assert all(t[1] == pytest.approx(ratio) and t[2] == 0.0625 for t in trials)
@@ -410,9 +410,9 @@ def test_contract_mps_knob_trials_cap_a_quarter_of_the_batch(monkeypatch: pytest
 def test_cpu_knob_trial_caps_half_the_batch_above_the_data_segment() -> None:
     facts = {"os": {"system": "Linux"}}
     base = 300 * 1024 ** 2
-    (trial,) = doctor.knob_trials("cpu", facts, {"info": {"data_segment_bytes_at_build": base}})
+    (trial,) = doctorcheck.knob_trials("cpu", facts, {"info": {"data_segment_bytes_at_build": base}})
     assert trial[0] == "cpu_memory_limit_gib" and trial[1] == pytest.approx((base + 128 * 1024 ** 2) / GIB)
-    assert doctor.knob_trials("cpu", {"os": {"system": "Darwin"}}, {"info": {}}) == []  # macOS ignores RLIMIT_DATA
+    assert doctorcheck.knob_trials("cpu", {"os": {"system": "Darwin"}}, {"info": {}}) == []  # macOS ignores RLIMIT_DATA
 
 
 def test_doctor_module_imports_no_torch_mlflow_optuna_or_yaml() -> None:

@@ -2,7 +2,9 @@
 
 One small sweep (6 trials of the tiny BERT on the CPU, two of which run out of memory under a
 1 GiB limit) is run once per session and shared with the browser test; a second, two-trial
-multi-objective sweep is run half, reported, then finished with `--export`.
+multi-objective sweep is run half, reported, then finished with `--export`. A report draws plots
+(and opens MLflow) only with `--plots` or `--out`; without, neither it nor `best` imports torch,
+MLflow or (on SQLite) Optuna. A password in a storage or tracking URL is never printed.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import io
 import json
 import re
 import struct
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -63,7 +67,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def text_report(project: Path) -> Any:
-    proc = orchestrate(["report", "spec.yaml"], project)
+    proc = orchestrate(["report", "spec.yaml", "--plots"], project)
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -134,7 +138,7 @@ def test_plots_are_readable_pngs(project: Path, text_report: Any) -> None:
 
 @pytest.mark.slow
 def test_the_data_behind_each_plot_is_the_study(project: Path) -> None:
-    from orchestrator.plots import choose_layout, history_series, memory_series, oom_grid, throughput_series
+    from orchestrator.plotdata import choose_layout, history_series, memory_series, oom_grid, throughput_series
 
     trials = results(project)
     by_config = {(t.params["batch_size"], t.params["dtype"]): t for t in trials}
@@ -209,6 +213,38 @@ def test_best_writes_the_best_trials_parameters_as_yaml(project: Path) -> None:
     assert f"tiny_report trial {best.number}" in plain.stderr
 
 
+MODULES = ("import sys; from orchestrator.cli import main; code = main(sys.argv[1:]); "
+           "print('MODULES', code, ' '.join(sorted({m.split('.')[0] for m in sys.modules} "
+           "& {'torch', 'mlflow', 'optuna', 'matplotlib'})), file=sys.stderr)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["best", "spec.yaml"], ["report", "spec.yaml", "--format", "json"],
+                                  ["report", "spec.yaml", "--format", "text"]], ids=lambda a: " ".join(a[:1] + a[2:]))
+def test_best_and_report_import_no_torch_mlflow_optuna_or_matplotlib(project: Path, args: list[str]) -> None:
+    """The commands as the installed ``orchestrate`` runs them (``orchestrator.cli.main``), in a
+    fresh interpreter, then what it had imported: a report without plots needs none of them."""
+    proc = subprocess.run([sys.executable, "-c", MODULES, *args], cwd=project, capture_output=True, text=True,
+                          timeout=120)
+    tag, code, *modules = proc.stderr.strip().splitlines()[-1].split(" ")
+    assert tag == "MODULES" and code == "0", proc.stderr
+    assert modules == [], modules
+    trials = results(project)
+    if args[0] == "best":
+        best = max((t for t in trials if t.values), key=lambda t: t.values[0])
+        assert proc.stdout.startswith(f"# tiny_report trial {best.number}: ")
+    elif "json" in args:
+        doc = json.loads(proc.stdout)
+        assert [r["number"] for r in doc["trials"]] == [t.number for t in trials]
+        assert (doc["plots"], doc["plots_dir"], doc["mlflow"]) == ([], None, None)
+        assert doc["storage"] == f"sqlite:///{project}/mlruns/optuna.db"
+    else:
+        assert "Results: 4 ok, " in proc.stdout
+        assert proc.stdout.rstrip().endswith("Plots:   `orchestrate report spec.yaml --plots` draws them "
+                                             "(mlruns/reports/tiny_report/) and logs them on the study's MLflow "
+                                             "parent run")
+
+
 def test_report_and_best_on_a_missing_study_say_one_line_and_create_nothing(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, SPEC)
     for command in ("report", "best"):
@@ -242,7 +278,7 @@ def test_half_finished_then_multi_objective_study(tmp_path: Path) -> None:
     done = orchestrate([str(spec), "--export", "best.yaml"], tmp_path)  # the run's own --export
     assert done.returncode == 0, done.stderr
     assert "Best configuration written to best.yaml: tiny_pareto trial" in done.stdout
-    proc = orchestrate(["report", str(spec), "--format", "json"], tmp_path)
+    proc = orchestrate(["report", str(spec), "--format", "json", "--plots"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     from orchestrator.spec import load_spec
@@ -286,7 +322,7 @@ def fake(number: int, batch: int, dtype: str, status: str, sps: float | None = N
     (["ok", "swapped"], "1/2 OOM"),
 ])
 def test_boundary_map_cell_notes(statuses: list[str], note: str) -> None:
-    from orchestrator.plots import oom_grid, throughput_series
+    from orchestrator.plotdata import oom_grid, throughput_series
 
     cell = [fake(i, 512, "float32", s, 100.0 + i if s == "ok" else None) for i, s in enumerate(statuses)]
     trials = [fake(10, 8, "float32", "ok", 50.0), fake(11, 8, "bfloat16", "ok", 60.0)] + cell
@@ -319,7 +355,7 @@ def test_interrupted_and_repeated_trials_are_shown_but_not_counted(tmp_path: Pat
         study.add_trial(t)
     assert [t.state for t in study.trials][1] == TrialState.FAIL
 
-    proc = orchestrate(["report", str(spec)], tmp_path)
+    proc = orchestrate(["report", str(spec), "--plots"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     rows = {int(ln.split()[0]): ln for ln in proc.stdout.splitlines() if re.match(r"^\s+\d+  [a-z]", ln)}
     assert sorted(rows) == [0, 1, 2, 3, 4]
@@ -387,3 +423,42 @@ def test_contract_swapped_and_fallback_trials_show_their_figures(tmp_path: Path,
     by = {r["number"]: r for r in doc["trials"]}
     assert by[2]["mps_fallback_ops"] == ["aten::_linalg_solve_ex.result", "aten::bitwise_and.Tensor_out"]
     assert by[1]["metrics"][M.SWAP_OUT_GIB] == 2.1851 and by[0]["mps_fallback_ops"] is None
+
+
+@pytest.mark.slow
+def test_a_password_in_the_storage_or_tracking_url_is_never_printed(tmp_path: Path, postgres: Any) -> None:
+    """A study in PostgreSQL behind a role with a password, reported with the URLs on the command
+    line as a user passes them: each line that names a store masks the password, and each command
+    printed for pasting leaves it out (libpq's PGPASSWORD or ~/.pgpass supplies it there)."""
+    import optuna
+
+    password = "pa55-w0rd"
+    storage, tracking, empty = (postgres.new_database_with_password(f"report_{what}", password)
+                                for what in ("study", "runs", "empty"))
+    spec = write_spec(tmp_path, SPEC)
+    study = optuna.create_study(study_name="tiny_report", storage=storage, directions=["maximize"])
+    for t in (fake(0, 8, "float32", "ok", 50.0), fake(1, 64, "float32", "ok", 80.0), fake(2, 512, "float32", "oom")):
+        study.add_trial(t)
+    masked, pasted = (lambda url: url.replace(password, "***")), (lambda url: url.replace(":" + password, ""))
+    stores = ["--storage", storage, "--tracking-uri", tracking]
+    flags = f"--storage {pasted(storage)} --tracking-uri {pasted(tracking)}"
+
+    missing = orchestrate(["report", str(spec), "--storage", empty, "--tracking-uri", tracking], tmp_path)
+    as_json = orchestrate(["report", str(spec), "--format", "json", *stores], tmp_path)
+    text = orchestrate(["report", str(spec), *stores], tmp_path)
+    plots = orchestrate(["report", str(spec), "--plots", *stores], tmp_path)  # MLflow opens the runs' store
+    best = orchestrate(["best", str(spec), *stores], tmp_path)
+    for proc in (missing, as_json, text, plots, best):
+        assert password not in proc.stdout + proc.stderr, proc.args
+    assert [p.returncode for p in (missing, as_json, text, plots, best)] == [2, 0, 0, 0, 0], plots.stderr
+    *warnings, error = missing.stderr.splitlines()  # each flag with a password is warned about, once
+    assert [w.split(" holds")[0] for w in warnings] == ["orchestrate: warning: --storage",
+                                                         "orchestrate: warning: --tracking-uri"]
+    assert error == (f"orchestrate: no study 'tiny_report' in {masked(empty)}; run `orchestrate {spec} "
+                     f"--storage {pasted(empty)} --tracking-uri {pasted(tracking)}` first")
+    assert json.loads(as_json.stdout)["storage"] == masked(storage)
+    assert f"Study: {masked(storage)} (study 'tiny_report')\n" in text.stdout
+    assert f"`orchestrate report {spec} {flags} --plots` draws them" in text.stdout
+    assert (f"MLflow:  no parent run for study 'tiny_report' in {masked(tracking)}; plots not logged"
+            in plots.stdout)
+    assert best.stdout.splitlines()[0].endswith(f"; orchestrate best {spec} {flags}")

@@ -5,6 +5,7 @@ screenshot. Skipped, with the reason, where Chromium is not installed (`.ci/run`
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,3 +133,84 @@ def test_saved_view_shows_the_swept_parameters_and_headline_metrics(params, metr
     assert state["selectedColumns"] == columns == state["columnOrder"]
     assert state["searchFilter"] == "tags.role = 'trial'"  # flat: MLflow nests only unfiltered, by-date views
     assert state["orderByKey"] == f"metrics.`{objective}`" and state["orderByAsc"] is order
+
+
+@pytest.mark.parametrize("uri, environ, kept, dropped", [
+    ("postgresql+psycopg2://runs:s3cret@db/mlflow", {"PGPASSWORD": "pgpw", "MLFLOW_TRACKING_TOKEN": "tok", "HOME": "/h"},
+     {"HOME": "/h"}, ("PGPASSWORD", "MLFLOW_TRACKING_TOKEN")),
+    ("postgresql+psycopg2://runs@db/mlflow", {"PGPASSWORD": "pgpw", "ORCHESTRATE_STORAGE": "postgresql://o:pw@db/o"},
+     {"PGPASSWORD": "pgpw"}, ("ORCHESTRATE_STORAGE",)),  # the password is libpq's to supply: it stays
+    ("sqlite:////p/mlruns/mlflow.db", {"PGPASSWORD": "pgpw", "MLFLOW_BACKEND_STORE_URI": "postgresql://a:b@c/d"},
+     {}, ("PGPASSWORD",)),
+])
+def test_server_env_holds_the_store_and_no_other_credential(uri: str, environ: dict[str, str], kept: dict[str, str],
+                                                            dropped: tuple[str, ...]) -> None:
+    from orchestrator.ui import mlflow_command, server_env
+
+    env = server_env(uri, environ)
+    assert env["MLFLOW_BACKEND_STORE_URI"] == uri  # replaces one the caller's environment had
+    assert env.items() >= kept.items() and not set(dropped) & set(env)
+    assert uri not in mlflow_command(5000)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process started (directly or not) by ``pid`` (Linux /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+def test_ui_keeps_the_stores_password_off_every_command_line(tmp_path: Path, postgres: Any) -> None:
+    """``orchestrate ui`` on a PostgreSQL run store whose URL holds a password: the MLflow server it
+    starts serves that store, reading the URL from its environment; no process it started has the
+    password on its command line (``ps`` shows those to every user), none has the orchestrator's
+    other credentials, and what it prints masks the password."""
+    from mlflow.tracking import MlflowClient
+
+    password = "pa55-w0rd"
+    tracking = postgres.new_database_with_password("ui_runs", password)
+    MlflowClient(tracking).create_experiment("kept_in_postgres")  # also builds MLflow's tables
+    port = free_port()
+    log = tmp_path / "ui.log"
+    env = {**os.environ, "MLFLOW_TRACKING_TOKEN": "token-4f9a", "PGPASSWORD": "pgpassword-7c1e"}
+    with open(log, "w") as out:
+        ui = subprocess.Popen([ORCHESTRATE, "ui", "--tracking-uri", tracking, "--port", str(port)], cwd=tmp_path,
+                              stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert ui.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search"
+                                            "?max_results=100", timeout=2) as r:
+                    names = [e["name"] for e in json.loads(r.read())["experiments"]]
+                    break
+            except OSError:
+                time.sleep(0.5)
+        assert "kept_in_postgres" in names  # it serves the store the URL names
+        started = descendants(ui.pid)
+        assert started
+        for pid in started:
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+            except OSError:  # gone since
+                continue
+            assert password.encode() not in cmdline, cmdline
+            assert b"token-4f9a" not in environ and b"pgpassword-7c1e" not in environ, pid
+    finally:
+        stop_group(ui)
+    printed = log.read_text()
+    assert password not in printed and f"(runs in {tracking.replace(password, '***')})" in printed

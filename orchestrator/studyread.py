@@ -1,0 +1,264 @@
+"""Read a study without changing it: its attributes and trials, for the commands that only show it.
+
+``read_study(url, name)`` answers ``report``, ``best`` and a finished study's summary. For a
+``sqlite:///`` storage it reads Optuna's tables itself, read-only, with the standard library's
+``sqlite3`` (Optuna, SQLAlchemy and alembic cost a second or more to import and to check the
+schema, longer than the rest of such a command). It knows the schema Optuna 5 writes (alembic
+revision ``v3.2.0.a``, ``SCHEMAS``); a file of another revision, and every other URL (PostgreSQL,
+MySQL), is read through ``optuna.load_study`` as before. Either way the caller gets a ``StoredStudy``
+whose trials read as Optuna's ``FrozenTrial`` does for the fields the orchestrator uses
+(``number``, ``state.name``, ``state.is_finished()``, ``params``, ``values``, ``user_attrs``,
+``system_attrs``, ``constraints``, ``datetime_start``, ``datetime_complete``); compare states by
+``state.name``, not with Optuna's enum. The study itself is read once, into a ``StoredStudy``
+(``name``, ``directions``, ``user_attrs``, ``trials``).
+
+How Optuna stores a trial, and so how it is read back here (optuna/storages/_rdb/storage.py,
+``_build_frozen_trial_from_trial_model``): a parameter's ``param_value`` is its internal float,
+made external by its ``distribution_json`` (an int distribution: ``int(value)``; a categorical
+one: the index into its ``choices``); an objective value is ``trial_values.value`` unless its
+``value_type`` is ``INF_POS``/``INF_NEG``; attributes are JSON in ``value_json``; a constraint is
+the system attribute ``constraints:NAME`` that ``Trial.set_constraint(NAME, value)`` writes (older
+Optuna: one list under ``constraints``). A file or study that is not there is ``None``, never an
+empty study.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import StudyError
+from orchestrator.redact import first_line, shown
+
+SCHEMAS = ("v3.2.0.a",)
+"""Optuna's alembic revisions whose tables this module reads (Optuna 5.0's)."""
+CONSTRAINTS_KEY = "constraints"  # optuna.study._constrained_optimization._CONSTRAINTS_KEY
+INT_DISTRIBUTIONS = ("IntDistribution", "IntUniformDistribution", "IntLogUniformDistribution")
+
+
+class TrialState(enum.Enum):
+    """Optuna's trial states, by the names its ``trials.state`` column holds."""
+
+    RUNNING = 0
+    COMPLETE = 1
+    PRUNED = 2
+    FAIL = 3
+    WAITING = 4
+
+    def is_finished(self) -> bool:
+        return self not in (TrialState.RUNNING, TrialState.WAITING)
+
+
+@dataclass(frozen=True)
+class StoredTrial:
+    """One trial as stored: the read side of Optuna's ``FrozenTrial``."""
+
+    number: int
+    state: TrialState
+    params: dict[str, Any]
+    """External values (an int, a float, or the categorical choice itself), in the order suggested."""
+    values: list[float] | None
+    """The objective values, by objective; None unless the trial was told values."""
+    user_attrs: dict[str, Any]
+    system_attrs: dict[str, Any]
+    datetime_start: datetime | None = None
+    datetime_complete: datetime | None = None
+
+    @property
+    def constraints(self) -> dict[str, float]:
+        """Each constraint's value by name (feasible when every one is <= 0), as Optuna reads them."""
+        out = {str(i): c for i, c in enumerate(self.system_attrs.get(CONSTRAINTS_KEY) or ())}
+        prefix = CONSTRAINTS_KEY + ":"
+        out.update({k[len(prefix):]: v for k, v in self.system_attrs.items() if k.startswith(prefix)})
+        return out
+
+
+@dataclass(frozen=True)
+class StoredStudy:
+    """A study read once: what ``report``, ``best`` and a finished sweep's summary need."""
+
+    name: str
+    directions: tuple[str, ...]
+    """``maximize``/``minimize`` per objective (``not_set`` before the study's first use)."""
+    user_attrs: dict[str, Any]
+    """The orchestrator's own: ``orchestrate.fingerprint``, ``orchestrate.uid``, ``mlflow_parent_run_id``."""
+    trials: list[Any]
+    """Every trial, by number: ``StoredTrial``s, or Optuna's ``FrozenTrial``s when read through Optuna."""
+
+    def get_trials(self, deepcopy: bool = False) -> list[Any]:
+        """The trials, as ``optuna.Study.get_trials`` gives them (for code written against a study)."""
+        return list(self.trials)
+
+
+def read_study(url: str, name: str) -> StoredStudy | None:
+    """Study ``name`` in storage ``url`` (absolute or relative ``sqlite:///``), or None when there
+    is none. An SQLite file is only read (a missing file or table stays missing); through Optuna,
+    its storage creates its tables in an empty database, as ``optuna.load_study`` does. A storage
+    that cannot be read is a ``StudyError`` that names the URL without its password."""
+    path = _sqlite_path(url)
+    if path is not None:
+        try:
+            return _read_sqlite(path, name)
+        except _OtherSchema:
+            pass  # an older or newer Optuna's tables: Optuna reads them (or says what to do)
+    return _read_through_optuna(url, name)
+
+
+def _read_sqlite(path: Path, name: str) -> StoredStudy | None:
+    """Study ``name`` from the SQLite file at ``path``, in one read transaction (a sweep writing
+    at the same time is seen before or after each of its commits, never half-way)."""
+    url = f"sqlite:///{path}"
+    con = _connect(path, url)
+    if con is None:
+        return None
+    try:
+        con.execute("BEGIN")  # one snapshot for every table below
+        study_id = _study_id(con, name, url)
+        if study_id is None:
+            return None
+        return StoredStudy(name, _directions(con, study_id), _attrs(con, "study_user_attributes", "study", study_id),
+                           _trials(con, study_id))
+    except sqlite3.Error as exc:
+        raise StudyError(f"storage {shown(url)}: {first_line(exc, url)}") from None
+    finally:
+        con.close()
+
+
+def from_optuna(study: Any) -> StoredStudy:
+    """An ``optuna.Study`` read once into a ``StoredStudy`` (its trials stay ``FrozenTrial``s)."""
+    return StoredStudy(study.study_name, tuple(d.name.lower() for d in study.directions), dict(study.user_attrs),
+                       study.get_trials(deepcopy=False))
+
+
+# -- SQLite ----------------------------------------------------------------------------------------
+
+class _OtherSchema(Exception):
+    """The file holds Optuna tables of a revision this module does not read."""
+
+
+def _sqlite_path(url: str) -> Path | None:
+    return Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
+
+
+def _connect(path: Path, url: str) -> sqlite3.Connection | None:
+    """A read-only connection, or None when there is no such file (nothing is created)."""
+    if not path.is_file():
+        return None
+    try:
+        con = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=10, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StudyError(f"storage {shown(url)}: {first_line(exc, url)}") from None
+    return con
+
+
+def _study_id(con: sqlite3.Connection, name: str, url: str) -> int | None:
+    """The study's id; None when the file has no Optuna tables or no such study. Raises
+    ``_OtherSchema`` for tables of another Optuna revision."""
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:  # not a database at all
+        raise StudyError(f"storage {shown(url)}: {first_line(exc, url)}") from None
+    if "studies" not in tables:
+        return None
+    revision = None
+    if "alembic_version" in tables:
+        revision = con.execute("SELECT version_num FROM alembic_version").fetchone()
+    if revision is None or revision[0] not in SCHEMAS:
+        raise _OtherSchema(revision)
+    row = con.execute("SELECT study_id FROM studies WHERE study_name = ?", (name,)).fetchone()
+    return None if row is None else row[0]
+
+
+def _directions(con: sqlite3.Connection, study_id: int) -> tuple[str, ...]:
+    rows = con.execute("SELECT direction FROM study_directions WHERE study_id = ? ORDER BY objective", (study_id,))
+    return tuple(d.lower() for (d,) in rows)
+
+
+def _attrs(con: sqlite3.Connection, table: str, owner: str, owner_id: int) -> dict[str, Any]:
+    rows = con.execute(f'SELECT "key", value_json FROM {table} WHERE {owner}_id = ? ORDER BY {table[:-1]}_id',
+                       (owner_id,))
+    return {k: json.loads(v) for k, v in rows}
+
+
+def _trials(con: sqlite3.Connection, study_id: int) -> list[StoredTrial]:
+    """Every trial of the study with its parameters, values and attributes: one query per table."""
+    rows = con.execute("SELECT trial_id, number, state, datetime_start, datetime_complete FROM trials "
+                       "WHERE study_id = ? ORDER BY trial_id", (study_id,)).fetchall()
+    params: dict[int, dict[str, Any]] = {r[0]: {} for r in rows}
+    values: dict[int, dict[int, float]] = {}
+    user: dict[int, dict[str, Any]] = {r[0]: {} for r in rows}
+    system: dict[int, dict[str, Any]] = {r[0]: {} for r in rows}
+    of_study = "JOIN trials t ON t.trial_id = x.trial_id WHERE t.study_id = ?"
+    decode = _Decoder()
+    for trial_id, name, value, dist in con.execute(
+            f"SELECT x.trial_id, x.param_name, x.param_value, x.distribution_json FROM trial_params x {of_study} "
+            "ORDER BY x.param_id", (study_id,)):
+        params[trial_id][name] = decode(value, dist)
+    for trial_id, objective, value, kind in con.execute(
+            f"SELECT x.trial_id, x.objective, x.value, x.value_type FROM trial_values x {of_study}", (study_id,)):
+        values.setdefault(trial_id, {})[objective] = _value(value, kind)
+    for table, into in (("trial_user_attributes", user), ("trial_system_attributes", system)):
+        for trial_id, key, value_json in con.execute(
+                f'SELECT x.trial_id, x."key", x.value_json FROM {table} x {of_study} ORDER BY x.{table[:-1]}_id',
+                (study_id,)):
+            into[trial_id][key] = json.loads(value_json)
+    return [StoredTrial(number, TrialState[state], params[tid],
+                        [v for _, v in sorted(values[tid].items())] if tid in values else None,
+                        user[tid], system[tid], _when(start), _when(end))
+            for tid, number, state, start, end in rows]
+
+
+class _Decoder:
+    """A parameter's external value from its internal float and distribution (parsed once each)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[str, tuple[Any, ...] | None]] = {}
+
+    def __call__(self, value: float, distribution_json: str) -> Any:
+        kind, choices = self.seen.get(distribution_json) or self._parse(distribution_json)
+        if kind == "categorical":
+            return choices[int(value)]
+        return int(value) if kind == "int" else value
+
+    def _parse(self, text: str) -> tuple[str, tuple[Any, ...] | None]:
+        d = json.loads(text)
+        if "name" in d:  # {"name": "IntDistribution", "attributes": {...}} (what Optuna writes)
+            kind = ("categorical" if d["name"] == "CategoricalDistribution" else
+                    "int" if d["name"] in INT_DISTRIBUTIONS else "float")
+            choices = d["attributes"].get("choices")
+        else:  # the abbreviated form: {"type": "categorical", "choices": [...]}
+            kind, choices = d["type"], d.get("choices")
+        self.seen[text] = parsed = (kind, tuple(choices) if choices is not None else None)
+        return parsed
+
+
+def _value(value: float | None, kind: str) -> float:
+    if kind == "INF_POS":
+        return float("inf")
+    if kind == "INF_NEG":
+        return float("-inf")
+    return value  # type: ignore[return-value]  # FINITE: never NULL
+
+
+def _when(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+# -- every other storage: through Optuna ------------------------------------------------------------
+
+def _read_through_optuna(url: str, name: str) -> StoredStudy | None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return from_optuna(optuna.load_study(study_name=name, storage=url))
+    except KeyError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - a driver or schema error: one line, not a traceback
+        raise StudyError(f"storage {shown(url)}: {first_line(exc, url)}") from None
+
