@@ -8,7 +8,6 @@ written to disk before the spec, the storage URLs and the experiment have been c
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import socket
 import sys
@@ -18,20 +17,10 @@ from typing import Any
 from orchestrator import exits
 from orchestrator.errors import SpecError, StudyError
 from orchestrator.launch import StopFlag
-from orchestrator.redact import pasteable, shown
-from orchestrator.spec import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
-from orchestrator.stores import Origins, command_flags, from_environment
-
-
-def command(*args: Any) -> str:
-    """A command line a user can paste: every part shell-quoted."""
-    return shlex.join(["orchestrate", *map(str, args)])
-
-
-def store_flags(spec: SweepSpec, origins: Origins = Origins()) -> list[str]:
-    """``--storage`` and ``--tracking-uri`` as the printed commands need them (``stores``): a
-    pasted command reaches the same stores, and carries no password."""
-    return command_flags(spec, origins, (DEFAULT_STORAGE, DEFAULT_TRACKING_URI))
+from orchestrator.closing import command
+from orchestrator.redact import shown
+from orchestrator.spec import SweepSpec
+from orchestrator.stores import Origins
 
 
 def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = (), check: bool = True,
@@ -54,6 +43,13 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     shared = is_shared(spec.storage)
     if not shared:
         check_not_locked(spec.storage, spec.name)
+        if not retry:
+            from orchestrator.resume import finished
+
+            lines = finished(spec, origins)
+            if lines is not None:  # nothing to run: no probe, no device, no MLflow
+                print("\n".join(lines))
+                return exits.OK
     guess = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else guess_device()
     guessed = make_plan(spec, guess)
     smoke = checks.smoke_params(spec, guessed) if check and (shared or not _has_ok_result(spec)) else None
@@ -173,6 +169,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                 study = open_study(spec, spec.storage, fingerprint(spec, plan),
                                    worker=os.getpid() if shared else 0, outage=db)
                 uid = study.user_attrs[UID_ATTR]
+                record_machine(study, plan, memory_limit(spec, plan, probe))
                 parent = sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
                 if study.user_attrs.get("mlflow_parent_run_id") != parent:
                     study.set_user_attr("mlflow_parent_run_id", parent)
@@ -222,6 +219,16 @@ def outages(spec: SweepSpec, stop: Any) -> tuple[Any, Any]:
             return None
         return Outage(f"the {what} {shown(url)}", spec.search.outage_s, stop=stop)
     return guard(spec.storage, "study's database"), guard(spec.tracking_uri, "tracking store")
+
+
+def record_machine(study: Any, plan: Any, limit_gib: float | None) -> None:
+    """What the study runs on, for a later run of the finished study to check without a probe
+    (``resume``)."""
+    from orchestrator.machine import MACHINE_ATTR, facts
+
+    now = {**facts(plan.devices), "memory_limit_gib": limit_gib}
+    if study.user_attrs.get(MACHINE_ATTR) != now:
+        study.set_user_attr(MACHINE_ATTR, now)
 
 
 def memory_limit(spec: SweepSpec, plan: Any, probe: dict[str, Any]) -> float | None:
@@ -298,59 +305,20 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Any, sweep: Any, slots
 
 
 def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, result: Any, origins: Origins) -> None:
-    from orchestrator import metrics as M
+    from orchestrator.closing import description, summary, trial_time_s
     from orchestrator.records import rank, result_trials
-    from orchestrator.summary import best_table, fmt_params, status_counts
-    from orchestrator.tracking import absolute_uri
 
-    trials = [t for t in study.get_trials(deepcopy=False) if "status" in t.user_attrs]
     results = result_trials(study)
     best = rank(results, spec)
-    counts = status_counts(results)
-    spent = sum(t.user_attrs.get(M.DURATION_S) or 0 for t in trials)
-    description = [f"**{spec.name}**: {len(results)} of {sweep.target} trials ({counts}); "
-                   f"{spent / 60:.1f} min of trial time."]
-    if result.stopped_because:
-        description.append(f"Stopped: {result.stopped_because}.")
-    if best:
-        b = best[0]
-        description.append("Best: " + fmt_params(b.params) + " -> " + ", ".join(
-            f"{m} {v:,.2f}" for (m, _), v in zip(spec.objective.metrics, b.values)))
-    tracker.close_parent(result.status, "\n\n".join(description),
+    spent = trial_time_s(study.get_trials(deepcopy=False))
+    tracker.close_parent(result.status, description(spec, results, best, sweep.target, spent, result.stopped_because),
                          {"trials_done": len(results), "best_" + spec.objective.metrics[0][0]:
                           best[0].values[0] if best else float("nan")})
     if result.code not in (exits.OK, exits.FAILED):
         return
-    tracking = absolute_uri(spec.tracking_uri)
-    lines = ["", f"{spec.name}: {len(results)} of {sweep.target} trials have a result ({counts}); "
-             f"trial time {spent:.0f} s, this run {result.elapsed_s:.0f} s."]
-    stores = store_flags(spec, origins)
-    if result.stopped_because:
-        lines.append(f"Stopped: {result.stopped_because}.")
-        if result.verdict is not None and result.verdict.done and spec.search.stop == "auto":
-            lines.append(f"Go on anyway: {command(spec.path, *stores, '--stop', 'budget')}   "
-                         "(or search.stop: budget in the spec)")
-    lines.append("Best configurations:" if len(spec.objective.metrics) == 1 else "Pareto front:")
-    lines += best_table(spec, best)
-    if best:
-        b = best[0]
-        m = b.user_attrs.get("metrics", {})
-        lines.append(f"Best: trial {b.number}: {fmt_params(b.params)} -> "
-                     f"{m.get(M.SAMPLES_PER_S, 0):,.1f} samples/s, peak {m.get(M.PEAK_MEMORY_GIB, 0):.2f} GiB")
-    elif results and all(t.user_attrs.get("status") in ("oom", "swapped", "skipped") for t in results):
-        lines.append("Nothing fit: every configuration ran out of memory (or swapped, or was predicted "
-                     "to). That is the answer for this machine; try smaller batches, a lower precision "
-                     "or activation checkpointing.")
-    tracking_flags = stores[stores.index("--tracking-uri"):] if "--tracking-uri" in stores else []
-    lines += [f"Study:   {shown(absolute_uri(spec.storage))} (study {spec.name!r})",
-              f"Runs:    {shown(tracking)} (experiment {spec.name!r})",
-              f"Resume:  {command(spec.path, *stores)}",
-              f"Browse:  {command('ui', spec.path, *tracking_flags)}   (or: "
-              f"{shlex.join(['mlflow', 'ui', '--backend-store-uri', pasteable(tracking)])})",
-              f"Report:  {command('report', spec.path, *stores)}   (add --plots for the plots)"]
-    if env := from_environment(origins):
-        lines.append(f"         (these commands find the stores through {' and '.join(env)}, as this run did)")
-    print("\n".join(lines))
+    by_search = result.verdict is not None and result.verdict.done
+    print("\n".join(summary(spec, results, best, sweep.target, spent, result.elapsed_s, result.stopped_because,
+                            by_search, origins)))
     if result.code == exits.FAILED:
         from orchestrator.sweep import failure_line
 

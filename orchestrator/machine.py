@@ -1,0 +1,58 @@
+"""What a study was run on, told without importing torch or touching a device: the device, torch's
+version (from its package metadata) and the devices' names. Recorded with the study by every run
+that started its probe; a later run of a finished study compares them instead of starting one
+(``resume``)."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from typing import Any
+
+MACHINE_ATTR = "orchestrate.machine"
+
+
+def torch_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def device_names(device: str) -> list[str]:
+    """The names a device kind goes by here, read cheaply: ``nvidia-smi`` for CUDA (asked once per
+    process, ``slots``), the CPU's model, the Mac's chip."""
+    if device == "cuda":
+        from orchestrator.slots import list_gpus
+
+        return [g.name for g in list_gpus()]
+    if device == "mps":
+        return [_sysctl("machdep.cpu.brand_string") or platform.machine()]
+    return [cpu_model()]
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _sysctl("machdep.cpu.brand_string") or platform.processor() or platform.machine()
+
+
+def _sysctl(key: str) -> str | None:
+    try:
+        out = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def facts(devices: tuple[str, ...]) -> dict[str, Any]:
+    """What ``MACHINE_ATTR`` holds for a study whose trials run on ``devices``."""
+    return {"devices": list(devices), "torch_version": torch_version(),
+            "device_names": {d: device_names(d) for d in devices}}
