@@ -28,10 +28,10 @@ import sys
 import time
 from typing import Any, TextIO
 
+from orchestrator.harness.child import pin_cores, preload, run_given, watch_parent
+
 
 def fork_server(experiment: str) -> int:
-    from orchestrator.harness.__main__ import pin_cores, preload, watch_parent
-
     timeline = {"main": time.time()}
     status = os.fdopen(int(os.environ["ORCHESTRATE_STATUS_FD"]), "w", buffering=1)
     watch_parent(thread=False)  # PR_SET_PDEATHSIG: the server starts no thread of its own
@@ -133,7 +133,5 @@ def _trial(config_path: str, log_path: str, go_fd: int, server_pid: int, status:
 def run_forked(config_path: str, status: TextIO, timeline: dict[str, Any]) -> int:
     """The trial, as ``--serve`` runs it once it has its configuration; ``timeline`` holds the
     server's start and end of imports, and when this process was forked."""
-    from orchestrator.harness.__main__ import run_given, watch_parent
-
     watch_parent()  # the server: if it dies (with the orchestrator), so does this trial
     return run_given(config_path, status, timeline, tag=f"{os.getpid()} ")
