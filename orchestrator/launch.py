@@ -52,6 +52,8 @@ from types import SimpleNamespace
 from typing import Any, Iterable
 
 from orchestrator.faultpoints import reached
+from orchestrator.harness.protocol import (CPU_CORES_ENV, FORK_SERVER_FLAG, GO, LEAVE, PARENT_PID_ENV, SERVE_FLAG,
+                                           STATUS_FD_ENV, Kind, Order, Status, Word, decode_status, encode_order)
 from orchestrator.outcome import Outcome, classify
 from orchestrator.timeline import event
 
@@ -107,9 +109,12 @@ def kill_group(pgid: int) -> None:
 
 class Interpreter:
     """One trial process (``python -m orchestrator.harness --serve EXPERIMENT``), in its own
-    process session, with a status pipe it writes ``ready``/``window``/``result`` on."""
+    process session, with a status pipe it says it is ready, at its window and done on
+    (``orchestrator/harness/protocol.py``)."""
 
-    mode = "--serve"
+    mode = SERVE_FLAG
+    server = False
+    """Whether it takes a fork server's orders."""
 
     def __init__(self, experiment: str, env: dict[str, str], log_path: Path,
                  cores: frozenset[int] | None = None, stop: StopFlag | None = None,
@@ -119,10 +124,10 @@ class Interpreter:
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         read, write = os.pipe()
-        child_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1", "ORCHESTRATE_STATUS_FD": str(write),
-                     "ORCHESTRATE_PARENT_PID": str(os.getpid())}
+        child_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1", STATUS_FD_ENV: str(write),
+                     PARENT_PID_ENV: str(os.getpid())}
         if cores is not None:
-            child_env["ORCHESTRATE_CPU_CORES"] = ",".join(map(str, sorted(cores)))
+            child_env[CPU_CORES_ENV] = ",".join(map(str, sorted(cores)))
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "orchestrator.harness", self.mode, experiment,
@@ -168,16 +173,20 @@ class Interpreter:
             self._buffer += chunk
         *lines, self._buffer = self._buffer.split(b"\n")
         for line in lines:
-            self._said(line.decode(errors="replace").strip())
+            status = decode_status(line.decode(errors="replace"))
+            if status is not None:
+                self._said(status)
 
-    def _said(self, word: str) -> None:
-        if word == "ready":
+    def _said(self, status: Status) -> None:
+        if status.pid is not None:  # of a forked trial: a fork server's (``ForkServer``)
+            return
+        if status.word is Word.READY:
             self.ready = True
             self.running_since = time.monotonic()
             event("interpreter_ready")
-        elif word == "window":
+        elif status.word is Word.WINDOW:
             self.at_window = True
-        elif word == "result":
+        elif status.word is Word.RESULT:
             self.result_ready = True
 
     def reap(self) -> bool:
@@ -196,10 +205,10 @@ class Interpreter:
                     self.stop.pgids.discard(self.proc.pid)
         return self.returncode is not None
 
-    def send(self, line: str) -> None:
+    def send(self, order: Order) -> None:
         try:
             assert self.proc.stdin is not None
-            self.proc.stdin.write(line.encode() + b"\n")
+            self.proc.stdin.write(encode_order(order, self.server).encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # it died; reap() will say so
@@ -209,7 +218,7 @@ class Interpreter:
 
     def discard(self) -> None:
         """An interpreter nobody will use: tell it to leave, and make sure it does."""
-        self.send("")
+        self.send(LEAVE)
         self.kill()
         deadline = time.monotonic() + 5
         while not self.reap() and time.monotonic() < deadline:
@@ -234,7 +243,8 @@ class ForkServer(Interpreter):
     (``orchestrator/harness/forkserver.py``). It stays the slot's spare across trials; each trial
     it starts is a ``Forked``."""
 
-    mode = "--fork-server"
+    mode = FORK_SERVER_FLAG
+    server = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -245,25 +255,23 @@ class ForkServer(Interpreter):
     def fork(self, log_path: Path) -> Forked:
         return Forked(self, log_path)
 
-    def _said(self, word: str) -> None:
-        head, _, rest = word.partition(" ")
-        if not head.isdigit():
-            super()._said(word)
+    def _said(self, status: Status) -> None:
+        if status.pid is None:
+            super()._said(status)
             return
-        pid, what = int(head), rest.split()
-        if what[:1] == ["forked"] and self.asked:
-            self.asked.pop(0).forked(pid)
+        if status.word is Word.FORKED and self.asked:
+            self.asked.pop(0).forked(status.pid)
             return
-        trial = self.trials.get(pid)
-        if trial is None or not what:
+        trial = self.trials.get(status.pid)
+        if trial is None:
             return
-        if what[0] == "window":
+        if status.word is Word.WINDOW:
             trial.at_window = True
-        elif what[0] == "result":
+        elif status.word is Word.RESULT:
             trial.result_ready = True
-        elif what[0] == "exited" and len(what) == 3:
-            trial.exited(int(what[1]), int(what[2]))
-            del self.trials[pid]
+        elif status.word is Word.EXITED:
+            trial.exited(status.code, status.maxrss_kib)  # type: ignore[arg-type]
+            del self.trials[status.pid]
 
     def discard(self) -> None:
         for trial in list(self.trials.values()) + self.asked:
@@ -316,13 +324,14 @@ class Forked:
                 self.exited(-signal.SIGKILL, 0)
         return self.returncode is not None
 
-    def send(self, line: str) -> None:
-        if line == "go":
+    def send(self, order: Order) -> None:
+        """Passed on to the server, for this trial (leaving is the server's own business)."""
+        if order.kind is Kind.GO:
             if self.pid is not None:
-                self.server.send(json.dumps({"go": self.pid}))
-        elif line:  # the configuration's path: fork now
+                self.server.send(Order(Kind.GO, pid=self.pid))
+        elif order.kind is Kind.RUN:  # fork now
             self.server.asked.append(self)
-            self.server.send(json.dumps({"fork": line, "log": str(self.log_path)}))
+            self.server.send(Order(Kind.RUN, config=order.config, log=str(self.log_path)))
 
     def kill(self) -> None:
         if self.pid is None:
@@ -386,7 +395,7 @@ class ProcessRun:
             except OSError:
                 pass
         self.started_at = time.time()
-        interp.send(str(config_path))
+        interp.send(Order(Kind.RUN, config=str(config_path)))
         event("start", self.trial)
         reached("trial_running")
 
@@ -574,7 +583,7 @@ class SlotLauncher:
                 run.spare_cpu_at_go = {s.pid: cpu_seconds(s.pid) for s in self.spares}
                 if run.window_seen_at is not None:
                     run.gate_wait_s = time.monotonic() - run.window_seen_at
-                run.interp.send("go")
+                run.interp.send(GO)
         if run.has_result and run.spare_cpu_at_go is not None and run.spare_cpu_in_window is None:
             used = [cpu_seconds(pid) - before for pid, before in run.spare_cpu_at_go.items()
                     if before is not None and cpu_seconds(pid) is not None]

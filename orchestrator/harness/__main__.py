@@ -19,11 +19,12 @@ import time
 
 from orchestrator.harness.child import main, serve
 from orchestrator.harness.forkserver import fork_server
+from orchestrator.harness.protocol import FORK_SERVER_FLAG, SERVE_FLAG
 
 if __name__ == "__main__":
-    if len(sys.argv) in (3, 4) and sys.argv[1] == "--serve":  # [4]: the study's folder, for ps
+    if len(sys.argv) in (3, 4) and sys.argv[1] == SERVE_FLAG:  # [4]: the study's folder, for ps
         code = serve(sys.argv[2])
-    elif len(sys.argv) in (3, 4) and sys.argv[1] == "--fork-server":
+    elif len(sys.argv) in (3, 4) and sys.argv[1] == FORK_SERVER_FLAG:
         code = fork_server(sys.argv[2])
     else:
         code = main(sys.argv)

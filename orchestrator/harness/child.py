@@ -22,6 +22,9 @@ import time
 import traceback
 from typing import Any, Callable
 
+from orchestrator.harness.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, STATUS_FD_ENV, Kind, Status, Word,
+                                           decode_order, encode_status)
+
 
 def watch_parent(interval_s: float = 0.5, thread: bool = True) -> None:
     """Kill this trial's process group if the orchestrator dies: at once on Linux, where
@@ -29,7 +32,7 @@ def watch_parent(interval_s: float = 0.5, thread: bool = True) -> None:
     polling the parent pid from a thread (torch releases the GIL in its kernels). Set here, in the
     child, rather than in a ``preexec_fn``, which is unsafe in an orchestrator that runs threads.
     ``thread=False``: PDEATHSIG alone (the Linux fork server, which must not start threads)."""
-    expected = os.environ.get("ORCHESTRATE_PARENT_PID")
+    expected = os.environ.get(PARENT_PID_ENV)
     parent = int(expected) if expected and expected.isdigit() else os.getppid()
     signal.signal(signal.SIGTERM, lambda *_: os.killpg(os.getpgrp(), signal.SIGKILL))
     if sys.platform.startswith("linux"):
@@ -53,7 +56,7 @@ def watch_parent(interval_s: float = 0.5, thread: bool = True) -> None:
 def pin_cores() -> None:
     """A CPU slot's trial runs on its own cores (``ORCHESTRATE_CPU_CORES``), set before ``import
     torch`` so that its thread pools are sized to them."""
-    cores = os.environ.get("ORCHESTRATE_CPU_CORES")
+    cores = os.environ.get(CPU_CORES_ENV)
     if cores and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
 
@@ -163,36 +166,36 @@ def serve(experiment: str) -> int:
     the device's next pre-started interpreter is idle), and after the result file ``result``.
     """
     timeline = {"main": time.time()}
-    status = os.fdopen(int(os.environ["ORCHESTRATE_STATUS_FD"]), "w", buffering=1)
+    status = os.fdopen(int(os.environ[STATUS_FD_ENV]), "w", buffering=1)
     watch_parent()
     pin_cores()
     preload(experiment)
     timeline["imports_done"] = time.time()
-    status.write("ready\n")
-    line = sys.stdin.readline().strip()
-    if not line:
+    status.write(encode_status(Status(Word.READY)))
+    order = decode_order(sys.stdin.readline())
+    if order.kind is not Kind.RUN:  # leave
         return 0
-    return run_given(line, status, timeline)
+    return run_given(str(order.config), status, timeline)
 
 
-def run_given(config_path: str, status: Any, timeline: dict[str, Any], tag: str = "") -> int:
+def run_given(config_path: str, status: Any, timeline: dict[str, Any], pid: int | None = None) -> int:
     """The trial, once its configuration's path has arrived: in a ``--serve`` interpreter, or in a
-    child of the fork server, which ``tag``s its status lines with its pid (``"1234 "``). Says
-    ``window`` and waits for ``go`` on stdin before the timed window, ``result`` after the result
-    file."""
+    child of the fork server, which gives its ``pid`` in its status lines. Says ``window`` and
+    waits for ``go`` on stdin before the timed window, ``result`` after the result file
+    (``protocol.py``)."""
     timeline["config_received"] = time.time()
     with open(config_path) as f:
         config = json.load(f)
 
     def gate() -> None:
-        status.write(f"{tag}window\n")
-        sys.stdin.readline()  # "go" (or EOF: the launcher is gone, and the watchdog acts)
+        status.write(encode_status(Status(Word.WINDOW, pid)))
+        sys.stdin.readline()  # go (or EOF: the launcher is gone, and the watchdog acts)
         timeline["go"] = time.time()
 
     run_config(config, timeline, gate)
     sys.stdout.flush()
     sys.stderr.flush()
-    status.write(f"{tag}result\n")
+    status.write(encode_status(Status(Word.RESULT, pid)))
     return 0
 
 
