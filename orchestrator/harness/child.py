@@ -160,10 +160,11 @@ def serve(experiment: str) -> int:
     Imports torch, the harness and the experiment module, says ``ready`` on the status pipe
     (``ORCHESTRATE_STATUS_FD``) and waits, idle, for a line on stdin: the path of its trial's
     config (an empty line or EOF: exit). Nothing here touches a device before that line: ``import
-    torch`` creates no CUDA context and no MPS allocator (``orchestrator/launch.py`` cites the
-    source), so the allocator settings in this process's environment are still unread. At the end
-    of the warm-up it says ``window`` and waits for ``go`` (the launcher holds the window until
-    the device's next pre-started interpreter is idle), and after the result file ``result``.
+    torch`` creates no CUDA context and no MPS allocator (``orchestrator/launch/spares.py`` cites
+    the source), so the allocator settings in this process's environment are still unread. At
+    the end of the warm-up it says ``window`` and waits for ``go`` (the launcher holds the window
+    until the device's next pre-started interpreter is idle), and after the result file
+    ``result``. The lines are ``protocol.py``'s.
     """
     timeline = {"main": time.time()}
     status = os.fdopen(int(os.environ[STATUS_FD_ENV]), "w", buffering=1)

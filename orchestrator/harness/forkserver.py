@@ -5,7 +5,7 @@ Where ``fork`` is safe, this replaces a pre-started interpreter per trial: the i
 all CPU) is paid once per slot and environment instead of once per trial, and no import ever
 runs again beside a timed window. Each trial is still a process of its own: forked from an
 interpreter that has touched no device (``import torch`` creates no CUDA context and no
-allocator: ``orchestrator/launch.py`` cites the source), it builds its allocator itself, from
+allocator: ``orchestrator/launch/spares.py`` cites the source), it builds its allocator itself, from
 the environment the server was started with (the launcher uses a server only for a trial whose
 whole environment equals the server's), and its memory is freed when it exits. Not on macOS:
 Apple's frameworks are not safe to use in a child forked without ``exec``, so there every trial
