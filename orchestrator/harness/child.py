@@ -22,8 +22,8 @@ import time
 import traceback
 from typing import Any, Callable
 
-from orchestrator.harness.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, STATUS_FD_ENV, Kind, Status, Word,
-                                           decode_order, encode_status)
+from orchestrator.harness.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, Status,
+                                           Word, decode_order, encode_status)
 
 
 def watch_parent(interval_s: float = 0.5, thread: bool = True) -> None:
@@ -140,10 +140,10 @@ def main(argv: list[str]) -> int:
     """``python -m orchestrator.harness CONFIG.json``: one trial, started cold."""
     timeline = {"main": time.time()}
     if len(argv) != 2:
-        print("usage: python -m orchestrator.harness CONFIG.json | --serve EXPERIMENT", file=sys.stderr)
+        print(f"usage: python -m orchestrator.harness CONFIG.json | {SERVE_FLAG} EXPERIMENT", file=sys.stderr)
         return 2
-    if argv[1] == "--serve":
-        print("usage: python -m orchestrator.harness --serve EXPERIMENT", file=sys.stderr)
+    if argv[1] == SERVE_FLAG:
+        print(f"usage: python -m orchestrator.harness {SERVE_FLAG} EXPERIMENT", file=sys.stderr)
         return 2
     with open(argv[1]) as f:
         config = json.load(f)

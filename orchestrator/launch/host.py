@@ -9,7 +9,7 @@ throughput, on one GPU as on two; GPU-bound ones nothing.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, Sequence
 
 from orchestrator.launch.process import TrialProcess
 from orchestrator.launch.trial import ProcessRun
@@ -19,7 +19,7 @@ class HostSlot(Protocol):
     """What the gate reads of one slot (a ``SlotLauncher``)."""
 
     @property
-    def spares(self) -> list[TrialProcess]:
+    def spares(self) -> Sequence[TrialProcess]:
         """Its pre-started processes."""
 
     @property
