@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def imports() -> None:
     """What a trial process has loaded before its configuration arrives (the fork server's preload)."""
     sys.path.insert(0, str(ROOT))
-    from orchestrator.harness.__main__ import preload
+    from orchestrator.harness.child import preload
 
     preload("experiments.mlp")
 

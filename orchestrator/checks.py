@@ -9,6 +9,8 @@ import sys
 from typing import Any
 
 from orchestrator.errors import SpecError
+from orchestrator.redact import child_env
+from orchestrator.harness.protocol import PARENT_PID_ENV
 from orchestrator.spec import SweepSpec
 from orchestrator.timeline import event
 
@@ -20,7 +22,8 @@ class Probe:
     The child (``python -m orchestrator.harness.probe``) prints ``PROBE {json}`` once it has
     imported the module, checked its fixed parameters and resolved the device; given a smoke
     configuration it then runs one training step of it (``orchestrator.harness.smoke``) and prints
-    ``SMOKE {json}``: a broken experiment fails here, in seconds, with its own file:line."""
+    ``SMOKE {json}``: a broken experiment fails here, in seconds, with its own file:line. It runs
+    in a session of its own, which it kills if this process dies (``ORCHESTRATE_PARENT_PID``)."""
 
     TIMEOUT_S = 300
 
@@ -38,7 +41,8 @@ class Probe:
 
         self._err = tempfile.TemporaryFile()  # a pipe could fill up with a traceback and block the child
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._err,
-                                     env={**os.environ, **(env or {})}, start_new_session=True)
+                                     env={**child_env(), **(env or {}), PARENT_PID_ENV: str(os.getpid())},
+                                     start_new_session=True)
         event("probe_start")
         self._lines: list[str] = []
         self._buffer = b""

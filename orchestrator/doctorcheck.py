@@ -32,10 +32,16 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder ``import orches
 def harness_json(args: list[str], prefix: str, timeout_s: float) -> dict[str, Any]:
     """``python ARGS`` started where ``orchestrator`` itself is imported from: ``-m`` puts the
     working directory first on ``sys.path``, and a stray ``timeit.py`` in the caller's folder would
-    otherwise break ``import torch``."""
+    otherwise break ``import torch``. In a session of its own, which it kills if this process dies
+    (``ORCHESTRATE_PARENT_PID``: ``child.watch_parent``); without the credentials only this process
+    uses (``redact.child_env``)."""
+    from orchestrator.harness.protocol import PARENT_PID_ENV
+    from orchestrator.redact import child_env
+
     try:
         proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout_s,
-                              cwd=PACKAGE_ROOT)
+                              cwd=PACKAGE_ROOT, start_new_session=True,
+                              env={**child_env(), PARENT_PID_ENV: str(os.getpid())})
     except subprocess.TimeoutExpired:
         return {"error": f"no answer within {timeout_s:.0f} s"}
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(prefix)), None)

@@ -95,7 +95,7 @@ class _ReplayRun:
 
 
 class ReplayRunner:
-    """``sweep.ProcessRunner``'s interface over a landscape: ``slots`` trials at a time, each taking
+    """``launch.ProcessRunner``'s interface over a landscape: ``slots`` trials at a time, each taking
     its recorded duration on a simulated clock (``wait`` jumps to the next trial's end), so
     concurrency is replayed as it would unfold, in no time."""
 

@@ -83,7 +83,7 @@ def _prewarmed(spec: SweepSpec, plan: Any, slots: list[Any], stop: Any) -> Any:
     smoke step runs and the stores open, when every trial will need the same environment (else
     the first trial starts its own: a wrong guess would cost an import)."""
     from orchestrator.space import shared_env
-    from orchestrator.sweep import ProcessRunner
+    from orchestrator.launch import ProcessRunner
 
     runner = ProcessRunner(slots, spec.experiment, Path("mlruns").resolve(), stop)
     env = shared_env(plan)

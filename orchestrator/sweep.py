@@ -16,7 +16,6 @@ life in between is a ``job.Job``; when to stop proposing is the ``stoppolicy.Sto
 from __future__ import annotations
 
 import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -25,59 +24,16 @@ from orchestrator import exits, knobs
 from orchestrator import metrics as M
 from orchestrator.faultpoints import reached
 from orchestrator.job import INTERRUPTED_DETAIL, Job, State
-from orchestrator.launch import PRESTART, Host, StopFlag, SlotLauncher, wait_for_activity
+from orchestrator.launch import PRESTART, StopFlag
 from orchestrator.outcome import RESULT_STATUSES, Outcome
 from orchestrator.planner import Verdict
 from orchestrator.proposer import DONE, WAIT, Proposal, Proposer
 from orchestrator.records import rank, result_trials, run_metrics, run_tags, tell, trace_tags
 from orchestrator.recovery import trial_files
-from orchestrator.slots import Slot
 from orchestrator.space import Plan, config_key, trial_params
 from orchestrator.spec import SweepSpec
 from orchestrator.stoppolicy import Failures, StopPolicy
 from orchestrator.timeline import event
-
-
-class ProcessRunner:
-    """Runs trials in real processes, one ``SlotLauncher`` per device slot. Made at start-up,
-    before the study is open, so that each slot's fork server can start importing then
-    (``prewarm``); ``open`` gives it the study's trial folder before the first trial."""
-
-    def __init__(self, slots: list[Slot], experiment: str, where: Path, stop: StopFlag,
-                 prestart: int = PRESTART) -> None:
-        self.slots = slots
-        host = Host()
-        self.launchers = [SlotLauncher(experiment, s.env, s.cores, None, stop, prestart, host, where=where)
-                          for s in slots]
-
-    def prewarm(self, env: dict[str, str]) -> None:
-        """Every slot's fork server, starting now, for trials that will need ``env``."""
-        for launcher in self.launchers:
-            launcher.prewarm(env)
-
-    def open(self, work_dir: Path) -> None:
-        for launcher in self.launchers:
-            launcher.open(work_dir)
-
-    def idle(self, i: int) -> bool:
-        return self.launchers[i].idle
-
-    def start(self, i: int, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
-              guesses: list[dict[str, str]]) -> Any:
-        return self.launchers[i].start(config, trial_dir, env, timeout_s, guesses)
-
-    def wait(self, timeout_s: float) -> None:
-        wait_for_activity(self.launchers, timeout_s)
-        for launcher in self.launchers:
-            launcher.tick()
-
-    @staticmethod
-    def now() -> float:
-        return time.monotonic()
-
-    def close(self) -> None:
-        for launcher in self.launchers:
-            launcher.close()
 
 
 @dataclass

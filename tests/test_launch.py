@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.launch import ForkServer, Forked, Host, SlotLauncher, cpu_seconds, launch_trial, wait_for_activity
+from orchestrator.launch import (ForkServer, Forked, Host, Interpreter, SlotLauncher, TrialProcess, cpu_seconds, launch_trial,
+                                 wait_for_activity)
 
 pytestmark = pytest.mark.slow
 LINUX = sys.platform.startswith("linux")
@@ -239,3 +240,14 @@ def test_a_prewarmed_fork_server_serves_the_first_trial_before_the_study_folder_
             assert result["timeline"]["imports_done"] < result["timeline"]["forked"], "not the prewarmed server"
     finally:
         launcher.close()
+
+
+@pytest.mark.parametrize("kind", [Interpreter, Forked])
+def test_both_kinds_of_trial_process_declare_and_implement_one_protocol(kind: type) -> None:
+    """``ProcessRun`` holds a pre-started interpreter or a forked trial through one type."""
+    assert TrialProcess in kind.__mro__
+    assert not getattr(kind, "__abstractmethods__", None), kind.__abstractmethods__
+    members = ("ready", "at_window", "result_ready", "returncode", "rusage", "running_since", "read_status",
+               "reap", "send", "kill", "close", "log_path", "status_fd", "pid", "env")
+    declared = set(TrialProcess.__annotations__) | {n for n in vars(TrialProcess) if not n.startswith("_")}
+    assert set(members) <= declared, set(members) - declared

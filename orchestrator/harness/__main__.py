@@ -1,221 +1,30 @@
-"""Trial process entry: ``python -m orchestrator.harness CONFIG.json``.
+"""``python -m orchestrator.harness``: the entry of every trial process; it only dispatches.
 
-Runs one trial and writes its result as JSON to ``config["result_path"]`` (atomically). The
-process exits 0 whenever it could write a result; the status lives in the file. Anything else
-(a signal, a crash before the result is written) is classified by the orchestrator.
+- ``CONFIG.json``: one trial, started cold (``child.main``);
+- ``--serve EXPERIMENT [FOLDER]``: a pre-started interpreter, given its configuration on stdin
+  (``child.serve``);
+- ``--fork-server EXPERIMENT [FOLDER]`` (Linux): one import, then a forked process per trial
+  (``forkserver.fork_server``).
+
+``FOLDER`` (the study's trial folder) is only there for ``ps``. Nothing imports this module: under
+``python -m`` it is the running ``__main__``, and importing it by name would load it a second
+time; the code lives in ``child.py`` and ``forkserver.py``.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import sys
-import threading
 import time
-import traceback
-from typing import Any, Callable
 
-
-def watch_parent(interval_s: float = 0.5, thread: bool = True) -> None:
-    """Kill this trial's process group if the orchestrator dies: at once on Linux, where
-    PR_SET_PDEATHSIG sends SIGTERM; within ``interval_s`` everywhere (macOS has no PDEATHSIG), by
-    polling the parent pid from a thread (torch releases the GIL in its kernels). Set here, in the
-    child, rather than in a ``preexec_fn``, which is unsafe in an orchestrator that runs threads.
-    ``thread=False``: PDEATHSIG alone (the Linux fork server, which must not start threads)."""
-    expected = os.environ.get("ORCHESTRATE_PARENT_PID")
-    parent = int(expected) if expected and expected.isdigit() else os.getppid()
-    signal.signal(signal.SIGTERM, lambda *_: os.killpg(os.getpgrp(), signal.SIGKILL))
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the orchestrator died before the line above took effect
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-    if not thread:
-        return
-
-    def loop() -> None:
-        while True:
-            time.sleep(interval_s)
-            if os.getppid() != parent:
-                os.killpg(os.getpgrp(), signal.SIGKILL)
-
-    threading.Thread(target=loop, name="parent-watchdog", daemon=True).start()
-
-
-def pin_cores() -> None:
-    """A CPU slot's trial runs on its own cores (``ORCHESTRATE_CPU_CORES``), set before ``import
-    torch`` so that its thread pools are sized to them."""
-    cores = os.environ.get("ORCHESTRATE_CPU_CORES")
-    if cores and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
-
-
-def write_result(path: str, result: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=1, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def last_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    body = lines[0] if lines else ""
-    return f"{type(exc).__name__}: {body}" if body else type(exc).__name__
-
-
-def run_config(config: dict[str, Any], timeline: dict[str, float],
-               before_window: Callable[[], None] | None = None) -> None:
-    """Run one trial and write its result file; every failure becomes a recorded status."""
-    # Imported here so that a broken torch install is reported as this trial's error.
-    from orchestrator.harness import backend, train
-    from orchestrator.harness.oom import is_oom_exception
-
-    timeline.setdefault("imports_done", time.time())
-    os.environ["ORCHESTRATE_RESULT_PATH"] = config["result_path"]  # for experiments that report themselves
-    progress = train.Progress(before_window)
-    result: dict[str, Any]
-    device = config["params"].get("device", "auto")
-    try:
-        out = train.run(config, progress)
-        device = out["device"]
-        status = out.get("status", "ok") if out["finite"] else "diverged"
-        result = {"status": status, "metrics": out["metrics"], "applied": out["applied"],
-                  "not_applied": out["not_applied"], "info": out["info"]}
-        if status == "diverged":
-            result["detail"] = "the loss became NaN or infinite"
-        elif out.get("detail"):
-            result["detail"] = out["detail"]
-    except BaseException as exc:  # noqa: BLE001 - every failure becomes a recorded status
-        traceback.print_exc()
-        oom = is_oom_exception(exc)
-        detail = last_line(exc)
-        if progress.phase == "compile" and not oom:
-            detail = f"torch.compile failed on {device} (experimental there): {detail}"
-        result = {"status": "oom" if oom else "error", "detail": detail,
-                  "phase": progress.phase, "step": progress.step}
-        del exc
-        try:
-            device = backend.resolve(device)
-            if oom:
-                result["memory_at_failure"] = backend.memory_now(device)
-        except Exception:  # noqa: BLE001
-            pass
-    try:
-        result["provenance"] = backend.describe(backend.resolve(device))
-    except Exception as exc:  # noqa: BLE001 - provenance must not hide the result
-        result["provenance"] = {"error": last_line(exc)}
-    result["placement"] = placement()
-    import resource
-
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    result["process_peak_rss_gib"] = maxrss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
-    result["timeline"] = {**timeline, **progress.marks, "result_written": time.time()}
-    write_result(config["result_path"], result)
-
-
-def placement() -> dict[str, Any]:
-    """Where this process ran: the GPU it was given and the cores it may use."""
-    out: dict[str, Any] = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
-                           if k in os.environ}
-    if hasattr(os, "sched_getaffinity"):
-        out["cpu_cores"] = len(os.sched_getaffinity(0))
-    return out
-
-
-def main(argv: list[str]) -> int:
-    """``python -m orchestrator.harness CONFIG.json``: one trial, started cold."""
-    timeline = {"main": time.time()}
-    if len(argv) != 2:
-        print("usage: python -m orchestrator.harness CONFIG.json | --serve EXPERIMENT", file=sys.stderr)
-        return 2
-    if argv[1] == "--serve":
-        print("usage: python -m orchestrator.harness --serve EXPERIMENT", file=sys.stderr)
-        return 2
-    with open(argv[1]) as f:
-        config = json.load(f)
-    if config.get("watch_parent", True):
-        watch_parent()
-    pin_cores()
-    run_config(config, timeline)
-    return 0
-
-
-def serve(experiment: str) -> int:
-    """``python -m orchestrator.harness --serve EXPERIMENT [FOLDER]``: a pre-started trial interpreter.
-
-    Imports torch, the harness and the experiment module, says ``ready`` on the status pipe
-    (``ORCHESTRATE_STATUS_FD``) and waits, idle, for a line on stdin: the path of its trial's
-    config (an empty line or EOF: exit). Nothing here touches a device before that line: ``import
-    torch`` creates no CUDA context and no MPS allocator (``orchestrator/launch.py`` cites the
-    source), so the allocator settings in this process's environment are still unread. At the end
-    of the warm-up it says ``window`` and waits for ``go`` (the launcher holds the window until
-    the device's next pre-started interpreter is idle), and after the result file ``result``.
-    """
-    timeline = {"main": time.time()}
-    status = os.fdopen(int(os.environ["ORCHESTRATE_STATUS_FD"]), "w", buffering=1)
-    watch_parent()
-    pin_cores()
-    preload(experiment)
-    timeline["imports_done"] = time.time()
-    status.write("ready\n")
-    line = sys.stdin.readline().strip()
-    if not line:
-        return 0
-    return run_given(line, status, timeline)
-
-
-def run_given(config_path: str, status: Any, timeline: dict[str, Any], tag: str = "") -> int:
-    """The trial, once its configuration's path has arrived: in a ``--serve`` interpreter, or in a
-    child of the fork server, which ``tag``s its status lines with its pid (``"1234 "``). Says
-    ``window`` and waits for ``go`` on stdin before the timed window, ``result`` after the result
-    file."""
-    timeline["config_received"] = time.time()
-    with open(config_path) as f:
-        config = json.load(f)
-
-    def gate() -> None:
-        status.write(f"{tag}window\n")
-        sys.stdin.readline()  # "go" (or EOF: the launcher is gone, and the watchdog acts)
-        timeline["go"] = time.time()
-
-    run_config(config, timeline, gate)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    status.write(f"{tag}result\n")
-    return 0
-
-
-def preload(experiment: str) -> None:
-    """The imports every trial needs, done before its configuration is known. Device-neutral:
-    no tensor is made, no backend is initialised. A failure here is left for the trial to report
-    (it imports the module again and records the error)."""
-    try:
-        import importlib
-
-        import torch  # noqa: F401
-        import torch._dynamo  # noqa: F401 - optimizers import it on first use (1.5 s on a small CPU)
-        import torch.optim  # noqa: F401
-        import torch.utils.checkpoint  # noqa: F401
-
-        from orchestrator.harness import backend, train  # noqa: F401
-        from orchestrator.harness.oom import is_oom_exception  # noqa: F401
-
-        importlib.import_module(experiment)
-    except BaseException:  # noqa: BLE001
-        pass
-
+from orchestrator.harness.child import main, serve
+from orchestrator.harness.forkserver import fork_server
+from orchestrator.harness.protocol import FORK_SERVER_FLAG, SERVE_FLAG
 
 if __name__ == "__main__":
-    if len(sys.argv) in (3, 4) and sys.argv[1] == "--serve":  # [4]: the study's folder, for ps
+    if len(sys.argv) in (3, 4) and sys.argv[1] == SERVE_FLAG:  # [4]: the study's folder, for ps
         code = serve(sys.argv[2])
-    elif len(sys.argv) in (3, 4) and sys.argv[1] == "--fork-server":
-        from orchestrator.harness.forkserver import fork_server
-
+    elif len(sys.argv) in (3, 4) and sys.argv[1] == FORK_SERVER_FLAG:
         code = fork_server(sys.argv[2])
     else:
         code = main(sys.argv)

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from orchestrator.harness import swap
+from orchestrator.harness.child import watch_parent
 
 GIB = 1024 ** 3
 MAC_KEYS = ("machdep.cpu.brand_string", "hw.model", "hw.memsize", "hw.physicalcpu", "hw.logicalcpu",
@@ -225,4 +226,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    watch_parent()  # before torch is imported: dies with the orchestrator that asked
     sys.exit(main(sys.argv))

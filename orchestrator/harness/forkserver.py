@@ -5,22 +5,20 @@ Where ``fork`` is safe, this replaces a pre-started interpreter per trial: the i
 all CPU) is paid once per slot and environment instead of once per trial, and no import ever
 runs again beside a timed window. Each trial is still a process of its own: forked from an
 interpreter that has touched no device (``import torch`` creates no CUDA context and no
-allocator: ``orchestrator/launch.py`` cites the source), it builds its allocator itself, from
+allocator: ``orchestrator/launch/spares.py`` cites the source), it builds its allocator itself, from
 the environment the server was started with (the launcher uses a server only for a trial whose
 whole environment equals the server's), and its memory is freed when it exits. Not on macOS:
 Apple's frameworks are not safe to use in a child forked without ``exec``, so there every trial
 gets its own pre-started interpreter (``--serve``).
 
-Protocol. The orchestrator writes JSON lines on stdin: ``{"fork": CONFIG, "log": LOG}`` (start a
-trial: its stdout and stderr go to LOG), ``{"go": PID}`` (the trial may open its timed window),
-or an empty line (leave). On the status pipe (``ORCHESTRATE_STATUS_FD``) the server says
-``ready`` once imported, then per trial ``PID forked``, the trial's own ``PID window`` and
-``PID result``, and ``PID exited CODE MAXRSS_KIB`` once it has reaped it (its memory is free).
+Protocol (``protocol.py``): the server reads its orders on stdin (fork a trial, let one open its
+window, leave) and says on its status pipe that it is ready, then for each trial that it forked
+it and, once it has reaped it, how it exited and its peak RSS; its trials say ``window`` and
+``result`` there themselves, with their pid.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -28,12 +26,14 @@ import sys
 import time
 from typing import Any, TextIO
 
+from orchestrator.harness.child import pin_cores, preload, run_given, watch_parent
+from orchestrator.harness.protocol import (GO, PARENT_PID_ENV, STATUS_FD_ENV, Kind, Status, Word, decode_order, encode_order,
+                                           encode_status)
+
 
 def fork_server(experiment: str) -> int:
-    from orchestrator.harness.__main__ import pin_cores, preload, watch_parent
-
     timeline = {"main": time.time()}
-    status = os.fdopen(int(os.environ["ORCHESTRATE_STATUS_FD"]), "w", buffering=1)
+    status = os.fdopen(int(os.environ[STATUS_FD_ENV]), "w", buffering=1)
     watch_parent(thread=False)  # PR_SET_PDEATHSIG: the server starts no thread of its own
     pin_cores()
     preload(experiment)
@@ -45,7 +45,7 @@ def fork_server(experiment: str) -> int:
     server_pid = os.getpid()
     children: dict[int, int] = {}  # trial pid -> write end of its "go" pipe
     pending = b""
-    status.write("ready\n")
+    status.write(encode_status(Status(Word.READY)))
     while True:
         try:
             readable, _, _ = select.select([0, wake_r], [], [])
@@ -62,13 +62,13 @@ def fork_server(experiment: str) -> int:
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            if not line.strip():
+            order = decode_order(line.decode(errors="replace"), server=True)
+            if order.kind is Kind.LEAVE:
                 return 0
-            order = json.loads(line)
-            if "go" in order:
-                fd = children.get(int(order["go"]))
+            if order.kind is Kind.GO:
+                fd = children.get(order.pid)  # type: ignore[arg-type]
                 if fd is not None:
-                    os.write(fd, b"go\n")
+                    os.write(fd, encode_order(GO).encode())
                 continue
             go_r, go_w = os.pipe()
             sys.stdout.flush()
@@ -80,10 +80,10 @@ def fork_server(experiment: str) -> int:
                     os.close(fd)
                 os.close(wake_r)
                 os.close(wake_w)
-                _trial(order["fork"], order["log"], go_r, server_pid, status, timeline)  # never returns
+                _trial(str(order.config), str(order.log), go_r, server_pid, status, timeline)  # never returns
             os.close(go_r)
             children[pid] = go_w
-            status.write(f"{pid} forked\n")
+            status.write(encode_status(Status(Word.FORKED, pid)))
 
 
 def _reap(children: dict[int, int], status: TextIO) -> None:
@@ -97,7 +97,7 @@ def _reap(children: dict[int, int], status: TextIO) -> None:
         fd = children.pop(pid, None)
         if fd is not None:
             os.close(fd)
-        status.write(f"{pid} exited {os.waitstatus_to_exitcode(wait_status)} {rusage.ru_maxrss}\n")
+        status.write(encode_status(Status(Word.EXITED, pid, os.waitstatus_to_exitcode(wait_status), rusage.ru_maxrss)))
 
 
 def _trial(config_path: str, log_path: str, go_fd: int, server_pid: int, status: TextIO,
@@ -116,7 +116,7 @@ def _trial(config_path: str, log_path: str, go_fd: int, server_pid: int, status:
         os.dup2(log, 2)
         os.close(log)
         sys.stdin = open(0, closefd=False)  # not the server's stdin buffer
-        os.environ["ORCHESTRATE_PARENT_PID"] = str(server_pid)
+        os.environ[PARENT_PID_ENV] = str(server_pid)
         code = run_forked(config_path, status, {**timeline, "forked": time.time()})
     except BaseException:  # noqa: BLE001 - whatever happens, this process must not return into the server
         import traceback
@@ -133,7 +133,5 @@ def _trial(config_path: str, log_path: str, go_fd: int, server_pid: int, status:
 def run_forked(config_path: str, status: TextIO, timeline: dict[str, Any]) -> int:
     """The trial, as ``--serve`` runs it once it has its configuration; ``timeline`` holds the
     server's start and end of imports, and when this process was forked."""
-    from orchestrator.harness.__main__ import run_given, watch_parent
-
     watch_parent()  # the server: if it dies (with the orchestrator), so does this trial
-    return run_given(config_path, status, timeline, tag=f"{os.getpid()} ")
+    return run_given(config_path, status, timeline, pid=os.getpid())

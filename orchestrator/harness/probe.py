@@ -4,6 +4,10 @@
 JSON line: ``PROBE {"ok": true, "device": "cpu", "params": [...] | null, ...}`` or
 ``PROBE {"ok": false, "error": "..."}``; given smoke parameters, then ``SMOKE {...}``: one
 training step of that configuration (``orchestrator.harness.smoke``).
+
+Like a trial, it dies with the orchestrator that started it (``child.watch_parent``, installed
+before torch is imported): killed during its start-up, the orchestrator leaves no probe importing
+torch or running the smoke step behind it, nor anything the experiment started.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import importlib.util
 import json
 import sys
 import traceback
+
+from orchestrator.harness.child import watch_parent
 
 
 def probe(module_name: str, device: str, fixed: dict) -> dict:
@@ -61,6 +67,7 @@ def probe(module_name: str, device: str, fixed: dict) -> dict:
 
 
 if __name__ == "__main__":
+    watch_parent()  # before any import of torch (seconds): the probe's group dies with its parent
     out = probe(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
     print("PROBE " + json.dumps(out, default=str), flush=True)
     if out["ok"] and len(sys.argv) > 4:  # then one training step of the smallest configuration

@@ -1,0 +1,136 @@
+"""Linux: a fork server and the trials it forks, as the launcher holds them.
+
+A ``ForkServer`` is an ``Interpreter`` started with ``--fork-server``
+(``orchestrator/harness/forkserver.py``): it imports torch, the harness and the experiment once,
+then forks one process per trial, so the import is paid once per slot and environment, not per
+trial. It has touched no device, so each child builds its own allocator. It stays the slot's
+spare across trials; each trial it starts is a ``Forked``. Not on macOS, where Apple's frameworks
+are unsafe in a child forked without ``exec`` (``fork_server_usable``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from orchestrator.harness.protocol import FORK_SERVER_FLAG, Kind, Order, Status, Word
+from orchestrator.launch.process import Interpreter, TrialProcess, is_alive, kill_group
+
+
+def fork_server_usable() -> bool:
+    """Trials are forked from a server only on Linux (Apple's frameworks are not safe to use in a
+    child forked without ``exec``); ``ORCHESTRATE_FORK=0`` turns it off (benchmarks compare)."""
+    return sys.platform.startswith("linux") and os.environ.get("ORCHESTRATE_FORK", "1") != "0"
+
+
+class ForkServer(Interpreter):
+    """Linux: an interpreter that imports once and forks a process per trial. It stays the slot's
+    spare across trials; each trial it starts is a ``Forked``."""
+
+    mode = FORK_SERVER_FLAG
+    server = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.trials: dict[int, Forked] = {}
+        self.asked: list[Forked] = []
+        """Trials asked for, in order, whose pid the server has not said yet."""
+
+    def fork(self, log_path: Path) -> Forked:
+        return Forked(self, log_path)
+
+    def _said(self, status: Status) -> None:
+        if status.pid is None:
+            super()._said(status)
+            return
+        if status.word is Word.FORKED and self.asked:
+            self.asked.pop(0).forked(status.pid)
+            return
+        trial = self.trials.get(status.pid)
+        if trial is None:
+            return
+        if status.word is Word.WINDOW:
+            trial.at_window = True
+        elif status.word is Word.RESULT:
+            trial.result_ready = True
+        elif status.word is Word.EXITED:
+            trial.exited(status.code, status.maxrss_kib)  # type: ignore[arg-type]
+            del self.trials[status.pid]
+
+    def discard(self) -> None:
+        for trial in list(self.trials.values()) + self.asked:
+            trial.kill()
+        super().discard()
+
+
+class Forked(TrialProcess):
+    """One trial process forked by a ``ForkServer``: a ``TrialProcess`` that never imports (it
+    is ``ready`` at once). The server reaps it and says how it exited, with its peak RSS."""
+
+    ready = True
+    status_fd = None
+
+    def __init__(self, server: ForkServer, log_path: Path) -> None:
+        self.server, self.env, self.stop, self.log_path = server, server.env, server.stop, log_path
+        self.pid: int | None = None
+        self.at_window = self.result_ready = self._kill_when_forked = False
+        self.returncode: int | None = None
+        self.rusage: Any = None
+        self.running_since: float | None = None
+        """When the server forked it (the server may still have been importing when it was asked)."""
+
+    def forked(self, pid: int) -> None:
+        self.pid = pid
+        self.running_since = time.monotonic()
+        self.server.trials[pid] = self
+        if self.stop is not None:
+            self.stop.pgids.add(pid)
+        if self._kill_when_forked or (self.stop is not None and self.stop.tripped):
+            self.kill()
+
+    def exited(self, code: int, maxrss_kib: int) -> None:
+        self.returncode = code
+        self.rusage = SimpleNamespace(ru_maxrss=maxrss_kib)  # the server's wait4 (Linux: KiB)
+        if self.pid is not None:
+            kill_group(self.pid)  # grandchildren left in its group
+            if self.stop is not None:
+                self.stop.pgids.discard(self.pid)
+
+    def read_status(self) -> None:
+        self.server.read_status()
+
+    def reap(self) -> bool:
+        if self.returncode is None:
+            self.server.read_status()
+        if self.returncode is None and self.server.reap():  # the server died: nobody reports it now
+            self.server.read_status()
+            if self.returncode is None and (self.pid is None or not is_alive(self.pid)):
+                self.exited(-signal.SIGKILL, 0)
+        return self.returncode is not None
+
+    def send(self, order: Order) -> None:
+        """Passed on to the server, for this trial (leaving is the server's own business)."""
+        if order.kind is Kind.GO:
+            if self.pid is not None:
+                self.server.send(Order(Kind.GO, pid=self.pid))
+        elif order.kind is Kind.RUN:  # fork now
+            self.server.asked.append(self)
+            self.server.send(Order(Kind.RUN, config=order.config, log=str(self.log_path)))
+
+    def kill(self) -> None:
+        if self.pid is None:
+            self._kill_when_forked = True
+            return
+        kill_group(self.pid)
+        try:
+            os.kill(self.pid, signal.SIGKILL)  # before its setsid, it is in no group of its own
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,57 @@
+"""The sweep's trial runner: real processes, one ``SlotLauncher`` per device slot. Never imports
+torch. The sweep loop is given a runner (this, or ``replay.ReplayRunner`` over a recorded
+landscape) and drives it through this interface."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.launch.host import Host
+from orchestrator.launch.process import StopFlag
+from orchestrator.launch.slot import SlotLauncher, wait_for_activity
+from orchestrator.launch.spares import PRESTART
+from orchestrator.slots import Slot
+
+
+class ProcessRunner:
+    """Runs trials in real processes, one ``SlotLauncher`` per device slot. Made at start-up,
+    before the study is open, so that each slot's fork server can start importing then
+    (``prewarm``); ``open`` gives it the study's trial folder before the first trial."""
+
+    def __init__(self, slots: list[Slot], experiment: str, where: Path, stop: StopFlag,
+                 prestart: int = PRESTART) -> None:
+        self.slots = slots
+        host = Host()
+        self.launchers = [SlotLauncher(experiment, s.env, s.cores, None, stop, prestart, host, where=where)
+                          for s in slots]
+
+    def prewarm(self, env: dict[str, str]) -> None:
+        """Every slot's fork server, starting now, for trials that will need ``env``."""
+        for launcher in self.launchers:
+            launcher.prewarm(env)
+
+    def open(self, work_dir: Path) -> None:
+        for launcher in self.launchers:
+            launcher.open(work_dir)
+
+    def idle(self, i: int) -> bool:
+        return self.launchers[i].idle
+
+    def start(self, i: int, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+              guesses: list[dict[str, str]]) -> Any:
+        return self.launchers[i].start(config, trial_dir, env, timeout_s, guesses)
+
+    def wait(self, timeout_s: float) -> None:
+        wait_for_activity(self.launchers, timeout_s)
+        for launcher in self.launchers:
+            launcher.tick()
+
+    @staticmethod
+    def now() -> float:
+        return time.monotonic()
+
+    def close(self) -> None:
+        for launcher in self.launchers:
+            launcher.close()

@@ -1,0 +1,158 @@
+"""The trials of one device slot, each in a fresh process, one at a time. Never imports torch.
+
+A ``SlotLauncher`` gives each trial a process from its ``SparePool`` (``spares.py``), polls it,
+and lets it open its timed window when the host's gate allows (``host.py``). *One trial at a
+time on a device*: the next trial's configuration is sent only once the previous process of the
+slot has exited (``os.wait4``), so its memory is free.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from orchestrator.harness.protocol import GO
+from orchestrator.launch.host import Host
+from orchestrator.launch.process import Interpreter, StopFlag, cpu_seconds
+from orchestrator.launch.spares import PRESTART, SparePool
+from orchestrator.launch.trial import Launched, ProcessRun
+from orchestrator.timeline import event
+
+POLL_S = 0.05
+
+
+class SlotLauncher:
+    """Starts the trials of one device slot, each in a fresh process, keeping interpreters
+    pre-started for the next ones (see the module's rule, and ``spares.py``'s)."""
+
+    def __init__(self, experiment: str, slot_env: dict[str, str], cores: frozenset[int] | None,
+                 spare_dir: Path | None, stop: StopFlag | None, prestart: int = PRESTART,
+                 host: Host | None = None, fork: bool | None = None, where: Path | None = None) -> None:
+        """``spare_dir``, ``prestart``, ``fork``, ``where``: the slot's ``SparePool``'s; ``host``:
+        the gate this slot shares with the host's other slots."""
+        self.experiment, self.slot_env, self.stop = experiment, dict(slot_env), stop
+        self.pool = SparePool(experiment, cores, spare_dir, stop, prestart, fork, where)
+        self.host = host or Host()
+        self.host.launchers.append(self)
+        self.running: ProcessRun | None = None
+
+    @property
+    def spares(self) -> list[Interpreter]:
+        return self.pool.spares
+
+    @property
+    def pending(self) -> list[dict[str, str]]:
+        return self.pool.pending
+
+    @pending.setter
+    def pending(self, envs: list[dict[str, str]]) -> None:
+        self.pool.pending = envs
+
+    @property
+    def discarded(self) -> int:
+        return self.pool.discarded
+
+    @property
+    def spare_dir(self) -> Path | None:
+        return self.pool.spare_dir
+
+    @spare_dir.setter
+    def spare_dir(self, folder: Path | None) -> None:
+        self.pool.spare_dir = folder
+
+    def full_env(self, env: dict[str, str]) -> dict[str, str]:
+        return {**self.slot_env, **env}
+
+    def open(self, spare_dir: Path) -> None:
+        """The study is open: spares started from now on keep their logs in its folder."""
+        self.spare_dir = spare_dir
+
+    def prewarm(self, env: dict[str, str]) -> None:
+        """Start the slot's fork server before its first trial is known (``SparePool.prewarm``)."""
+        self.pool.prewarm(self.full_env(env))
+
+    def start(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+              guesses: list[dict[str, str]] | None = None) -> ProcessRun:
+        """Run ``config`` now. The slot's previous process must have exited (``idle``)."""
+        assert self.idle, "one trial at a time on a device slot"
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        for stale in (trial_dir / "result.json", trial_dir / "result.json.tmp"):
+            stale.unlink(missing_ok=True)
+        process = self.pool.take(self.full_env(env), [self.full_env(g) for g in (guesses or [env])],
+                                 trial_dir / "trial.log")
+        previous = self.running.exited_at if self.running is not None else None
+        self.running = ProcessRun(process, config, trial_dir, timeout_s, self.stop, previous)
+        return self.running
+
+    @property
+    def idle(self) -> bool:
+        return self.running is None or self.running.exited
+
+    def tick(self) -> None:
+        """Poll the running trial and the spares; let a trial waiting at its window go once
+        every spare is idle (or dead)."""
+        if self.pool.pending and not self.host.in_window():
+            self.pool.start_pending()
+        self.pool.poll()
+        run = self.running
+        if run is None:
+            return
+        run.poll()
+        if run.interp.at_window and run.spare_cpu_at_go is None:
+            if not self.host.importing() and not self.host.pending():
+                run.spare_cpu_at_go = {s.pid: cpu_seconds(s.pid) for s in self.spares}
+                if run.window_seen_at is not None:
+                    run.gate_wait_s = time.monotonic() - run.window_seen_at
+                run.interp.send(GO)
+        if run.has_result and run.spare_cpu_at_go is not None and run.spare_cpu_in_window is None:
+            used = [cpu_seconds(pid) - before for pid, before in run.spare_cpu_at_go.items()
+                    if before is not None and cpu_seconds(pid) is not None]
+            run.spare_cpu_in_window = sum(used)  # type: ignore[arg-type]
+            event("spare_cpu", run.trial, seconds=run.spare_cpu_in_window, spares=len(used))
+
+    def fds(self) -> list[int]:
+        out = self.pool.fds()
+        if self.running is not None and self.running.interp.status_fd is not None:
+            out.append(self.running.interp.status_fd)
+        return out
+
+    def close(self) -> None:
+        """End of the sweep: a running trial is killed (and reaped: by its fork server, if it has
+        one); the spares leave."""
+        self.pool.pending = []
+        if self.running is not None and not self.running.exited:
+            self.running.kill()
+            deadline = time.monotonic() + 5
+            while not self.running.interp.reap() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        if self.running is not None:
+            self.running.interp.close()
+        self.pool.close()
+
+
+def wait_for_activity(launchers: Iterable[SlotLauncher], timeout_s: float = POLL_S) -> None:
+    """Sleep until a process says something (or exits: its pipe closes), at most ``timeout_s``."""
+    fds = [fd for launcher in launchers for fd in launcher.fds()]
+    if not fds:
+        time.sleep(timeout_s)
+        return
+    try:
+        select.select(fds, [], [], timeout_s)
+    except (OSError, ValueError):  # an fd closed meanwhile
+        time.sleep(0.001)
+
+
+def launch_trial(config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+                 stop: StopFlag | None = None) -> Launched:
+    """Run ``config`` in a fresh process and wait for it to exit (no pre-started interpreter)."""
+    launcher = SlotLauncher(config["experiment"], {}, None, trial_dir, stop, prestart=0)
+    run = launcher.start(config, trial_dir, env, timeout_s)
+    try:
+        while not run.exited:
+            wait_for_activity([launcher])
+            launcher.tick()
+    finally:
+        launcher.close()
+    return run.launched()

@@ -1,0 +1,126 @@
+"""A slot's spare processes: started ahead of time, matched to a trial by its environment, refilled
+and discarded. Never imports torch.
+
+A spare has Python, ``import torch``, the harness and the experiment module loaded, idle on a
+pipe: on Linux a fork server (``forked.py``), which stays and forks one process per trial;
+elsewhere (macOS, or ``ORCHESTRATE_FORK=0``) one pre-started ``--serve`` interpreter per trial,
+refilled ``PRESTART`` at a time. A trial is given to a spare whose environment equals what the
+trial needs, else to a new one, because:
+
+*Allocator settings are read once per process*, some of them as early as ``import torch`` (torch
+2.13.0 source, git cf30153c): a CUDA build's ``libc10_cuda`` reads ``PYTORCH_CUDA_ALLOC_CONF`` in
+a static initializer when the library loads, to choose the allocator backend
+(``c10/cuda/CUDAAllocatorConfig.h``), and parses the rest of it at the first
+``CUDAAllocatorConfig::instance()``; ``CUDA_VISIBLE_DEVICES`` is read by the driver at
+``cuInit``, which ``import torch`` does not call (``torch/cuda/__init__.py``, ``_lazy_init``); the
+MPS allocator reads ``PYTORCH_MPS_{HIGH,LOW}_WATERMARK_RATIO`` when it is built, at the first MPS
+allocation (``aten/src/ATen/mps/MPSAllocator.h``, ``init_allocator``), and
+``PYTORCH_ENABLE_MPS_FALLBACK`` is read at load. Since some are read at import, a pre-started
+interpreter is used only when its whole trial environment (``Interpreter.env``) equals the
+trial's; anything else is discarded and a fresh process started.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from orchestrator.launch.forked import ForkServer, fork_server_usable
+from orchestrator.launch.process import SPARES_DIR, Interpreter, StopFlag, TrialProcess
+
+PRESTART = 2
+"""Interpreters started at once when a slot has none left: on a small CPU two import in
+parallel, which a trial's import alone cannot use."""
+
+
+class SparePool:
+    """The pre-started processes of one device slot (see the module's rule)."""
+
+    def __init__(self, experiment: str, cores: frozenset[int] | None, spare_dir: Path | None,
+                 stop: StopFlag | None, prestart: int = PRESTART, fork: bool | None = None,
+                 where: Path | None = None) -> None:
+        """``spare_dir``: the study's trial folder, where spares' own logs go (None until the study
+        is open: only ``prewarm`` may start one before); ``fork``: keep ``ForkServer`` spares
+        (default: where ``fork_server_usable``), else one pre-started interpreter per trial;
+        ``where``: on every interpreter's command line (default ``spare_dir``)."""
+        self.experiment, self.cores, self.spare_dir, self.stop = experiment, cores, spare_dir, stop
+        self.prestart, self.where = prestart, where or spare_dir
+        self.fork = fork_server_usable() if fork is None else fork
+        self.spares: list[Interpreter] = []
+        self.pending: list[dict[str, str]] = []
+        """Environments of interpreters to start once no window runs on the host."""
+        self.guesses: list[dict[str, str]] = []
+        """Environments the next trials are expected to need (the last ``take``'s)."""
+        self.discarded = 0
+        """Pre-started interpreters thrown away because a trial needed another environment."""
+
+    def spawn(self, env: dict[str, str], log_path: Path | None = None) -> Interpreter:
+        """A trial's own interpreter (``log_path``: its trial log) or a spare. A spare's own log
+        goes to the study's folder; before that is known (``prewarm``), a fork server's output is
+        dropped: a spare's log is deleted when it leaves anyway, and each forked trial writes its
+        own."""
+        kind = ForkServer if self.fork and log_path is None else Interpreter
+        if log_path is None:
+            assert self.spare_dir is not None or kind is ForkServer, "a --serve spare's log becomes its trial's"
+            log_path = (self.spare_dir / SPARES_DIR / f"{time.monotonic_ns()}.log" if self.spare_dir is not None
+                        else Path(os.devnull))
+        return kind(self.experiment, env, log_path, self.cores, self.stop, self.where)
+
+    def prewarm(self, env: dict[str, str]) -> None:
+        """Start a fork server before the first trial is known (at start-up, while the smoke step
+        runs and the stores open, before the study's folder exists), for trials that will need
+        ``env``. Fork servers only: a pre-started ``--serve`` interpreter's log is renamed into
+        its trial's folder, so it must start in the study's folder."""
+        if self.fork and self.prestart and not self.spares and not self.pending:
+            self.spares.append(self.spawn(env))
+
+    def take(self, wanted: dict[str, str], guesses: list[dict[str, str]], log_path: Path) -> TrialProcess:
+        """The process for a trial that needs environment ``wanted`` (its output to ``log_path``):
+        a matching spare's (a fork server forks it; an interpreter leaves the pool), else a fresh
+        one. Spares that match none of ``guesses`` (the next trials' environments) are discarded,
+        and the refill is planned (``pending``)."""
+        self.guesses = list(guesses)
+        spare = next((s for s in self.spares if s.env == wanted and not s.reap()), None)
+        process: TrialProcess
+        if spare is None and self.fork and self.prestart:  # one import, for this trial and the next
+            spare = self.spawn(wanted)
+            self.spares.append(spare)
+        if isinstance(spare, ForkServer):  # it stays, for the trials after this one
+            process = spare.fork(log_path)
+            self.guesses.append(wanted)
+        elif spare is not None:
+            self.spares.remove(spare)
+            process = spare
+        else:
+            process = self.spawn(wanted, log_path)
+        for s in [s for s in self.spares if s.env not in self.guesses or s.reap()]:
+            self.spares.remove(s)
+            self.discarded += s.returncode is None
+            s.discard()
+        if self.fork and self.prestart:  # a server for every environment guessed
+            have = [s.env for s in self.spares]
+            self.pending = [g for i, g in enumerate(self.guesses) if g not in have and g not in self.guesses[:i]]
+        elif not self.spares and self.prestart:  # refill: every guess, at once (see PRESTART)
+            self.pending = (self.guesses * self.prestart)[:self.prestart]
+        return process
+
+    def start_pending(self) -> None:
+        """Start the interpreters planned (call only while no window runs on the host)."""
+        self.spares += [self.spawn(env) for env in self.pending]
+        self.pending = []
+
+    def poll(self) -> None:
+        for s in self.spares:
+            s.read_status()
+            s.reap()
+
+    def fds(self) -> list[int]:
+        return [s.status_fd for s in self.spares if s.status_fd is not None]
+
+    def close(self) -> None:
+        """The spares leave (and none is started any more)."""
+        self.pending = []
+        for s in self.spares:
+            s.discard()
+        self.spares.clear()

@@ -1,0 +1,144 @@
+"""One trial's run in its process: its configuration written and sent, its process polled, its
+timeout counted, its outcome classified. Never imports torch.
+
+A trial's ``timeout_s`` is its process's own time. Not counted: the wait for its process's
+imports (a pre-started interpreter or a fork server still importing: seconds on a busy machine,
+up to ``IMPORT_GRACE_S``), and the time it is held at its window for the host's other
+interpreters (``Host``). A process that has written its result has ``EXIT_GRACE_S`` to exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.faultpoints import reached
+from orchestrator.harness.protocol import Kind, Order
+from orchestrator.launch.process import StopFlag, TrialProcess
+from orchestrator.outcome import Outcome, classify
+from orchestrator.timeline import event
+
+EXIT_GRACE_S = 20.0
+"""A process that wrote its result but has not exited after this long is killed (its result stands)."""
+IMPORT_GRACE_S = 120.0
+"""A trial's ``timeout_s`` is its process's own time: the wait for its interpreter or its slot's
+fork server to finish importing (seconds on a busy machine) is not counted, up to this long; an
+import that hangs past it uses up the trial's timeout as any hang does."""
+
+
+@dataclass
+class Launched:
+    outcome: Outcome
+    returncode: int | None
+    duration_s: float
+    peak_rss_gib: float | None
+    log_path: Path
+    started_at: float | None = None
+    """Wall clock (``time.time``) when the process was given its configuration."""
+    slot_free_at: float | None = None
+    """Wall clock when the slot's previous process had exited (None: the slot's first trial)."""
+
+
+class ProcessRun:
+    """One configuration running in one ``TrialProcess``; ``poll`` it until ``exited``."""
+
+    def __init__(self, interp: TrialProcess, config: dict[str, Any], trial_dir: Path, timeout_s: float,
+                 stop: StopFlag | None, slot_free_at: float | None = None) -> None:
+        self.interp, self.trial_dir, self.timeout_s, self.stop = interp, trial_dir, timeout_s, stop
+        self.trial = config.get("trial_number")
+        self.result_path = trial_dir / "result.json"
+        self.log_path = trial_dir / "trial.log"
+        self.timed_out = False
+        self.spare_cpu_at_go: dict[int, float | None] | None = None
+        """CPU seconds of each of the slot's pre-started interpreters when ``go`` was sent."""
+        self.spare_cpu_in_window: float | None = None
+        """CPU seconds the slot's pre-started interpreters used from ``go`` to the result: ~0."""
+        self.window_seen_at: float | None = None
+        self.gate_wait_s = 0.0
+        """Time held before the window for the slot's interpreters: not the trial's (nor its timeout's)."""
+        self.started = time.monotonic()
+        self.result_seen_at: float | None = None
+        self.slot_free_at, self.exited_at = slot_free_at, None
+        config_path = trial_dir / "config.json"
+        config_path.write_text(json.dumps({**config, "result_path": str(self.result_path)}, indent=1,
+                                          default=str))
+        if interp.log_path != self.log_path:  # a pre-started interpreter: its log becomes the trial's
+            try:
+                os.replace(interp.log_path, self.log_path)
+                interp.log_path = self.log_path
+            except OSError:
+                pass
+        self.started_at = time.time()
+        interp.send(Order(Kind.RUN, config=str(config_path)))
+        event("start", self.trial)
+        reached("trial_running")
+
+    @property
+    def exited(self) -> bool:
+        return self.interp.returncode is not None
+
+    @property
+    def has_result(self) -> bool:
+        """The result file is written (the process may still be exiting)."""
+        return self.interp.result_ready or self.exited
+
+    def poll(self) -> None:
+        self.interp.read_status()
+        if self.interp.reap():
+            if self.exited_at is None:
+                self.exited_at = time.time()
+                event("exited", self.trial)
+            return
+        now = time.monotonic()
+        if self.interp.result_ready and self.result_seen_at is None:
+            self.result_seen_at = now
+        if not self.timed_out and self.interp.at_window and self.window_seen_at is None:
+            self.window_seen_at = now
+        held = now - self.window_seen_at if self.window_seen_at is not None and self.spare_cpu_at_go is None else 0.0
+        if not self.timed_out and now - self.started - self.gate_wait_s - held - self.import_wait(now) > self.timeout_s \
+                and not self.interp.result_ready:
+            self.timed_out = True
+            self.interp.kill()
+        if self.result_seen_at is not None and now - self.result_seen_at > EXIT_GRACE_S:
+            self.interp.kill()
+
+    def import_wait(self, now: float) -> float:
+        """Seconds this trial waited for its process's imports (not its own time), at most
+        ``IMPORT_GRACE_S``."""
+        since = self.interp.running_since
+        return min(max(0.0, (now if since is None else since) - self.started), IMPORT_GRACE_S)
+
+    def kill(self) -> None:
+        self.interp.kill()
+
+    def launched(self) -> Launched:
+        """The outcome, once ``has_result`` (classified from the result file, or from the exit)."""
+        text = self.result_path.read_text(errors="replace") if self.result_path.exists() else None
+        rc = self.interp.returncode
+        # A trial that ended by itself with a result keeps it even if Ctrl-C came just after.
+        interrupted = self.stop is not None and self.stop.tripped and not text
+        outcome = classify(rc if self.exited else 0, text, timed_out=self.timed_out and not text,
+                           interrupted=interrupted, timeout_s=self.timeout_s, log_tail=_last_line(self.log_path))
+        rusage = self.interp.rusage
+        maxrss = rusage.ru_maxrss if rusage is not None else None
+        peak = None if not maxrss else maxrss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
+        if peak is None:  # told before the process was reaped: its own reading, taken at the result
+            peak = outcome.result.get("process_peak_rss_gib")
+        end = time.monotonic()
+        return Launched(outcome, rc, end - self.started - self.gate_wait_s, peak, self.log_path, self.started_at, self.slot_free_at)
+
+
+def _last_line(path: Path, limit: int = 300) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    return lines[-1][:limit] if lines else None
