@@ -195,6 +195,31 @@ class PostgresServer:
             conn.close()
         return f"postgresql+psycopg2://{name}:{password}@127.0.0.1:{self.port}/{name}"
 
+    def database_for(self, role: str, prefix: str) -> str:
+        """A fresh database owned by ``role``; its URL without a password."""
+        name = self.new_database(prefix).rsplit("/", 1)[1]
+        conn = self.connect()
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(f'ALTER DATABASE "{name}" OWNER TO "{role}"')
+        finally:
+            conn.close()
+        return f"postgresql+psycopg2://{role}@127.0.0.1:{self.port}/{name}"
+
+    def restart(self) -> None:
+        """``pg_ctl restart -m fast``: every session is ended, the server is back within a second."""
+        done = self.pg_ctl("-m", "fast", "-w", "-l", str(self.log_path), "restart")
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    def stop(self) -> None:
+        done = self.pg_ctl("-m", "fast", "-w", "stop")
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    def start(self) -> None:
+        done = self.pg_ctl("-l", str(self.log_path), "-w", "-t", "60", "start")
+        assert done.returncode == 0, done.stdout + done.stderr
+
     def pg_ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*self.prefix, str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), *args],
                               capture_output=True, text=True, timeout=timeout, cwd=self.root, env=server_env())
@@ -205,7 +230,9 @@ def server_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
 
 
-def start_postgres() -> Iterator[PostgresServer]:
+def start_postgres(password_roles: dict[str, str] | None = None) -> Iterator[PostgresServer]:
+    """``password_roles``: login roles (name -> password) that must authenticate with their password
+    (scram-sha-256); everyone else is trusted on 127.0.0.1, as in every other test cluster."""
     started = time.perf_counter()
     bin_dir = find_pg_bin()
     if bin_dir is None:
@@ -228,8 +255,9 @@ def start_postgres() -> Iterator[PostgresServer]:
                               capture_output=True, text=True, timeout=120, cwd=root, env=server_env())
         if init.returncode != 0:
             raise RuntimeError(f"initdb failed ({init.returncode}):\n{init.stdout}\n{init.stderr}")
+        checked = "".join(f"host all {role} 127.0.0.1/32 scram-sha-256\n" for role in (password_roles or {}))
         (server.data_dir / "pg_hba.conf").write_text(
-            "local all all trust\nhost all all 127.0.0.1/32 trust\n")
+            f"local all all trust\n{checked}host all all 127.0.0.1/32 trust\n")
         with open(server.data_dir / "postgresql.conf", "a") as conf:
             conf.write("\n# orchestrate tests\ninclude = 'tests.conf'\n")
         for _ in range(START_ATTEMPTS):
@@ -247,6 +275,14 @@ def start_postgres() -> Iterator[PostgresServer]:
         else:
             raise RuntimeError(f"PostgreSQL found no free port in {START_ATTEMPTS} attempts")
         server.startup_s = time.perf_counter() - started
+        for role, password in (password_roles or {}).items():
+            conn = server.connect()
+            try:
+                conn.autocommit = True
+                with conn.cursor() as cur:
+                    cur.execute(f'CREATE ROLE "{role}" LOGIN CREATEDB PASSWORD %s', (password,))
+            finally:
+                conn.close()
         yield server
     finally:
         if (server.data_dir / "postmaster.pid").exists():
@@ -297,43 +333,78 @@ def stop_process_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=30)
 
 
+class MlflowServer:
+    """One ``mlflow server`` that a test may kill and start again on the same port and store."""
+
+    def __init__(self, backend: str, root: Path, auth_password: str | None = None) -> None:
+        """``auth_password``: run MLflow's own basic-auth app (``mlflow[auth]``), with its user store
+        in ``root`` and user ``admin`` having this password."""
+        self.backend, self.root, self.auth_password = backend, root, auth_password
+        self.artifacts = root / "artifacts"
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        self.port: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = root / "server.log"
+        self.starts = 0
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _env(self) -> dict[str, str]:
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",  # no GenAI job runner process
+               "PYTHONUNBUFFERED": "1"}
+        if self.auth_password is not None:
+            config = self.root / "auth.ini"
+            config.write_text(f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{self.root}/auth.db\n"
+                              "admin_username = admin\n"
+                              "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+            env.update(MLFLOW_AUTH_CONFIG_PATH=str(config), MLFLOW_AUTH_ADMIN_PASSWORD=self.auth_password)
+        return env
+
+    def start(self) -> str:
+        """Start it (again, on the port it had), wait until /health answers; its URI."""
+        for attempt in range(START_ATTEMPTS):
+            port = self.port or free_port()
+            self.starts += 1
+            self.log_path = self.root / f"server-{self.starts}.log"
+            command = [MLFLOW, "server", "--backend-store-uri", self.backend, "--serve-artifacts",
+                       "--artifacts-destination", str(self.artifacts), "--host", "127.0.0.1", "--port", str(port),
+                       "--workers", "1"]
+            if self.auth_password is not None:
+                command += ["--app-name", "basic-auth"]
+            with open(self.log_path, "wb") as log:
+                self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
+                                             env=self._env(), start_new_session=True)
+            try:
+                if wait_for_health(f"http://127.0.0.1:{port}", self.proc, timeout=120):
+                    self.port = port
+                    return self.uri
+            except BaseException:
+                self.kill()
+                raise
+            self.kill()
+            if self.port is not None or "address already in use" not in self.log_path.read_text(errors="replace").lower():
+                raise RuntimeError(f"mlflow server exited ({self.proc.returncode}) before answering /health:\n"
+                                   f"{tail(self.log_path)}")
+        raise RuntimeError(f"mlflow server found no free port in {START_ATTEMPTS} attempts")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            stop_process_group(self.proc)
+            self.proc = None
+
+
 def start_mlflow_server(postgres: PostgresServer, root: Path) -> Iterator[MlflowServerURI]:
     started = time.perf_counter()
-    backend = postgres.new_database("mlflow")
-    artifacts = root / "artifacts"
-    artifacts.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ,
-           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",  # no GenAI job runner process
-           "PYTHONUNBUFFERED": "1"}
-    for attempt in range(START_ATTEMPTS):
-        port = free_port()
-        uri = f"http://127.0.0.1:{port}"
-        log_path = root / f"server-{attempt}.log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [MLFLOW, "server", "--backend-store-uri", backend, "--serve-artifacts",
-                 "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port),
-                 "--workers", "1"],
-                stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env, start_new_session=True)
-        try:
-            if wait_for_health(uri, proc, timeout=120):
-                break
-        except BaseException:
-            stop_process_group(proc)
-            raise
-        stop_process_group(proc)
-        if "address already in use" not in log_path.read_text(errors="replace").lower():
-            raise RuntimeError(f"mlflow server exited ({proc.returncode}) before answering /health:\n"
-                               f"{tail(log_path)}")
-    else:
-        raise RuntimeError(f"mlflow server found no free port in {START_ATTEMPTS} attempts")
-    value = MlflowServerURI(uri)
-    value.artifacts_dir, value.backend_store_uri, value.log_path = artifacts, backend, log_path
+    server = MlflowServer(postgres.new_database("mlflow"), root)
+    value = MlflowServerURI(server.start())
+    value.artifacts_dir, value.backend_store_uri, value.log_path = server.artifacts, server.backend, server.log_path
     value.startup_s = time.perf_counter() - started
     try:
         yield value
     finally:
-        stop_process_group(proc)
+        server.kill()
 
 
 @pytest.fixture(scope="module")
