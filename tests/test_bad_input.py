@@ -174,7 +174,7 @@ CASES = [
     Case("device-top-and-swept", HEAD + "space:\n  device: [cpu]\n",
          ("device: ", "device is swept in space", "remove the top-level device key"), 3),
     Case("unknown-sampler", HEAD + "search:\n  sampler: bayes\n",
-         ("search.sampler: ", "sampler must be one of grid, random, tpe, nsga2", "got 'bayes'"), 5),
+         ("search.sampler: ", "sampler must be one of auto, grid, random, tpe, nsga2", "got 'bayes'"), 5),
     Case("unknown-direction", HEAD + "objective:\n  metric: samples_per_s\n  direction: up\n",
          ("objective.direction: ", "direction must be one of maximize, minimize", "got 'up'"), 6),
     Case("unknown-objective-metric", HEAD + "objective:\n  metric: throughput\n",
