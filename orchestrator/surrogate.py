@@ -121,39 +121,48 @@ class Posterior:
         return np.sqrt(np.clip(np.diag(self.cov), 1e-12, None))
 
 
-def _conditioned(space: Space, idx: np.ndarray, y: np.ndarray, hyper: Hyper) -> tuple[np.ndarray, np.ndarray]:
-    """(Cholesky factor of the measurements' covariance, its solve against the residuals)."""
+@dataclass(frozen=True)
+class Conditioned:
+    """One hyperparameter setting conditioned on the measurements, factored once: every posterior
+    quantity after it is matrix products (``posterior``, ``difference``)."""
+
+    hyper: Hyper
+    idx: np.ndarray
+    Linv: np.ndarray
+    """The inverse of the measurements' covariance's Cholesky factor."""
+    alpha: np.ndarray
+    """``K^-1 (y - prior mean)``."""
+
+
+def condition(space: Space, idx: np.ndarray, y: np.ndarray, hyper: Hyper) -> Conditioned:
     K = covariance(space, idx, idx, hyper) + (hyper.sigma_n ** 2 + 1e-10) * np.eye(len(idx))
-    L = np.linalg.cholesky(K)
-    alpha = np.linalg.solve(L.T, np.linalg.solve(L, y - space.H[idx] @ space.prior_mean))
-    return L, alpha
+    Linv = np.linalg.inv(np.linalg.cholesky(K)) if len(idx) else np.zeros((0, 0))
+    alpha = Linv.T @ (Linv @ (y - space.H[idx] @ space.prior_mean)) if len(idx) else np.zeros(0)
+    return Conditioned(hyper, idx, Linv, alpha)
 
 
-def posterior(space: Space, idx: np.ndarray, y: np.ndarray, hyper: Hyper, at: np.ndarray) -> Posterior:
-    """Conditioned on ``y`` measured at ``idx`` (a configuration may appear more than once)."""
+def posterior(space: Space, cond: Conditioned, at: np.ndarray) -> Posterior:
+    """The joint posterior at ``at``."""
     prior = space.H[at] @ space.prior_mean
-    cov = covariance(space, at, at, hyper)
-    if len(idx) == 0:
+    cov = covariance(space, at, at, cond.hyper)
+    if len(cond.idx) == 0:
         return Posterior(at, prior, cov)
-    L, alpha = _conditioned(space, idx, y, hyper)
-    cross = covariance(space, at, idx, hyper)
-    v = np.linalg.solve(L, cross.T)
-    return Posterior(at, prior + cross @ alpha, cov - v.T @ v)
+    cross = covariance(space, at, cond.idx, cond.hyper)
+    v = cond.Linv @ cross.T
+    return Posterior(at, prior + cross @ cond.alpha, cov - v.T @ v)
 
 
-def difference(space: Space, idx: np.ndarray, y: np.ndarray, hyper: Hyper, ref: int,
-               at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def difference(space: Space, cond: Conditioned, ref: int, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and spread of ``g(at) - g(ref)`` for each of ``at`` (one by one: no joint matrix)."""
     both = np.concatenate([[ref], at])
-    prior = space.H[both] @ space.prior_mean
+    hyper = cond.hyper
+    mean = space.H[both] @ space.prior_mean
     k_ref = covariance(space, both, np.array([ref]), hyper)[:, 0]
     var = np.sum((space.H[both] * space.prior_sd ** 2) * space.H[both], axis=1) + hyper.sigma_f ** 2
-    mean = prior
-    if len(idx):
-        L, alpha = _conditioned(space, idx, y, hyper)
-        cross = covariance(space, both, idx, hyper)
-        v = np.linalg.solve(L, cross.T)
-        mean = prior + cross @ alpha
+    if len(cond.idx):
+        cross = covariance(space, both, cond.idx, hyper)
+        v = cond.Linv @ cross.T
+        mean = mean + cross @ cond.alpha
         var = var - np.sum(v * v, axis=0)
         k_ref = k_ref - v.T @ v[:, 0]
     d_var = var[1:] + var[0] - 2 * k_ref[1:]

@@ -29,7 +29,7 @@ def test_matern_is_one_at_zero_and_falls_with_distance() -> None:
 def test_the_posterior_goes_through_exact_measurements_and_reverts_to_the_prior_far_away() -> None:
     space = line_space(21)
     idx, y = np.array([0, 1]), np.array([0.3, 0.35])
-    post = S.posterior(space, idx, y, S.Hyper(0.2, 1e-3, (0.1,), ()), np.arange(21))
+    post = S.posterior(space, S.condition(space, idx, y, S.Hyper(0.2, 1e-3, (0.1,), ())), np.arange(21))
     assert post.mean[:2] == pytest.approx(y, abs=1e-3)
     assert post.sd[0] < 0.01 and post.sd[1] < 0.01
     assert post.mean[-1] == pytest.approx(0.0, abs=1e-3)      # far away: the prior mean
@@ -38,17 +38,18 @@ def test_the_posterior_goes_through_exact_measurements_and_reverts_to_the_prior_
 
 def test_a_prior_effect_shifts_unmeasured_configurations_until_data_overrules_it() -> None:
     space = line_space(5, prior_mean=1.0, prior_sd=0.1)
-    before = S.posterior(space, np.array([], dtype=int), np.array([]), HYPER, np.arange(5))
+    before = S.posterior(space, S.condition(space, np.array([], dtype=int), np.array([]), HYPER), np.arange(5))
     assert before.mean == pytest.approx(np.ones(5))
-    after = S.posterior(space, np.array([0, 2, 4]), np.array([0.0, 0.0, 0.0]), HYPER, np.arange(5))
+    after = S.posterior(space, S.condition(space, np.array([0, 2, 4]), np.zeros(3), HYPER), np.arange(5))
     assert all(abs(m) < 0.05 for m in after.mean)
 
 
 def test_difference_matches_the_joint_posterior() -> None:
     space = line_space(7)
     idx, y = np.array([1, 5]), np.array([0.1, -0.2])
-    joint = S.posterior(space, idx, y, HYPER, np.arange(7))
-    mean, sd = S.difference(space, idx, y, HYPER, 3, np.array([0, 6]))
+    cond = S.condition(space, idx, y, HYPER)
+    joint = S.posterior(space, cond, np.arange(7))
+    mean, sd = S.difference(space, cond, 3, np.array([0, 6]))
     for k, j in enumerate((0, 6)):
         assert mean[k] == pytest.approx(joint.mean[j] - joint.mean[3])
         var = joint.cov[j, j] + joint.cov[3, 3] - 2 * joint.cov[j, 3]
