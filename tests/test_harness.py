@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import sys
+import time
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from orchestrator.harness import train
+from orchestrator.harness import marks, train
 from orchestrator.harness.workload import Workload
 from orchestrator.launch import launch_trial
 
@@ -68,6 +72,48 @@ def test_window_lasts_at_least_min_measure_s_and_measure_steps() -> None:
     assert out["metrics"]["measure_s"] >= 0.6
     assert out["metrics"]["measure_steps_done"] >= 2
     assert out["metrics"]["throughput_cv"] is not None and out["metrics"]["throughput_cv"] >= 0
+
+
+def test_the_start_up_is_marked_in_order_and_startup_s_is_its_span() -> None:
+    progress = train.Progress()
+    config = {"experiment": "experiments.bert", "params": TINY, "not_applied": {},
+              "trial": {**FAST, "warmup_steps": 3}}
+    out = train.run(config, progress)
+    names = marks.startup_marks(3)
+    assert names == ("device", "device_ready", "limits_applied", "built", "wrapped", "optimizer_ready",
+                     "warmup_1", "warmup_2", "warmup_3", "warmup_done")
+    assert list(progress.marks) == [*names, "window_start", "window_end"]
+    times = list(progress.marks.values())
+    assert times == sorted(times)
+    assert out["metrics"]["startup_s"] == pytest.approx(times[len(names) - 1] - times[0], abs=2e-3)
+
+
+def test_each_start_up_phase_is_timed_where_it_happens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workload whose ``build`` takes 0.3 s longer and whose first loss call 0.2 s longer: the
+    marks put that time in the build and in the first warm-up step."""
+    from experiments import bert
+
+    def build(params: dict[str, Any], device: torch.device) -> Workload:
+        time.sleep(0.3)
+        workload = bert.build(params, device)
+        calls = []
+
+        def loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+            if not calls:
+                time.sleep(0.2)
+            calls.append(1)
+            return bert.mlm_loss(model, batch)
+
+        return dataclasses.replace(workload, loss=loss)
+
+    monkeypatch.setitem(sys.modules, "slow_workload", types.SimpleNamespace(build=build))
+    progress = train.Progress()
+    train.run({"experiment": "slow_workload", "params": TINY, "not_applied": {},
+               "trial": {**FAST, "warmup_steps": 2}}, progress)
+    m = progress.marks
+    assert m["built"] - m["limits_applied"] >= 0.3
+    assert m["warmup_1"] - m["optimizer_ready"] >= 0.2
+    assert m["optimizer_ready"] - m["built"] < 0.3 and m["device_ready"] - m["device"] < 0.3
 
 
 def test_loss_goes_down_over_a_few_dozen_steps() -> None:
