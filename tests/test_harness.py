@@ -17,6 +17,7 @@ from orchestrator.harness import marks, train
 from orchestrator.harness.workload import Workload
 from orchestrator.launch import launch_trial
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = {"device": "cpu", "model": "tiny", "seq_len": 32, "batch_size": 8, "dtype": "float32"}
 FAST = {"warmup_steps": 1, "measure_steps": 3, "min_measure_s": 0.0}
 
@@ -114,6 +115,32 @@ def test_each_start_up_phase_is_timed_where_it_happens(monkeypatch: pytest.Monke
     assert m["built"] - m["limits_applied"] >= 0.3
     assert m["warmup_1"] - m["optimizer_ready"] >= 0.2
     assert m["optimizer_ready"] - m["built"] < 0.3 and m["device_ready"] - m["device"] < 0.3
+
+
+def test_a_cold_trial_imports_what_a_prestarted_one_has_before_its_start(tmp_path: Path) -> None:
+    """``python -m orchestrator.harness CONFIG.json``: the imports a fork server does ahead
+    (``preload``: torch._dynamo, which the optimizer and the meta device's init import on first
+    use, 1.5 s on this CPU) are done before the trial's first mark, not inside its startup_s."""
+    import json
+    import os
+    import subprocess
+
+    (tmp_path / "probe_imports.py").write_text(
+        "import sys\nfrom experiments import mlp\n\n"
+        "def build(params, device):\n"
+        "    workload = mlp.build(params, device)\n"
+        "    workload.info['dynamo_before_build'] = 'torch._dynamo' in sys.modules\n"
+        "    return workload\n")
+    config = {"experiment": "probe_imports", "params": {"device": "cpu", "batch_size": 8}, "trial": FAST,
+              "not_applied": {}, "result_path": str(tmp_path / "result.json"), "watch_parent": False}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.harness", str(tmp_path / "config.json")],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "ok", proc.stdout + proc.stderr
+    assert result["info"]["dynamo_before_build"] is True
+    assert result["timeline"]["imports_done"] <= result["timeline"]["device"]
 
 
 def test_loss_goes_down_over_a_few_dozen_steps() -> None:
