@@ -155,6 +155,8 @@ def main() -> None:
     ap.add_argument("--warmup-steps", type=int, help="override the spec's trial.warmup_steps")
     ap.add_argument("--measure-steps", type=int, help="override the spec's trial.measure_steps")
     ap.add_argument("--min-measure-s", type=float, help="override the spec's trial.min_measure_s")
+    ap.add_argument("--cores", help="run the trials on these CPU cores only (e.g. 1 or 0,1), as a CPU slot "
+                    "does: torch sizes its thread pools to them (on a busy CPU, one thread per trial is steadier)")
     ap.add_argument("--compare", action="append", default=[], type=Path, metavar="DIR",
                     help="another checkout's root (its orchestrator/ and experiments/ run the trials); repeatable")
     ap.add_argument("--json", type=Path, help="also write every trial's figures and timeline here")
@@ -187,12 +189,14 @@ def main() -> None:
     os.chdir(work)  # `python -m orchestrator.harness` must find each variant's code, not the cwd's
     host = Host()
     base = os.environ.get("PYTHONPATH", "")
+    cores = frozenset(int(c) for c in args.cores.split(",")) if args.cores else None
     launchers = {name: SlotLauncher(spec.experiment, {"PYTHONPATH": os.pathsep.join(p for p in (str(root), base) if p)},
-                                    None, work, None, host=host)
+                                    cores, work, None, host=host)
                  for name, root in variants.items()}
     print(f"startup: {spec.experiment} {json.dumps(params)}")
     print(f"trial: warmup_steps {warmup_steps}, measure_steps {spec.trial.measure_steps}, "
-          f"min_measure_s {spec.trial.min_measure_s}; {args.trials} trials per variant, alternating", flush=True)
+          f"min_measure_s {spec.trial.min_measure_s}; {args.trials} trials per variant, alternating"
+          + (f"; cores {args.cores}" if args.cores else ""), flush=True)
     results: dict[str, list[dict[str, Any]]] = {n: [] for n in variants}
     number = 0
     try:
