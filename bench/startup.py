@@ -15,8 +15,9 @@ rotated from round to round, so that drift of the machine falls on all alike.
 
 Per phase (between consecutive marks of the trial's ``timeline``: ``orchestrator/harness/marks.py``)
 it prints the median over the trials and the spread (min-max), then ``startup_s`` (the trial's
-own figure: its ``device`` mark to ``warmup_done``), the timed window and the throughput (whose
-spread between variants is the noise floor a start-up change must not move). Code from before the
+own figure: its ``device`` mark to ``warmup_done``), the timed window, the throughput and the
+window's peak memory: a start-up change must leave the last two as they were (compare two copies
+of the same code, ``--compare`` twice, for the noise floor). Code from before the
 marks existed reports ``startup_s`` only. ``process -> trial start`` (from the fork, or the
 interpreter's start, to the trial's first mark) is outside ``startup_s``.
 """
@@ -60,7 +61,8 @@ def phases(warmup_steps: int) -> list[tuple[str, str, str]]:
 
 
 def figures(result: dict[str, Any], warmup_steps: int) -> dict[str, float | None]:
-    """One trial's phase durations (s) and figures; None where its code has no such mark."""
+    """One trial's phase durations (s) and figures (units in their names); None where its code has
+    no such mark."""
     tl, m = result.get("timeline", {}), result.get("metrics", {})
     out: dict[str, float | None] = {}
     begun = tl.get("forked", tl.get("config_received"))
@@ -70,6 +72,7 @@ def figures(result: dict[str, Any], warmup_steps: int) -> dict[str, float | None
     out["startup_s"] = m.get("startup_s")
     out["window (measure_s)"] = m.get("measure_s")
     out["samples_per_s"] = m.get("samples_per_s")
+    out["peak_memory_gib"] = m.get("peak_memory_gib")
     return out
 
 
@@ -120,9 +123,9 @@ def cell(values: list[float], fmt: str) -> str:
 def print_table(columns: dict[str, list[dict[str, float | None]]], warmup_steps: int) -> None:
     names = list(columns)
     rows = ["process -> trial start", *(p[0] for p in phases(warmup_steps)), "startup_s",
-            "window (measure_s)", "samples_per_s"]
+            "window (measure_s)", "samples_per_s", "peak_memory_gib"]
     width = max(26, *(len(n) + 2 for n in names))
-    print(f"\n{'median (min-max), s':<24s}" + "".join(f"{n:>{width}s}" for n in names)
+    print(f"\n{'median (min-max)':<24s}" + "".join(f"{n:>{width}s}" for n in names)
           + (f"{'ratio':>8s}" if len(names) >= 2 else ""))
     for row in rows:
         values = {n: [t[row] for t in columns[n] if t.get(row) is not None] for n in names}

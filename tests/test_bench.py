@@ -116,7 +116,7 @@ def test_startup_bench_times_each_phase_of_both_variants_alternating(tmp_path: P
     assert order == ["copy", "this checkout", "this checkout", "copy"]
     assert "device: cpu (" in out.stdout and "torch 2." in out.stdout
     for row in ("device init", "limits", "build", "checkpointing/compile", "optimizer", "warm-up step 1",
-                "warm-up step 2", "final synchronize", "startup_s", "samples_per_s"):
+                "warm-up step 2", "final synchronize", "startup_s", "samples_per_s", "peak_memory_gib"):
         line = next(ln for ln in out.stdout.splitlines() if ln.startswith(row + " "))
         figures = line[len(row):].split()
         assert "-" not in figures and len(figures) == 5, line  # each way a median and its range, then the ratio
@@ -124,7 +124,8 @@ def test_startup_bench_times_each_phase_of_both_variants_alternating(tmp_path: P
     for trials in report["figures"].values():
         for t in trials:
             phases = [v for k, v in t.items() if k not in ("process -> trial start", "startup_s",
-                                                          "window (measure_s)", "samples_per_s")]
+                                                          "window (measure_s)", "samples_per_s",
+                                                          "peak_memory_gib")]
             assert sum(phases) == pytest.approx(t["startup_s"], abs=0.005)
 
 
