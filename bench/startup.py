@@ -139,6 +139,11 @@ def print_table(columns: dict[str, list[dict[str, float | None]]], warmup_steps:
             print("  " + "-" * (22 + width * len(names)))
     if len(names) >= 2:
         print(f"ratio: {names[-1]} / {names[0]} (medians)")
+        print("\nper round, against " + names[0] + " in the same round (paired: the machine's drift cancels):")
+        for name in names[1:]:
+            for row in ("startup_s", "samples_per_s"):
+                ratios = [b[row] / a[row] for a, b in zip(columns[names[0]], columns[name]) if a.get(row) and b.get(row)]
+                print(f"  {row:<14s} {name:>{width}s}: {cell(ratios, '.3f')}")
 
 
 def parse_value(text: str) -> Any:
@@ -153,18 +158,20 @@ def main() -> None:
     ap.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
                     help="keep the grid's configurations with this value (repeatable); the first one left runs")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="then set this parameter (repeatable; the value read as YAML)")
+                    help="then set this parameter (repeatable; the value read as YAML; null removes it)")
     ap.add_argument("--trials", type=int, default=5, help="trials of each variant (one per round)")
     ap.add_argument("--warmup-steps", type=int, help="override the spec's trial.warmup_steps")
     ap.add_argument("--measure-steps", type=int, help="override the spec's trial.measure_steps")
     ap.add_argument("--min-measure-s", type=float, help="override the spec's trial.min_measure_s")
     ap.add_argument("--cores", help="run the trials on these CPU cores only (e.g. 1 or 0,1), as a CPU slot "
                     "does: torch sizes its thread pools to them (on a busy CPU, one thread per trial is steadier)")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="set this in every trial's environment (repeatable), e.g. OMP_NUM_THREADS=1")
     ap.add_argument("--compare", action="append", default=[], type=Path, metavar="DIR",
                     help="another checkout's root (its orchestrator/ and experiments/ run the trials); repeatable")
     ap.add_argument("--json", type=Path, help="also write every trial's figures and timeline here")
     args = ap.parse_args()
-    for flag, items in (("--only", args.only), ("--set", args.set)):
+    for flag, items in (("--only", args.only), ("--set", args.set), ("--env", args.env)):
         if bad := [o for o in items if "=" not in o]:
             ap.error(f"{flag} takes KEY=VALUE, got {bad[0]!r}")
 
@@ -178,7 +185,11 @@ def main() -> None:
     if not chosen:
         raise SystemExit(f"startup: no configuration of {args.spec} has {' and '.join(args.only)}")
     params = trial_params(plan, chosen[0])
-    params.update({k: parse_value(v) for k, v in (s.split("=", 1) for s in args.set)})
+    for key, value in (s.split("=", 1) for s in args.set):
+        if parse_value(value) is None:
+            params.pop(key, None)
+        else:
+            params[key] = parse_value(value)
     env = knobs.trial_env(params, args.device)
     warmup_steps = spec.trial.warmup_steps
 
@@ -193,13 +204,14 @@ def main() -> None:
     host = Host()
     base = os.environ.get("PYTHONPATH", "")
     cores = frozenset(int(c) for c in args.cores.split(",")) if args.cores else None
-    launchers = {name: SlotLauncher(spec.experiment, {"PYTHONPATH": os.pathsep.join(p for p in (str(root), base) if p)},
-                                    cores, work, None, host=host)
+    extra_env = dict(e.split("=", 1) for e in args.env)
+    launchers = {name: SlotLauncher(spec.experiment, {**extra_env, "PYTHONPATH": os.pathsep.join(
+                                        p for p in (str(root), base) if p)}, cores, work, None, host=host)
                  for name, root in variants.items()}
     print(f"startup: {spec.experiment} {json.dumps(params)}")
     print(f"trial: warmup_steps {warmup_steps}, measure_steps {spec.trial.measure_steps}, "
           f"min_measure_s {spec.trial.min_measure_s}; {args.trials} trials per variant, alternating"
-          + (f"; cores {args.cores}" if args.cores else ""), flush=True)
+          + (f"; cores {args.cores}" if args.cores else "") + "".join(f"; {e}" for e in args.env), flush=True)
     results: dict[str, list[dict[str, Any]]] = {n: [] for n in variants}
     number = 0
     try:

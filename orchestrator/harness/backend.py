@@ -34,11 +34,12 @@ def resolve(device: str) -> str:
 
 def init_device(device: str) -> None:
     """Initialise the device before the trial uses it, so that the first phase to touch it does not
-    pay for it unseen. CUDA: ``torch.cuda.init()`` starts the runtime (the driver, the device count,
-    the caching allocator) but creates no context; the first allocation does (a one-element tensor,
-    freed at once: its block stays in the allocator's small pool, where the model's first small
-    tensor would have put one). MPS: the first allocation builds the allocator, which reads its
-    watermark settings then. The CPU needs nothing."""
+    pay for it unseen. CUDA: ``torch.cuda.init()`` initialises torch's CUDA state (the driver, the
+    device count, the caching allocator); the context is there at the latest once the first
+    allocation is made (a one-element tensor, freed at once: its block stays in the allocator's
+    small pool, where the model's first small tensor would have put one). MPS: the first
+    allocation builds the allocator, which reads its watermark settings then. The CPU needs
+    nothing."""
     if device == "cuda":
         torch.cuda.init()
         torch.empty(1, device=device)
