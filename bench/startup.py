@@ -1,9 +1,10 @@
 """Where a trial's start-up goes: real trials of one configuration of a spec, phase by phase, for
 this checkout's code and for others' side by side, alternating.
 
-    python bench/startup.py --device cpu --set model=bert-mini --set batch_size=8 --set seq_len=64
+    python bench/startup.py --device cpu --set model=bert-base --set batch_size=1 --set seq_len=16 \\
+        --measure-steps 2 --min-measure-s 0.5 --env OMP_NUM_THREADS=1 --compare /tmp/before
     python bench/startup.py --device cuda --only batch_size=64 --only dtype=bfloat16 \\
-        --only activation_checkpointing=False --compare /tmp/before --trials 6
+        --only activation_checkpointing=False --compare /tmp/before --trials 8
 
 Each trial runs as in a sweep: ``orchestrator.launch.SlotLauncher`` forks it from a fork server that
 has imported torch, the harness and the experiment (one launcher per variant, its server started
@@ -16,10 +17,13 @@ rotated from round to round, so that drift of the machine falls on all alike.
 Per phase (between consecutive marks of the trial's ``timeline``: ``orchestrator/harness/marks.py``)
 it prints the median over the trials and the spread (min-max), then ``startup_s`` (the trial's
 own figure: its ``device`` mark to ``warmup_done``), the timed window, the throughput and the
-window's peak memory: a start-up change must leave the last two as they were (compare two copies
-of the same code, ``--compare`` twice, for the noise floor). Code from before the
-marks existed reports ``startup_s`` only. ``process -> trial start`` (from the fork, or the
-interpreter's start, to the trial's first mark) is outside ``startup_s``.
+window's peak memory: a start-up change must leave the last two as they were (and the losses,
+where the variants build the same weights and batches). Then, for
+``startup_s`` and the throughput, each variant's ratio to the first one within each round
+(paired: slow drift of the machine cancels); two copies of the same code (``--compare`` twice)
+give the noise floor beside it. Code from before the marks existed reports ``startup_s`` only.
+``process -> trial start`` (from the fork, or from the configuration's arrival at a pre-started
+interpreter, to the trial's first mark) is outside ``startup_s``.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ def figures(result: dict[str, Any], warmup_steps: int) -> dict[str, float | None
     out["window (measure_s)"] = m.get("measure_s")
     out["samples_per_s"] = m.get("samples_per_s")
     out["peak_memory_gib"] = m.get("peak_memory_gib")
+    out["loss_first"], out["loss"] = m.get("loss_first"), m.get("loss")
     return out
 
 
@@ -123,13 +128,13 @@ def cell(values: list[float], fmt: str) -> str:
 def print_table(columns: dict[str, list[dict[str, float | None]]], warmup_steps: int) -> None:
     names = list(columns)
     rows = ["process -> trial start", *(p[0] for p in phases(warmup_steps)), "startup_s",
-            "window (measure_s)", "samples_per_s", "peak_memory_gib"]
+            "window (measure_s)", "samples_per_s", "peak_memory_gib", "loss_first", "loss"]
     width = max(26, *(len(n) + 2 for n in names))
     print(f"\n{'median (min-max)':<24s}" + "".join(f"{n:>{width}s}" for n in names)
           + (f"{'ratio':>8s}" if len(names) >= 2 else ""))
     for row in rows:
         values = {n: [t[row] for t in columns[n] if t.get(row) is not None] for n in names}
-        fmt = ".1f" if row == "samples_per_s" else ".3f"
+        fmt = {"samples_per_s": ".1f", "loss_first": ".4f", "loss": ".4f"}.get(row, ".3f")
         line = f"{row:<24s}" + "".join(f"{cell(values[n], fmt):>{width}s}" for n in names)
         first, last = values[names[0]], values[names[-1]]
         if len(names) >= 2 and first and last and statistics.median(first):

@@ -265,8 +265,8 @@ def build(params: dict[str, Any], device: torch.device) -> Workload:
     mask_prob = float(params.get("mask_prob", PARAMS["mask_prob"]))
     seed = int(params.get("seed", PARAMS["seed"]))
 
-    generator = device_generator(device, seed)  # draws the initial weights, then every batch
-    model = make_model(config, dropout, device, generator)
+    model = make_model(config, dropout, device, device_generator(device, seed))
+    generator = device_generator(device, seed)  # the batches'
 
     def batch_fn(batch_size: int) -> MlmBatch:
         return make_batch(batch_size, seq_len, config.vocab_size, mask_prob, device, generator)

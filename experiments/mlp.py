@@ -80,9 +80,10 @@ def build(params: dict[str, Any], device: torch.device) -> Workload:
     torch.manual_seed(seed)  # torch's default init draws from the device's global generator
     with torch.device(device):  # the parameters are created, and initialised, on the device
         model = MLP(in_features, hidden, layers, classes)
-    generator = device_generator(device, seed)  # the teacher's weights, then every batch
-    w1 = torch.randn(in_features, TEACHER_WIDTH, device=device, generator=generator) / math.sqrt(in_features)
-    w2 = torch.randn(TEACHER_WIDTH, classes, device=device, generator=generator) / math.sqrt(TEACHER_WIDTH)
+    teacher = device_generator(device, seed)
+    w1 = torch.randn(in_features, TEACHER_WIDTH, device=device, generator=teacher) / math.sqrt(in_features)
+    w2 = torch.randn(TEACHER_WIDTH, classes, device=device, generator=teacher) / math.sqrt(TEACHER_WIDTH)
+    generator = device_generator(device, seed + 1)  # the batches'
 
     def make_batch(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randn(batch_size, in_features, device=device, generator=generator)

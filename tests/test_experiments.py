@@ -177,6 +177,18 @@ def test_build_creates_the_parameters_on_the_device_without_a_copy(module: Any, 
         assert on_cpu.model.decoder.weight is on_cpu.model.word.weight
 
 
+def test_on_the_cpu_bert_draws_its_weights_and_batches_as_the_cpu_built_model_did() -> None:
+    """Building on the device changed nothing on the CPU: the weights come from a CPU generator
+    seeded with the seed (the word embedding is its first draw) and the batches from another, so
+    a CPU trial computes what it did before (the same loss_first)."""
+    workload = bert.build(TINY, CPU)
+    expected = torch.empty_like(workload.model.word.weight).normal_(0.0, bert.INIT_STD,
+                                                                   generator=torch.Generator().manual_seed(0))
+    assert torch.equal(workload.model.word.weight, expected)
+    batch = bert.make_batch(4, 32, 1000, 0.15, CPU, torch.Generator().manual_seed(0))
+    assert all(torch.equal(x, y) for x, y in zip(workload.make_batch(4), batch))
+
+
 def test_bert_init_statistics() -> None:
     model = bert.build({"model": "bert-mini", "seq_len": 32}, CPU).model
     assert model.word.weight.std().item() == pytest.approx(0.02, rel=0.05)
