@@ -134,7 +134,7 @@ def print_table(columns: dict[str, list[dict[str, float | None]]], warmup_steps:
           + (f"{'ratio':>8s}" if len(names) >= 2 else ""))
     for row in rows:
         values = {n: [t[row] for t in columns[n] if t.get(row) is not None] for n in names}
-        fmt = {"samples_per_s": ".1f", "loss_first": ".4f", "loss": ".4f"}.get(row, ".3f")
+        fmt = {"samples_per_s": ".4g", "loss_first": ".4f", "loss": ".4f"}.get(row, ".3f")
         line = f"{row:<24s}" + "".join(f"{cell(values[n], fmt):>{width}s}" for n in names)
         first, last = values[names[0]], values[names[-1]]
         if len(names) >= 2 and first and last and statistics.median(first):
