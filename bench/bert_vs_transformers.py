@@ -64,7 +64,7 @@ def build_model(name: str, preset: str, device: Any, seed: int) -> tuple[Any, An
     _, config = bert.resolve_config({"model": preset})
     dropout = 0.1
     if name == "ours":
-        model = bert.make_model(config, dropout, seed=seed, device=device)
+        model = bert.make_model(config, dropout, device, bert.device_generator(device, seed))
         return model, model, {}
 
     import transformers

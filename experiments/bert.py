@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from orchestrator.harness.workload import Workload, param_error
+from orchestrator.harness.workload import Workload, device_generator, param_error
 from orchestrator.knobs import is_int
 
 
@@ -195,21 +195,24 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def make_model(config: BertConfig, dropout: float, seed: int, device: torch.device) -> BertForMaskedLM:
-    """Build the model on ``device`` in float32, initialized from ``seed`` (the same on every device).
+def make_model(config: BertConfig, dropout: float, device: torch.device,
+               generator: torch.Generator | None) -> BertForMaskedLM:
+    """Build the model on ``device`` in float32, initialized from ``generator`` (a generator of
+    ``device``; None: the device's global one).
 
-    The module is created on the meta device (no memory, no default init), materialized on the CPU
-    and initialized with a seeded generator, then moved; on ``meta`` it stays shapes only.
+    The module is created on the meta device (shapes only: no memory, no default init), then its
+    parameters are allocated on ``device`` itself and initialized there: nothing is built on the
+    CPU and copied. The same seed gives the same weights on the same kind of device; CPU and CUDA
+    generators draw different numbers from one seed, so a CPU and a GPU trial start from
+    different draws of the same distribution. On ``meta`` it stays shapes only.
     """
     with torch.device("meta"):
         model = BertForMaskedLM(config, dropout)
     if device.type == "meta":
         return model
-    model = model.to_empty(device="cpu")
-    model.tie_weights()
-    model.init_weights(torch.Generator().manual_seed(seed))
-    model = model.to(device)
-    model.tie_weights()
+    model = model.to_empty(device=device)
+    model.tie_weights()  # to_empty gave the decoder a Parameter of its own: share the embedding again
+    model.init_weights(generator)
     return model
 
 
@@ -218,14 +221,6 @@ def make_model(config: BertConfig, dropout: float, seed: int, device: torch.devi
 
 MlmBatch = tuple[torch.Tensor, torch.Tensor]
 """(input_ids, labels), both (batch, seq_len) int64: [MASK] at masked inputs, -100 at unmasked labels."""
-
-
-def device_generator(device: torch.device, seed: int) -> torch.Generator | None:
-    """A generator on ``device`` seeded with ``seed``, or None where the device has none (meta)."""
-    try:
-        return torch.Generator(device=device).manual_seed(seed)
-    except (RuntimeError, TypeError):
-        return None
 
 
 def make_batch(batch_size: int, seq_len: int, vocab_size: int, mask_prob: float, device: torch.device,
@@ -270,8 +265,8 @@ def build(params: dict[str, Any], device: torch.device) -> Workload:
     mask_prob = float(params.get("mask_prob", PARAMS["mask_prob"]))
     seed = int(params.get("seed", PARAMS["seed"]))
 
-    model = make_model(config, dropout, seed, device)
-    generator = device_generator(device, seed)
+    model = make_model(config, dropout, device, device_generator(device, seed))
+    generator = device_generator(device, seed)  # the batches'
 
     def batch_fn(batch_size: int) -> MlmBatch:
         return make_batch(batch_size, seq_len, config.vocab_size, mask_prob, device, generator)

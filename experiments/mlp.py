@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from orchestrator.harness.workload import Workload, param_error
+from orchestrator.harness.workload import Workload, device_generator, param_error
 
 PARAMS: dict[str, object] = {"in_features": 64, "hidden_size": 256, "num_layers": 4, "num_classes": 10,
                              "lr": 1e-3, "seed": 0}
@@ -77,17 +77,13 @@ def build(params: dict[str, Any], device: torch.device) -> Workload:
                                                                  "num_classes"))
     seed = int(p["seed"])
 
-    with torch.random.fork_rng(devices=[]):  # seeded init on the CPU, the same for every device
-        torch.manual_seed(seed)
+    torch.manual_seed(seed)  # torch's default init draws from the device's global generator
+    with torch.device(device):  # the parameters are created, and initialised, on the device
         model = MLP(in_features, hidden, layers, classes)
-    cpu = torch.Generator().manual_seed(seed)
-    w1 = torch.randn(in_features, TEACHER_WIDTH, generator=cpu) / math.sqrt(in_features)
-    w2 = torch.randn(TEACHER_WIDTH, classes, generator=cpu) / math.sqrt(TEACHER_WIDTH)
-    model, w1, w2 = model.to(device), w1.to(device), w2.to(device)
-    try:
-        generator: torch.Generator | None = torch.Generator(device=device).manual_seed(seed + 1)
-    except (RuntimeError, TypeError):
-        generator = None
+    teacher = device_generator(device, seed)
+    w1 = torch.randn(in_features, TEACHER_WIDTH, device=device, generator=teacher) / math.sqrt(in_features)
+    w2 = torch.randn(TEACHER_WIDTH, classes, device=device, generator=teacher) / math.sqrt(TEACHER_WIDTH)
+    generator = device_generator(device, seed + 1)  # the batches'
 
     def make_batch(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randn(batch_size, in_features, device=device, generator=generator)

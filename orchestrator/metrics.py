@@ -17,7 +17,7 @@ LOSS_FIRST = "loss_first"                  # loss of the first warm-up step
 MEASURE_S = "measure_s"                    # length of the timed window
 MEASURE_STEPS = "measure_steps_done"       # optimizer steps in the timed window
 DURATION_S = "duration_s"                  # wall time of the whole trial process
-STARTUP_S = "startup_s"                    # process start to the first warm-up step
+STARTUP_S = "startup_s"                    # the trial's start to the end of warm-up (harness/marks.py)
 
 # System swap around the trial (orchestrator/harness/swap.py): system-wide counters, so only what
 # moved while the trial ran; 0.0 on a machine without swap (a real reading, not a missing one).

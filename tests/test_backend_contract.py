@@ -8,6 +8,7 @@ evidence that anything works on a Mac or a GPU.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -89,13 +90,50 @@ def test_cuda_calls(rec: Recorder) -> None:
     assert peaks["peak_allocated_gib"] == 2.0 and peaks["peak_reserved_gib"] == 3.0
 
 
+def test_cuda_init_creates_the_context_before_the_model(rec: Recorder) -> None:
+    rec.patch(torch.cuda, "init")
+    rec.patch(torch, "empty")
+    backend.init_device("cuda")
+    assert rec.calls == [("torch.cuda.init", ()), ("torch.empty", (1,))]  # the allocation makes the context
+
+
+def test_cuda_warmup_step_ends_are_events_read_after_the_synchronize(rec: Recorder) -> None:
+    """No sync per warm-up step: an event recorded after each; once the device is synchronized
+    (at wall-clock ``synced_at``), each event's time is the last one's less the GPU time between."""
+    gpu_ms = iter([0.0, 250.0, 400.0])  # when each step's work ends on the GPU
+
+    class Event:
+        made: list[Event] = []
+
+        def __init__(self, enable_timing: bool = False) -> None:
+            assert enable_timing
+            Event.made.append(self)
+
+        def record(self) -> None:
+            self.ms = next(gpu_ms)
+
+        def elapsed_time(self, other: Event) -> float:
+            return other.ms - self.ms
+
+    rec.mp.setattr(torch.cuda, "Event", Event)
+    rec.patch(torch.cuda, "synchronize")
+    markers = [backend.step_marker("cuda") for _ in range(3)]
+    assert markers == Event.made and rec.calls == []  # no synchronize
+    assert backend.marker_times(markers, 100.0) == pytest.approx([99.6, 99.85, 100.0])
+
+
 def test_cpu_paths_make_no_device_calls(rec: Recorder) -> None:
     for owner in (torch.cuda, torch.mps):
         for name in ("synchronize", "empty_cache"):
             rec.patch(owner, name)
+    rec.patch(torch.cuda, "init")
     backend.synchronize("cpu")
     backend.empty_cache("cpu")
+    backend.init_device("cpu")
     assert rec.calls == []
+    before = time.time()
+    markers = [backend.step_marker("cpu") for _ in range(2)]  # the CPU ran the step: the host clock
+    assert before <= markers[0] <= markers[1] <= time.time() and backend.marker_times(markers, 0.0) == markers
 
 
 def test_auto_prefers_mps_then_cuda(monkeypatch: pytest.MonkeyPatch) -> None:

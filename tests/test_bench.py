@@ -105,6 +105,41 @@ def test_fidelity_bench_measures_the_chosen_configurations_both_ways(tmp_path: P
 
 
 @pytest.mark.slow
+def test_startup_bench_times_each_phase_of_both_variants_alternating(tmp_path: Path) -> None:
+    """bench/startup.py on the tiny BERT, a copy of this checkout's code as the other variant, two
+    rounds: the order alternates, every phase has a figure each way, and the phases add up to
+    each trial's startup_s."""
+    import json
+    import shutil
+
+    other = tmp_path / "copy"
+    for part in ("orchestrator", "experiments"):
+        shutil.copytree(ROOT / part, other / part, ignore=shutil.ignore_patterns("__pycache__"))
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "startup.py"), "--device", "cpu", "--trials", "2",
+                          "--warmup-steps", "2", "--measure-steps", "2", "--min-measure-s", "0.05",
+                          "--set", "model=tiny", "--set", "seq_len=32", "--set", "batch_size=8",
+                          "--compare", str(other), "--json", str(tmp_path / "startup.json")],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    order = [ln.split(":")[0].split(maxsplit=2)[2].strip() for ln in out.stdout.splitlines()
+             if ln.startswith("  round ")]
+    assert order == ["copy", "this checkout", "this checkout", "copy"]
+    assert "device: cpu (" in out.stdout and "torch 2." in out.stdout
+    for row in ("device init", "limits", "build", "checkpointing/compile", "optimizer", "warm-up step 1",
+                "warm-up step 2", "final synchronize", "startup_s", "samples_per_s", "peak_memory_gib"):
+        line = next(ln for ln in out.stdout.splitlines() if ln.startswith(row + " "))
+        figures = line[len(row):].split()
+        assert "-" not in figures and len(figures) == 5, line  # each way a median and its range, then the ratio
+    report = json.loads((tmp_path / "startup.json").read_text())
+    for trials in report["figures"].values():
+        for t in trials:
+            phases = [v for k, v in t.items() if k not in ("process -> trial start", "startup_s",
+                                                          "window (measure_s)", "samples_per_s",
+                                                          "peak_memory_gib", "loss_first", "loss")]
+            assert sum(phases) == pytest.approx(t["startup_s"], abs=0.005)
+
+
+@pytest.mark.slow
 def test_fork_vs_fresh_times_both_ways(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "fork_vs_fresh.py"), "--pairs", "2", "--seconds", "0.2",
                           "--batch", "16"], capture_output=True, text=True, timeout=300, cwd=tmp_path)

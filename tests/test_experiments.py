@@ -140,6 +140,55 @@ def test_same_seed_same_initial_parameters_and_batches() -> None:
     assert all(torch.equal(x, y) for x, y in zip(a.make_batch(4), b.make_batch(4)))
 
 
+@pytest.mark.parametrize("module, params", [(bert, TINY), (mlp, {"seed": 0})], ids=["bert", "mlp"])
+def test_build_is_deterministic_per_seed_whatever_the_global_rng(module: Any, params: dict[str, Any]) -> None:
+    """The seed alone decides the initial weights and the batches (on one kind of device)."""
+    torch.manual_seed(123)
+    a = module.build(params, CPU)
+    torch.manual_seed(456)
+    b = module.build(params, CPU)
+    c = module.build({**params, "seed": 1}, CPU)
+    for (name, pa), (_, pb), (_, pc) in zip(a.model.named_parameters(), b.model.named_parameters(),
+                                           c.model.named_parameters()):
+        assert torch.equal(pa, pb), name
+        if pa.numel() > 1 and name.endswith("weight") and pa.std() > 0:  # random, not ones or zeros
+            assert not torch.equal(pa, pc), name
+    for _ in range(2):
+        assert all(torch.equal(x, y) for x, y in zip(a.make_batch(4), b.make_batch(4)))
+
+
+@pytest.mark.parametrize("module, params", [(bert, TINY), (mlp, {"seed": 0})], ids=["bert", "mlp"])
+def test_build_creates_the_parameters_on_the_device_without_a_copy(module: Any, params: dict[str, Any],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing is built elsewhere and moved (``.to``): on the meta device every parameter is
+    meta, and the count is the same as on the CPU (tied weights counted once)."""
+    def moved(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError(f"build moved a module or tensor: .to{args[1:]}")
+
+    monkeypatch.setattr(torch.nn.Module, "to", moved)
+    monkeypatch.setattr(torch.Tensor, "to", moved)
+    on_cpu, on_meta = module.build(params, CPU), module.build(params, torch.device("meta"))
+    assert {p.device.type for p in on_cpu.model.parameters()} == {"cpu"}
+    assert {p.device.type for p in on_meta.model.parameters()} == {"meta"}
+    assert on_cpu.info["num_parameters"] == on_meta.info["num_parameters"] == \
+        sum(p.numel() for p in on_cpu.model.parameters())
+    if module is bert:
+        assert on_cpu.info["num_parameters"] == bert.expected_parameters(bert.PRESETS["tiny"])
+        assert on_cpu.model.decoder.weight is on_cpu.model.word.weight
+
+
+def test_on_the_cpu_bert_draws_its_weights_and_batches_as_the_cpu_built_model_did() -> None:
+    """Building on the device changed nothing on the CPU: the weights come from a CPU generator
+    seeded with the seed (the word embedding is its first draw) and the batches from another, so
+    a CPU trial computes what it did before (the same loss_first)."""
+    workload = bert.build(TINY, CPU)
+    expected = torch.empty_like(workload.model.word.weight).normal_(0.0, bert.INIT_STD,
+                                                                   generator=torch.Generator().manual_seed(0))
+    assert torch.equal(workload.model.word.weight, expected)
+    batch = bert.make_batch(4, 32, 1000, 0.15, CPU, torch.Generator().manual_seed(0))
+    assert all(torch.equal(x, y) for x, y in zip(workload.make_batch(4), batch))
+
+
 def test_bert_init_statistics() -> None:
     model = bert.build({"model": "bert-mini", "seq_len": 32}, CPU).model
     assert model.word.weight.std().item() == pytest.approx(0.02, rel=0.05)

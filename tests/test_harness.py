@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import sys
+import time
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from orchestrator.harness import train
+from orchestrator.harness import marks, train
 from orchestrator.harness.workload import Workload
 from orchestrator.launch import launch_trial
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = {"device": "cpu", "model": "tiny", "seq_len": 32, "batch_size": 8, "dtype": "float32"}
 FAST = {"warmup_steps": 1, "measure_steps": 3, "min_measure_s": 0.0}
 
@@ -68,6 +73,74 @@ def test_window_lasts_at_least_min_measure_s_and_measure_steps() -> None:
     assert out["metrics"]["measure_s"] >= 0.6
     assert out["metrics"]["measure_steps_done"] >= 2
     assert out["metrics"]["throughput_cv"] is not None and out["metrics"]["throughput_cv"] >= 0
+
+
+def test_the_start_up_is_marked_in_order_and_startup_s_is_its_span() -> None:
+    progress = train.Progress()
+    config = {"experiment": "experiments.bert", "params": TINY, "not_applied": {},
+              "trial": {**FAST, "warmup_steps": 3}}
+    out = train.run(config, progress)
+    names = marks.startup_marks(3)
+    assert names == ("device", "device_ready", "limits_applied", "built", "wrapped", "optimizer_ready",
+                     "warmup_1", "warmup_2", "warmup_3", "warmup_done")
+    assert list(progress.marks) == [*names, "window_start", "window_end"]
+    times = list(progress.marks.values())
+    assert times == sorted(times)
+    assert out["metrics"]["startup_s"] == pytest.approx(times[len(names) - 1] - times[0], abs=2e-3)
+
+
+def test_each_start_up_phase_is_timed_where_it_happens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workload whose ``build`` takes 0.3 s longer and whose first loss call 0.2 s longer: the
+    marks put that time in the build and in the first warm-up step."""
+    from experiments import bert
+
+    def build(params: dict[str, Any], device: torch.device) -> Workload:
+        time.sleep(0.3)
+        workload = bert.build(params, device)
+        calls = []
+
+        def loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+            if not calls:
+                time.sleep(0.2)
+            calls.append(1)
+            return bert.mlm_loss(model, batch)
+
+        return dataclasses.replace(workload, loss=loss)
+
+    monkeypatch.setitem(sys.modules, "slow_workload", types.SimpleNamespace(build=build))
+    progress = train.Progress()
+    train.run({"experiment": "slow_workload", "params": TINY, "not_applied": {},
+               "trial": {**FAST, "warmup_steps": 2}}, progress)
+    m = progress.marks
+    assert m["built"] - m["limits_applied"] >= 0.3
+    assert m["warmup_1"] - m["optimizer_ready"] >= 0.2
+    assert m["optimizer_ready"] - m["built"] < 0.3 and m["device_ready"] - m["device"] < 0.3
+
+
+def test_a_cold_trial_imports_what_a_prestarted_one_has_before_its_start(tmp_path: Path) -> None:
+    """``python -m orchestrator.harness CONFIG.json``: the imports a fork server does ahead
+    (``preload``: torch._dynamo, which the optimizer and the meta device's init import on first
+    use, 1.5 s on this CPU) are done before the trial's first mark, not inside its startup_s."""
+    import json
+    import os
+    import subprocess
+
+    (tmp_path / "probe_imports.py").write_text(
+        "import sys\nfrom experiments import mlp\n\n"
+        "def build(params, device):\n"
+        "    workload = mlp.build(params, device)\n"
+        "    workload.info['dynamo_before_build'] = 'torch._dynamo' in sys.modules\n"
+        "    return workload\n")
+    config = {"experiment": "probe_imports", "params": {"device": "cpu", "batch_size": 8}, "trial": FAST,
+              "not_applied": {}, "result_path": str(tmp_path / "result.json"), "watch_parent": False}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.harness", str(tmp_path / "config.json")],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "ok", proc.stdout + proc.stderr
+    assert result["info"]["dynamo_before_build"] is True
+    assert result["timeline"]["imports_done"] <= result["timeline"]["device"]
 
 
 def test_loss_goes_down_over_a_few_dozen_steps() -> None:

@@ -21,6 +21,16 @@
 #                                 (docs/gpu/prewarm/)
 #   bash docs/gpu/session.sh i    fork_vs_fresh --interleave, pairs of processes each way, batch 512
 #                                 and 64, on 2 of the host's cores; run on an H100 (docs/gpu/fork/interleave_*)
+#   bash docs/gpu/session.sh s    a trial's start-up phase by phase (bench/startup.py, issue #20 item 4):
+#                                 BERT-base, seq_len 128, batch 64, bfloat16, the headline's trial
+#                                 settings (warmup_steps 3, measure_steps 10, min_measure_s 1.0), 8
+#                                 alternating rounds of: the code before (commit 3bfde10, into
+#                                 .before_startup/), the same with the start-up marks only (commit
+#                                 3d4ec97: per-phase figures of the old build on the CPU + copy, into
+#                                 .startup_marks/), and this checkout (parameters built on the GPU):
+#                                   for c in 3bfde10:.before_startup 3d4ec97:.startup_marks; do rm -rf ${c#*:};
+#                                   mkdir ${c#*:}; git archive ${c%:*} orchestrator experiments | tar -x -C ${c#*:}; done
+#                                 not run yet (about 2.5 minutes of an H100 expected)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -82,6 +92,12 @@ i)  # pairs of processes each way (fresh+forked, and fresh+fresh as the control)
   step interleave-b64; timeout 250 taskset -c 2,3 python3 bench/fork_vs_fresh.py --interleave 60 --process-pairs 8 \
       > "$OUT/interleave_b64.log" 2>&1
   for f in "$OUT"/interleave_*.log; do python3 bench/fork_vs_fresh.py --from-log "$f"; done > "$OUT/summary.log"
+  ;;
+s)  # the labels are the folders' names: before_startup, startup_marks, this checkout
+  step startup; for d in before_startup startup_marks; do rm -rf /tmp/$d && cp -r .$d /tmp/$d; done
+  timeout 230 python3 bench/startup.py --device cuda --spec sweeps/bert_base_devices.yaml --only batch_size=64 \
+      --only dtype=bfloat16 --only activation_checkpointing=False --trials 8 \
+      --compare /tmp/before_startup --compare /tmp/startup_marks --json "$OUT/startup.json" > "$OUT/startup.log" 2>&1
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log

@@ -13,6 +13,7 @@ import re
 import resource
 import subprocess
 import sys
+import time
 from typing import Any
 
 import torch
@@ -29,6 +30,42 @@ def resolve(device: str) -> str:
     if torch.cuda.is_available():
         return "cuda"
     return "cpu"
+
+
+def init_device(device: str) -> None:
+    """Initialise the device before the trial uses it, so that the first phase to touch it does not
+    pay for it unseen. CUDA: ``torch.cuda.init()`` initialises torch's CUDA state (the driver, the
+    device count, the caching allocator); the context is there at the latest once the first
+    allocation is made (a one-element tensor, freed at once: its block stays in the allocator's
+    small pool, where the model's first small tensor would have put one). MPS: the first
+    allocation builds the allocator, which reads its watermark settings then. The CPU needs
+    nothing."""
+    if device == "cuda":
+        torch.cuda.init()
+        torch.empty(1, device=device)
+    elif device == "mps":
+        torch.empty(1, device=device)
+
+
+def step_marker(device: str) -> Any:
+    """A marker for "the work queued so far", placed without a synchronize: on CUDA an event
+    recorded on the current stream, elsewhere the host clock now (``time.time()``)."""
+    if device == "cuda":
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+    return time.time()
+
+
+def marker_times(markers: list[Any], synced_at: float) -> list[float]:
+    """The wall-clock times of ``step_marker``s, read once the device was synchronized
+    (``synced_at``: ``time.time()`` when that synchronize returned). A CUDA event's time is when its
+    work finished on the GPU: the last one finished as the synchronize returned, and each earlier
+    one that much before it (``elapsed_time``, GPU clock)."""
+    if not markers or isinstance(markers[-1], float):
+        return list(markers)
+    last = markers[-1]
+    return [synced_at - m.elapsed_time(last) / 1000 for m in markers]
 
 
 def synchronize(device: str) -> None:

@@ -1,7 +1,9 @@
 """The measured training loop: one trial's warm-up and timed window, with every memory knob.
 
-Reads top to bottom: set limits -> build the workload -> apply knobs -> warm up -> timed window
-(synchronized at both ends) -> figures. Raises on failure; ``__main__`` turns that into a status.
+Reads top to bottom: initialise the device -> set limits -> build the workload -> apply knobs ->
+optimizer -> warm up -> timed window (synchronized at both ends) -> figures, marking each point
+in the result's timeline (``harness/marks.py``). Raises on failure; ``__main__`` turns that into a
+status.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from orchestrator import knobs
 from orchestrator import metrics as M
 from orchestrator.harness import backend, fallback, swap
+from orchestrator.harness import marks as MK
 from orchestrator.harness.workload import Workload
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -26,7 +29,8 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 class Progress:
     """Where the trial is, so a failure can say at which phase and step it happened, and when
-    (wall clock) it reached each phase: ``marks``, read by ``bench/overhead.py``."""
+    (wall clock) it reached each point: ``marks`` (named in ``harness/marks.py``), written into
+    the result's ``timeline`` and read by ``bench/startup.py`` and ``bench/overhead.py``."""
 
     def __init__(self, before_window: Callable[[], None] | None = None) -> None:
         self.phase, self.step = "setup", 0
@@ -35,8 +39,11 @@ class Progress:
         """Called after the warm-up's final synchronize, right before the timed window: the
         launcher holds the window here until this device's pre-started interpreter is idle."""
 
-    def mark(self, name: str) -> None:
+    def mark(self, name: str) -> float:
+        """Record the wall clock now as mark ``name``; return ``time.perf_counter()`` at the same
+        moment, for the durations the trial reports."""
         self.marks[name] = time.time()
+        return time.perf_counter()
 
 
 def apply_limits(params: dict[str, Any], device: str, applied: dict[str, Any]) -> None:
@@ -108,11 +115,10 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
 
 
 def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.FallbackLog) -> dict[str, Any]:
-    started = time.perf_counter()
+    started = progress.mark(MK.DEVICE)  # the trial's start: startup_s counts from here
     params = dict(config["params"])
     settings = config["trial"]
     swap_start = swap.read_swap()  # before anything of the trial's: swap already used is not its doing
-    progress.mark("device")  # from here the device is touched (allocators read their settings)
     device = backend.resolve(params.get("device", "auto"))
     applied: dict[str, Any] = {"device": device}
     not_applied = dict(config.get("not_applied", {}))
@@ -120,13 +126,17 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
         if not knobs.applies(name, device) and name not in not_applied:
             not_applied[name] = f"read on {'/'.join(sorted(knobs.KNOBS[name].devices))} only; ignored on {device}"
 
+    backend.init_device(device)  # from here the device is touched (allocators read their settings)
+    progress.mark(MK.DEVICE_READY)
     apply_limits(params, device, applied)
+    progress.mark(MK.LIMITS_APPLIED)
     seed = int(params.get("seed", 0))
     torch.manual_seed(seed)
 
     progress.phase = "build"
     module = importlib.import_module(config["experiment"])
     workload: Workload = module.build(params, torch.device(device))
+    progress.mark(MK.BUILT)
     model = workload.model
     model.train()
 
@@ -137,10 +147,12 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
     if params.get("compile"):
         model = torch.compile(model)
         applied["compile"] = True
+    progress.mark(MK.WRAPPED)
 
     lr = float(params.get("lr", workload.lr))
     optimizer, impl = make_optimizer(params.get("optimizer", "adamw"), workload.model.parameters(), lr, device)
     applied["optimizer"] = impl
+    progress.mark(MK.OPTIMIZER_READY)
 
     dtype_name = params.get("dtype", "float32")
     amp_dtype = DTYPES[dtype_name]
@@ -173,9 +185,11 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
     progress.phase = "compile" if params.get("compile") else "warmup"
     backend.warn_every_fallback(device, True)  # every op that falls back to the CPU is heard
     first_loss = None
+    step_ends: list[Any] = []  # when each step's work ended: read after the synchronize below, no sync added
     for i in range(settings["warmup_steps"]):
         progress.step = i
         loss = train_step()
+        step_ends.append(backend.step_marker(device))
         first_loss = loss if first_loss is None else first_loss
         if empty_every and (i + 1) % empty_every == 0:
             backend.empty_cache(device)
@@ -183,15 +197,16 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
     backend.warn_every_fallback(device, False)
     loss_first = first_loss.item()  # outside the window: deliberate host read
     backend.synchronize(device)  # sync point: the window starts with an idle device
-    startup_s = time.perf_counter() - started  # the gate's wait below is not the trial's start-up
-    progress.mark("warmup_done")
+    for i, at in enumerate(backend.marker_times(step_ends, time.time()), 1):
+        progress.marks[MK.warmup_step(i)] = at
+    startup_s = progress.mark(MK.WARMUP_DONE) - started  # the gate's wait below is not the trial's start-up
     swap_warmup = swap.read_swap()
     progress.before_window()
 
     # Timed window: at least measure_steps steps and at least min_measure_s seconds.
     progress.phase = "measure"
     swap_window = swap.read_swap()  # after the gate: swap while waiting there is nobody's
-    progress.mark("window_start")
+    progress.mark(MK.WINDOW_START)
     backend.reset_peak(device)
     use_events = device == "cuda"
     marks: list[Any] = []
@@ -225,7 +240,7 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
             break
     backend.synchronize(device)  # sync point: the window ends when the device is done
     elapsed = time.perf_counter() - t0
-    progress.mark("window_end")
+    progress.mark(MK.WINDOW_END)
     swap_end = swap.read_swap()
 
     if use_events:
