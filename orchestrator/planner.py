@@ -37,6 +37,7 @@ STOP_CHANCE = 0.05
 """The sweep ends when some configuration left beats the best by more than the band with at most
 this probability."""
 DRAWS = 2000
+REFIT_ALWAYS = 40
 TOP = 200
 """Candidates sampled jointly for the stop rule; the rest are bounded one by one (union bound)."""
 THROUGHPUT = ("samples_per_s", "tokens_per_s")
@@ -203,11 +204,12 @@ class Planner:
         return model
 
     def _members(self, i: np.ndarray, yc: np.ndarray) -> list[tuple[float, S.Hyper]]:
-        """The hyperparameter mixture, fitted again once the measurements grew by a fifth (or by 4):
-        between refits new measurements move the posterior, not the weights. A search over tens
-        of configurations refits at almost every trial; one over hundreds, every few."""
+        """The hyperparameter mixture: fitted at every decision up to ``REFIT_ALWAYS`` measurements;
+        past them, again once they grew by a fifth (between refits new measurements move the
+        posterior, not the weights). A resumed study refits at once, so a verdict depends on the
+        measurements, not on how many runs made them (below ``REFIT_ALWAYS``)."""
         n = len(i)
-        if self._fitted is None or n >= max(self._fitted[0] + 4, 1.2 * self._fitted[0]) or n < self._fitted[0]:
+        if self._fitted is None or n <= REFIT_ALWAYS or n >= 1.2 * self._fitted[0] or n < self._fitted[0]:
             self._fitted = (n, S.fit(self.space, i, yc, self.noise_floor))
         return self._fitted[1]
 

@@ -148,3 +148,20 @@ def test_stop_budget_measures_everything_that_could_fit(tmp_path: Path) -> None:
     assert fits <= measured                                       # every configuration that fits
     assert len(measured) < len(rows)                              # but no OOM it could prove
     assert run.stopped_because.startswith("every configuration that could fit has a result")
+
+
+def test_a_fresh_planner_reaches_the_verdict_the_sweep_stopped_on(tmp_path: Path) -> None:
+    """A resumed study (``resume``) asks a new planner: the verdict must depend on the results
+    alone, not on the planner that made them."""
+    from orchestrator.replay import REPLAY_PATH  # noqa: F401 - the replay's own spec path
+
+    rows = [{"batch_size": b, "dtype": d, "activation_checkpointing": c, "value": throughput(b, d, c)}
+            for b in BATCHES for d in ("float32", "bfloat16") for c in (False, True)]
+    land = landscape(tmp_path, "again", "cuda", rows)
+    measured, run = stopped(land)
+    assert run.stopped_because and "likely to beat the best" in run.stopped_because
+    results = {config_key(r.params): result(r.status, r.samples_per_s, 0.5 + 0.1 * r.params["batch_size"])
+               for r in measured}
+    space = [dict(r.params) for r in land.rows.values()]
+    decision = planner(space, "cuda").decide(results, set())
+    assert decision.config is None and decision.verdict.reason == run.stopped_because

@@ -31,6 +31,11 @@
 #                                   for c in 3bfde10:.before_startup 3d4ec97:.startup_marks; do rm -rf ${c#*:};
 #                                   mkdir ${c#*:}; git archive ${c%:*} orchestrator experiments | tar -x -C ${c#*:}; done
 #                                 not run yet (about 2.5 minutes of an H100 expected)
+#   bash docs/gpu/session.sh t    time to answer on an H100: a trial's start-up phase by phase against
+#                                 3bfde10's (copied into .before_startup/), the headline from an empty
+#                                 store, the finished study's command, best and report against import
+#                                 torch, and the BERT-base 512-token landscape
+#   bash docs/gpu/session.sh u    the MLP and small-BERT landscapes
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -38,6 +43,11 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 export PATH=/tmp/site/bin:$PATH
 ORCH="python3 -m orchestrator.cli"
 step() { echo "=== $1 ($(date +%T))"; }
+landscape() {  # record sweeps/landscape_$1_cuda.yaml in an empty folder, export it as $OUT/$2.csv
+  step "landscape $1"; local d; d=$(mktemp -d)
+  (cd "$d" && time timeout 280 $ORCH "$OLDPWD/sweeps/landscape_$1_cuda.yaml") > "$OUT/landscape_$1.log" 2>&1
+  python3 bench/export_landscape.py "sqlite:///$d/mlruns/optuna.db" "landscape_$1_cuda" "$OUT/$2.csv" >> "$OUT/landscape_$1.log" 2>&1
+}
 { nvidia-smi --query-gpu=index,name,memory.total,driver_version,pci.bus_id --format=csv; nproc; python3 -c "import torch; print(torch.__version__)"; nvidia-smi topo -m; lscpu | grep -E "NUMA|Thread|Socket|Model name"; } > "$OUT/machine.txt" 2>&1
 case "${1:-a}" in
 a)
@@ -98,6 +108,20 @@ s)  # the labels are the folders' names: before_startup, startup_marks, this che
   timeout 230 python3 bench/startup.py --device cuda --spec sweeps/bert_base_devices.yaml --only batch_size=64 \
       --only dtype=bfloat16 --only activation_checkpointing=False --trials 8 \
       --compare /tmp/before_startup --compare /tmp/startup_marks --json "$OUT/startup.json" > "$OUT/startup.log" 2>&1
+  ;;
+t)
+  step startup; rm -rf /tmp/before_startup && cp -r .before_startup /tmp/before_startup
+  timeout 200 python3 bench/startup.py --device cuda --spec sweeps/bert_base_devices.yaml --only batch_size=64 \
+      --only dtype=bfloat16 --only activation_checkpointing=False --trials 6 --compare /tmp/before_startup \
+      --json "$OUT/startup.json" > "$OUT/startup.log" 2>&1
+  step headline; R=$PWD; d=$(mktemp -d); cd "$d"
+  { time timeout 300 $ORCH "$R/sweeps/bert_memory.yaml"; } > "$OUT/headline.log" 2>&1
+  cp "$R/sweeps/bert_memory.yaml" spec.yaml; cd "$R"
+  step again; timeout 150 python3 bench/commands.py --project "$d" --rounds 5 --json "$OUT/commands.json" > "$OUT/commands.log" 2>&1
+  landscape bert_base_seq512 bert_base_seq512_h100_cap025
+  ;;
+u)
+  landscape mlp mlp_h100_cap006; landscape bert_mini_seq512 bert_mini_seq512_h100_cap010
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log
