@@ -23,7 +23,7 @@ USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--
        orchestrate doctor [--check] [--device D] [--format text|json]   (is this machine set up? do the knobs work?)
        orchestrate schema [--format json|markdown]                  (the spec's JSON Schema, or its reference page)"""
 SUBCOMMANDS = {"report": "orchestrator.report", "best": "orchestrator.report", "ui": "orchestrator.ui",
-               "doctor": "orchestrator.doctor", "schema": "orchestrator.schema"}
+               "doctor": "orchestrator.doctor", "schema": "orchestrator.specdoc"}
 
 
 def build_parser() -> argparse.ArgumentParser:

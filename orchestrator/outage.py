@@ -237,6 +237,28 @@ def shorten_mlflow_retries() -> None:
         os.environ.setdefault(name, value)
 
 
+class _LostConnectionFilter:
+    """Drops MLflow's own log records of a lost connection (its SQL store logs each with a
+    traceback): the guard waits them out and, past ``outage_s``, says so in one line."""
+
+    def filter(self, record: Any) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and connection_lost(exc):
+            return False
+        return not (record.name.startswith("mlflow") and any(word in record.getMessage().lower() for word in LOST))
+
+
+def quiet_lost_connections() -> None:
+    """Install ``_LostConnectionFilter`` on MLflow's loggers (once)."""
+    import logging
+
+    for name in ("mlflow.store.db.utils", "mlflow.store.tracking.sqlalchemy_store", "mlflow.utils.rest_utils",
+                 "mlflow.tracking"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _LostConnectionFilter) for f in logger.filters):
+            logger.addFilter(_LostConnectionFilter())
+
+
 def mlflow_pool() -> None:
     """MLflow's connections to a tracking database, bounded like the study's (``study.POOL``):
     its writer thread and the loop's calls, at most 3. Only where the user set nothing."""

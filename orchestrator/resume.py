@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestrator.errors import StudyError
 from orchestrator.outcome import RUN_AGAIN
 from orchestrator.spec import SweepSpec
 from orchestrator.stores import Origins
@@ -32,7 +33,10 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
 
     if sqlite_path(spec.storage) is None:
         return None
-    study = read_study(absolute_uri(spec.storage), spec.name)
+    try:
+        study = read_study(absolute_uri(spec.storage), spec.name)
+    except StudyError:
+        return None  # unreadable: the whole way says why, and what to do
     if study is None:
         return None
     device = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else guess_device()
@@ -57,9 +61,8 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
     stopped = _verdict(spec, plan, configs, results, machine.get("memory_limit_gib")) if len(results) < target else None
     if len(results) < target and stopped is None:
         return None
-    first = (f"orchestrate: {spec.name}: {len(results)} of {target} trials done; nothing to run, so nothing "
-             f"was started (the study was run on this machine: {', '.join(plan.devices)}, torch "
-             f"{machine['torch_version']})")
+    first = (f"orchestrate: {spec.name} on {', '.join(plan.devices)} (as recorded with the study: nothing to "
+             f"run, so nothing was started), torch {machine['torch_version']}; {len(results)} of {target} trials done")
     best = rank(results, spec)
     return [first] + summary(spec, results, best, target, trial_time_s(trials), 0.0, stopped,
                              stopped is not None, origins)

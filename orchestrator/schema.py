@@ -26,14 +26,12 @@ import functools
 import inspect
 import json
 import re
-import sys
 import types
 import typing
 from typing import Any, Callable
 
 from orchestrator import knobs, specmodel
 from orchestrator.dominance import ORDER_WORDS
-from orchestrator.errors import UsageParser
 from orchestrator.metrics import OBJECTIVE_METRICS
 from orchestrator.spec import EXPERIMENT_PATTERN, NAME_PATTERN, REQUIRED_TOP, TOP_KEYS
 from orchestrator.specmodel import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, DIRECTIONS, Bound, SweepSpec
@@ -255,17 +253,3 @@ def spec_schema() -> dict[str, Any]:
 def schema_json() -> str:
     """The schema as the committed ``docs/spec.schema.json`` holds it."""
     return json.dumps(spec_schema(), indent=2) + "\n"
-
-
-def main(argv: list[str]) -> int:
-    p = UsageParser(prog="orchestrate schema", description="Print the sweep spec's JSON Schema (draft 2020-12), "
-                    "or with --format markdown the spec reference page, both generated from the spec's model.")
-    p.add_argument("--format", choices=("json", "markdown"), default="json")
-    args = p.parse_args(argv[1:] if argv and argv[0] == "schema" else argv)
-    if args.format == "markdown":
-        from orchestrator.specdoc import reference
-
-        sys.stdout.write(reference())
-    else:
-        sys.stdout.write(schema_json())
-    return 0

@@ -1,14 +1,16 @@
 """The spec reference page (``docs/reference/spec.md``), written from the JSON Schema that
 ``orchestrator.schema`` builds: the page and the schema cannot say different things. Pure text in,
-text out; ``orchestrate schema --format markdown`` prints it."""
+text out; ``orchestrate schema`` prints the schema, ``--format markdown`` the page."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from orchestrator import knobs
 from orchestrator.dominance import DEFAULT_ORDER, ORDER_WORDS
-from orchestrator.schema import REGENERATE, SCHEMA_FILE, spec_schema
+from orchestrator.errors import UsageParser
+from orchestrator.schema import REGENERATE, SCHEMA_FILE, schema_json, spec_schema
 from orchestrator.specmodel import MAX_CONFIGURATIONS
 
 LOADER_ONLY = (
@@ -199,3 +201,15 @@ def reference(schema: dict[str, Any] | None = None) -> str:
         "", *(f"- {rule}" for rule in LOADER_ONLY), "",
     ]
     return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    p = UsageParser(prog="orchestrate schema", description="Print the sweep spec's JSON Schema (draft 2020-12), "
+                    "or with --format markdown the spec reference page, both generated from the spec's model.")
+    p.add_argument("--format", choices=("json", "markdown"), default="json")
+    args = p.parse_args(argv[1:] if argv and argv[0] == "schema" else argv)
+    if args.format == "markdown":
+        sys.stdout.write(reference())
+    else:
+        sys.stdout.write(schema_json())
+    return 0

@@ -119,10 +119,12 @@ class Tracker:
         try:
             create_sqlite_atomically(self.uri, new_store)
             if outage is not None and not self.uri.startswith("sqlite"):
-                from orchestrator.outage import RetryingClient, create, mlflow_pool, shorten_mlflow_retries
+                from orchestrator.outage import (RetryingClient, create, mlflow_pool, quiet_lost_connections,
+                                                 shorten_mlflow_retries)
 
                 shorten_mlflow_retries()
                 mlflow_pool()
+                quiet_lost_connections()
                 self.client = RetryingClient(create(outage, MlflowClient, tracking_uri=self.uri), outage)
             else:
                 self.client = MlflowClient(tracking_uri=self.uri)

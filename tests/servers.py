@@ -359,7 +359,8 @@ class MlflowServer:
             config.write_text(f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{self.root}/auth.db\n"
                               "admin_username = admin\n"
                               "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
-            env.update(MLFLOW_AUTH_CONFIG_PATH=str(config), MLFLOW_AUTH_ADMIN_PASSWORD=self.auth_password)
+            env.update(MLFLOW_AUTH_CONFIG_PATH=str(config), MLFLOW_AUTH_ADMIN_PASSWORD=self.auth_password,
+                       MLFLOW_FLASK_SERVER_SECRET_KEY="test-csrf-key")  # the auth app refuses to start without one
         return env
 
     def start(self) -> str:
@@ -385,8 +386,7 @@ class MlflowServer:
                 raise
             self.kill()
             if self.port is not None or "address already in use" not in self.log_path.read_text(errors="replace").lower():
-                raise RuntimeError(f"mlflow server exited ({self.proc.returncode}) before answering /health:\n"
-                                   f"{tail(self.log_path)}")
+                raise RuntimeError(f"mlflow server exited before answering /health:\n{tail(self.log_path)}")
         raise RuntimeError(f"mlflow server found no free port in {START_ATTEMPTS} attempts")
 
     def kill(self) -> None:

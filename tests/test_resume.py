@@ -50,7 +50,9 @@ def test_a_finished_study_answers_without_torch_or_a_probe(project: Path) -> Non
     proc, modules, events = run_counting_modules(project, str(spec))
     assert proc.returncode == 0, proc.stderr
     assert modules == [] and "probe_start" not in events and "interpreter_spawn" not in events
-    assert "again: 3 of 3 trials done; nothing to run, so nothing was started" in proc.stdout
+    assert proc.stdout.startswith("orchestrate: again on cpu (as recorded with the study: nothing to run, so "
+                                  "nothing was started)")
+    assert proc.stdout.splitlines()[0].endswith("; 3 of 3 trials done")
     assert "again: 3 of 3 trials have a result (3 ok)" in proc.stdout and "Best configurations:" in proc.stdout
     # the same summary as the run that measured them, from "have a result" on
     tail = first.stdout[first.stdout.index("again: 3 of 3 trials have a result"):]

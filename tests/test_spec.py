@@ -37,7 +37,7 @@ def test_bert_memory_space() -> None:
     assert spec.space["batch_size"] == Choice((8, 16, 32, 64, 128, 256))
     assert spec.space["mps_high_watermark_ratio"] == Choice((1.0, 1.4, 1.7))
     assert spec.fixed == {"model": "bert-base", "seq_len": 128}
-    assert spec.search.n_trials == 40 and spec.search.sampler == "tpe" and spec.search.seed == 0
+    assert spec.search.n_trials == 40 and spec.search.sampler == "auto" and spec.search.seed == 0
     assert spec.line_of("space", "batch_size") == 16  # line 1 is the editor's schema modeline
 
 

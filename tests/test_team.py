@@ -118,7 +118,6 @@ def test_secrets_appear_nowhere(tmp_path: Path, pg: PostgresServer) -> None:
     neither is printed, written to a file, recorded in MLflow or in Optuna, nor seen by a trial."""
     storage, backend = pg.database_for(ROLE, "study"), pg.database_for(ROLE, "runs")
     server = MlflowServer(with_password(backend), tmp_path / "mlflow", auth_password=ML_SECRET)
-    (tmp_path / "mlflow").mkdir()
     tracking = server.start()
     try:
         env = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": ML_SECRET}
@@ -146,7 +145,7 @@ def test_secrets_appear_nowhere(tmp_path: Path, pg: PostgresServer) -> None:
         assert again.returncode == 0 and "4 of 4 trials done" in again.stdout, again.stderr
         without = subprocess.run([ORCHESTRATE, *resume[1:]], cwd=tmp_path / "a", capture_output=True, text=True,
                                  env={k: v for k, v in os.environ.items() if k != "PGPASSWORD"}, timeout=300)
-        assert without.returncode == 2 and "password authentication failed" in without.stderr  # a real check
+        assert without.returncode == 2 and "no password supplied" in without.stderr  # the role really needs one
         report = subprocess.run([ORCHESTRATE, "report", "spec.yaml", "--format", "json", "--plots"],
                                 cwd=tmp_path / "a", capture_output=True, text=True, timeout=300,
                                 env={**os.environ, **env, "ORCHESTRATE_STORAGE": with_password(storage)})
@@ -214,7 +213,6 @@ def test_a_tracking_server_restart_costs_nothing(tmp_path: Path, pg: PostgresSer
     """The ``mlflow server`` is killed mid-sweep and started again (the same port and store): the
     sweep exits 0 and every trial has its one run, finished, with its metrics."""
     storage, backend = pg.database_for(ROLE, "study"), pg.database_for(ROLE, "server")
-    (tmp_path / "mlflow").mkdir()
     server = MlflowServer(with_password(backend), tmp_path / "mlflow")
     tracking = server.start()
     try:

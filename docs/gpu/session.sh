@@ -36,6 +36,7 @@
 #                                 store, the finished study's command, best and report against import
 #                                 torch, and the BERT-base 512-token landscape
 #   bash docs/gpu/session.sh u    the MLP and small-BERT landscapes
+#   bash docs/gpu/session.sh v    the BERT-base landscape with accumulation
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -122,6 +123,9 @@ t)
   ;;
 u)
   landscape mlp mlp_h100_cap006; landscape bert_mini_seq512 bert_mini_seq512_h100_cap010
+  ;;
+v)
+  landscape bert_base_accum bert_base_accum_h100_cap020
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log
