@@ -2,10 +2,14 @@
 out of memory will run out too. Pure functions, tested with a table of cases.
 
 An order says how memory grows with a parameter:
-- ``increasing``: more is more memory (batch_size, seq_len);
+- ``increasing``: more is more memory (batch_size, seq_len; grad_accum_steps: the same
+  micro-batch, but from the second micro-batch on backward adds each gradient into the one already
+  there, through a buffer of the gradient's size. For a model whose weights outweigh its
+  activations that is most of the difference: a deep MLP on an H100 capped at 4.75 GiB fitted
+  batch 2048 in bfloat16 without accumulation and not even batch 256 with two micro-batches,
+  ``bench/landscapes/mlp_h100_cap006.csv``);
 - ``decreasing``: more is less memory, e.g. a larger memory cap (memory_fraction);
-- ``neutral``: memory does not depend on it (grad_accum_steps: the same micro-batch, the same
-  gradients; lr; seed);
+- ``neutral``: memory does not depend on it (lr; seed);
 - a mapping of value -> rank, higher rank = more memory, equal ranks alike
   (dtype: float32 2, float16 1, bfloat16 1).
 A parameter without an order must be equal for one configuration to dominate another.
@@ -21,8 +25,8 @@ ORDER_WORDS = ("increasing", "decreasing", "neutral")
 DEFAULT_ORDER: dict[str, Order] = {
     "batch_size": "increasing",
     "seq_len": "increasing",
-    "effective_batch_size": "neutral",   # grad_accum_steps follows it; the micro-batch is batch_size
-    "grad_accum_steps": "neutral",
+    "effective_batch_size": "increasing",  # more accumulation at the same micro-batch: see grad_accum_steps
+    "grad_accum_steps": "increasing",  # from 2 on, one more gradient-sized buffer (see the module)
     "dtype": {"float32": 2, "float16": 1, "bfloat16": 1},
     "activation_checkpointing": {False: 1, True: 0},
     "memory_fraction": "decreasing",

@@ -38,6 +38,8 @@ STOP_CHANCE = 0.05
 this probability."""
 DRAWS = 2000
 REFIT_ALWAYS = 40
+LEAD_TIE = 0.05
+"""Prior effects (log throughput) closer than this to the best do not decide the first column."""
 TOP = 200
 """Candidates sampled jointly for the stop rule; the rest are bounded one by one (union bound)."""
 THROUGHPUT = ("samples_per_s", "tokens_per_s")
@@ -180,13 +182,32 @@ class Planner:
         return gap[len(gap) // 2]
 
     def _leading_column(self) -> list[int]:
-        """The configurations the priors rank first once batch size is set aside, across batches."""
+        """The batch column to bisect first: of the configurations the priors rank first (within
+        ``LEAD_TIE`` of the best, once batch size is set aside), the one that needs the least
+        memory by the memory order (a small gain such as accumulation's is not worth the memory
+        it may cost), then the spec's first."""
         prior = self.space.H @ self.space.prior_mean - self.space.H[:, self.scaling_feature] * \
             self.space.prior_mean[self.scaling_feature]
-        lead = int(np.argmax(prior - 1e-9 * np.arange(len(prior))))  # ties: the spec's first
+        near = [i for i in range(len(prior)) if prior[i] >= prior.max() - LEAD_TIE]
+        lead = min(near, key=lambda i: (self._memory_rank(self.configs[i]), i))
         rest = {k: v for k, v in self.configs[lead].items() if k != self.scaling}
         column = [i for i, c in enumerate(self.configs) if {k: v for k, v in c.items() if k != self.scaling} == rest]
         return sorted(column, key=lambda i: self.configs[i][self.scaling])
+
+    def _memory_rank(self, config: dict[str, Any]) -> float:
+        """How much memory ``config`` needs, in the memory order's units, batch size set aside: the
+        position of an ordered value (negated for ``decreasing``), a mapped rank, else 0."""
+        total = 0.0
+        for name, value in config.items():
+            rule = self.order.get(name)
+            if name == self.scaling or rule is None or rule == "neutral":
+                continue
+            if isinstance(rule, dict):
+                total += float(rule.get(value, 0))
+            else:
+                ranked = sorted(_values(self.configs, name))
+                total += ranked.index(value) * (1 if rule == "increasing" else -1)
+        return total
 
     # -- the model --------------------------------------------------------------------------------
     def _model(self, idx: list[int], y: list[float], in_flight: set[str], p_fit: np.ndarray) -> Model | None:

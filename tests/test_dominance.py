@@ -15,8 +15,9 @@ CASES = [
     ({"batch_size": 64, "dtype": "float32"}, {"batch_size": 32, "dtype": "bfloat16"}, O, True),
     ({"batch_size": 64, "dtype": "bfloat16"}, {"batch_size": 32, "dtype": "float32"}, O, False),
     ({"batch_size": 64, "dtype": "float16"}, {"batch_size": 64, "dtype": "bfloat16"}, O, True),  # equal rank
-    ({"batch_size": 64, "grad_accum_steps": 4}, {"batch_size": 64, "grad_accum_steps": 1}, O, True),  # neutral
-    ({"batch_size": 64, "grad_accum_steps": 1}, {"batch_size": 64, "grad_accum_steps": 4}, O, True),
+    # accumulation: from the second micro-batch on, a buffer the size of the gradients more
+    ({"batch_size": 64, "grad_accum_steps": 4}, {"batch_size": 64, "grad_accum_steps": 1}, O, True),
+    ({"batch_size": 64, "grad_accum_steps": 1}, {"batch_size": 64, "grad_accum_steps": 4}, O, False),
     ({"batch_size": 64, "activation_checkpointing": False},
      {"batch_size": 64, "activation_checkpointing": True}, O, True),
     ({"batch_size": 64, "activation_checkpointing": True},

@@ -37,6 +37,8 @@
 #                                 torch, and the BERT-base 512-token landscape
 #   bash docs/gpu/session.sh u    the MLP and small-BERT landscapes
 #   bash docs/gpu/session.sh v    the BERT-base landscape with accumulation
+#   bash docs/gpu/session.sh w    the final check: the BERT-large landscape with accumulation, recorded
+#                                 after the last change to the search, then the headline again
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -126,6 +128,12 @@ u)
   ;;
 v)
   landscape bert_base_accum bert_base_accum_h100_cap020
+  ;;
+w)
+  landscape bert_large_accum bert_large_accum_h100_cap015
+  step headline; R=$PWD; d=$(mktemp -d); cd "$d"
+  { time timeout 300 $ORCH "$R/sweeps/bert_memory.yaml"; } > "$OUT/headline_final.log" 2>&1
+  { time $ORCH "$R/sweeps/bert_memory.yaml"; } >> "$OUT/headline_final.log" 2>&1; cd "$R"
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log
