@@ -24,7 +24,10 @@ Strategies:
   did, over the grid's, and ``stopped_in_band`` the fraction of seeds whose sweep had measured a
   configuration in the band by then;
 - ``lightning``: PyTorch Lightning's batch-size finder (power mode) per precision, activation
-  checkpointing off, then the fastest of the largest batches that fitted (deterministic).
+  checkpointing off, then the fastest of the largest batches that fitted (deterministic);
+- ``optuna-gp`` (with ``--gp``): Optuna's ``GPSampler`` (5 start-up trials) with OOM-aware
+  skipping, over the same categorical encoding the other samplers get. A comparison only: it
+  imports torch, which the orchestrator's process never does, so it cannot ship there.
 
 ``--noise S`` replays each measured throughput as the recorded one times ``exp(N(0, S))``, seeded:
 what a search sees is a measurement, not the truth (the band is judged on the recorded value).
@@ -61,6 +64,8 @@ from orchestrator.summary import fmt_params  # noqa: E402
 LANDSCAPES = ROOT / "bench" / "landscapes"
 FIRST_SEED, SEEDS = 1000, 100  # seeds 0-299 tuned the TPE defaults; the auto search was built on 0
 SEEDED = {"random": {"sampler": "random"}, "tpe+skip": {"sampler": "tpe"}, "shipped": {}}
+SEARCH = {**SEEDED, "grid": {"sampler": "grid"}, "optuna-gp": {"sampler": "tpe"}}
+"""Each strategy's ``search:`` section (``shipped``: none, the defaults)."""
 TARGETS = {"ratio": 0.22, "ratio_p90": 0.40, "vs_lightning": 0.8, "stopped_in_band": 0.95, "stop_ratio": 0.40}
 
 
@@ -96,10 +101,15 @@ def _replay(path: str, strategy: str, seed: int, band: float, noise: float) -> t
     warnings.filterwarnings("ignore", module="optuna")
     land = load_landscape(path)
     threshold = (1 - band) * land.best_feasible()
-    search = {**SEEDED.get(strategy, {}), "band": band}
+    search = {**SEARCH[strategy], "band": band}
     spec = {**landscape_spec(land, name=land.path.stem), "search": search}
-    skip = strategy != "random"
-    run = replay_run(spec, land, seed, skip, noise=noise if strategy != "grid" else 0.0)
+    skip = strategy not in ("random", "grid")  # the grid runs every configuration: the reference
+    sampler = None
+    if strategy == "optuna-gp":
+        import optuna
+
+        sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
+    run = replay_run(spec, land, seed, skip, sampler=sampler, noise=noise if strategy != "grid" else 0.0)
     truth = _truth(land)
     hit = time_to_band(run.records, threshold, truth)
     in_band = any(r.measured and r.status == "ok" and (truth(r) or 0) >= threshold for r in run.records)
@@ -110,14 +120,15 @@ def _truth(land: Landscape) -> Any:
     return lambda r: land.row(r.params).samples_per_s
 
 
-def run_landscape(path: Path, seeds: range, band: float, noise: float, pool: Any) -> tuple[list[Runs], float]:
+def run_landscape(path: Path, seeds: range, band: float, noise: float, pool: Any,
+                  gp: bool = False) -> tuple[list[Runs], float]:
     land = load_landscape(path)
     threshold = (1 - band) * land.best_feasible()
     grid_total = land.total_duration_s()
     grid = Runs("grid", note="deterministic")
     grid.to_band.append(_replay(str(path), "grid", 0, band, 0.0)[0])
     results = [grid]
-    for strategy in SEEDED:
+    for strategy in list(SEEDED) + (["optuna-gp"] if gp else []):
         runs = Runs(strategy)
         deterministic = strategy == "shipped" and noise == 0
         chosen = seeds[:1] if deterministic else seeds
@@ -131,6 +142,8 @@ def run_landscape(path: Path, seeds: range, band: float, noise: float, pool: Any
             runs.note = "deterministic (no noise): one seed stands for all"
         elif strategy == "tpe+skip":
             runs.note = "the default before the auto search"
+        elif strategy == "optuna-gp":
+            runs.note = "comparison only: imports torch"
         results.append(runs)
     lightning = lightning_search(land)
     hit = time_to_band(lightning, threshold)
@@ -218,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="replays in parallel (default 2)")
     p.add_argument("--json", type=Path, help="write the figures as JSON (see summary())")
     p.add_argument("--check", action="store_true", help="exit 1 when a target fails")
+    p.add_argument("--gp", action="store_true", help="also replay Optuna's GPSampler (needs torch; slow)")
     args = p.parse_args(argv)
     paths = args.landscapes or sorted(LANDSCAPES.glob("*.csv"))
     seeds = range(args.first_seed, args.first_seed + args.seeds)
@@ -226,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, Any] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for path in paths:
-            results, grid_total = run_landscape(path, seeds, args.band, args.noise, pool)
+            results, grid_total = run_landscape(path, seeds, args.band, args.noise, pool, args.gp)
             report(path, results, grid_total, args.band, seeds, args.noise)
             checks += check_targets(path, results, grid_total)
             figures[path.name] = summary(path, results, grid_total)

@@ -50,6 +50,7 @@ def test_search_efficiency_runs_and_reports_every_strategy_and_target(tmp_path: 
     assert set(shipped) == {"ratio", "ratio_p90", "time_to_band_s", "stop_ratio", "stopped_in_band"}
     assert set(figures["strategies"]["lightning"]) == {"ratio", "time_to_band_s"}
     assert shipped["ratio"] == pytest.approx(shipped["time_to_band_s"] / figures["grid_s"], abs=1e-3)
+    assert figures["strategies"]["grid"]["ratio"] == pytest.approx(0.615, abs=0.002)  # the spec's order, every point
 
 
 @pytest.mark.slow

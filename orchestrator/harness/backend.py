@@ -224,13 +224,6 @@ def _int_or_none(text: str | None, unit: int) -> float | None:
 
 
 def _cpu_name() -> str:
-    if sys.platform == "darwin":
-        return _sysctl("machdep.cpu.brand_string") or platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from orchestrator.machine import cpu_model  # one reading of the CPU's name, the orchestrator's too
+
+    return cpu_model()
