@@ -17,11 +17,12 @@ import re
 import sys
 from typing import Any
 
+from orchestrator import exits
 from orchestrator.doctorcheck import GIB, check, harness_json, render_check
 from orchestrator.errors import UsageParser
 
 MPS_HIGH_DEFAULT, MPS_LOW_DEFAULT = 1.7, 1.4
-EXIT_NOT_HONOURED = 4
+EXIT_NOT_HONOURED = exits.NOT_HONOURED
 
 
 # -- facts and what follows from them (pure) ------------------------------------------------------
@@ -222,11 +223,11 @@ def main(argv: list[str]) -> int:
     warnings = warnings_for(facts, caps) if ok else []
     device = resolve_device(facts) if args.device == "auto" else args.device
     doc: dict[str, Any] = {"device": device, "facts": facts, "mps_caps": caps, "warnings": warnings}
-    code = EXIT_NOT_HONOURED if args.check and not ok else 0  # no torch, no self-test
+    code = EXIT_NOT_HONOURED if args.check and not ok else exits.OK  # no torch, no self-test
     if args.check and ok and device != "cpu" and not facts[device]["available"]:
         print(f"orchestrate doctor: --check on {device}: torch sees no {device.upper()} device here "
               f"({facts[device].get('why_not')}); run `orchestrate doctor` to see what it does see", file=sys.stderr)
-        return 2
+        return exits.USAGE
     if args.check and ok:
         doc["check"] = check(device, facts)
         code = 0 if doc["check"]["honoured"] else EXIT_NOT_HONOURED

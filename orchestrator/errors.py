@@ -6,12 +6,13 @@ import argparse
 import os
 import sys
 
+from orchestrator import exits
+
 
 class OrchestratorError(Exception):
-    """Base class: a problem the user can fix. Exit code 2 (``exits.USAGE``) unless a subclass
-    says otherwise."""
+    """Base class: a problem the user can fix. Exit code 2 unless a subclass says otherwise."""
 
-    exit_code = 2
+    exit_code = exits.USAGE
 
 
 class SpecError(OrchestratorError, ValueError):
@@ -37,7 +38,7 @@ class StudyError(OrchestratorError):
 class FailureBudgetExceeded(OrchestratorError):
     """More trials failed (other than by running out of memory) than ``search.max_failures``."""
 
-    exit_code = 3  # exits.FAILED
+    exit_code = exits.FAILED
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -45,7 +46,7 @@ class UsageParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(exits.USAGE)
 
 
 def one_line(text: str) -> str:

@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from orchestrator import exits
 from orchestrator.errors import OrchestratorError
 
 BACKOFF_S = (0.5, 10.0)
@@ -39,7 +40,7 @@ LOST = ("server closed the connection", "connection refused", "could not connect
 class StoreDown(OrchestratorError):
     """A store stayed unreachable for longer than ``search.outage_s``."""
 
-    exit_code = 75  # exits.STORE_DOWN
+    exit_code = exits.STORE_DOWN
 
 
 def connection_lost(exc: BaseException) -> bool:
@@ -103,7 +104,7 @@ class Outage:
                 if self.stop is not None and self.stop.tripped:
                     stopped = StoreDown(f"stopped while {self.store} was unreachable; the study is saved: run "
                                         "the same command to resume once it is back")
-                    stopped.exit_code = 128 + (self.stop.signum or 2)
+                    stopped.exit_code = exits.for_signal(self.stop.signum or 2)
                     raise stopped from None
                 self.sleep(delay)
                 delay = min(delay * 2, BACKOFF_S[1])
