@@ -127,7 +127,7 @@ class Sweep:
 
     def _advance_all(self) -> None:
         for slot, job in list(self.jobs.items()):
-            if job.advance(self.runner.idle(job.slot), self._start) is State.FINISHED:
+            if job.advance(self.runner.idle(job.slot), self._start, self.stop.tripped) is State.FINISHED:
                 del self.jobs[slot]
                 outcome = self._finish(job)
                 if outcome is not None:
