@@ -56,7 +56,7 @@ def test_dry_run_prints_the_plan_and_creates_nothing(project: Path) -> None:
 def test_shipped_bert_memory_dry_run(project: Path) -> None:
     proc = orchestrate([str(ROOT / "sweeps" / "bert_memory.yaml"), "--dry-run"], project)
     assert proc.returncode == 0, proc.stderr
-    assert "54 configurations" in proc.stdout and "tpe sampler, seed 0" in proc.stdout
+    assert "54 configurations" in proc.stdout and "auto search: ends once no configuration left" in proc.stdout
     assert "40 in total" in proc.stdout
     assert list(project.iterdir()) == []
 
