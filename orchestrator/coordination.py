@@ -17,6 +17,8 @@ import hashlib
 import threading
 from typing import Any, Callable, Iterable
 
+from orchestrator.timeline import event
+
 
 def is_shared(storage_url: str) -> bool:
     """Whether several orchestrators may share a study in this storage (a server database)."""
@@ -49,6 +51,7 @@ class StudyLock:
         self._local.acquire()
         self._depth += 1
         if self._depth == 1 and hasattr(self, "_engine"):
+            event("lock_wait")  # bench/cluster.py: how long proposals wait for and hold the lock
             try:
                 conn = self._outage.call(self._take) if self._outage is not None else self._take()
             except BaseException:
@@ -57,6 +60,7 @@ class StudyLock:
                 raise
             with self._swap:
                 self._conn, self._held = conn, True
+            event("lock_held")
         return self
 
     def ensure(self) -> None:
@@ -98,6 +102,7 @@ class StudyLock:
                     conn, self._conn, self._held = self._conn, None, False
                 if conn is not None:
                     self._release(conn)
+                    event("lock_released")
         finally:
             self._local.release()
 

@@ -44,6 +44,11 @@ class View:
     """Config key -> number of a RUNNING trial measuring it (any orchestrator)."""
     queued: set[str] = field(default_factory=set)
     """Config keys waiting in Optuna's queue."""
+    strays: list[int] = field(default_factory=list)
+    """RUNNING trials without parameters. Seen under the study's lock, none is being proposed:
+    each was asked by an orchestrator that died, or lost its connection, before writing them.
+    The stale-trial check fails them (after a grace period, later after an outage); on a
+    server database the sweep waits for that rather than end with a trial left RUNNING."""
 
     @property
     def ooms(self) -> list[tuple[int, dict[str, Any]]]:
@@ -106,7 +111,9 @@ class Proposer:
                 results[key] = t
         v = View(results)
         for t in trials:
-            if t.state == TrialState.RUNNING and t.params and is_attempt(t):
+            if t.state == TrialState.RUNNING and not t.params:
+                v.strays.append(t.number)
+            elif t.state == TrialState.RUNNING and is_attempt(t):
                 v.in_flight.setdefault(config_key(t.params), t.number)
             elif t.state == TrialState.WAITING:
                 v.queued.add(config_key(t.system_attrs.get("fixed_params") or {}))
@@ -125,8 +132,10 @@ class Proposer:
         with self.lock:
             for _ in range(4 * MAX_REPEATED_PROPOSALS):
                 v = self.view()
+                strays = bool(v.strays) and self.owner is not None  # a server database's (see View)
+                waiting = bool(v.in_flight) or strays
                 if len(v.results) >= self.target:
-                    return DONE
+                    return WAIT if strays else DONE
                 if len(v.results) + len(v.in_flight) >= self.target:
                     return WAIT  # the rest of the budget is in flight
                 if not v.queued and self.planner is not None:
@@ -134,7 +143,7 @@ class Proposer:
                                                    stop=self.spec.search.stop == "auto")
                     self.verdict = decision.verdict
                     if decision.config is None:
-                        if v.in_flight:
+                        if waiting:
                             return WAIT  # their results may change the verdict
                         self.exhausted = decision.verdict.reason
                         return DONE
@@ -150,7 +159,7 @@ class Proposer:
                         self.study.enqueue_trial(forced)
                     elif self.spec.search.sampler == "grid" or (
                             self.answered >= MAX_REPEATED_PROPOSALS and self.configs is not None):
-                        if v.in_flight:
+                        if waiting:
                             return WAIT
                         self.exhausted = ("every configuration of the space has a result"
                                           + (" or failed in this run" if self.failed_here else ""))

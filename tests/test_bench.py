@@ -54,6 +54,7 @@ def test_search_efficiency_runs_and_reports_every_strategy_and_target(tmp_path: 
 
 
 @pytest.mark.slow
+@pytest.mark.long  # many processes each way: a benchmark's own check, run with -m long
 def test_devices_bench_alternates_rounds_and_prints_the_control(tmp_path: Path) -> None:
     """bench/devices.py on two CPU slots (one core each) against one slot of both cores, two
     alternating rounds, each trial the median of two processes: every configuration compared, the
@@ -106,6 +107,7 @@ def test_fidelity_bench_measures_the_chosen_configurations_both_ways(tmp_path: P
 
 
 @pytest.mark.slow
+@pytest.mark.long  # many processes each way: a benchmark's own check, run with -m long
 def test_startup_bench_times_each_phase_of_both_variants_alternating(tmp_path: Path) -> None:
     """bench/startup.py on the tiny BERT, a copy of this checkout's code as the other variant, two
     rounds: the order alternates, every phase has a figure each way, and the phases add up to
@@ -151,9 +153,10 @@ def test_fork_vs_fresh_times_both_ways(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # many processes each way: a benchmark's own check, run with -m long
 def test_fork_vs_fresh_interleaved_takes_turns_and_has_a_control(tmp_path: Path) -> None:
     script = str(ROOT / "bench" / "fork_vs_fresh.py")
-    out = subprocess.run([sys.executable, script, "--interleave", "10", "--steps", "2", "--batch", "16",
+    out = subprocess.run([sys.executable, script, "--interleave", "4", "--steps", "2", "--batch", "16",
                           "--process-pairs", "2", "--siblings"], capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -168,7 +171,7 @@ def test_fork_vs_fresh_interleaved_takes_turns_and_has_a_control(tmp_path: Path)
         assert ratio == pytest.approx(second / first, rel=2e-3) and low <= ratio <= high
         assert "threads" in line
         ratios.append(ratio)
-    assert "batch 16, 2 process pairs each, 10 interleaved slices of 2 steps each way per pair" in out.stdout
+    assert "batch 16, 2 process pairs each, 4 interleaved slices of 2 steps each way per pair" in out.stdout
     verdict = re.search(r"^forked / fresh: ([\d.]+) \(95% interval ([\d.]+)-([\d.]+)\) over 2 pairs of processes; "
                         r"two fresh processes differed by up to ([\d.]+)%$", out.stdout, re.M)
     assert verdict, out.stdout

@@ -151,3 +151,27 @@ def test_tpe_from_three_orchestrators_never_measures_twice(tmp_path: Path, postg
     run = records["runs"][records["results"][0].number][0]
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"trial.log", "result.json"} <= names, names
+
+
+def test_a_trial_left_without_parameters_does_not_outlive_the_sweep(tmp_path: Path, postgres_url: str) -> None:
+    """A RUNNING trial with no parameters and no heartbeat: what an orchestrator leaves that died,
+    or lost the database, between asking for a trial and writing its parameters. A later sweep
+    that has every result does not end with it RUNNING: it waits for the stale-trial check to
+    fail it (``proposer.View.strays``)."""
+    import optuna
+
+    text = shared_spec(tmp_path, postgres_url, f"sqlite:///{tmp_path}/mlflow.db").read_text()
+    text = text.replace(f"hidden_size: {HIDDEN}", "hidden_size: [8, 12]")
+    write_spec(tmp_path, text)
+    first = subprocess.run([ORCHESTRATE, "spec.yaml", "--no-check"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=240)
+    assert first.returncode == 0, first.stdout + first.stderr
+    stray = optuna.load_study(study_name="shared", storage=postgres_url).ask()  # no parameters, no heartbeat
+    again = subprocess.run([ORCHESTRATE, "spec.yaml", "--no-check"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=240)
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = optuna.load_study(study_name="shared", storage=postgres_url).get_trials()
+    left = trials[stray.number]
+    assert left.state == optuna.trial.TrialState.FAIL and left.user_attrs["status"] == "interrupted", left
+    assert [t.number for t in trials if not t.state.is_finished()] == []
+    assert sorted(t.params["hidden_size"] for t in trials if t.user_attrs.get("status") == "ok") == [8, 12]

@@ -107,6 +107,7 @@ def test_sweep_records_everything_and_a_second_run_resumes(project: Path) -> Non
     assert len(parent_runs(project, "tiny_e2e")) == 1  # the parent run is found again, not duplicated
 
 
+@pytest.mark.long  # the suite kills mid-trial in test_reliability (trial_running) and test_kill_startup
 def test_sigkill_mid_trial_then_the_same_command_completes(project: Path) -> None:
     spec = write_spec(project, SPEC.replace("[8, 16, 4096]", "[8, 16]"))
     proc = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, stdout=subprocess.PIPE,

@@ -19,6 +19,14 @@ from conftest import ORCHESTRATE, check_records, load_study, orchestrate, trial_
 
 pytestmark = pytest.mark.slow
 
+
+@pytest.fixture
+def project(seeded_project: Path) -> Path:
+    """The project folder, its MLflow store already created (``conftest.seed_mlflow``): these
+    tests are about what happens after a project's first run is set up."""
+    return seeded_project
+
+
 FAULT_STATUS = {
     "none": ("ok", None),
     "oom_cuda": ("oom", "CUDA out of memory"),
@@ -111,7 +119,9 @@ def test_failure_budget_stops_with_exit_3_and_the_study_resumes(project: Path) -
     assert sorted(t.params["fault"] for t in errors) == ["exception", "exception", "exit", "exit"]
 
 
-KILL_POINTS = ["after_ask:2", "after_run_start:2", "trial_running:2", "after_tell:2", "after_finish:2"]
+LONG = pytest.mark.long  # the same recovery as the points kept in the suite; all five run with -m long
+KILL_POINTS = ["after_ask:2", pytest.param("after_run_start:2", marks=LONG), "trial_running:2", "after_tell:2",
+               pytest.param("after_finish:2", marks=LONG)]
 
 
 @pytest.mark.parametrize("point", KILL_POINTS)
@@ -176,7 +186,8 @@ def test_sigkill_mid_trial_with_tpe_retries_that_configuration(project: Path) ->
     assert records["runs"][lost.number][0].info.status == "KILLED"
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130),  # SIGTERM: the same handler; with -m long
+                                          pytest.param(signal.SIGTERM, 143, marks=pytest.mark.long)])
 def test_ctrl_c_and_sigterm_kill_the_trial_and_record_it_interrupted(project: Path, signum: int, code: int) -> None:
     spec = fault_spec(project, ["hang", "none"])
     proc = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, stdout=subprocess.PIPE,

@@ -15,6 +15,14 @@ from conftest import orchestrate, write_spec
 
 pytestmark = pytest.mark.slow
 
+
+@pytest.fixture
+def project(seeded_project: Path) -> Path:
+    """The project folder, its MLflow store already created (``conftest.seed_mlflow``): these
+    tests are about what happens after a project's first run is set up."""
+    return seeded_project
+
+
 SPEC = """
     name: again
     experiment: experiments.faults

@@ -11,6 +11,14 @@ from conftest import check_records, load_study, orchestrate, write_spec
 
 pytestmark = pytest.mark.slow
 
+
+@pytest.fixture
+def project(seeded_project: Path) -> Path:
+    """The project folder, its MLflow store already created (``conftest.seed_mlflow``): these
+    tests are about what happens after a project's first run is set up."""
+    return seeded_project
+
+
 SKIP_SPEC = """
     name: skip
     experiment: experiments.bert

@@ -13,6 +13,14 @@ from pathlib import Path
 import pytest
 
 from conftest import check_records, orchestrate, write_spec
+
+@pytest.fixture
+def project(seeded_project: Path) -> Path:
+    """The project folder, its MLflow store already created (``conftest.seed_mlflow``): these
+    tests are about what happens after a project's first run is set up."""
+    return seeded_project
+
+
 from orchestrator.errors import SpecError
 from orchestrator.slots import Gpu, available_cores, gpu_cores, resolve_slots
 

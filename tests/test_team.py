@@ -206,7 +206,8 @@ def test_a_database_down_longer_than_outage_s_exits_75_and_resumes(tmp_path: Pat
     assert again.returncode == 0, out + err
     trials = results(storage)
     assert set(measured_once(trials)) == set(HIDDEN)
-    assert not [t.number for t in trials if not t.state.is_finished()]
+    assert not [t.number for t in trials if not t.state.is_finished()], (
+        [(t.number, t.state.name, t.params, t.user_attrs, t.system_attrs) for t in trials], out)
 
 
 def test_a_tracking_server_restart_costs_nothing(tmp_path: Path, pg: PostgresServer) -> None:
