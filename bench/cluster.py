@@ -149,6 +149,21 @@ def lock_figures(event_files: list[Path], wall: float, trial_s: float) -> dict[s
             "proposals_per_s_max": 1.0 / median, "orchestrators_at_limit": trial_s / median}
 
 
+def phase_figures(event_files: list[Path]) -> dict[str, Any]:
+    """Start-up (from the first event to the last orchestrator's ``loop_start``: probes, fork
+    servers, opening the stores) against the proposing that follows (to the last ``ask_end``)."""
+    events = [json.loads(line) for path in event_files if path.exists()
+              for line in path.read_text().splitlines() if line.strip()]
+    loops = [e["t"] for e in events if e["event"] == "loop_start"]
+    asks = [e["t"] for e in events if e["event"] == "ask_end"]
+    if not loops or not asks:
+        return {}
+    startup = max(loops) - min(e["t"] for e in events)
+    proposing = max(asks) - min(loops)
+    return {"startup_s": startup, "proposing_s": proposing, "asked": len(asks),
+            "asked_per_s": len(asks) / proposing if proposing > 0 else None}
+
+
 def study_figures(storage: str, name: str, trials: int, sampler: str) -> dict[str, Any]:
     import optuna
 
@@ -194,10 +209,12 @@ def run(pg: PostgresServer, orchestrators: int, trials: int, sampler: str, trial
     sampler_thread.join()
     study = study_figures(storage, name, trials, sampler)
     lock = lock_figures([f / "events.jsonl" for f in folders], wall, trial_s)
+    phases = phase_figures([f / "events.jsonl" for f in folders])
     failed = [(i, c, (folders[i] / "output.txt").read_text()[-2000:]) for i, c in enumerate(codes) if c != 0]
     figures = {
         "orchestrators": orchestrators, "configurations": trials, "sampler": sampler, "wall_s": wall,
         "results_per_s": study["trials"] / wall, "exit_codes": codes, "study": study, "lock": lock,
+        "phases": phases,
         "connections": {
             "study_most_per_orchestrator": sampler_thread.most_per_orchestrator(study_db),
             "study_bound": STUDY_BOUND,
@@ -232,6 +249,10 @@ def report(f: dict[str, Any]) -> bool:
     print(f"connections at once: study {c['study_most_per_orchestrator']} per orchestrator "
           f"(bound {c['study_bound']}), MLflow {c['mlflow_most_per_orchestrator']} (bound {c['mlflow_bound']}), "
           f"server {c['server_total_most']} in all ({c['samples']} samples every {SAMPLE_S} s)")
+    p = f.get("phases") or {}
+    if p.get("asked_per_s"):
+        print(f"phases: start-up {p['startup_s']:.1f} s (until every orchestrator's loop ran), then "
+              f"{p['asked']} trials asked in {p['proposing_s']:.1f} s ({p['asked_per_s']:.1f}/s)")
     if lock.get("proposals"):
         print(f"study lock: {lock['proposals']} proposals held it {lock['held_median_s'] * 1000:.0f} ms "
               f"(median; p90 {lock['held_p90_s'] * 1000:.0f} ms) after waiting "
