@@ -177,9 +177,14 @@ class Tracker:
             self.client.log_artifact(self.parent_id, str(copy))
 
     def close_parent(self, status: str, description: str, metrics: dict[str, float]) -> None:
+        """Every orchestrator on a shared study closes the one parent run as it ends, at times at
+        the same instant: the note goes in a batch, whose tag insert MLflow retries when another
+        writer inserted it first (``set_tag`` would fail on the duplicate key)."""
         assert self.parent_id is not None
-        self.client.set_tag(self.parent_id, "mlflow.note.content", description)
-        self._log_metrics(self.parent_id, metrics)
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.parent_id, metrics=_metric_batch(metrics),
+                              tags=[RunTag("mlflow.note.content", description)])
         self.client.set_terminated(self.parent_id, status)
 
     # -- one child run per trial --------------------------------------------------------------

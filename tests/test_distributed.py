@@ -175,3 +175,41 @@ def test_a_trial_left_without_parameters_does_not_outlive_the_sweep(tmp_path: Pa
     assert left.state == optuna.trial.TrialState.FAIL and left.user_attrs["status"] == "interrupted", left
     assert [t.number for t in trials if not t.state.is_finished()] == []
     assert sorted(t.params["hidden_size"] for t in trials if t.user_attrs.get("status") == "ok") == [8, 12]
+
+
+def test_orchestrators_closing_their_shared_parent_run_at_once_all_succeed(
+        tmp_path: Path, postgres, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """Every orchestrator on a study writes the sweep's note on the one parent run as it ends; two
+    ending together once failed with PostgreSQL's duplicate key on the note's tag (3 orchestrators
+    in test_cluster). Real MLflow on a real server database, the writes released at one instant."""
+    import threading
+
+    from orchestrator.tracking import Tracker
+
+    monkeypatch.chdir(tmp_path)
+    tracking = postgres.new_database("parent-close")
+    trackers = [Tracker(tracking, "shared") for _ in range(6)]
+    spec = write_spec(tmp_path, "name: shared\n")
+    parents = {t.open_parent("shared", "sqlite:///x.db", spec, "uid") for t in trackers}
+    assert len(parents) == 1  # the others find the first one's run
+    errors: list[BaseException] = []
+    for round_ in range(3):
+        start = threading.Barrier(len(trackers))
+
+        def close(tracker: Tracker, n: int) -> None:
+            start.wait()
+            try:
+                tracker.close_parent("FINISHED", f"round {round_} from {n}", {"trials_done": 12 + n})
+            except BaseException as exc:  # noqa: BLE001 - collected, asserted below
+                errors.append(exc)
+        threads = [threading.Thread(target=close, args=(t, n)) for n, t in enumerate(trackers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        if round_ < 2:  # resumed: the next round's note finds this one's
+            trackers[0].client.update_run(trackers[0].parent_id, status="RUNNING")
+    assert not errors, errors[0]
+    run = trackers[0].client.get_run(parents.pop())
+    assert run.data.tags["mlflow.note.content"].startswith("round 2 from ")
+    assert run.info.status == "FINISHED" and 12 <= run.data.metrics["trials_done"] <= 17
