@@ -88,6 +88,8 @@ class Proposer:
                                    spec.search.memory_order, spec.search.band, memory_limit_gib)
         self.verdict: Verdict | None = None
         """The planner's last word on whether the search is done (``auto`` sampler)."""
+        self.strays: list[int] = []
+        """The strays (``View.strays``) the last proposal saw: none once they are failed."""
         target = spec.search.n_trials or (len(self.configs) if self.configs is not None else 0)
         self.target = min(target, len(self.configs)) if self.configs is not None else target
         self.rng = random.Random(spec.search.seed)
@@ -132,7 +134,8 @@ class Proposer:
         with self.lock:
             for _ in range(4 * MAX_REPEATED_PROPOSALS):
                 v = self.view()
-                strays = bool(v.strays) and self.owner is not None  # a server database's (see View)
+                self.strays = v.strays if self.owner is not None else []  # a server database's (see View)
+                strays = bool(self.strays)
                 waiting = bool(v.in_flight) or strays
                 if len(v.results) >= self.target:
                     return WAIT if strays else DONE

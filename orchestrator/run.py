@@ -295,7 +295,7 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Any, sweep: Any, slots
             bar.update(1)
 
     try:
-        result = sweep.run(on_result)
+        result = sweep.run(on_result, lambda line: bar.write(line, file=sys.stderr))
     finally:
         bar.close()
     if result.message:

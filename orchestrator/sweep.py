@@ -56,6 +56,14 @@ class SweepResult:
     """One line for stderr when it did not finish (failure budget, Ctrl-C)."""
 
 
+def stray_notice(numbers: list[int], grace_s: float) -> str:
+    """What a sweep waiting for trials left RUNNING without parameters says (``proposer.View``)."""
+    which = f"trial {numbers[0]}" if len(numbers) == 1 else "trials " + ", ".join(map(str, numbers))
+    return (f"orchestrate: waiting for {which}, left RUNNING without a configuration by an "
+            f"orchestrator that died or lost the study's database; it is failed once its heartbeat is "
+            f"search.grace_period_s={grace_s:g} s old (longer just after the database restarted)")
+
+
 class Sweep:
     """One invocation of ``orchestrate SPEC``: run until the study is complete (``run.py`` repairs
     what a killed orchestrator left first: ``recovery.Recovery``)."""
@@ -95,9 +103,13 @@ class Sweep:
         return [job.trial._trial_id for job in list(self.jobs.values())]
 
     # -- the loop -----------------------------------------------------------------------------------
-    def run(self, on_result: Callable[[Any, Outcome, float], None]) -> SweepResult:
-        """``on_result(trial, outcome, now)`` after every trial (``now``: the runner's clock)."""
+    def run(self, on_result: Callable[[Any, Outcome, float], None],
+            on_notice: Callable[[str], None] = lambda line: None) -> SweepResult:
+        """``on_result(trial, outcome, now)`` after every trial (``now``: the runner's clock);
+        ``on_notice(line)`` when the sweep waits, with nothing of its own running, for something
+        a user would otherwise not see."""
         self._on_result = on_result
+        told: list[int] = []
         event("loop_start")
         self.best = rank(result_trials(self.study), self.spec)
         clock = self.runner.now
@@ -116,6 +128,9 @@ class Sweep:
                     break
                 # nothing to run here: the rest is in flight in other orchestrators; if one dies,
                 # its trials come back to the queue (fail_stale) and this one runs them
+                if self.proposer.strays and self.proposer.strays != told:
+                    told = self.proposer.strays
+                    on_notice(stray_notice(told, self.spec.search.grace_period_s))
                 self.runner.wait(min(1.0, self.spec.search.grace_period_s / 4))
                 next_stale_check = self._check_stale(next_stale_check)
                 continue

@@ -175,6 +175,9 @@ def test_a_trial_left_without_parameters_does_not_outlive_the_sweep(tmp_path: Pa
     assert left.state == optuna.trial.TrialState.FAIL and left.user_attrs["status"] == "interrupted", left
     assert [t.number for t in trials if not t.state.is_finished()] == []
     assert sorted(t.params["hidden_size"] for t in trials if t.user_attrs.get("status") == "ok") == [8, 12]
+    # the wait is said once, not silent: which trial, and what ends it
+    assert again.stderr.count(f"orchestrate: waiting for trial {stray.number}, left RUNNING") == 1, again.stderr
+    assert "search.grace_period_s=4 s old" in again.stderr
 
 
 def test_orchestrators_closing_their_shared_parent_run_at_once_all_succeed(
