@@ -15,3 +15,12 @@ def test_pyflakes_rules_hold_everywhere() -> None:
                            "concise", "orchestrator", "experiments", "bench", "tests"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+MAX_MODULE_LINES = 400  # issue #22: a room a newcomer reads in one sitting; split a module that grows past it
+
+
+def test_no_orchestrator_module_is_over_400_lines() -> None:
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in (ROOT / "orchestrator").rglob("*.py")}
+    assert len(sizes) > 30  # the package was found
+    assert {p: n for p, n in sizes.items() if n > MAX_MODULE_LINES} == {}
