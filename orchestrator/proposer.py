@@ -135,10 +135,9 @@ class Proposer:
             for _ in range(4 * MAX_REPEATED_PROPOSALS):
                 v = self.view()
                 self.strays = v.strays if self.owner is not None else []  # a server database's (see View)
-                strays = bool(self.strays)
-                waiting = bool(v.in_flight) or strays
+                waiting = bool(v.in_flight or self.strays)
                 if len(v.results) >= self.target:
-                    return WAIT if strays else DONE
+                    return WAIT if self.strays else DONE
                 if len(v.results) + len(v.in_flight) >= self.target:
                     return WAIT  # the rest of the budget is in flight
                 if not v.queued and self.planner is not None:

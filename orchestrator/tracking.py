@@ -228,11 +228,6 @@ class Tracker:
             if not token:
                 return out
 
-    def _log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
-        batch = _metric_batch(metrics)
-        if batch:
-            self.client.log_batch(run_id, metrics=batch)
-
 
 def _metric_batch(metrics: dict[str, float]) -> list[Any]:
     from mlflow.entities import Metric
