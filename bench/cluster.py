@@ -10,7 +10,7 @@ own folder, all on the same study: ``experiments.faults`` (a tiny CPU model), a 
 and ``--trials`` hidden sizes. Every orchestrator names itself in its connection URLs
 (``application_name=orch-<i>``), so a sampler thread can count each one's connections in
 ``pg_stat_activity`` every 0.2 s, and writes a timeline (``ORCHESTRATE_TIMELINE``) in which the
-study lock (``orchestrator.coordination.StudyLock``) records when it was asked for, taken and
+study lock (``orchestrator.store.coordination.StudyLock``) records when it was asked for, taken and
 released.
 
 Prints and (``--json``) writes:

@@ -55,8 +55,8 @@ def run(spec: Path, devices: str, log: Path | None) -> dict:
         sys.exit(f"devices: the sweep on {devices} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     import optuna
 
-    from orchestrator.records import results_of
-    from orchestrator.space import config_key
+    from orchestrator.store.records import results_of
+    from orchestrator.search.space import config_key
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     name = next(ln.split(":", 1)[1].strip() for ln in spec.read_text().splitlines() if ln.startswith("name:"))

@@ -6,7 +6,7 @@
 One row per configuration that has a result (ok, oom, timeout, crashed, error, diverged; trials
 that were interrupted, skipped or answered as a repeat are left out), in trial order: the swept
 parameters as columns (booleans as true/false), then status, samples_per_s and peak_memory_gib
-(empty unless ok) and duration_s (wall time of the trial's process). ``orchestrator.replay``
+(empty unless ok) and duration_s (wall time of the trial's process). ``orchestrator.replay.strategies``
 reads it back.
 
 A study measured with ``trial.repeats: N`` gives the median throughput and the largest peak of its
@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.landscape import RECORDED_STATUSES as EXPORTED, RESULT_COLUMNS  # noqa: E402  (what replay reads)
+from orchestrator.replay.landscape import RECORDED_STATUSES as EXPORTED, RESULT_COLUMNS  # noqa: E402  (what replay reads)
 
 
 def cell(value: Any) -> str:

@@ -26,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator import knobs  # noqa: E402
+from orchestrator.spec import knobs# noqa: E402
 from orchestrator.launch import SlotLauncher, fork_server_usable, wait_for_activity  # noqa: E402
-from orchestrator.space import configurations, make_plan, trial_params  # noqa: E402
-from orchestrator.spec import load_spec  # noqa: E402
+from orchestrator.search.space import configurations, make_plan, trial_params  # noqa: E402
+from orchestrator.spec.load import load_spec  # noqa: E402
 
 
 def trial_config(spec, plan, sampled: dict, number: int) -> dict:  # noqa: ANN001

@@ -16,7 +16,7 @@ other than the CLI's own errors, a traceback, a second line, a message without t
 line, a hang. Prints: examples tried, valid specs, one-line errors, failures (and the first few
 failing documents). Exit code 1 if any failed.
 
-``tests/test_fuzz_specs.py`` runs the same strategy and checker for 2,000 examples in CI.
+``tests/spec/test_fuzz_specs.py`` runs the same strategy and checker for 2,000 examples in CI.
 """
 
 from __future__ import annotations
@@ -361,16 +361,16 @@ def _vm_bytes() -> int:
 
 @contextlib.contextmanager
 def _stopped_after_loading() -> Iterator[None]:
-    """What follows loading, replaced: a run (``orchestrator.run.run``, which the CLI imports when
+    """What follows loading, replaced: a run (``orchestrator.sweep.run.run``, which the CLI imports when
     it starts one), and opening the study for report / best."""
     import importlib
 
-    from orchestrator import report
+    from orchestrator.report import command as report
 
     def stop(*args: Any, **kwargs: Any) -> Any:
         raise Loaded()
 
-    targets = [(report, "open_study"), (importlib.import_module("orchestrator.run"), "run")]
+    targets = [(report, "open_study"), (importlib.import_module("orchestrator.sweep.run"), "run")]
     saved = [getattr(module, name) for module, name in targets]
     for module, name in targets:
         setattr(module, name, stop)
@@ -383,7 +383,8 @@ def _stopped_after_loading() -> Iterator[None]:
 
 def _call(path: str, spec: Path) -> tuple[int | None, str, str, BaseException | None]:
     """One path as the CLI runs it: exit code, stdout, stderr, and what escaped (if anything)."""
-    from orchestrator import cli, report
+    from orchestrator import cli
+    from orchestrator.report import command as report
 
     argv = {"dry-run": [str(spec), "--dry-run"], "run": [str(spec)],
             "report": ["report", str(spec)], "best": ["best", str(spec)]}[path]

@@ -62,7 +62,7 @@ def check(project: Path, name: str, n: int) -> list[str]:
     from mlflow.tracking import MlflowClient
     from optuna.trial import TrialState
 
-    from orchestrator.space import config_key
+    from orchestrator.search.space import config_key
 
     problems = []
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{project}/mlruns/optuna.db")

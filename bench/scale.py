@@ -5,7 +5,7 @@
     python bench/scale.py --seeds 20 --first-seed 100
 
 Each recorded landscape (``bench/landscapes/``, see its README) is replayed through the real sweep
-loop (``orchestrator.replay.replay_sweep``: ``Sweep`` with the shipped sampler, TPE with 5 random
+loop (``orchestrator.replay.strategies.replay_sweep``: ``Sweep`` with the shipped sampler, TPE with 5 random
 start-up trials and ``constant_liar``, the proposer's in-flight exclusion, nearest-neighbour rule
 and OOM-aware skipping) on ``ReplayRunner``'s simulated clock with N slots: each trial takes its
 recorded ``duration_s``, N trials at a time, and a slot's next trial starts when its last one
@@ -48,10 +48,10 @@ from typing import Iterable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.landscape import Landscape, load_landscape  # noqa: E402
-from orchestrator.replay import TrialRecord, landscape_spec, replay_sweep  # noqa: E402
-from orchestrator.slots import available_cores  # noqa: E402
-from orchestrator.space import config_key  # noqa: E402
+from orchestrator.replay.landscape import Landscape, load_landscape  # noqa: E402
+from orchestrator.replay.strategies import TrialRecord, landscape_spec, replay_sweep  # noqa: E402
+from orchestrator.launch.slots import available_cores  # noqa: E402
+from orchestrator.search.space import config_key  # noqa: E402
 
 LANDSCAPES = ROOT / "bench" / "landscapes"
 GPU_LANDSCAPES = ("bert_base_h200_cap015.csv", "bert_large_h200_cap015.csv")

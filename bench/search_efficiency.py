@@ -7,7 +7,7 @@ to stop? Replayed on recorded landscapes through the orchestrator's real sweep l
     python bench/search_efficiency.py --check                       # exit 1 if a target fails
 
 Each landscape (``bench/landscapes/``, see its README) holds the real result of every
-configuration of a space. A search is replayed over it (``orchestrator.replay``): trials are
+configuration of a space. A search is replayed over it (``orchestrator.replay.strategies``): trials are
 answered from the table and cost the recorded wall time of their process. For each strategy and
 seed we take the first *measured* trial within ``--band`` (2%) of the landscape's best feasible
 samples_per_s (a skipped or repeated trial never counts: nothing was measured), and report the
@@ -20,7 +20,7 @@ Strategies:
 - ``random``, ``tpe+skip`` (TPE with OOM-aware skipping and the nearest-neighbour rule: what a
   spec got by default before the ``auto`` search);
 - ``shipped``: whatever a spec gets by default (today ``sampler: auto`` with ``stop: auto``,
-  ``orchestrator.planner``). It also ends itself: ``stop_ratio`` is the replayed time until it
+  ``orchestrator.search.planner``). It also ends itself: ``stop_ratio`` is the replayed time until it
   did, over the grid's, and ``stopped_in_band`` the fraction of seeds whose sweep had measured a
   configuration in the band by then;
 - ``lightning``: PyTorch Lightning's batch-size finder (power mode) per precision, activation
@@ -56,10 +56,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.landscape import RECORDED_STATUSES, Landscape, load_landscape  # noqa: E402
-from orchestrator.replay import (default_others, landscape_spec, lightning_pick, lightning_search,  # noqa: E402
+from orchestrator.replay.landscape import RECORDED_STATUSES, Landscape, load_landscape  # noqa: E402
+from orchestrator.replay.strategies import (default_others, landscape_spec, lightning_pick, lightning_search,  # noqa: E402
                                  replay_run, time_to_band)
-from orchestrator.summary import fmt_params  # noqa: E402
+from orchestrator.report.summary import fmt_params  # noqa: E402
 
 LANDSCAPES = ROOT / "bench" / "landscapes"
 FIRST_SEED, SEEDS = 1000, 100  # seeds 0-299 tuned the TPE defaults; the auto search was built on 0

@@ -43,11 +43,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator import knobs  # noqa: E402
+from orchestrator.spec import knobs# noqa: E402
 from orchestrator.harness import marks as MK  # noqa: E402
 from orchestrator.launch import Host, SlotLauncher, wait_for_activity  # noqa: E402
-from orchestrator.space import configurations, make_plan, trial_params  # noqa: E402
-from orchestrator.spec import load_spec  # noqa: E402
+from orchestrator.search.space import configurations, make_plan, trial_params  # noqa: E402
+from orchestrator.spec.load import load_spec  # noqa: E402
 
 PHASE_NAMES = {MK.DEVICE_READY: "device init", MK.LIMITS_APPLIED: "limits", MK.BUILT: "build",
                MK.WRAPPED: "checkpointing/compile", MK.OPTIMIZER_READY: "optimizer",

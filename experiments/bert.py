@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from orchestrator.harness.workload import Workload, device_generator, param_error
-from orchestrator.knobs import is_int
+from orchestrator.spec.knobs import is_int
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from orchestrator import exits
 from orchestrator.errors import OrchestratorError, UsageParser, print_error, silence_stdout
-from orchestrator.spec import load_spec
+from orchestrator.spec.load import load_spec
 
 
 USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--n-trials N] [--stop auto|budget]
@@ -22,8 +22,8 @@ USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--
        orchestrate ui [--port N]                                    (the MLflow UI on 127.0.0.1)
        orchestrate doctor [--check] [--device D] [--format text|json]   (is this machine set up? do the knobs work?)
        orchestrate schema [--format json|markdown]                  (the spec's JSON Schema, or its reference page)"""
-SUBCOMMANDS = {"report": "orchestrator.report", "best": "orchestrator.report", "ui": "orchestrator.ui",
-               "doctor": "orchestrator.doctor", "schema": "orchestrator.specdoc"}
+SUBCOMMANDS = {"report": "orchestrator.report.command", "best": "orchestrator.report.command", "ui": "orchestrator.report.ui",
+               "doctor": "orchestrator.doctor.command", "schema": "orchestrator.spec.doc"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        from orchestrator.stores import guard, overrides
+        from orchestrator.store.urls import guard, overrides
 
         stores, origins = overrides(args.storage, args.tracking_uri)
         spec = load_spec(args.spec, {
@@ -94,11 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         })
         guard(spec, origins)
         if args.dry_run:
-            from orchestrator.dryrun import print_plan
+            from orchestrator.report.dryrun import print_plan
 
             print_plan(spec)
             return exits.OK
-        from orchestrator.run import run
+        from orchestrator.sweep.run import run
 
         return run(spec, export=args.export, retry=args.retry, check=not args.no_check,
                    devices_flag=args.devices is not None, origins=origins)

@@ -25,7 +25,7 @@ def device_names(device: str) -> list[str]:
     """The names a device kind goes by here, read cheaply: ``nvidia-smi`` for CUDA (asked once per
     process, ``slots``), the CPU's model, the Mac's chip."""
     if device == "cuda":
-        from orchestrator.slots import list_gpus
+        from orchestrator.launch.slots import list_gpus
 
         return [g.name for g in list_gpus()]
     if device == "mps":

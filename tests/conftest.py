@@ -63,7 +63,7 @@ def parent_runs(cwd: Path, name: str) -> list[Any]:
 
 def result_trials(study: Any) -> list[Any]:
     """One trial per configuration with a final result (the newest); errors are not results."""
-    from orchestrator.records import results_of
+    from orchestrator.store.records import results_of
 
     return results_of(study.get_trials())
 
@@ -73,7 +73,7 @@ def check_records(cwd: Path, name: str, n_results: int | None = None, storage: s
     """The invariants every sweep must keep, whatever happened to the orchestrator(s)."""
     from optuna.trial import TrialState
 
-    from orchestrator.space import config_key
+    from orchestrator.search.space import config_key
 
     study = load_study(cwd, name, storage)
     trials = study.get_trials()

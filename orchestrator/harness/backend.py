@@ -1,7 +1,7 @@
 """The few calls that differ between CUDA, MPS and CPU, kept thin so each is obviously right.
 
 MPS cannot run on the machines this project is tested on: its paths are covered by contract
-tests that check which torch calls are made (tests/test_backend_contract.py), not by real runs.
+tests that check which torch calls are made (tests/harness/test_backend_contract.py), not by real runs.
 Facts behind each call: ../shared/notes/mps_cuda_cpu_memory.md.
 """
 

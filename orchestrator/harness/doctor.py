@@ -1,6 +1,6 @@
 """What torch sees on this machine, for ``orchestrate doctor``: ``python -m orchestrator.harness.doctor``.
 
-Prints one line, ``DOCTOR {json}``, of plain facts; the orchestrator's ``orchestrator/doctor.py``
+Prints one line, ``DOCTOR {json}``, of plain facts; the orchestrator's ``orchestrator/doctor/command.py``
 (which never imports torch) derives the MPS caps and the warnings and formats them. Cheap on
 purpose: one ``import torch``, one ``sysctl`` on macOS, no ``collect_env``.
 
@@ -9,7 +9,7 @@ on the CPU, then on DEVICE unless it is the CPU (``doctor --check``'s speed line
 ``MATMUL {"cpu": GFLOP/s, "device": GFLOP/s}``.
 
 MPS facts follow ../shared/notes/mps_cuda_cpu_memory.md; its calls are contract-tested
-(tests/test_doctor.py), never run here: no Mac was available.
+(tests/doctor/test_doctor.py), never run here: no Mac was available.
 """
 
 from __future__ import annotations

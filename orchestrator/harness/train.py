@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from orchestrator import knobs
+from orchestrator.spec import knobs
 from orchestrator import metrics as M
 from orchestrator.harness import backend, fallback, swap
 from orchestrator.harness import marks as MK

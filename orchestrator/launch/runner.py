@@ -12,7 +12,7 @@ from orchestrator.launch.host import Host
 from orchestrator.launch.process import StopFlag
 from orchestrator.launch.slot import SlotLauncher, wait_for_activity
 from orchestrator.launch.spares import PRESTART
-from orchestrator.slots import Slot
+from orchestrator.launch.slots import Slot
 
 
 class ProcessRunner:

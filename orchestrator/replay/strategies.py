@@ -1,0 +1,294 @@
+"""Replay a recorded landscape: answer trials from a table of real results instead of training.
+
+A landscape is a CSV with one row per configuration (``bench/export_landscape.py`` writes it from a
+finished grid study): the swept parameters as columns, then ``status``, ``samples_per_s``,
+``peak_memory_gib`` and ``duration_s`` (the wall time of the trial's process, what a replayed
+trial costs). ``replay_sweep`` runs the real ``Sweep`` loop over it, with an in-memory Optuna
+study, a launcher that looks results up (``ReplayLauncher``) and a tracker that records nothing
+(``NullTracker``), so a search strategy is judged by exactly the orchestrator's decisions: its
+samplers, its repeats, its OOM-aware skipping. ``lightning_search`` is the doubling batch-size
+search of PyTorch Lightning's batch-size finder, replayed on the same table for comparison.
+Never imports torch; Optuna only inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator.replay.landscape import Landscape
+from orchestrator.launch import Launched, StopFlag
+from orchestrator.outcome import Outcome
+
+REPLAY_PATH = Path("<replay>")
+
+
+class ReplayLauncher:
+    """``launch.launch_trial``'s signature; answers from the landscape and creates nothing on disk.
+    ``noise``: each measured throughput is the recorded one times ``exp(N(0, noise))`` (seeded by
+    ``seed``), as a second measurement of the same configuration would differ."""
+
+    def __init__(self, landscape: Landscape, noise: float = 0.0, seed: int = 0) -> None:
+        self.landscape, self.noise = landscape, noise
+        self.rng = random.Random(seed)
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+                 stop: StopFlag | None = None) -> Launched:
+        row = self.landscape.row(config["params"])
+        self.calls.append({c: row.params[c] for c in self.landscape.columns})
+        measured = row.samples_per_s
+        if measured is not None and self.noise:
+            measured *= math.exp(self.rng.gauss(0.0, self.noise))
+        metrics = {k: v for k, v in (("samples_per_s", measured),
+                                      ("peak_memory_gib", row.peak_memory_gib)) if v is not None}
+        detail = None if row.status == "ok" else f"replayed from {self.landscape.path.name}: {row.status}"
+        return Launched(Outcome(row.status, detail, {"status": row.status, "metrics": metrics}),
+                        0 if row.status == "ok" else 1, row.duration_s, None, trial_dir / "trial.log")
+
+
+class NullTracker:
+    """The tracker methods the sweep loop calls, recording nothing (no MLflow)."""
+
+    down = None
+
+    def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str],
+                    on_created: Any = None) -> str:
+        return f"replay-{number}"
+
+    def finish_trial(self, run_ref: str, status: str, metrics: dict[str, float], tags: dict[str, str],
+                     files: list[tuple[Path, str | None]]) -> None:
+        return None
+
+    @staticmethod
+    def run_id(ref: str, wait: bool = True) -> str:
+        return ref
+
+    def trial_runs(self) -> dict[int, list[Any]]:
+        return {}
+
+
+class _ReplayRun:
+    """A replayed trial on the simulated clock: its result is known once the clock passes ``end``."""
+
+    def __init__(self, runner: "ReplayRunner", launched: Launched, start: float) -> None:
+        self.runner, self._launched, self.end = runner, launched, start + launched.duration_s
+
+    @property
+    def has_result(self) -> bool:
+        return self.runner.clock >= self.end
+
+    exited = has_result
+
+    def poll(self) -> None:
+        return None
+
+    def launched(self) -> Launched:
+        return self._launched
+
+    def kill(self) -> None:
+        self.end = self.runner.clock
+
+
+class ReplayRunner:
+    """``launch.ProcessRunner``'s interface over a landscape: ``slots`` trials at a time, each taking
+    its recorded duration on a simulated clock (``wait`` jumps to the next trial's end), so
+    concurrency is replayed as it would unfold, in no time."""
+
+    def __init__(self, launcher: Callable[..., Launched], slots: int = 1) -> None:
+        from orchestrator.launch.slots import Slot
+
+        self.launcher = launcher
+        self.slots = [Slot(f"replay:{i}") for i in range(slots)]
+        self.running: dict[int, _ReplayRun] = {}
+        self.clock = 0.0
+
+    def idle(self, i: int) -> bool:
+        run = self.running.get(i)
+        return run is None or run.exited
+
+    def start(self, i: int, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+              guesses: list[dict[str, str]]) -> _ReplayRun:
+        run = _ReplayRun(self, self.launcher(config, trial_dir, env, timeout_s, None), self.clock)
+        self.running[i] = run
+        return run
+
+    def wait(self, timeout_s: float) -> None:
+        pending = [r.end for r in self.running.values() if not r.exited]
+        if pending:
+            self.clock = max(self.clock, min(pending))
+
+    def now(self) -> float:
+        return self.clock
+
+    def close(self) -> None:
+        self.running.clear()
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial of a replayed search, in the order the search made it."""
+
+    number: int
+    params: dict[str, Any]
+    status: str
+    samples_per_s: float | None
+    cost_s: float
+    """Replayed time: the recorded duration; 0 for skipped and repeated trials (no process ran)."""
+    repeat_of: int | None = None
+    finished_at: float | None = None
+    """On the simulated clock: when the trial's result was known (several slots run at once)."""
+
+    @property
+    def measured(self) -> bool:
+        return self.status != "skipped" and self.repeat_of is None
+
+
+def landscape_spec(landscape: Landscape, name: str = "replay", device: str | None = None) -> dict[str, Any]:
+    """A spec (as a YAML-like mapping) whose space is exactly the landscape's columns and values,
+    on the landscape's device (``device`` overrides it: it decides which knobs are searched and
+    the ``auto`` search's priors)."""
+    return {"name": name, "experiment": "experiments.bert", "device": device or landscape.device,
+            "space": {c: list(landscape.values(c)) for c in landscape.columns},
+            "objective": {"metric": "samples_per_s", "direction": "maximize"},
+            "search": {"sampler": "grid"}}
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """A replayed sweep: its trials in the order their results were known, and how it ended."""
+
+    records: list["TrialRecord"]
+    stopped_because: str | None
+    end_s: float
+    """The simulated clock when the sweep ended (it ended itself, or ran out of configurations)."""
+
+
+def replay_sweep(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip: bool,
+                 sampler: Any = None, launcher: Callable[..., Launched] | None = None,
+                 neighbours: bool = True, slots: int = 1) -> list[TrialRecord]:
+    """``replay_run``'s trials (see there)."""
+    return replay_run(spec_dict, landscape, seed, skip, sampler, launcher, neighbours, slots).records
+
+
+def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip: bool,
+               sampler: Any = None, launcher: Callable[..., Launched] | None = None,
+               neighbours: bool = True, slots: int = 1, noise: float = 0.0) -> Replayed:
+    """Run the orchestrator's sweep loop over ``landscape``. ``sampler`` replaces the one the spec
+    names (``study.make_sampler``), to try another setting; ``neighbours=False`` turns off the
+    queueing of a re-proposed configuration's nearest neighbour; ``slots`` trials run at once
+    (``ReplayRunner``); ``noise``: ``ReplayLauncher``'s. The sweep gets the memory limit a real
+    run's probe would have reported (``Landscape.memory_limit_gib``)."""
+    import optuna
+
+    from orchestrator.search.space import make_plan
+    from orchestrator.spec.load import check_spec
+    from orchestrator.store.study import make_sampler
+    from orchestrator.sweep.loop import Sweep
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    data = copy.deepcopy(spec_dict)
+    search = data.setdefault("search", {})
+    search["seed"], search["skip_predicted_oom"] = seed, skip
+    spec = check_spec(data, REPLAY_PATH, {})
+    plan = make_plan(spec, spec.device if spec.device != "auto" else "cpu")
+    study = optuna.create_study(directions=[d for _, d in spec.objective.metrics],
+                                sampler=sampler if sampler is not None else make_sampler(spec, 0))
+    runner = ReplayRunner(launcher or ReplayLauncher(landscape, noise, seed), slots)
+    sweep = Sweep(spec, plan, study, NullTracker(), REPLAY_PATH, StopFlag(), runner,  # type: ignore[arg-type]
+                  neighbours=neighbours, memory_limit_gib=landscape.memory_limit_gib)
+    finished: dict[int, float] = {}
+    result = sweep.run(lambda trial, outcome, now: finished.__setitem__(trial.number, now))
+    return Replayed(trial_records(study, finished), result.stopped_because, runner.clock)
+
+
+def trial_records(study: Any, finished: dict[int, float] | None = None) -> list[TrialRecord]:
+    """What the study recorded, trial by trial (repeats are told by the sweep, not run), in the
+    order their results were known."""
+    out = []
+    finished = finished or {}
+    for t in study.get_trials(deepcopy=False):
+        attrs = t.user_attrs
+        status = attrs.get("status", "unknown")
+        repeat_of = attrs.get("repeat_of", attrs.get("deferred_to"))
+        ran = status not in ("skipped", "deferred") and repeat_of is None
+        sps = attrs.get("metrics", {}).get("samples_per_s") if ran and status == "ok" else None
+        out.append(TrialRecord(t.number, dict(t.params), status, sps,
+                               float(attrs.get("duration_s", 0.0)) if ran else 0.0, repeat_of,
+                               finished.get(t.number)))
+    return sorted(out, key=lambda r: (r.finished_at if r.finished_at is not None else 0.0, r.number))
+
+
+def lightning_search(landscape: Landscape, batch: str = "batch_size", precision: str | None = "dtype",
+                     others: dict[str, Any] | None = None) -> list[TrialRecord]:
+    """PyTorch Lightning's batch-size finder in power mode, once per precision: start at the
+    smallest batch, double while it fits, keep the largest that fitted. Lightning tunes one fixed
+    configuration, so every other column is held at ``others`` (default: ``False`` for a boolean
+    column, i.e. the feature off, else the column's first value). The search stops at the first
+    batch that does not fit (any status but ok) or when the doubled batch is not in the table."""
+    others = dict(others) if others is not None else default_others(landscape, batch, precision)
+    batches = set(landscape.values(batch))
+    precisions = landscape.values(precision) if precision in landscape.columns else (None,)
+    out: list[TrialRecord] = []
+    for p in precisions:
+        b = min(batches)
+        while True:
+            params = {**others, batch: b, **({precision: p} if p is not None else {})}
+            row = landscape.row(params)
+            out.append(TrialRecord(len(out), {c: row.params[c] for c in landscape.columns}, row.status,
+                                   row.samples_per_s if row.status == "ok" else None, row.duration_s))
+            if row.status != "ok" or b * 2 not in batches:
+                break
+            b *= 2
+    return out
+
+
+def default_others(landscape: Landscape, batch: str, precision: str | None) -> dict[str, Any]:
+    out = {}
+    for c in landscape.columns:
+        if c in (batch, precision):
+            continue
+        values = landscape.values(c)
+        out[c] = False if all(isinstance(v, bool) for v in values) and False in values else values[0]
+    return out
+
+
+def lightning_pick(records: list[TrialRecord], precision: str | None = "dtype") -> TrialRecord | None:
+    """"Then pick the fastest": among the largest fitting batch of each precision, the fastest."""
+    largest: dict[Any, TrialRecord] = {}
+    for r in records:
+        if r.status == "ok":
+            largest[r.params.get(precision) if precision else None] = r  # doubling: the last ok is the largest
+    candidates = [r for r in largest.values() if r.samples_per_s is not None]
+    return max(candidates, key=lambda r: r.samples_per_s) if candidates else None  # type: ignore[arg-type,return-value]
+
+
+@dataclass(frozen=True)
+class BandHit:
+    trials: int
+    """Measured trials (processes run) up to and including the one that reached the band."""
+    asked: int
+    """Every trial the study holds by then, skipped and repeated ones included."""
+    cost_s: float
+    """Replayed time until then: the sum of the measured trials' recorded durations."""
+
+
+def time_to_band(records: list[TrialRecord], threshold: float,
+                 truth: Callable[[TrialRecord], float | None] | None = None) -> BandHit | None:
+    """The first measured trial whose throughput is ``>= threshold``; None if none reaches it. A
+    skipped or repeated trial never counts as finding it (nothing was measured). ``truth``: the
+    throughput to judge by (default what the trial measured; with replay noise, the recorded one)."""
+    trials, cost = 0, 0.0
+    for i, r in enumerate(records):
+        if not r.measured:
+            continue
+        trials += 1
+        cost += r.cost_s
+        value = r.samples_per_s if truth is None else (truth(r) if r.status == "ok" else None)
+        if r.status == "ok" and value is not None and value >= threshold:
+            return BandHit(trials, i + 1, cost)
+    return None

@@ -1,0 +1,79 @@
+"""What a sweep says when it ends: the summary a person reads, and the parent run's description.
+The same for a sweep that just ran and for a finished study's command run again (``resume``)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from orchestrator import metrics as M
+from orchestrator.redact import pasteable, shown
+from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
+from orchestrator.store.urls import Origins, command_flags, from_environment
+from orchestrator.report.summary import best_table, fmt_params, status_counts
+
+
+def command(*args: Any) -> str:
+    """A command line a user can paste: every part shell-quoted."""
+    return shlex.join(["orchestrate", *map(str, args)])
+
+
+def store_flags(spec: SweepSpec, origins: Origins = Origins()) -> list[str]:
+    """``--storage`` and ``--tracking-uri`` as the printed commands need them (``stores``): a
+    pasted command reaches the same stores, and carries no password."""
+    return command_flags(spec, origins, (DEFAULT_STORAGE, DEFAULT_TRACKING_URI))
+
+
+def trial_time_s(trials: list[Any]) -> float:
+    return sum(t.user_attrs.get(M.DURATION_S) or 0 for t in trials if "status" in t.user_attrs)
+
+
+def description(spec: SweepSpec, results: list[Any], best: list[Any], target: int, spent_s: float,
+                stopped_because: str | None) -> str:
+    """The study's MLflow parent run's description (markdown)."""
+    out = [f"**{spec.name}**: {len(results)} of {target} trials ({status_counts(results)}); "
+           f"{spent_s / 60:.1f} min of trial time."]
+    if stopped_because:
+        out.append(f"Stopped: {stopped_because}.")
+    if best:
+        out.append("Best: " + fmt_params(best[0].params) + " -> " + ", ".join(
+            f"{m} {v:,.2f}" for (m, _), v in zip(spec.objective.metrics, best[0].values)))
+    return "\n\n".join(out)
+
+
+def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, spent_s: float,
+            elapsed_s: float, stopped_because: str | None, stopped_by_search: bool, origins: Origins) -> list[str]:
+    """The end-of-sweep lines: results, why it stopped (and how to go on), the best, the stores and
+    the commands to resume, browse and report."""
+    from orchestrator.store.tracking import absolute_uri
+
+    lines = ["", f"{spec.name}: {len(results)} of {target} trials have a result ({status_counts(results)}); "
+             f"trial time {spent_s:.0f} s, this run {elapsed_s:.0f} s."]
+    stores = store_flags(spec, origins)
+    if stopped_because:
+        lines.append(f"Stopped: {stopped_because}.")
+        if stopped_by_search and spec.search.stop == "auto":
+            lines.append(f"Go on anyway: {command(spec.path, *stores, '--stop', 'budget')}   "
+                         "(or search.stop: budget in the spec)")
+    lines.append("Best configurations:" if len(spec.objective.metrics) == 1 else "Pareto front:")
+    lines += best_table(spec, best)
+    if best:
+        b = best[0]
+        m = b.user_attrs.get("metrics", {})
+        lines.append(f"Best: trial {b.number}: {fmt_params(b.params)} -> "
+                     f"{m.get(M.SAMPLES_PER_S, 0):,.1f} samples/s, peak {m.get(M.PEAK_MEMORY_GIB, 0):.2f} GiB")
+    elif results and all(t.user_attrs.get("status") in ("oom", "swapped", "skipped") for t in results):
+        lines.append("Nothing fit: every configuration ran out of memory (or swapped, or was predicted "
+                     "to). That is the answer for this machine; try smaller batches, a lower precision "
+                     "or activation checkpointing.")
+    tracking = absolute_uri(spec.tracking_uri)
+    tracking_flags = stores[stores.index("--tracking-uri"):] if "--tracking-uri" in stores else []
+    lines += [f"Study:   {shown(absolute_uri(spec.storage))} (study {spec.name!r})",
+              f"Runs:    {shown(tracking)} (experiment {spec.name!r})",
+              f"Resume:  {command(spec.path, *stores)}",
+              f"Browse:  {command('ui', spec.path, *tracking_flags)}   (or: "
+              f"{shlex.join(['mlflow', 'ui', '--backend-store-uri', pasteable(tracking)])})",
+              f"Report:  {command('report', spec.path, *stores)}   (add --plots for the plots)"]
+    if env := from_environment(origins):
+        lines.append(f"         (these commands find the stores through {' and '.join(env)}, as this run did)")
+    return lines

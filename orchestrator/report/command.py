@@ -1,0 +1,189 @@
+"""``orchestrate report`` and ``orchestrate best``: read a study (finished or not) and show it.
+
+The study is only read (``studyread``: for SQLite, its tables directly, without Optuna); nothing
+is created where it does not exist. ``reportdoc`` says what the report holds. Plots are drawn only
+when asked for (``--plots`` or ``--out``): then matplotlib draws them and MLflow, opened only for
+this, logs them on the study's parent run. torch is never imported, and no device is probed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator import metrics as M
+from orchestrator.report.compare import compare_knob, comparison, device_advice, reference_for
+from orchestrator.errors import OrchestratorError, StudyError, UsageParser, print_error, silence_stdout
+from orchestrator.store.records import rank, results_of
+from orchestrator.redact import shown
+from orchestrator.report.document import (best_lines, build_report, device_of, paste_command, pick_best, provenance,
+                                    render_text, result_file, top_markdown)
+from orchestrator.spec.load import SweepSpec, load_spec
+from orchestrator.store.studyread import StoredStudy, read_study
+from orchestrator.report.summary import fmt_num
+from orchestrator.store.tracking import absolute_uri
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    p = UsageParser(prog=f"orchestrate {command}", description=(
+        "Show a study's trials, counts and best configuration (works while it runs); --plots also "
+        "draws the plots and logs them on the study's MLflow parent run."
+        if command == "report" else "Write the best feasible configuration as flat YAML."))
+    p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
+    p.add_argument("--storage", help="Optuna storage URL (default: the spec's)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    if command == "report":
+        p.add_argument("--format", choices=("text", "json"), default="text")
+        p.add_argument("--plots", action="store_true", help="also draw the plots (PNG) and log them, with the "
+                       "best configurations, on the study's MLflow parent run (imports matplotlib and MLflow: seconds)")
+        p.add_argument("--out", type=Path, help="folder for the plots (implies --plots; default: "
+                       "mlruns/reports/NAME/)")
+        p.add_argument("--compare", metavar="KNOB", help="compare throughput across the values of this swept "
+                       "parameter, per configuration of the others (default: device, when it is swept)")
+    else:
+        p.add_argument("-o", "--output", type=Path, help="YAML file to write (default: print it)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    command, rest = argv[0], argv[1:]
+    args = _parser(command).parse_args(rest)
+    try:
+        from orchestrator.store.urls import guard, overrides
+
+        stores, origins = overrides(args.storage, args.tracking_uri)
+        spec = load_spec(args.spec, stores)
+        guard(spec, origins)
+        study = open_study(spec)
+        if command == "best":
+            text, summary = best_yaml(spec, study)
+            if args.output is None:
+                print(text, end="")
+                print(summary, file=sys.stderr)
+            else:
+                print(export_best(spec, study, args.output))
+            return 0
+        return report(spec, study, args.format, args.out, args.compare, plots=args.plots or args.out is not None)
+    except OrchestratorError as exc:
+        return print_error(exc)
+    except BrokenPipeError:  # `orchestrate report SPEC | head`: the reader left early; not an error
+        silence_stdout()
+        return 0
+
+
+def open_study(spec: SweepSpec) -> StoredStudy:
+    """The spec's study, read once; a one-line error where there is none (nothing is created)."""
+    url = absolute_uri(spec.storage)
+    study = read_study(url, spec.name)
+    if study is None:
+        raise StudyError(f"no study {spec.name!r} in {shown(url)}; run `{paste_command(spec)}` first")
+    return study
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, compare: str | None = None,
+           plots: bool = False) -> int:
+    """Print the report (``fmt``: text or json); with ``plots``, draw them into ``out`` and log
+    them on the parent run."""
+    knob = compare_knob(spec, compare)
+    snapshot = study.trials  # one read: table, counts, plots and best agree
+    results = results_of(snapshot)
+    best = rank(results, spec)
+    comp = comparison(results, knob, reference_for(spec, knob)) if knob else None
+    prov, tracking = provenance(snapshot), None
+    if plots:
+        from orchestrator.report.ui import ParentRun
+
+        tracking = ParentRun.find(spec, study)
+        if not prov and tracking.run_id is not None:
+            prov = tracking.child_tags()
+    rep = build_report(spec, study, snapshot, results, best, comp, prov)
+    rep.update(plots=[], plots_dir=None, mlflow=None)
+    if tracking is not None:
+        from orchestrator.report.plots import write_plots
+
+        folder = (out or Path("mlruns") / "reports" / spec.name).resolve()
+        paths = write_plots(results, plot_context(spec, rep, prov), folder, comp)
+        rep.update(plots=[str(p) for p in paths], plots_dir=str(folder),
+                   mlflow=tracking.log(paths, top_markdown(spec, best, comp)))
+    if fmt == "json":
+        print(json.dumps(rep, indent=1, default=str))
+        return 0
+    if rep["plots_dir"] is not None:
+        drawn = ", ".join(Path(p).name for p in rep["plots"]) or "none: no trials yet"
+        tail = [f"Plots:   {rep['plots_dir']}/ ({drawn})", f"MLflow:  {rep['mlflow']}"]
+    else:
+        tail = [f"Plots:   `{paste_command(spec, 'report')} --plots` draws them (mlruns/reports/{spec.name}/) "
+                "and logs them on the study's MLflow parent run"]
+    print("\n".join([render_text(spec, rep), ""] + best_lines(spec, best) + [""] + tail))
+    return 0
+
+
+def plot_context(spec: SweepSpec, rep: dict[str, Any], prov: dict[str, Any]) -> Any:
+    """The plots' subtitle (what ran where) and memory lines (the budget, the device's memory)."""
+    from orchestrator.report.plots import PlotContext
+
+    device = rep["device"]
+    model = spec.fixed.get("model")
+    where = f"{device} ({rep['device_name']})" if rep["device_name"] else device
+    subtitle = (f"{spec.name}: {spec.experiment}" + (f" model {model}" if model else "") + f" on {where}"
+                + (f", torch {rep['torch_version']}" if rep["torch_version"] else "")
+                + f"; {rep['results']} trials")
+    budget = next((c.max for c in spec.objective.constraints if c.metric == M.PEAK_MEMORY_GIB and c.max), None)
+    limit = None
+    if device == "cpu" and spec.fixed.get("cpu_memory_limit_gib"):
+        gib = spec.fixed["cpu_memory_limit_gib"]
+        limit = (gib, f"limit: cpu_memory_limit_gib {gib:g} GiB (RLIMIT_DATA)")
+    elif prov.get("total_memory_gib"):
+        limit = (prov["total_memory_gib"], f"device memory: {prov['total_memory_gib']:.1f} GiB")
+    front = tuple(r["number"] for r in rep["pareto"] or ())
+    return PlotContext(subtitle, spec.objective.metrics, budget, limit, front)
+
+
+# -- the best configuration -----------------------------------------------------------------------
+
+def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
+    """The best feasible trial's parameters (fixed + sampled + derived) as YAML, and a summary.
+    ``study``: a ``StoredStudy``, or the sweep's own ``optuna.Study`` (``orchestrate SPEC --export``)."""
+    import yaml
+
+    from orchestrator.search.space import make_plan, trial_params
+
+    results = results_of(study.get_trials(deepcopy=False))  # one read
+    best = rank(results, spec)
+    if not best:
+        raise StudyError(f"study {spec.name!r} has no feasible measured trial yet; "
+                         f"run `{paste_command(spec)}` (or see `{paste_command(spec, 'report')}`)")
+    t = pick_best(spec, best)
+    device = device_of(spec, study, t)
+    params = trial_params(make_plan(spec, device), t.params)
+    m = t.user_attrs.get("metrics", {})
+    name = (result_file(t).get("provenance") or {}).get("device_name")
+    summary = (f"{spec.name} trial {t.number}: {fmt_num(m.get(M.SAMPLES_PER_S))} samples/s, peak "
+               f"{fmt_num(m.get(M.PEAK_MEMORY_GIB), ' GiB', 2)} ({device}{', ' + name if name else ''})")
+    if "device" in spec.space:
+        comp = comparison(results, "device", reference_for(spec, "device"))
+        advice = device_advice(comp, t) if comp else None
+        if advice:
+            summary += f"; {advice}"
+    header = [f"# {summary}; {paste_command(spec, 'best')}"]
+    if len(best) > 1 and len(spec.objective.metrics) > 1:
+        header.append(f"# the best on {spec.objective.metrics[0][0]} of {len(best)} Pareto-optimal trials: "
+                      f"{', '.join(str(b.number) for b in best)}")
+    return "\n".join(header) + "\n" + yaml.safe_dump(params, sort_keys=False, default_flow_style=False), summary
+
+
+def export_best(spec: SweepSpec, study: Any, path: Path) -> str:
+    """Write the best configuration to ``path``; returns the one-line summary to print."""
+    text, summary = best_yaml(spec, study)
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise OrchestratorError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return f"Best configuration written to {path}: {summary}"

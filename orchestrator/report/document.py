@@ -1,0 +1,276 @@
+"""What ``orchestrate report`` says about a study: its JSON document and its text, from one read.
+
+Pure functions over a study's trials (``studyread.StoredTrial``s or Optuna's ``FrozenTrial``s) and
+the spec; the only files read are the trials' own ``result.json`` (device, provenance, MPS
+fallbacks). Nothing here opens MLflow or draws: ``report`` does that when plots are asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from orchestrator import metrics as M
+from orchestrator.report.compare import comparison_lines
+from orchestrator.harness import swap
+from orchestrator.outcome import RESULT_STATUSES
+from orchestrator.redact import pasteable, shown
+from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
+from orchestrator.report.summary import best_table, fmt_num, fmt_params
+from orchestrator.store.tracking import absolute_uri
+
+COUNTED = RESULT_STATUSES  # ok, oom, swapped, skipped, timeout, crashed, diverged
+TOP_MARK = "\n\n#### Top configurations"  # the part of the parent run's description a report rewrites
+
+
+def paste_command(spec: SweepSpec, *words: str) -> str:
+    """``orchestrate WORDS SPEC`` for a user to paste, with ``--storage`` and ``--tracking-uri``
+    when either is not the default (so it reaches the same stores), their passwords left out."""
+    stores = ["--storage", pasteable(spec.storage), "--tracking-uri", pasteable(spec.tracking_uri)] if (
+        spec.storage != DEFAULT_STORAGE or spec.tracking_uri != DEFAULT_TRACKING_URI) else []
+    return shlex.join(["orchestrate", *words, str(spec.path), *stores])
+
+
+def trial_row(t: Any) -> dict[str, Any]:
+    attrs = t.user_attrs
+    return {"number": t.number, "state": t.state.name,
+            "status": attrs.get("status", t.state.name.lower()), "params": dict(t.params),
+            "values": list(t.values) if t.values else None, "metrics": attrs.get("metrics", {}),
+            "duration_s": attrs.get(M.DURATION_S), "detail": attrs.get("detail"),
+            "repeat_of": attrs.get("repeat_of"), "mlflow_run_id": attrs.get("mlflow_run_id"),
+            "processes": attrs.get("processes", 1), "neighbour_of": attrs.get("neighbour_of"),
+            "retry_of": attrs.get("retry_of"), "retry_reason": attrs.get("retry_reason"),
+            "mps_fallback_ops": _fallback_ops(t)}
+
+
+def link_retries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A configuration's history: each row a later trial ran again (user attribute ``retry_of``
+    on that trial, ``retry_reason`` the earlier status) gets ``retried_as``, that trial's number."""
+    by_number = {r["number"]: r for r in rows}
+    for r in rows:
+        r.setdefault("retried_as", None)
+    for r in rows:
+        earlier = by_number.get(r["retry_of"]) if r["retry_of"] is not None else None
+        if earlier is not None:
+            earlier["retried_as"] = r["number"]
+    return rows
+
+
+def retry_note(r: dict[str, Any]) -> str:
+    """The history part of a row's note: ``retry of #3 (it ended error)``, ``run again as #7``."""
+    parts = []
+    if r.get("retry_of") is not None:
+        parts.append(f"retry of #{r['retry_of']} (it ended {r.get('retry_reason') or 'interrupted'})")
+    if r.get("retried_as") is not None:
+        parts.append(f"run again as #{r['retried_as']}" + (f" (--retry {r['status']}), no longer a result"
+                                                           if r["status"] in COUNTED else ""))
+    return "; ".join(parts)
+
+
+def _fallback_ops(t: Any) -> list[str] | None:
+    """Ops that fell back from MPS to the CPU (names from the result file; the count is a metric)."""
+    n = (t.user_attrs.get("metrics") or {}).get(M.MPS_FALLBACK_OPS)
+    if not n:
+        return [] if n is not None else None
+    ops = (result_file(t).get("info") or {}).get("mps_fallback_ops")
+    return list(ops) if ops else [f"{int(n)} op(s), names not recorded"]
+
+
+def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list[Any], best: list[Any],
+                 comp: dict[str, Any] | None = None, prov: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything ``report`` prints, as plain values (the JSON document, less the plots), from one
+    read of the study: ``snapshot`` (its trials), ``results`` and ``best`` derived from it, the
+    comparison ``comp`` (``compare.comparison``) and ``prov`` (``provenance``: where it ran)."""
+    trials = [t for t in snapshot if t.state.name != "WAITING"]
+    multi = len(spec.objective.metrics) > 1
+    counts = Counter(t.user_attrs["status"] for t in results)
+    prov = prov or {}
+    device, device_name = device_of(spec, study, next(iter(results), None)), prov.get("device_name")
+    if "device" in spec.space:  # swept: no one device (nor its name) speaks for the study
+        device, device_name = " and ".join(map(str, spec.space["device"].values)), None
+    return {
+        "study": spec.name, "storage": shown(absolute_uri(spec.storage)),
+        "objective": [list(m) for m in spec.objective.metrics],
+        "target": _target(spec, study), "trials": link_retries([trial_row(t) for t in trials]),
+        "results": len(results), "counts": {s: counts.get(s, 0) for s in COUNTED},
+        "not_results": len(trials) - len(results),
+        "total_time_s": round(sum(t.user_attrs.get(M.DURATION_S) or 0 for t in trials), 3),
+        "best": trial_row(pick_best(spec, best)) if best else None,
+        "pareto": [trial_row(t) for t in best] if multi else None,
+        "comparison": comp, "device": device, "device_name": device_name, "torch_version": prov.get("torch_version"),
+    }
+
+
+def device_of(spec: SweepSpec, study: Any, t: Any = None) -> str:
+    """The device a trial ran on: its result file, its params, the study's plan, the spec."""
+    applied = result_file(t).get("applied", {}) if t is not None else {}
+    device = applied.get("device") or (t.params.get("device") if t is not None else None)
+    device = device or study.user_attrs.get("orchestrate.fingerprint", {}).get("device")
+    if device in (None, "swept"):
+        from orchestrator.search.space import guess_device
+
+        device = spec.device if spec.device != "auto" else guess_device()
+    return device
+
+
+def _target(spec: SweepSpec, study: Any) -> int | None:
+    from orchestrator.search.space import count_configurations, make_plan
+
+    n = count_configurations(make_plan(spec, device_of(spec, study)))
+    known = [x for x in (spec.search.n_trials, n) if x is not None]
+    return min(known) if known else None
+
+
+def result_file(t: Any) -> dict[str, Any]:
+    folder = t.user_attrs.get("trial_dir") if t is not None else None
+    try:
+        data = json.loads((Path(folder) / "result.json").read_text()) if folder else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def provenance(trials: list[Any]) -> dict[str, Any]:
+    """device_name, total_memory_gib, torch_version from the first trial result that has them."""
+    for t in trials:
+        prov = result_file(t).get("provenance") or {}
+        if prov.get("device_name"):
+            return prov
+    return {}
+
+
+def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
+    rows = rep["trials"]
+    names = list(dict.fromkeys(k for r in rows for k in r["params"]))
+    width = {k: max([len(k)] + [len(str(r["params"].get(k, "-"))) for r in rows]) for k in names}
+    align = {k: ">" if all(isinstance(r["params"].get(k), (int, float)) for r in rows) else "<" for k in names}
+    head = f"{'#':>4s}  {'status':<11s} " + " ".join(f"{k:{align[k]}{width[k]}s}" for k in names) + \
+        f" {'samples/s':>10s} {'peak GiB':>8s} {'time s':>7s}  note"
+    where = rep["device"] + (f" ({rep['device_name']})" if rep["device_name"] else "")
+    lines = [f"{spec.name}: {rep['results']} of {rep['target'] or '?'} trials have a result; on {where}"
+             + (f", torch {rep['torch_version']}" if rep["torch_version"] else ""),
+             f"Study: {rep['storage']} (study {spec.name!r})", "", head]
+    for r in rows:
+        note = f"repeat of #{r['repeat_of']}, not a result" if r["repeat_of"] is not None else \
+            "not a result; its configuration runs again" if r["status"] == "interrupted" else \
+            swap_note(r["metrics"]) or _short(r["detail"] or "") if r["status"] == "swapped" else \
+            _short(r["detail"] or "") if r["status"] != "ok" else _ok_note(r)
+        history = retry_note(r)
+        if history:
+            note = f"{history}; {note}" if note else history
+        if r.get("mps_fallback_ops"):
+            fell = "MPS fell back to the CPU for " + ", ".join(r["mps_fallback_ops"])
+            note = f"{note}; {fell}" if note else fell
+        m = r["metrics"]
+        lines.append(f"{r['number']:>4d}  {r['status']:<11s} " + " ".join(
+            f"{str(r['params'].get(k, '-')):{align[k]}{width[k]}s}" for k in names) +
+            f" {fmt_num(m.get(M.SAMPLES_PER_S)):>10s} {fmt_num(m.get(M.PEAK_MEMORY_GIB), digits=2):>8s}"
+            f" {fmt_num(r['duration_s']):>7s}  {note}".rstrip())
+    if not rows:
+        lines.append("  (no trials yet)")
+    counts = ", ".join(f"{n} {s}" for s, n in rep["counts"].items() if n) or "none yet"
+    lines += ["", f"Results: {counts}; trial time {rep['total_time_s']:.0f} s ({rep['total_time_s'] / 60:.1f} min)"]
+    if rep["not_results"]:
+        lines.append(f"  {rep['not_results']} trial(s) interrupted, running or repeated are shown above "
+                     "but are not results and not counted")
+    lines += memory_pressure_lines(rows)
+    if rep.get("comparison"):
+        lines += [""] + comparison_lines(rep["comparison"])
+    return "\n".join(lines)
+
+
+def swap_note(metrics: dict[str, Any]) -> str:
+    """``fits but swaps: 1.23 GiB out, 0.80 GiB in during the window; ...`` from a trial's figures."""
+    out, inn = metrics.get(M.SWAP_OUT_GIB), metrics.get(M.SWAP_IN_GIB)
+    if out is None:
+        return ""
+    used, before = metrics.get(M.SWAP_USED_GIB), metrics.get(M.SWAP_USED_BEFORE_GIB)
+    text = f"fits but swaps: {out:.2f} GiB out, {inn or 0:.2f} GiB in during the window"
+    if used is not None:
+        text += f"; swap in use {used:.2f} GiB" + (f" ({before:.2f} before the trial)" if before is not None else "")
+    return text
+
+
+def memory_pressure_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """After the table: trials that fit only by swapping, and trials in which ops fell back to the CPU."""
+    out = []
+    swapped = [r for r in rows if r["status"] == "swapped" and r["repeat_of"] is None]
+    if swapped:
+        out.append(f"Fits but swaps: {len(swapped)} trial(s) ({', '.join('#' + str(r['number']) for r in swapped)}) "
+                   "fitted only by swapping during the timed window: recorded as swapped, infeasible like an OOM "
+                   "and a memory boundary for skipping (search.allow_swap: true accepts them)")
+    fell: dict[str, list[int]] = {}
+    for r in rows:
+        for op in r.get("mps_fallback_ops") or ():
+            fell.setdefault(op, []).append(r["number"])
+    if fell:
+        out.append("MPS fallbacks: ops that ran on the CPU instead (slower; PYTORCH_ENABLE_MPS_FALLBACK=1): "
+                   + "; ".join(f"{op} (#{', #'.join(map(str, ns))})" for op, ns in fell.items()))
+    return out
+
+
+def _ok_note(r: dict[str, Any]) -> str:
+    """How a measured trial came about: its repeats' spread, and whether the sweep queued it as the
+    nearest neighbour of a configuration the sampler proposed again."""
+    parts = []
+    spread = r["metrics"].get(M.SAMPLES_PER_S + "_spread")
+    if r.get("processes", 1) > 1 and spread is not None:
+        parts.append(f"median of {r['processes']}, spread {spread:.0%}")
+    if r.get("neighbour_of") is not None:
+        parts.append(f"neighbour of #{r['neighbour_of']}")
+    m = r["metrics"]
+    if swap.swapped(m):  # measured with search.allow_swap: true
+        parts.append(swap_note(m).replace("fits but swaps", "swapped (allowed by search.allow_swap)"))
+    elif (m.get(M.WARMUP_SWAP_OUT_GIB) or 0) >= swap.SWAP_THRESHOLD_GIB:
+        parts.append(f"swapped {m[M.WARMUP_SWAP_OUT_GIB]:.2f} GiB out during warm-up, not in the window")
+    return "; ".join(parts)
+
+
+def _short(detail: str, width: int = 100) -> str:
+    """A failure's detail for the table: without the CPU allocator's boilerplate (which hides the
+    message), cut at a sentence end where it is long."""
+    detail = re.sub(r"\[enforce fail at [^\]]*\] [^.]*\. ", "", detail)
+    end = detail.rfind(". ", 40, width + 10) if len(detail) > width else -1
+    return detail[:end + 1] if end > 0 else detail[:width]
+
+
+def pick_best(spec: SweepSpec, best: list[Any]) -> Any:
+    """The best feasible trial; on a Pareto front, the member best on the first objective."""
+    if not best:
+        return None
+    sign = -1 if spec.objective.metrics[0][1] == "maximize" else 1
+    return min(best, key=lambda t: sign * t.values[0])
+
+
+def best_lines(spec: SweepSpec, best: list[Any]) -> list[str]:
+    multi = len(spec.objective.metrics) > 1
+    out = ["Pareto front:" if multi else "Best feasible configurations:"] + best_table(spec, best)
+    b = pick_best(spec, best)
+    if b is not None:
+        m = b.user_attrs.get("metrics", {})
+        out.append(("Best on " + spec.objective.metrics[0][0] + " among the front: " if multi else "Best: ") +
+                   f"trial {b.number}: {fmt_params(b.params)} -> {fmt_num(m.get(M.SAMPLES_PER_S))} samples/s, "
+                   f"peak {fmt_num(m.get(M.PEAK_MEMORY_GIB), ' GiB', 2)}")
+    return out
+
+
+def top_markdown(spec: SweepSpec, ranked: list[Any], comp: dict[str, Any] | None = None, limit: int = 5) -> str:
+    """The parent run's description gets the best configurations as a table and the plots, and the
+    comparison's summary when the device (or ``--compare``'s knob) was swept."""
+    best = ranked[:limit]
+    if not best:
+        return ""
+    names = list(dict.fromkeys(k for t in best for k in t.params))
+    out = [TOP_MARK, "", "| trial | " + " | ".join(names) + " | samples/s | peak GiB |",
+           "|---" * (len(names) + 3) + "|"]
+    for t in best:
+        m = t.user_attrs.get("metrics", {})
+        out.append(f"| {t.number} | " + " | ".join(str(t.params.get(k, "")) for k in names) +
+                   f" | {fmt_num(m.get(M.SAMPLES_PER_S))} | {fmt_num(m.get(M.PEAK_MEMORY_GIB), digits=2)} |")
+    if comp:
+        out += [""] + ["    " + ln for ln in comparison_lines(comp)]  # an indented block: MLflow shows it as is
+    return "\n".join(out) + f"\n\nPlots: the `report/` artifacts (`{paste_command(spec, 'report')} --plots`)."

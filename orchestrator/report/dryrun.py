@@ -1,0 +1,94 @@
+"""``orchestrate SPEC --dry-run``: the plan, without importing torch or creating anything."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from orchestrator.errors import SpecError
+from orchestrator.spec.load import SweepSpec
+
+
+def print_plan(spec: SweepSpec) -> None:
+    import importlib.util
+
+    from orchestrator.spec import knobs
+    from orchestrator.search.space import count_configurations, guess_device, make_plan
+    from orchestrator.redact import shown
+    from orchestrator.report.summary import describe_dim
+    from orchestrator.store.tracking import absolute_uri, artifact_root
+
+    try:
+        found = importlib.util.find_spec(spec.experiment)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise SpecError(f"no module named {spec.experiment!r} (run from the project root?)",
+                        file=str(spec.path), line=spec.line_of("experiment"), field="experiment")
+    if spec.device == "auto":
+        device = guess_device()
+        how = f"auto -> {device} (guessed without importing torch; a real run asks torch)"
+    else:
+        device, how = spec.device, spec.device
+    plan = make_plan(spec, device)
+    n = count_configurations(plan)
+    target = spec.search.n_trials or n
+    dims = ", ".join(f"{k} x{len(v.values) if hasattr(v, 'values') else '~'}" for k, v in plan.searched.items())
+    objective = ", ".join(f"{d} {m}" for m, d in spec.objective.metrics)
+    if spec.objective.constraints:
+        objective += "; subject to " + ", ".join(
+            f"{c.metric} {'<=' if c.max is not None else '>='} {c.max if c.max is not None else c.min}"
+            for c in spec.objective.constraints)
+    storage, tracking = shown(absolute_uri(spec.storage)), shown(absolute_uri(spec.tracking_uri))
+    seed = f", seed {spec.search.seed}" if spec.search.seed is not None else ""
+    t = spec.trial
+    from orchestrator.store.study import planned
+
+    if planned(spec):
+        search = ("auto search: " + (f"ends once no configuration left is likely to beat the best by more "
+                                     f"than {spec.search.band:.0%}" if spec.search.stop == "auto" else
+                                     "runs the whole budget (stop: budget)"))
+    else:
+        search = f"{spec.search.sampler if spec.search.sampler != 'auto' else 'tpe'} sampler{seed}"
+    out = [f"Plan for {spec.path} (dry run: nothing is created, nothing runs)",
+           f"  study        {spec.name}: {search}",
+           f"  experiment   {spec.experiment} ({found.origin})",
+           f"  device       {how}",
+           f"  space        {n if n is not None else 'continuous'} configurations" + (f": {dims}" if dims else "")]
+    for k, v in plan.searched.items():
+        out.append(f"                 {k:<26s} {describe_dim(v)}")
+    if plan.fixed:
+        out.append("  fixed        " + " ".join(f"{k}={v}" for k, v in plan.fixed.items()))
+    out.append(f"  trials       at most {target} in total for the study, across resumes{_progress(spec)}")
+    out.append(f"               each: {t.warmup_steps} warm-up + at least {t.measure_steps} measured steps "
+               f"and {t.min_measure_s:g} s; killed after {t.timeout_s:g} s"
+               + (f"; measured {t.repeats} times, each in a fresh process (median)" if t.repeats > 1 else ""))
+    out.append(f"  objective    {objective}")
+    out.append(f"  storage      {storage} (Optuna study {spec.name!r})")
+    art = artifact_root(tracking, spec.name)
+    out.append(f"  tracking     {tracking} (MLflow experiment {spec.name!r})" + (f", artifacts in {art}" if art else ""))
+    used = [k for k in list(plan.fixed) + list(plan.searched) if k in knobs.KNOBS and k not in plan.not_applied]
+    out.append(f"  knobs on {device}  applied: {', '.join(used) or 'none'}")
+    for k, why in plan.not_applied.items():
+        out.append(f"               not applied: {k} ({why})")
+    print("\n".join(out))
+
+
+def _progress(spec: SweepSpec) -> str:
+    """How far an existing SQLite study is, read without creating or changing anything."""
+    from orchestrator.store.study import sqlite_path
+
+    path = sqlite_path(spec.storage)
+    if path is None or not path.is_file():
+        return "; the study does not exist yet"
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+        try:
+            row = con.execute(
+                "SELECT count(*) FROM trials t JOIN studies s ON s.study_id = t.study_id "
+                "WHERE s.study_name = ? AND t.state != 'WAITING'", (spec.name,)).fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return ""
+    return f"; the study exists with {row[0]} trials: a run resumes it" if row and row[0] else \
+        "; the study does not exist yet"

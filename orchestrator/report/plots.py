@@ -1,0 +1,280 @@
+"""The report's plots, drawn with matplotlib (Agg) from the data ``plotdata`` computes.
+
+matplotlib is imported only inside the drawing functions; the data (``plotdata``) needs none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator import metrics as M
+from orchestrator.report.plotdata import (MEMORY_FAILURES, NOTES, choose_layout, history_series, metric_series, oom_grid,
+                                   pareto_points)
+
+LINE_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
+MARKS = {"oom": ("X", "tab:red", "out of memory"), "swapped": ("D", "tab:orange", "fits but swaps"),
+         "skipped": ("^", "white", "skipped: predicted OOM, not run"),
+         "failed": ("s", "0.45", "failed (crash, timeout, error, diverged)")}
+AXIS = {"batch_size": "micro-batch size (samples)", "grad_accum_steps": "gradient accumulation steps",
+        "seq_len": "sequence length (tokens)", "effective_batch_size": "effective batch size (samples)",
+        M.SAMPLES_PER_S: "throughput (samples/s)", M.TOKENS_PER_S: "throughput (tokens/s)",
+        M.PEAK_MEMORY_GIB: "peak memory (GiB)", M.STEP_TIME_MS_P50: "step time, median (ms)",
+        M.STEP_TIME_MS_P90: "step time, 90th percentile (ms)", M.DURATION_S: "trial duration (s)",
+        M.LOSS: "training loss"}
+
+
+@dataclass(frozen=True)
+class PlotContext:
+    """What the plots say besides the trials: subtitle, objective, and memory lines."""
+
+    subtitle: str
+    objective: tuple[tuple[str, str], ...]
+    budget_gib: float | None = None
+    limit: tuple[float, str] | None = None
+    front: tuple[int, ...] = field(default_factory=tuple)
+
+
+# -- drawing -------------------------------------------------------------------------------------
+
+def _figure(title: str, ctx: PlotContext):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 6), dpi=110)
+    ax.set_prop_cycle(color=LINE_COLOURS)
+    fig.suptitle(title, fontsize=15, fontweight="bold")
+    ax.set_title(ctx.subtitle, fontsize=10, color="0.3")
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _folded(ax: Any, ctx: PlotContext, knobs: tuple[str, ...], what: str) -> None:
+    if knobs:
+        ax.set_title(f"{ctx.subtitle}\neach {what}: the fastest over {', '.join(knobs)}", fontsize=10, color="0.3")
+
+
+def _x_axis(ax: Any, xs: list[Any], name: str) -> bool:
+    """Label the x axis with the values tried; base-2 log scale for wide ranges (returns whether)."""
+    ax.set_xlabel(AXIS.get(name, name))
+    log = bool(xs) and min(xs) > 0 and max(xs) / min(xs) >= 8
+    if log:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [f"{x:g}" for x in xs])
+    ax.minorticks_off()
+    return log
+
+
+def _failures(ax: Any, pts: list[tuple[Any, str]], y: float, edge: str) -> set[str]:
+    """Failed points as markers on the line ``y`` (the axis floor or the memory limit); the marker
+    says what failed, its edge which line it belongs to. Returns the kinds drawn."""
+    kinds = set()
+    for kind, (shape, colour, _) in MARKS.items():
+        xs = [x for x, s in pts if (s if s in MEMORY_FAILURES else "failed") == kind]
+        if xs:
+            ax.scatter(xs, [y] * len(xs), marker=shape, s=120, color=colour, edgecolors=edge, linewidths=1.8,
+                       zorder=5)
+            kinds.add(kind)
+    return kinds
+
+
+def _failure_legend(ax: Any, kinds: set[str], where: str = "") -> None:
+    for kind in (k for k in MARKS if k in kinds):
+        shape, colour, text = MARKS[kind]
+        ax.scatter([], [], marker=shape, s=120, color=colour, edgecolors="black", linewidths=1, label=text + where)
+
+
+def plot_lines(trials: list[Any], ctx: PlotContext, path: Path, metric: str) -> Path:
+    """Throughput (or peak memory) against the x knob, one line per group; failed configurations
+    are marked on the floor (throughput) or on the memory limit (peak memory)."""
+    layout = choose_layout(trials)
+    assert layout.x is not None  # write_plots draws line plots only when there is an x knob
+    series = metric_series(trials, metric, layout)
+    memory = metric == M.PEAK_MEMORY_GIB
+    fig, ax = _figure(f"{'Peak memory' if memory else 'Throughput'} against {AXIS.get(layout.x, layout.x).split(' (')[0]}", ctx)
+    _folded(ax, ctx, layout.folded, "point")
+    limits = []  # (GiB, legend text, line style, colour)
+    if memory and ctx.budget_gib:
+        limits.append((ctx.budget_gib, f"memory budget (constraint): {ctx.budget_gib:g} GiB", "--", "0.3"))
+    if memory and ctx.limit:
+        limits.append((ctx.limit[0], ctx.limit[1], "-", "tab:red"))
+    top = max([v for pts in series.values() for _, v, _ in pts if v is not None] + [v for v, *_ in limits], default=1.0)
+    xs = sorted({x for pts in series.values() for x, _, _ in pts})
+    log = _x_axis(ax, xs, layout.x)
+    floor = (ctx.limit[0] if ctx.limit else top * 1.05) if memory else 0.0
+    kinds: set[str] = set()
+    for i, (name, pts) in enumerate(series.items()):
+        ok = [(x, v) for x, v, _ in pts if v is not None]
+        (line,) = ax.plot([x for x, _ in ok], [v for _, v in ok], marker="o", linewidth=2, label=name)
+        shift = i - (len(series) - 1) / 2  # side by side, so that failures at one x do not hide each other
+        bad = [(x * 2 ** (0.15 * shift) if log else x + shift * 0.025 * ((xs[-1] - xs[0]) or 1), s)
+               for x, v, s in pts if v is None]
+        kinds |= _failures(ax, bad, floor, line.get_color())
+    for value, text, style, colour in limits:
+        ax.axhline(value, linestyle=style, color=colour, linewidth=1.5, label=text)
+    _failure_legend(ax, kinds, " (drawn on the limit)" if memory and ctx.limit else "")
+    ax.set_ylabel(AXIS[metric])
+    ax.set_ylim(0 if memory else -0.04 * top, top * 1.12)  # failures on the floor stay clear of the x labels
+    ax.legend(loc="best", fontsize=9, framealpha=0.9)
+    return _save(fig, path)
+
+
+def plot_oom_map(trials: list[Any], ctx: PlotContext, path: Path) -> Path:
+    import matplotlib
+    import numpy as np
+
+    layout = choose_layout(trials)
+    grid = oom_grid(trials, layout)
+    fig, ax = _figure("Out-of-memory boundary: where each configuration fits", ctx)
+    _folded(ax, ctx, tuple(k for k in layout.groups + layout.folded if k != layout.rows), "cell")
+    data = np.array([[np.nan if v is None else v for v in row] for row in grid["values"]], dtype=float)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="0.92")
+    image = ax.imshow(np.ma.masked_invalid(data), cmap=cmap, aspect="auto")
+    fig.colorbar(image, ax=ax, label="best throughput (samples/s)")
+    finite = data[np.isfinite(data)]
+    mid = (finite.min() + finite.max()) / 2 if finite.size else 0
+    for r in range(len(grid["rows"])):
+        for c in range(len(grid["xs"])):
+            v, note = grid["values"][r][c], grid["notes"][r][c]
+            if v is None:
+                ax.text(c, r, note, ha="center", va="center", fontsize=13, fontweight="bold",
+                        color={"OOM": "tab:red", "swaps": "tab:orange"}.get(note, "0.3"))
+                if note in ("OOM", "swaps", "skipped"):
+                    ax.plot([c - 0.5, c + 0.5], [r - 0.5, r + 0.5], [c - 0.5, c + 0.5], [r + 0.5, r - 0.5],
+                            color="tab:red", alpha=0.35, linewidth=1)
+            else:
+                ax.text(c, r, f"{v:,.0f}" + (f"\n({note})" if note else ""), ha="center", va="center",
+                        fontsize=11, color="white" if v < mid else "black")
+    ax.set_xticks(range(len(grid["xs"])), [f"{x:g}" for x in grid["xs"]])
+    ax.set_yticks(range(len(grid["rows"])), grid["rows"])
+    ax.set_xlabel(AXIS.get(grid["x"] or "", grid["x"] or ""))
+    ax.set_ylabel(grid["rows_knob"] or "")
+    ax.grid(False)
+    return _save(fig, path)
+
+
+def plot_history(trials: list[Any], ctx: PlotContext, path: Path) -> Path:
+    metric, direction = ctx.objective[0]
+    data = history_series(trials, direction)
+    fig, ax = _figure(f"Optimisation history: best {AXIS.get(metric, metric).split(' (')[0]} so far", ctx)
+    measured = [(n, v) for n, v, _, s in data if v is not None]
+    ax.scatter([n for n, _ in measured], [v for _, v in measured], color="tab:blue", s=40, label="measured trial", zorder=4)
+    best = [(n, b) for n, _, b, _ in data if b is not None]
+    ax.step([n for n, _ in best], [b for _, b in best], where="post", color="tab:green", linewidth=2.2,
+            label=f"best so far ({direction})")
+    _failure_legend(ax, _failures(ax, [(n, s) for n, v, _, s in data if v is None], 0.0, "black"))
+    ax.set_xlabel("trial number")
+    ax.set_ylabel(AXIS.get(metric, metric))
+    ax.set_ylim(bottom=-0.04 * max([v for _, v in measured] or [1.0]))
+    ax.legend(loc="best", fontsize=9)
+    return _save(fig, path)
+
+
+def plot_pareto(trials: list[Any], ctx: PlotContext, path: Path) -> Path:
+    (m1, d1), (m2, d2) = ctx.objective[:2]
+    data = pareto_points(trials, ctx.front)
+    short = {m: AXIS.get(m, m).split(" (")[0] for m in (m1, m2)}
+    fig, ax = _figure(f"Pareto front: {short[m1]} ({d1[:3]}) against {short[m2]} ({d2[:3]})", ctx)
+    ax.margins(0.08)
+    rest = [(a, b) for _, a, b, on in data if not on]
+    front = sorted((a, b, n) for n, a, b, on in data if on)
+    if rest:
+        ax.scatter([a for a, _ in rest], [b for _, b in rest], color="0.6", s=40, label="dominated trial")
+    ax.plot([a for a, _, _ in front], [b for _, b, _ in front], "o--", color="tab:red", linewidth=1.5,
+            markersize=8, label="Pareto front (trial number beside each)")
+    for a, b, n in front:
+        ax.annotate(f"#{n}", (a, b), textcoords="offset points", xytext=(6, 6), fontsize=10)
+    ax.set_xlabel(AXIS.get(m1, m1))
+    ax.set_ylabel(AXIS.get(m2, m2))
+    ax.legend(loc="best", fontsize=9)
+    return _save(fig, path)
+
+
+def comparison_file(knob: str) -> str:
+    return "devices.png" if knob == "device" else f"compare_{knob}.png"
+
+
+def plot_comparison(comp: dict[str, Any], ctx: PlotContext, path: Path) -> Path:
+    """Grouped bars: per configuration of the other parameters, each value's samples/s, with its
+    speedup over the reference above the bar; a configuration that failed on a value gets the
+    failure's marker and name where its bar would be."""
+    import numpy as np
+
+    values, rows, ref, knob = comp["values"], comp["rows"], comp["reference"], comp["knob"]
+    what = "device" if knob == "device" else knob
+    fig, ax = _figure(f"{'CPU' if knob == 'device' and ref == 'cpu' else ref} against "
+                      f"{', '.join(map(str, values[1:]))}: throughput per configuration", ctx)
+    if comp["folded"]:
+        _folded(ax, ctx, tuple(comp["folded"]), "bar")
+    width = 0.8 / len(values)
+    found = [c["samples_per_s"] for r in rows for c in r["cells"].values() if c and c["samples_per_s"]]
+    top, low = max(found, default=1.0), min(found, default=1.0)
+    log = top / low > 30
+    if log:
+        ax.set_yscale("log")
+    floor = low / 2 if log else 0.0
+    kinds: set[str] = set()
+    for i, v in enumerate(values):
+        xs = np.arange(len(rows)) + (i - (len(values) - 1) / 2) * width
+        heights = [(r["cells"][v] or {}).get("samples_per_s") or 0 for r in rows]
+        bars = ax.bar(xs, heights, width * 0.92, label=f"{what} {v}" + (" (reference)" if v == ref else ""),
+                      color=LINE_COLOURS[i % len(LINE_COLOURS)])
+        for x, bar, r in zip(xs, bars, rows):
+            cell = r["cells"][v]
+            if cell is None:
+                continue
+            if cell["samples_per_s"] is None:
+                kind = cell["status"] if cell["status"] in MEMORY_FAILURES else "failed"
+                shape, colour, _ = MARKS[kind]
+                y = floor * 1.4 if log else top * 0.03
+                ax.scatter([x], [y], marker=shape, s=110, color=colour, edgecolors="black", zorder=5)
+                ax.annotate(NOTES.get(cell["status"], cell["status"]), (x, y), textcoords="offset points",
+                            xytext=(0, 9), ha="center", fontsize=8)
+                kinds.add(kind)
+            elif v != ref and cell["speedup"] is not None:
+                digits = 1 if cell["speedup"] >= 10 else 2
+                ax.annotate(f"{cell['speedup']:.{digits}f}x", (x, bar.get_height()), textcoords="offset points",
+                            xytext=(0, 3), ha="center", fontsize=9, fontweight="bold")
+    labels = ["\n".join(f"{k}={p}" for k, p in r["params"].items()) or "all" for r in rows]
+    ax.set_xticks(range(len(rows)), labels, fontsize=8 if len(rows) > 6 else 9)
+    ax.set_xlabel(f"configuration of the other parameters (speedup over {what} {ref} above each bar)")
+    ax.set_ylabel(AXIS[M.SAMPLES_PER_S] + (", log scale" if log else ""))
+    if log:
+        ax.set_ylim(floor, top * 3)
+    else:
+        ax.set_ylim(0, top * 1.15)
+    _failure_legend(ax, kinds)
+    ax.legend(loc="upper left", fontsize=9, framealpha=0.9)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.grid(False, axis="x")
+    return _save(fig, path)
+
+
+def write_plots(trials: list[Any], ctx: PlotContext, out: Path, comp: dict[str, Any] | None = None) -> list[Path]:
+    """Every plot that fits the study, as PNG files in ``out``; returns their paths. ``comp``
+    (``compare.comparison``) adds its bar chart."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    if comp is not None:
+        paths.append(plot_comparison(comp, ctx, out / comparison_file(comp["knob"])))
+    if choose_layout(trials).x is not None:
+        paths.append(plot_lines(trials, ctx, out / "throughput.png", M.SAMPLES_PER_S))
+        paths.append(plot_lines(trials, ctx, out / "memory.png", M.PEAK_MEMORY_GIB))
+        paths.append(plot_oom_map(trials, ctx, out / "oom_map.png"))
+    if trials:
+        paths.append(plot_history(trials, ctx, out / "history.png"))
+    if len(ctx.objective) >= 2 and trials:
+        paths.append(plot_pareto(trials, ctx, out / "pareto.png"))
+    return paths

@@ -1,0 +1,84 @@
+"""Running a finished study's command again: its summary, without torch, MLflow or Optuna.
+
+A study has nothing left to run when it holds every result its budget asks for, or the ``auto``
+search judges it done (the same verdict the sweep stopped on: it depends only on the results),
+and nothing of it is running, queued, cut off or due for a retry. Then, and only when the machine
+is the one the study was run on (``machine``: device, torch version, device names, compared
+without starting anything), the summary is printed from the SQLite study's tables
+(``studyread``), and no probe, no fork server and no device are started. Anything else (a server
+database, ``--retry``, a changed machine) goes the whole way: the run checks and repairs, and
+prints the same summary.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.errors import StudyError
+from orchestrator.outcome import RUN_AGAIN
+from orchestrator.spec.load import SweepSpec
+from orchestrator.store.urls import Origins
+
+
+def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
+    """The lines to print for a study with nothing to run, or None (see the module)."""
+    from orchestrator.report.closing import summary, trial_time_s
+    from orchestrator.machine import MACHINE_ATTR, facts
+    from orchestrator.store.records import is_attempt, rank, results_of
+    from orchestrator.search.space import config_key, configurations, fingerprint, guess_device, make_plan
+    from orchestrator.store.study import FINGERPRINT_ATTR, sqlite_path
+    from orchestrator.store.studyread import read_study
+    from orchestrator.store.tracking import absolute_uri
+
+    if sqlite_path(spec.storage) is None:
+        return None
+    try:
+        study = read_study(absolute_uri(spec.storage), spec.name)
+    except StudyError:
+        return None  # unreadable: the whole way says why, and what to do
+    if study is None:
+        return None
+    device = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else guess_device()
+    plan = make_plan(spec, device)
+    stored = study.user_attrs.get(FINGERPRINT_ATTR)
+    if stored is None or stored != json.loads(json.dumps(fingerprint(spec, plan))):
+        return None
+    machine = study.user_attrs.get(MACHINE_ATTR) or {}
+    if {k: machine.get(k) for k in ("devices", "torch_version", "device_names")} != facts(plan.devices):
+        return None
+    trials = study.trials
+    if any(not t.state.is_finished() for t in trials):
+        return None  # running (cut off: recovery) or queued
+    results = results_of(trials)
+    have = {config_key(t.params) for t in results}
+    if any(t.user_attrs.get("status") in RUN_AGAIN and config_key(t.params) not in have
+           for t in trials if is_attempt(t) and t.params):
+        return None  # retried on every invocation
+    configs = configurations(plan) if plan.finite() else None
+    target = spec.search.n_trials or (len(configs) if configs is not None else 0)
+    target = min(target, len(configs)) if configs is not None else target
+    stopped = _verdict(spec, plan, configs, results, machine.get("memory_limit_gib")) if len(results) < target else None
+    if len(results) < target and stopped is None:
+        return None
+    first = (f"orchestrate: {spec.name} on {', '.join(plan.devices)} (as recorded with the study: nothing to "
+             f"run, so nothing was started), torch {machine['torch_version']}; {len(results)} of {target} trials done")
+    best = rank(results, spec)
+    return [first] + summary(spec, results, best, target, trial_time_s(trials), 0.0, stopped,
+                             stopped is not None, origins)
+
+
+def _verdict(spec: SweepSpec, plan: Any, configs: list[dict[str, Any]] | None, results: list[Any],
+             memory_limit_gib: float | None) -> str | None:
+    """Why the ``auto`` search is done with these results (None: it is not, or it does not apply)."""
+    from orchestrator.search.planner import Planner
+    from orchestrator.search.space import config_key
+    from orchestrator.store.study import planned
+
+    if not configs or not planned(spec) or spec.search.stop != "auto":
+        return None
+    (metric, direction), = spec.objective.metrics
+    planner = Planner(configs, plan.searched, metric, direction, plan.device, spec.search.memory_order,
+                      spec.search.band, memory_limit_gib)
+    decision = planner.decide({config_key(t.params): t for t in results}, set())
+    return decision.verdict.reason if decision.config is None else None

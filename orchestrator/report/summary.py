@@ -1,0 +1,72 @@
+"""Text a person reads: the per-trial line, the plan, and the end-of-sweep summary."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from orchestrator import metrics as M
+from orchestrator.spec.load import Choice, Range, SweepSpec
+
+
+def fmt_params(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def fmt_num(value: Any, unit: str = "", digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[str, float],
+               duration_s: float | None, detail: str | None = None, repeats: int = 1,
+               neighbour_of: int | None = None, slot: str | None = None, retry_of: int | None = None) -> str:
+    line = (f"#{number:<3d} {fmt_params(params):<60s} {status:<8s} "
+            f"{fmt_num(metrics.get(M.SAMPLES_PER_S)):>10s} samples/s "
+            f"{fmt_num(metrics.get(M.PEAK_MEMORY_GIB), ' GiB', 2):>10s} "
+            f"{fmt_num(duration_s, ' s'):>8s}")
+    if status not in ("ok",) and detail:
+        line += f"  ({detail[:120]})"
+    notes = []
+    if status == "ok" and metrics.get(M.SAMPLES_PER_S + "_spread") is not None:
+        notes.append(f"median of {repeats}, spread {metrics[M.SAMPLES_PER_S + '_spread']:.0%}")
+    if neighbour_of is not None:
+        notes.append(f"nearest unmeasured configuration to #{neighbour_of}, which the sampler proposed again")
+    if retry_of is not None:
+        notes.append(f"runs #{retry_of} again")
+    if slot is not None:
+        notes.append(f"on {slot}")
+    if notes and (status == "ok" or not detail):
+        line += f"  ({'; '.join(notes)})"
+    return line
+
+
+def describe_dim(dim: Any) -> str:
+    if isinstance(dim, Choice):
+        return "[" + ", ".join(map(str, dim.values)) + "]"
+    assert isinstance(dim, Range)
+    extra = f", step {dim.step}" if dim.step is not None else ""
+    extra += ", log" if dim.log else ""
+    return f"{dim.low}..{dim.high}{extra}"
+
+
+def status_counts(trials: list[Any]) -> str:
+    counts = Counter(t.user_attrs.get("status", "?") for t in trials)
+    order = ["ok", "oom", "swapped", "skipped", "timeout", "crashed", "error", "diverged", "interrupted"]
+    return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s)) or "none yet"
+
+
+def best_table(spec: SweepSpec, best: list[Any], limit: int = 5) -> list[str]:
+    if not best:
+        return ["No configuration has a feasible measured result yet."]
+    names = [m for m, _ in spec.objective.metrics]
+    rows = []
+    header = f"  {'rank':>4s} {'trial':>5s}  {'parameters':<60s} " + " ".join(f"{n:>16s}" for n in names) + f" {'peak GiB':>9s}"
+    rows.append(header)
+    for i, t in enumerate(best[:limit], 1):
+        metrics = t.user_attrs.get("metrics", {})
+        vals = " ".join(f"{fmt_num(v, digits=2):>16s}" for v in t.values)
+        rows.append(f"  {i:>4d} {t.number:>5d}  {fmt_params(t.params):<60s} {vals} "
+                    f"{fmt_num(metrics.get(M.PEAK_MEMORY_GIB), digits=2):>9s}")
+    return rows

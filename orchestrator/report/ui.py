@@ -1,0 +1,245 @@
+"""What a person sees in MLflow: ``orchestrate ui``, the runs table's saved view, the parent run.
+
+``orchestrate ui`` runs ``mlflow ui`` bound to 127.0.0.1 as a child process, prints the URL,
+forwards Ctrl-C/SIGTERM and returns the child's exit code. The child gets the run store's URI in
+``MLFLOW_BACKEND_STORE_URI``, not on its command line (which any user of the machine can read),
+and none of the orchestrator's other credentials; every URI printed has its password masked.
+The store is never created here: no runs yet is a one-line error. Before the server starts, each
+experiment with trial runs gets a saved view (trials flat, best first, status + swept parameters
++ headline metrics as columns), and the printed URL opens it. ``ParentRun`` is how ``orchestrate report`` finds the study's parent
+run to log its plots and extend its description.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator import metrics as M
+from orchestrator.errors import OrchestratorError, UsageParser, print_error
+from orchestrator.redact import child_env, first_line, has_secret, pasteable, shown
+from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
+from orchestrator.store.tracking import absolute_uri, quiet_mlflow_logs
+
+HOST = "127.0.0.1"
+ARTIFACT_DIR = "report"
+NOTE = "mlflow.note.content"  # the run description MLflow's UI shows
+VIEW_KEY = "orchestrate"
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # MLflow's UI: an experiment tag per shared view
+VIEW_METRICS = (M.SAMPLES_PER_S, M.PEAK_MEMORY_GIB, M.STEP_TIME_MS_P50, M.THROUGHPUT_CV, M.DURATION_S)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = UsageParser(prog="orchestrate ui", description=(
+        f"Start the MLflow UI bound to {HOST} on the run store of this project (or of SPEC) and "
+        "print its URL; Ctrl-C stops it. The Optuna study opens in optuna-dashboard: "
+        "optuna-dashboard sqlite:///$PWD/mlruns/optuna.db"))
+    p.add_argument("spec", nargs="?", help="a sweep spec: use its tracking_uri and open its experiment")
+    p.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default: 5000)")
+    p.add_argument("--tracking-uri", help=f"MLflow tracking URI (default: the spec's, else {DEFAULT_TRACKING_URI})")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv[1:])
+    try:
+        if args.spec:
+            from orchestrator.spec.load import load_spec
+
+            from orchestrator.store.urls import guard, overrides
+
+            stores, origins = overrides(None, args.tracking_uri)
+            spec = load_spec(args.spec, stores)
+            guard(spec, origins)
+            return serve(spec.tracking_uri, args.port, spec.storage, spec.name, spec.objective.metrics[0])
+        return serve(args.tracking_uri or DEFAULT_TRACKING_URI, args.port)
+    except OrchestratorError as exc:
+        return print_error(exc)
+
+
+def mlflow_command(port: int) -> list[str]:
+    """``mlflow ui`` on ``HOST:port``; the store comes from ``server_env``."""
+    exe = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or shutil.which("mlflow")
+    base = [exe] if exe else [sys.executable, "-m", "mlflow"]
+    return base + ["ui", "--host", HOST, "--port", str(port), "--workers", "1"]
+
+
+def server_env(uri: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The MLflow server's environment: ``redact.child_env`` (without the credentials only the
+    orchestrator uses), the store in ``MLFLOW_BACKEND_STORE_URI`` (``mlflow ui`` reads it there),
+    and libpq's ``PGPASSWORD`` where the store is a PostgreSQL URL that leaves its password to it."""
+    env = os.environ if environ is None else environ
+    out = {**child_env(env), "MLFLOW_BACKEND_STORE_URI": uri}
+    if uri.startswith("postgresql") and not has_secret(uri) and env.get("PGPASSWORD"):
+        out["PGPASSWORD"] = env["PGPASSWORD"]
+    return out
+
+
+def check_store(uri: str) -> str:
+    """The absolute URI of an existing store; the one-line error if there are no runs yet."""
+    from orchestrator.store.study import sqlite_path
+
+    uri = absolute_uri(uri)
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():
+        raise OrchestratorError(f"no runs yet in {shown(uri)}; run a sweep first (orchestrate SPEC)")
+    return uri
+
+
+def check_port(port: int) -> None:
+    if not 0 < port < 65536:
+        raise OrchestratorError(f"--port must be between 1 and 65535, got {port}")
+    with socket.socket() as s:
+        try:
+            s.bind((HOST, port))
+        except OSError as exc:
+            why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be opened ({exc.strerror})"
+            raise OrchestratorError(f"port {port} on {HOST} {why}; choose another with --port") from None
+
+
+def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None = None,
+          objective: tuple[str, str] = (M.SAMPLES_PER_S, "maximize")) -> int:
+    from mlflow.exceptions import MlflowException
+
+    uri = check_store(uri)
+    check_port(port)
+    url = f"http://{HOST}:{port}/"
+    try:
+        pages = save_views(uri, url, objective[0], objective[1] == "maximize", only=name)
+    except MlflowException as exc:
+        raise OrchestratorError(f"tracking_uri {shown(uri)}: {first_line(exc, uri)}") from None
+    print(f"MLflow UI: {url} (runs in {shown(uri)}); Ctrl-C stops it", flush=True)
+    for exp_name, page in pages:
+        print(f"  experiment {exp_name!r}: {page}", flush=True)
+    print(f"Optuna study: {shlex.join(['optuna-dashboard', pasteable(absolute_uri(storage))])}  "
+          "(pip install optuna-dashboard)", flush=True)
+    child = subprocess.Popen(mlflow_command(port), env=server_env(uri))
+
+    def forward(signum: int, _frame: object) -> None:  # Ctrl-C or SIGTERM: let mlflow stop itself
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = child.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0 if code in (0, -signal.SIGINT, -signal.SIGTERM) else code
+
+
+# -- the study's parent run: the report's plots and the sweep's description ---------------------
+
+class ParentRun:
+    """The study's parent run in MLflow, if the store and the run exist (never created here)."""
+
+    def __init__(self, client: Any, run_id: str | None, why: str, uri: str = "") -> None:
+        self.client, self.run_id, self.why, self.uri = client, run_id, why, uri
+
+    @classmethod
+    def find(cls, spec: SweepSpec, study: Any) -> "ParentRun":
+        from orchestrator.store.study import sqlite_path
+
+        uri = absolute_uri(spec.tracking_uri)
+        path = sqlite_path(uri)
+        if path is not None and not path.is_file():
+            return cls(None, None, f"no MLflow store at {shown(uri)}; plots not logged")
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+
+        quiet_mlflow_logs()
+        try:
+            client = MlflowClient(tracking_uri=uri)
+            exp = client.get_experiment_by_name(spec.name)
+            runs = [] if exp is None else client.search_runs(
+                [exp.experiment_id], filter_string=f"tags.role = 'sweep' and tags.study = '{spec.name}'",
+                order_by=["attributes.start_time ASC"])
+            ids = [r.info.run_id for r in runs]
+            wanted = study.user_attrs.get("mlflow_parent_run_id")  # set by the sweep; exact
+            run_id = wanted if wanted in ids else None  # never another study's parent
+            if run_id is None:
+                return cls(None, None, f"no parent run for study {spec.name!r} in {shown(uri)}; plots not logged")
+        except MlflowException as exc:
+            return cls(None, None, f"MLflow store {shown(uri)}: {first_line(exc, uri)}; plots not logged")
+        return cls(client, run_id, f"plots logged to parent run {run_id} under {ARTIFACT_DIR}/ in {shown(uri)}",
+                   uri)
+
+    def child_tags(self) -> dict[str, Any]:
+        runs = self.client.search_runs([self.client.get_run(self.run_id).info.experiment_id], max_results=1,
+                                       filter_string=f"tags.mlflow.parentRunId = '{self.run_id}' and tags.status = 'ok'")
+        tags = runs[0].data.tags if runs else {}
+        return {k: tags[k] for k in ("device_name", "torch_version") if tags.get(k)}
+
+    def log(self, paths: list[Path], section: str) -> str:
+        """Log the plots under ``report/`` and put ``section`` (which starts with a markdown
+        heading) at the end of the run's description, replacing the one an earlier report put."""
+        from mlflow.exceptions import MlflowException
+
+        if self.run_id is None:
+            return self.why
+        try:
+            for p in paths:
+                self.client.log_artifact(self.run_id, str(p), ARTIFACT_DIR)
+            note = self.client.get_run(self.run_id).data.tags.get(NOTE, "")
+            head = section.lstrip().split("\n", 1)[0]
+            note = note.split("\n\n" + head)[0] if head else note
+            self.client.set_tag(self.run_id, NOTE, note + section)
+        except MlflowException as exc:
+            return f"MLflow run {self.run_id}: {first_line(exc, self.uri)}; plots not logged"
+        return self.why
+
+
+# -- the runs table: a saved view in which trials are compared ------------------------------------
+
+def column(kind: str, name: str) -> str:
+    """A runs-table column as MLflow's UI names it (``metrics.`samples_per_s```)."""
+    return f"{kind}.`{name}`"
+
+
+def view_state(trial_params: list[dict[str, str]], metric_keys: set[str], objective: str = M.SAMPLES_PER_S,
+               maximize: bool = True) -> dict[str, Any]:
+    """The runs table a sweep is compared in: trial runs only, flat (not nested under the parent),
+    best first, with the status, the swept parameters and the headline metrics as columns."""
+    swept = [k for k in dict.fromkeys(k for p in trial_params for k in p)
+             if len({p.get(k) for p in trial_params}) > 1]
+    metrics = [m for m in dict.fromkeys((objective,) + VIEW_METRICS) if m in metric_keys]
+    named = [("tags", "status")] + [("params", k) for k in swept] + [("metrics", m) for m in metrics]
+    cols = [column(kind, name) for kind, name in named]
+    return {"searchFilter": "tags.role = 'trial'", "orderByKey": column("metrics", objective),
+            "orderByAsc": not maximize, "selectedColumns": cols, "columnOrder": cols,
+            "columnWidths": {column(kind, name): max(150 if kind == "metrics" else 80, 8 * len(name) + 30)
+                             for kind, name in named}}
+
+
+def save_views(uri: str, url: str, objective: str = M.SAMPLES_PER_S, maximize: bool = True,
+               only: str | None = None) -> list[tuple[str, str]]:
+    """Save the comparison view on each experiment (or ``only`` the named one) that holds trial
+    runs: an experiment tag MLflow's UI reads for ``?viewStateShareKey=``. Returns (name, URL)."""
+    from mlflow.tracking import MlflowClient
+
+    quiet_mlflow_logs()
+    client = MlflowClient(tracking_uri=uri)
+    out = []
+    for exp in client.search_experiments():
+        if only is not None and exp.name != only:
+            continue
+        runs = client.search_runs([exp.experiment_id], filter_string="tags.role = 'trial'", max_results=1000)
+        page = f"{url}#/experiments/{exp.experiment_id}"
+        if runs:
+            state = view_state([r.data.params for r in runs], {k for r in runs for k in r.data.metrics},
+                               objective, maximize)
+            client.set_experiment_tag(exp.experiment_id, VIEW_TAG_PREFIX + VIEW_KEY, json.dumps(state))
+            page += f"/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}"
+        if runs or exp.name != "Default":
+            out.append((exp.name, page))
+    return out

@@ -1,0 +1,146 @@
+"""Will a configuration fit in memory? Proofs first, then a model. Pure functions.
+
+1. **Proofs** (``dominance``): a configuration that needs at least as much memory as one that ran
+   out of memory does not fit (probability 0); one that needs at most as much as one that fitted
+   fits (1).
+2. **The boundary** along the scaling dimension (the ordered parameter memory grows with, batch
+   size in practice), per *group* (the configurations equal in every other parameter that moves
+   memory): between the largest batch known to fit and the smallest known not to, the boundary is
+   equally likely to lie in any gap, so a batch's chance to fit falls step by step across them.
+3. **Memory is linear in batch size** with the rest fixed (activations scale with the batch;
+   weights, gradients and optimizer state do not): two measured peaks of a group give its line,
+   and the line against the memory limit (known from the device, else bracketed by the
+   measurements: above every peak that fitted, below the line's value where a batch ran out)
+   predicts the rest of the group before any of it runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from orchestrator.search.dominance import needs_at_least
+from orchestrator.search.space import config_key
+
+SPREAD = 0.06
+"""Relative error of a line's prediction (peaks are read off allocators that round up)."""
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a measured configuration tells about memory."""
+
+    fits: bool
+    peak_gib: float | None = None
+
+
+def scaling_dimension(names: Sequence[str], order: dict[str, Any], values: dict[str, tuple]) -> str | None:
+    """The ordered parameter memory grows with (``increasing`` in the memory order) that has the
+    most values: batch size in the shipped specs; None when there is none."""
+    candidates = [n for n in names if order.get(n) == "increasing" and len(values.get(n, ())) > 1
+                  and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values[n])]
+    return max(candidates, key=lambda n: len(values[n]), default=None)
+
+
+def group_key(config: dict[str, Any], scaling: str | None, order: dict[str, Any]) -> str:
+    return config_key({k: v for k, v in config.items() if k != scaling and order.get(k) != "neutral"})
+
+
+def fit_probabilities(configs: list[dict[str, Any]], observed: dict[str, Observed], order: dict[str, Any],
+                      scaling: str | None, cap_gib: float | None = None) -> list[float]:
+    """For each configuration, the probability that it fits (see the module)."""
+    keys = [config_key(c) for c in configs]
+    fitted = [c for c, k in zip(configs, keys) if k in observed and observed[k].fits]
+    failed = [c for c, k in zip(configs, keys) if k in observed and not observed[k].fits]
+    p = []
+    for c, k in zip(configs, keys):
+        if k in observed:
+            p.append(1.0 if observed[k].fits else 0.0)
+        elif any(needs_at_least(c, o, order) for o in failed):
+            p.append(0.0)
+        elif any(needs_at_least(o, c, order) for o in fitted):
+            p.append(1.0)
+        else:
+            p.append(math.nan)
+    if scaling is None:
+        return [0.5 if math.isnan(x) else x for x in p]
+    groups: dict[str, list[int]] = {}
+    for i, c in enumerate(configs):
+        groups.setdefault(group_key(c, scaling, order), []).append(i)
+    lines = {g: _line(configs, keys, members, observed, scaling) for g, members in groups.items()}
+    cap = _cap(configs, keys, observed, groups, lines, scaling, order, cap_gib)
+    for g, members in groups.items():
+        _boundary(p, configs, members, scaling)
+        line = lines[g]
+        if line is None or cap is None:
+            continue
+        for i in members:
+            if 0.0 < p[i] < 1.0:
+                predicted = line[0] + line[1] * configs[i][scaling]
+                scale = SPREAD * predicted + cap[1]
+                p[i] = min(0.98, max(0.02, _phi((cap[0] - predicted) / scale)))
+    return p
+
+
+def _boundary(p: list[float], configs: list[dict[str, Any]], members: list[int], scaling: str) -> None:
+    """Unknowns of one group: the boundary equally likely in each gap between what fits and what
+    does not (gaps on the scaling value, not on positions of the list)."""
+    by_value: dict[float, list[int]] = {}
+    for i in members:
+        by_value.setdefault(float(configs[i][scaling]), []).append(i)
+    values = sorted(by_value)
+    known_fit = max((v for v in values if any(p[i] == 1.0 for i in by_value[v])), default=-math.inf)
+    known_oom = min((v for v in values if any(p[i] == 0.0 for i in by_value[v])), default=math.inf)
+    open_values = [v for v in values if known_fit < v < known_oom]
+    k = len(open_values)
+    for rank, v in enumerate(open_values, start=1):
+        for i in by_value[v]:
+            if math.isnan(p[i]):
+                p[i] = (k + 1 - rank) / (k + 1)
+    for i in members:  # beyond a known boundary without a proof (another parameter differs)
+        if math.isnan(p[i]):
+            p[i] = 1.0 if float(configs[i][scaling]) <= known_fit else 0.5
+
+
+def _line(configs: list[dict[str, Any]], keys: list[str], members: list[int], observed: dict[str, Observed],
+          scaling: str) -> tuple[float, float] | None:
+    """Least-squares peak = a + s * batch over a group's measured peaks (two batches at least)."""
+    points = [(float(configs[i][scaling]), observed[keys[i]].peak_gib) for i in members
+              if keys[i] in observed and observed[keys[i]].fits and observed[keys[i]].peak_gib]
+    if len({b for b, _ in points}) < 2:
+        return None
+    n = len(points)
+    mb = sum(b for b, _ in points) / n
+    mm = sum(m for _, m in points) / n
+    sxx = sum((b - mb) ** 2 for b, _ in points)
+    slope = sum((b - mb) * (m - mm) for b, m in points) / sxx
+    if slope <= 0:
+        return None  # memory not growing with the batch here: no line to extrapolate
+    return mm - slope * mb, slope
+
+
+def _cap(configs: list[dict[str, Any]], keys: list[str], observed: dict[str, Observed],
+         groups: dict[str, list[int]], lines: dict[str, tuple[float, float] | None], scaling: str,
+         order: dict[str, Any], cap_gib: float | None) -> tuple[float, float] | None:
+    """The memory limit as (estimate, uncertainty) in GiB: the device's where known; else between
+    the largest peak that fitted and the smallest predicted peak of a batch that ran out."""
+    if cap_gib is not None:
+        return cap_gib, 0.02 * cap_gib
+    low = max((o.peak_gib for o in observed.values() if o.fits and o.peak_gib), default=None)
+    high = None
+    for g, members in groups.items():
+        line = lines[g]
+        if line is None:
+            continue
+        for i in members:
+            if keys[i] in observed and not observed[keys[i]].fits:
+                predicted = line[0] + line[1] * configs[i][scaling]
+                high = predicted if high is None else min(high, predicted)
+    if low is None or high is None or high <= low:
+        return None
+    return (low + high) / 2, (high - low) / 2
+
+
+def _phi(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))

@@ -1,0 +1,398 @@
+"""The ``auto`` search: which configuration of a finite space to measure next, and when no
+unmeasured one is likely to beat the best measured by more than the band (2%).
+
+What it knows before any trial, and how it uses it:
+
+- **Memory** (``feasibility``): a configuration that needs at least as much memory as one that ran
+  out does not fit; peak memory is linear in batch size with the rest fixed, so two measured
+  peaks and the limit predict the rest of a batch column.
+- **Throughput** (``surrogate``): the log of the objective is a linear function of what is known
+  to matter (``PRIORS``: more batch per step is faster, checkpointing is slower, half precision
+  is faster on GPUs but not on every CPU), each effect with a spread the measurements overrule,
+  plus a Gaussian process for everything else, parameters it knows nothing about included.
+
+The first trials find the memory boundary of the most promising group (the configurations the
+priors rank best, across batch sizes) by bisection on the batch, starting in the middle of the
+list: one to three trials, each either the likely best or a boundary that prunes a column.
+Then each trial is the one with the highest expected improvement times its chance to fit. The
+sweep ends when the chance that some configuration left (not measured, not running, not proven
+too large) beats the best measured by more than ``band`` falls below ``STOP_CHANCE``, estimated
+by sampling the model's joint posterior; with few measurements its spread is wide, so it does
+not end early by accident. Pure: the proposer calls ``Planner.decide`` with what the study holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from orchestrator.search import surrogate as S
+from orchestrator.search.feasibility import Observed, fit_probabilities, scaling_dimension
+from orchestrator.search.space import config_key
+
+STOP_CHANCE = 0.05
+"""The sweep ends when some configuration left beats the best by more than the band with at most
+this probability."""
+DRAWS = 2000
+REFIT_ALWAYS = 40
+LEAD_TIE = 0.05
+"""Prior effects (log throughput) closer than this to the best do not decide the first column."""
+TOP = 200
+"""Candidates sampled jointly for the stop rule; the rest are bounded one by one (union bound)."""
+THROUGHPUT = ("samples_per_s", "tokens_per_s")
+LOG_DIMENSIONS = ("batch_size", "effective_batch_size", "grad_accum_steps", "seq_len", "num_workers")
+
+# Prior effects on the natural log of throughput (samples or tokens per second): (mean, spread).
+# Ordered dimensions: per doubling of the value. Categorical ones: per value, against 0.
+PRIORS: dict[str, Any] = {
+    "batch_size": (0.10, 0.15),
+    "effective_batch_size": (0.02, 0.10),
+    "grad_accum_steps": (0.02, 0.05),
+    "activation_checkpointing": {True: (-0.20, 0.15), False: (0.0, 0.15)},
+    "compile": {True: (0.10, 0.30), False: (0.0, 0.30)},
+    "dtype": {  # by device: half precision pays on GPUs, not on every CPU
+        "cuda": {"float32": (0.0, 0.3), "float16": (0.6, 0.3), "bfloat16": (0.6, 0.3)},
+        "mps": {"float32": (0.0, 0.3), "float16": (0.2, 0.3), "bfloat16": (0.1, 0.3)},
+        "cpu": {"float32": (0.0, 0.3), "float16": (-0.5, 0.3), "bfloat16": (0.0, 0.3)},
+    },
+}
+CURVATURE = (-0.02, 0.04)
+"""Throughput saturates as the batch grows (per-step overheads are paid once per step): the log of
+throughput is concave in the log of the batch. Per doubling squared, about the middle of the list."""
+SEQ_LEN_PRIOR = {"samples_per_s": (-0.5, 0.4), "tokens_per_s": (0.0, 0.3)}
+UNKNOWN_ORDERED = (0.0, 0.15)
+"""An ordered parameter nothing is known about: per unit of its range (scaled to [0, 1])."""
+UNKNOWN_CATEGORICAL = (0.0, 0.2)
+NOISE_FLOOR = {"cpu": 0.06, "mps": 0.03, "cuda": 0.01}
+"""The least measurement noise assumed (relative spread of one process's throughput): two
+identical CPU processes differ by 6-18% on a small machine, GPU ones by about 1%."""
+
+
+@dataclass
+class Verdict:
+    """Whether the search is done, and why."""
+
+    done: bool
+    chance: float
+    """Probability that some configuration left beats the best measured by more than the band."""
+    left: int
+    """Configurations without a result that are not running."""
+    too_large: int
+    """Of those, how many are proven or predicted (p < 0.05) not to fit."""
+    reason: str = ""
+
+
+@dataclass
+class Decision:
+    config: dict[str, Any] | None
+    verdict: Verdict
+    why: str = ""
+    """How the configuration was chosen (``boundary`` or ``improvement``), for the record."""
+
+
+@dataclass
+class Encoded:
+    space: S.Space
+    prior_means: dict[str, list[float]] = field(default_factory=dict)
+
+
+class Planner:
+    def __init__(self, configs: list[dict[str, Any]], searched: dict[str, Any], metric: str, direction: str,
+                 device: str, order: dict[str, Any], band: float = 0.02, cap_gib: float | None = None) -> None:
+        """``configs``: every configuration of the space, in spec order; ``searched``: the plan's
+        dimensions (``space.Plan.searched``); ``device``: the resolved device (``swept``: several)."""
+        self.configs, self.keys = configs, [config_key(c) for c in configs]
+        self.index = {k: i for i, k in enumerate(self.keys)}
+        self.metric, self.maximize = metric, direction == "maximize"
+        self.order, self.band, self.cap_gib = order, band, cap_gib
+        self.threshold = -math.log(1.0 - band)
+        names = list(dict.fromkeys(n for c in configs for n in c))
+        values = {n: _values(configs, n) for n in names}
+        self.scaling = scaling_dimension(names, order, values)
+        self.space, self.scaling_feature = _encode(configs, names, values, metric, device if self.maximize else None,
+                                                   self.scaling)
+        self.noise_floor = NOISE_FLOOR.get(device, max(NOISE_FLOOR.values()))
+        self._fitted: tuple[int, list[tuple[float, S.Hyper]]] | None = None
+
+    # -- what the study holds ---------------------------------------------------------------------
+    def _observations(self, results: dict[str, Any]) -> tuple[dict[str, Observed], list[int], list[float]]:
+        memory: dict[str, Observed] = {}
+        idx, y = [], []
+        for key, t in results.items():
+            if key not in self.index:
+                continue
+            status = t.user_attrs.get("status")
+            metrics = t.user_attrs.get("metrics") or {}
+            if status in ("oom", "swapped", "skipped"):
+                memory[key] = Observed(False)
+            elif status == "ok":
+                memory[key] = Observed(True, metrics.get("peak_memory_gib"))
+                value = t.values[0] if t.values else metrics.get(self.metric)
+                if value is not None and value > 0:
+                    idx.append(self.index[key])
+                    y.append(math.log(value) if self.maximize else -math.log(value))
+        return memory, idx, y
+
+    def decide(self, results: dict[str, Any], in_flight: set[str], stop: bool = True) -> Decision:
+        """The next configuration to measure and the verdict; None when nothing is left that could
+        fit or, with ``stop``, when the verdict says the search is done."""
+        from threadpoolctl import threadpool_limits
+
+        # The matrices are small (a few hundred rows at most): BLAS's threads only cost here, up to
+        # 300x on a busy 2-core machine (a 120x120 solve: 77 ms against 0.25 ms on one thread).
+        with threadpool_limits(1):
+            return self._decide(results, in_flight, stop)
+
+    def _decide(self, results: dict[str, Any], in_flight: set[str], stop: bool) -> Decision:
+        memory, idx, y = self._observations(results)
+        p_fit = np.array(fit_probabilities(self.configs, memory, self.order, self.scaling, self.cap_gib))
+        left = [i for i, k in enumerate(self.keys) if k not in results and k not in in_flight]
+        open_ = [i for i in left if p_fit[i] > 0.0]
+        too_large = sum(1 for i in left if p_fit[i] < 0.05)
+        if not open_:
+            return Decision(None, Verdict(True, 0.0, len(left), too_large,
+                                          _reason(0.0, len(left), too_large, self.band, nothing_left=True)))
+        probe = self._boundary_probe(p_fit, results, in_flight)
+        model = self._model(idx, y, in_flight, p_fit)
+        verdict = self._verdict(model, open_, p_fit, len(left), too_large, bisecting=probe is not None)
+        if probe is not None:
+            return Decision(self.configs[probe], verdict, "boundary")
+        if verdict.done and stop:
+            return Decision(None, verdict)
+        return Decision(self.configs[self._best_candidate(model, open_, p_fit)], verdict, "improvement")
+
+    # -- the first trials: the boundary of the most promising group ------------------------------
+    def _boundary_probe(self, p_fit: np.ndarray, results: dict[str, Any], in_flight: set[str]) -> int | None:
+        """Bisect the batch column of the group the priors rank first, while its boundary is open."""
+        if self.scaling is None:
+            return None
+        column = self._leading_column()
+        if any(self.keys[i] in in_flight for i in column):
+            return None
+        fits = [i for i in column if p_fit[i] == 1.0]
+        fails = [i for i in column if p_fit[i] == 0.0]
+        low = max((self.configs[i][self.scaling] for i in fits), default=-math.inf)
+        high = min((self.configs[i][self.scaling] for i in fails), default=math.inf)
+        gap = [i for i in column if low < self.configs[i][self.scaling] < high and self.keys[i] not in results]
+        if not gap:
+            return None
+        return gap[len(gap) // 2]
+
+    def _leading_column(self) -> list[int]:
+        """The batch column to bisect first: of the configurations the priors rank first (within
+        ``LEAD_TIE`` of the best, once batch size is set aside), the one that needs the least
+        memory by the memory order (a small gain such as accumulation's is not worth the memory
+        it may cost), then the spec's first."""
+        prior = self.space.H @ self.space.prior_mean - self.space.H[:, self.scaling_feature] * \
+            self.space.prior_mean[self.scaling_feature]
+        near = [i for i in range(len(prior)) if prior[i] >= prior.max() - LEAD_TIE]
+        lead = min(near, key=lambda i: (self._memory_rank(self.configs[i]), i))
+        rest = {k: v for k, v in self.configs[lead].items() if k != self.scaling}
+        column = [i for i, c in enumerate(self.configs) if {k: v for k, v in c.items() if k != self.scaling} == rest]
+        return sorted(column, key=lambda i: self.configs[i][self.scaling])
+
+    def _memory_rank(self, config: dict[str, Any]) -> float:
+        """How much memory ``config`` needs, in the memory order's units, batch size set aside: the
+        position of an ordered value (negated for ``decreasing``), a mapped rank, else 0."""
+        total = 0.0
+        for name, value in config.items():
+            rule = self.order.get(name)
+            if name == self.scaling or rule is None or rule == "neutral":
+                continue
+            if isinstance(rule, dict):
+                total += float(rule.get(value, 0))
+            else:
+                ranked = sorted(_values(self.configs, name))
+                total += ranked.index(value) * (1 if rule == "increasing" else -1)
+        return total
+
+    # -- the model --------------------------------------------------------------------------------
+    def _model(self, idx: list[int], y: list[float], in_flight: set[str], p_fit: np.ndarray) -> Model | None:
+        if not idx:
+            return None
+        i, yc = np.array(idx), np.array(y) - float(np.mean(y))
+        members = self._members(i, yc)
+        model = Model(self.space, members, i, yc)
+        incumbent = idx[int(np.argmax(model.mean(np.array(idx))))]
+        running = np.array([self.index[k] for k in in_flight if k in self.index and p_fit[self.index[k]] > 0.5])
+        if len(running):  # what is running counts as measured at its predicted value (kriging believer)
+            model = Model(self.space, members, np.concatenate([i, running]),
+                          np.concatenate([yc, model.mean(running)]))
+        model.incumbent = incumbent
+        return model
+
+    def _members(self, i: np.ndarray, yc: np.ndarray) -> list[tuple[float, S.Hyper]]:
+        """The hyperparameter mixture: fitted at every decision up to ``REFIT_ALWAYS`` measurements;
+        past them, again once they grew by a fifth (between refits new measurements move the
+        posterior, not the weights). A resumed study refits at once, so a verdict depends on the
+        measurements, not on how many runs made them (below ``REFIT_ALWAYS``)."""
+        n = len(i)
+        if self._fitted is None or n <= REFIT_ALWAYS or n >= 1.2 * self._fitted[0] or n < self._fitted[0]:
+            self._fitted = (n, S.fit(self.space, i, yc, self.noise_floor))
+        return self._fitted[1]
+
+    def _chances(self, model: Model, open_: list[int], p_fit: np.ndarray) -> np.ndarray:
+        """Per candidate: the chance that it fits and beats the best measured by more than the band."""
+        return p_fit[open_] * model.chance_above(model.incumbent, np.array(open_), self.threshold)
+
+    def _best_candidate(self, model: Model | None, open_: list[int], p_fit: np.ndarray) -> int:
+        """The configuration likeliest to fit and beat the best by more than the band (when none
+        is likely to, the largest expected improvement times the chance to fit)."""
+        if model is None:  # nothing measured: the likeliest to fit among the priors' best
+            prior = self.space.H[open_] @ self.space.prior_mean
+            return open_[int(np.argmax(np.log(np.clip(p_fit[open_], 1e-9, None)) + prior))]
+        score = self._chances(model, open_, p_fit)
+        if score.max() < 1e-6:
+            score = p_fit[open_] * model.expected_gain(model.incumbent, np.array(open_))
+        return open_[int(np.argmax(score - 1e-12 * np.arange(len(open_))))]
+
+    def _verdict(self, model: Model | None, open_: list[int], p_fit: np.ndarray, left: int, too_large: int,
+                 bisecting: bool) -> Verdict:
+        if model is None or bisecting:
+            return Verdict(False, 1.0, left, too_large)
+        marginal = self._chances(model, open_, p_fit)
+        if marginal.sum() < STOP_CHANCE:  # even summed (a bound on "any"), small enough
+            chance = float(marginal.sum())
+        elif marginal.max() >= STOP_CHANCE:  # one alone is likely enough: no need to sample
+            chance = float(marginal.max())
+        else:
+            ranked = np.argsort(-marginal)
+            top = np.array([open_[j] for j in ranked[:TOP]])
+            rest = float(marginal[ranked[TOP:]].sum())
+            chance = min(1.0, model.chance_any_above(model.incumbent, top, p_fit[top], self.threshold) + rest)
+        done = chance < STOP_CHANCE
+        return Verdict(done, chance, left, too_large, _reason(chance, left, too_large, self.band) if done else "")
+
+
+class Model:
+    """The surrogate's weighted members (``surrogate.fit``) conditioned on the measurements, as one
+    model (each member factored once)."""
+
+    def __init__(self, space: S.Space, members: list[tuple[float, S.Hyper]], idx: np.ndarray, y: np.ndarray) -> None:
+        self.space, self.idx = space, idx
+        self.members = [(w, S.condition(space, idx, y, h)) for w, h in members]
+        self.incumbent = -1
+        """The measured configuration with the highest predicted value."""
+
+    def mean(self, at: np.ndarray) -> np.ndarray:
+        return sum(w * S.posterior(self.space, c, at).mean for w, c in self.members)
+
+    def chance_above(self, ref: int, at: np.ndarray, threshold: float) -> np.ndarray:
+        """P(g(at) - g(ref) > threshold), one by one, under the mixture."""
+        out = np.zeros(len(at))
+        for w, c in self.members:
+            mean, sd = S.difference(self.space, c, ref, at)
+            out += w * S.prob_above(mean, sd, threshold)
+        return out
+
+    def expected_gain(self, ref: int, at: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(at))
+        for w, c in self.members:
+            mean, sd = S.difference(self.space, c, ref, at)
+            out += w * S.expected_improvement(mean, sd, 0.0)
+        return out
+
+    def chance_any_above(self, ref: int, at: np.ndarray, p_fit: np.ndarray, threshold: float) -> float:
+        """P(some configuration of ``at`` fits and beats ``ref`` by more than ``threshold``),
+        sampled from each member's joint posterior (fits drawn independently, which only errs
+        towards going on)."""
+        rng = np.random.default_rng(len(self.idx))  # the same study state gives the same verdict
+        total = 0.0
+        for w, c in self.members:
+            post = S.posterior(self.space, c, np.concatenate([[ref], at]))
+            L = np.linalg.cholesky(post.cov + 1e-9 * np.eye(len(at) + 1))
+            draws = post.mean[:, None] + L @ rng.standard_normal((len(at) + 1, DRAWS))
+            fits = rng.random((len(at), DRAWS)) < p_fit[:, None]
+            gain = np.where(fits, draws[1:] - draws[0], -np.inf).max(axis=0)
+            total += w * float((gain > threshold).mean())
+        return total
+
+
+def _reason(chance: float, left: int, too_large: int, band: float, nothing_left: bool = False) -> str:
+    if nothing_left:
+        return (f"every configuration that could fit has a result ({too_large} left are proven not to fit)"
+                if left else "every configuration has a result")
+    return (f"no configuration left is likely to beat the best by more than {band:.0%} (chance {chance:.1%}); "
+            f"{left} not measured, {too_large} of them predicted not to fit")
+
+
+def _values(configs: list[dict[str, Any]], name: str) -> tuple[Any, ...]:
+    seen: dict[str, Any] = {}
+    for c in configs:
+        if name in c:
+            seen.setdefault(config_key({name: c[name]}), c[name])
+    return tuple(seen.values())
+
+
+def _ordered(values: tuple[Any, ...]) -> bool:
+    return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _prior(name: str, value: Any, metric: str, device: str | None) -> tuple[float, float]:
+    """(mean, spread) of one categorical value's effect; see ``PRIORS``."""
+    if device is None or metric not in THROUGHPUT:
+        return UNKNOWN_CATEGORICAL
+    rule = PRIORS.get(name)
+    if name == "dtype" and isinstance(rule, dict):
+        rule = rule.get(device)
+    if isinstance(rule, dict):
+        return rule.get(value, UNKNOWN_CATEGORICAL)
+    return UNKNOWN_CATEGORICAL
+
+
+def _slope(name: str, metric: str, device: str | None, log: bool) -> tuple[float, float]:
+    if device is None or metric not in THROUGHPUT:
+        return UNKNOWN_ORDERED
+    if name == "seq_len":
+        return SEQ_LEN_PRIOR.get(metric, UNKNOWN_ORDERED)
+    rule = PRIORS.get(name)
+    return rule if isinstance(rule, tuple) and log else UNKNOWN_ORDERED
+
+
+def _encode(configs: list[dict[str, Any]], names: list[str], values: dict[str, tuple], metric: str,
+            device: str | None, scaling: str | None) -> tuple[S.Space, int]:
+    """Features, priors and kernel coordinates of every configuration (see ``surrogate``). A
+    parameter absent from a configuration (another device's knob) is a value of its own."""
+    n = len(configs)
+    columns, means, sds = [np.ones(n)], [0.0], [1.0]  # the level, centred on the measurements
+    z_columns, c_columns = [], []
+    scaling_feature = 0
+    for name in names:
+        vals = values[name]
+        present = np.array([name in c for c in configs])
+        if _ordered(vals):
+            nums = [float(v) for v in vals]
+            log = min(nums) > 0 and (name in LOG_DIMENSIONS or max(nums) / min(nums) >= 8)
+            raw = np.array([float(c[name]) if name in c else min(nums) for c in configs])
+            x = np.log2(raw) if log else raw
+            lo, hi = (math.log2(min(nums)), math.log2(max(nums))) if log else (min(nums), max(nums))
+            z_columns.append((x - lo) / (hi - lo))
+            mean, sd = _slope(name, metric, device, log)
+            if name == scaling:
+                scaling_feature = len(columns)
+            columns.append(np.where(present, x - lo if log else (x - lo) / (hi - lo), 0.0))
+            means.append(mean)
+            sds.append(sd)
+            if name == scaling and log and device is not None and metric in THROUGHPUT:
+                columns.append(np.where(present, (x - (lo + hi) / 2) ** 2, 0.0))
+                means.append(CURVATURE[0])
+                sds.append(CURVATURE[1])
+            if not present.all():
+                c_columns.append(present.astype(int))
+        else:
+            codes = {config_key({name: v}): j for j, v in enumerate(vals)}
+            c_columns.append(np.array([codes[config_key({name: c[name]})] if name in c else len(vals)
+                                       for c in configs]))
+            for v in vals:
+                columns.append(np.array([1.0 if name in c and config_key({name: c[name]}) ==
+                                         config_key({name: v}) else 0.0 for c in configs]))
+                mean, sd = _prior(name, v, metric, device)
+                means.append(mean)
+                sds.append(sd)
+    H = np.column_stack(columns)
+    Z = np.column_stack(z_columns) if z_columns else np.zeros((n, 0))
+    C = np.column_stack(c_columns) if c_columns else np.zeros((n, 0), dtype=int)
+    return S.Space(H, np.array(means), np.array(sds), Z, C), scaling_feature

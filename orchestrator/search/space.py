@@ -1,0 +1,228 @@
+"""From a spec to what is searched on one device: the plan, the grid, Optuna distributions.
+
+Pure functions; Optuna is imported only inside the functions that build its objects, so the
+dry-run can use the rest without it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import platform
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.spec import knobs
+from orchestrator.spec.load import Choice, Dimension, SweepSpec
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a sweep searches once its device is known."""
+
+    device: str
+    """The resolved device, or "swept" when ``space.device`` lists several."""
+    searched: dict[str, Dimension]
+    """Dimensions Optuna samples (knobs the device does not read are left out)."""
+    fixed: dict[str, Any]
+    not_applied: dict[str, str]
+    """Knob -> why it is not applied on this device (fixed or swept, never silently dropped)."""
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        dim = self.searched.get("device")
+        return tuple(dim.values) if isinstance(dim, Choice) else (self.device,)
+
+    def finite(self) -> bool:
+        return all(isinstance(d, Choice) or d.step is not None for d in self.searched.values())
+
+
+def guess_device() -> str:
+    """Resolve ``auto`` without importing torch (for ``--dry-run``): a real run asks torch."""
+    if platform.system() == "Darwin" and platform.machine() == "arm64":
+        return "mps"
+    if os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi"):
+        return "cuda"
+    return "cpu"
+
+
+def make_plan(spec: SweepSpec, device: str) -> Plan:
+    """Drop swept knobs that ``device`` does not read; note every knob that is not applied."""
+    not_applied: dict[str, str] = {}
+    searched: dict[str, Dimension] = {}
+    swept_devices = spec.space.get("device")
+    for name, dim in spec.space.items():
+        knob = knobs.KNOBS.get(name)
+        if isinstance(swept_devices, Choice) and knob is not None and name != "device":
+            if not any(d in knob.devices for d in swept_devices.values):
+                not_applied[name] = f"read on {'/'.join(sorted(knob.devices))} only; not searched"
+                continue
+        elif knob is not None and not isinstance(swept_devices, Choice) and device not in knob.devices:
+            not_applied[name] = f"read on {'/'.join(sorted(knob.devices))} only; not searched on {device}"
+            continue
+        searched[name] = dim
+    for name in spec.fixed:
+        knob = knobs.KNOBS.get(name)
+        if knob is not None and not isinstance(swept_devices, Choice) and device not in knob.devices:
+            not_applied[name] = f"read on {'/'.join(sorted(knob.devices))} only; ignored on {device}"
+    if device == "cpu" and platform.system() == "Darwin" and "cpu_memory_limit_gib" in spec.fixed:
+        not_applied["cpu_memory_limit_gib"] = "macOS does not enforce RLIMIT_DATA; ignored"
+    return Plan(device="swept" if isinstance(swept_devices, Choice) else device,
+                searched=searched, fixed=dict(spec.fixed), not_applied=not_applied)
+
+
+def _dim_values(dim: Dimension) -> tuple[Any, ...]:
+    return dim.values if isinstance(dim, Choice) else dim.grid_values()
+
+
+def applicable(plan: Plan, device: str) -> list[str]:
+    """Names Optuna samples for a trial on ``device``, in spec order (device first)."""
+    names = [n for n in plan.searched if n == "device" or knobs.applies(n, device)]
+    return sorted(names, key=lambda n: n != "device")
+
+
+def configurations(plan: Plan) -> list[dict[str, Any]]:
+    """Every configuration of a finite space, in spec order; knobs a device does not read are
+    left out of that device's configurations, so none differ only in an unread setting."""
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for device in plan.devices:
+        names = [n for n in applicable(plan, device) if n != "device"]
+        lead = {"device": device} if "device" in plan.searched else {}
+        for combo in itertools.product(*(_dim_values(plan.searched[n]) for n in names)):
+            config = {**lead, **dict(zip(names, combo))}
+            key = config_key(config)
+            if key not in seen:
+                seen.add(key)
+                out.append(config)
+    return out
+
+
+def count_configurations(plan: Plan) -> int | None:
+    return len(configurations(plan)) if plan.finite() else None
+
+
+def shared_env(plan: Plan) -> dict[str, str] | None:
+    """The environment every trial of ``plan`` starts with, when all need the same one (most
+    sweeps set no allocator variable); None when it differs between configurations."""
+    if plan.finite():
+        envs = {json.dumps(knobs.trial_env(p, p["device"]), sort_keys=True)
+                for p in (trial_params(plan, c) for c in configurations(plan))}
+        return json.loads(envs.pop()) if len(envs) == 1 else None
+    if any(n == "device" or n in knobs.ENV_KNOBS for n in plan.searched):
+        return None
+    params = trial_params(plan, {})
+    return knobs.trial_env(params, params["device"])
+
+
+def config_key(params: dict[str, Any]) -> str:
+    """A canonical text for a configuration: ints and equal floats compare equal, and so do floats
+    that differ only by rounding (Optuna's stepped float ``0.1 + 2 * 0.1`` is the grid's 0.3)."""
+    return json.dumps({k: (_canonical(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+                       for k, v in sorted(params.items())}, sort_keys=True)
+
+
+def _canonical(x: float) -> float:
+    return float(f"{x:.12g}")
+
+
+def distribution(dim: Dimension):
+    """The Optuna distribution for one dimension."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if isinstance(dim, Choice):
+        return CategoricalDistribution(list(dim.values))
+    if dim.integer:
+        return IntDistribution(int(dim.low), int(dim.high), log=dim.log, step=int(dim.step or 1))
+    return FloatDistribution(float(dim.low), float(dim.high), log=dim.log, step=dim.step)
+
+
+def suggest(trial: Any, plan: Plan) -> dict[str, Any]:
+    """Sample one configuration define-by-run: the device first, then what that device reads."""
+    params: dict[str, Any] = {}
+    device = plan.device
+    if "device" in plan.searched:
+        device = trial.suggest_categorical("device", list(plan.searched["device"].values))
+        params["device"] = device
+    for name in applicable(plan, device):
+        if name == "device":
+            continue
+        dim = plan.searched[name]
+        if isinstance(dim, Choice):
+            params[name] = trial.suggest_categorical(name, list(dim.values))
+        elif dim.integer:
+            params[name] = trial.suggest_int(name, int(dim.low), int(dim.high), step=int(dim.step or 1), log=dim.log)
+        else:
+            params[name] = trial.suggest_float(name, float(dim.low), float(dim.high), step=dim.step, log=dim.log)
+    return params
+
+
+def trial_params(plan: Plan, sampled: dict[str, Any]) -> dict[str, Any]:
+    """Everything the trial process receives: fixed values, sampled values, derived values."""
+    device = sampled.get("device", plan.device)
+    params = {k: v for k, v in plan.fixed.items() if knobs.applies(k, device)}
+    params.update(sampled)
+    params["device"] = device
+    if "effective_batch_size" in params:
+        params["grad_accum_steps"] = params["effective_batch_size"] // params["batch_size"]
+    return params
+
+
+def fingerprint(spec: SweepSpec, plan: Plan) -> dict[str, Any]:
+    """What a study is about; a resumed study must match it."""
+    def dim(d: Dimension) -> Any:
+        return list(d.values) if isinstance(d, Choice) else {
+            "low": d.low, "high": d.high, "step": d.step, "log": d.log}
+    return {
+        "experiment": spec.experiment,
+        "device": plan.device,
+        "fixed": {k: plan.fixed[k] for k in sorted(plan.fixed)},
+        "space": {k: dim(v) for k, v in plan.searched.items()},
+        "objective": [list(m) for m in spec.objective.metrics],
+    }
+
+
+def _ordered(values: tuple[Any, ...]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def distance(a: dict[str, Any], b: dict[str, Any], plan: Plan) -> float:
+    """How far apart two configurations of a finite space are: for a numeric dimension, how many
+    places apart the two values stand in its sorted list; for any other, 0 if equal else 1. A
+    configuration of another device (different keys) is infinitely far."""
+    if a.keys() != b.keys():
+        return float("inf")
+    total = 0.0
+    for name, x in a.items():
+        y = b[name]
+        if config_key({name: x}) == config_key({name: y}):
+            continue
+        dim = plan.searched.get(name)
+        values = _dim_values(dim) if dim is not None else ()
+        if values and _ordered(values):
+            ranked = [_canonical(float(v)) for v in sorted(values)]
+            i, j = (_position(v, ranked) for v in (x, y))
+            total += abs(i - j) if i is not None and j is not None else 1
+        else:
+            total += 1
+    return total
+
+
+def _position(value: Any, ranked: list[float]) -> int | None:
+    try:
+        return ranked.index(_canonical(float(value)))
+    except (TypeError, ValueError):
+        return None
+
+
+def nearest(config: dict[str, Any], candidates: list[dict[str, Any]], plan: Plan, rng: Any) -> dict[str, Any] | None:
+    """The candidate closest to ``config`` (``distance``); ties broken by ``rng``."""
+    if not candidates:
+        return None
+    scored = [(distance(config, c, plan), i) for i, c in enumerate(candidates)]
+    best = min(d for d, _ in scored)
+    if best == float("inf"):
+        return rng.choice(candidates)
+    return candidates[rng.choice([i for d, i in scored if d == best])]

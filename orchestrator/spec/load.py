@@ -1,0 +1,109 @@
+"""The sweep spec: load a YAML file, check every rule, and return a frozen ``SweepSpec``.
+
+Every error names the file, the line, the field path, the rule and the value received, e.g.
+``sweeps/x.yaml:12: space.batch_size[2]: batch sizes must be positive integers, got -8``.
+Nothing here touches the disk besides reading the spec. The pieces: ``specmodel`` (what a checked
+spec is), ``specrules`` (the rule of each section), ``specspace`` (the rules of the parameters:
+fixed values, space entries and their combinations), this module (reading, overrides from flags,
+and the rules that join the sections).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from orchestrator.spec import knobs
+from orchestrator.spec.model import (DEFAULT_STORAGE, DEFAULT_TRACKING_URI, Choice, Constraint,  # noqa: F401
+                                    Dimension, Range, SearchSettings, SweepSpec, TrialSettings)
+from orchestrator.spec.rules import (Checker, check_devices, check_objective, check_search,  # noqa: F401
+                                    check_trial, check_url, show)
+from orchestrator.spec.space_rules import check_combinations, check_dimension, check_space_size, check_value  # noqa: F401
+from orchestrator.spec.yamlsource import load_yaml
+
+# The data model lives in ``specmodel`` and the rules in ``specrules`` and ``specspace``; the names
+# other modules use are re-exported here (above), so ``from orchestrator.spec.load import SweepSpec``
+# stays the way in.
+
+TOP_KEYS = ("name", "experiment", "device", "devices", "fixed", "space", "objective", "search", "trial",
+            "storage", "tracking_uri")
+REQUIRED_TOP = ("name", "experiment")
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"
+EXPERIMENT_PATTERN = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
+
+
+def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
+    """Read and check a spec. ``overrides`` maps flags (``--n-trials``) to (field path, value)."""
+    path = Path(path)
+    data, lines, spelled = load_yaml(path)
+    flag_of: dict[tuple, str] = {}
+    for flag, (field_path, value) in (overrides or {}).items():
+        if value is None:
+            continue
+        node = data
+        for part in field_path[:-1]:
+            if isinstance(node, dict) and node.get(part) is None:  # absent or an empty section
+                node[part] = {}
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):  # else check_spec reports the node that is not a mapping
+            node[field_path[-1]] = value
+            flag_of[tuple(field_path)] = flag
+    return check_spec(data, path, lines, flag_of, spelled)
+
+
+def check_spec(data: Any, path: Path, lines: dict[tuple, int],
+               flag_of: dict[tuple, str] | None = None,
+               spelled: dict[tuple, str] | None = None) -> SweepSpec:
+    c = Checker(str(path), lines, flag_of or {}, spelled)
+    top = c.mapping((), data, TOP_KEYS, REQUIRED_TOP)
+
+    def section(key: str) -> Any:
+        """A section's mapping; an empty one (every entry commented out) counts as absent."""
+        value = top.get(key)
+        return {} if value is None else value
+
+    name = top["name"]
+    if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
+        raise c.fail(("name",), "the study name must be letters, digits, '_', '.' or '-'", name)
+    experiment = top["experiment"]
+    if not isinstance(experiment, str) or not re.fullmatch(EXPERIMENT_PATTERN, experiment):
+        raise c.fail(("experiment",), "experiment must be a dotted Python module name such as experiments.bert", experiment)
+
+    device = top.get("device", "auto")
+    c.one_of(("device",), device, ("auto",) + knobs.DEVICES, "device")
+
+    fixed_raw = c.mapping(("fixed",), section("fixed"))
+    space_raw = c.mapping(("space",), section("space"))
+
+    fixed: dict[str, Any] = {}
+    for key, value in fixed_raw.items():
+        if key == "device":
+            raise c.fail(("fixed", "device"), "set the device with the top-level `device:` key or sweep it in `space:`", show_value=False)
+        fixed[key] = check_value(c, ("fixed", key), key, value)
+    space: dict[str, Dimension] = {}
+    for key, value in space_raw.items():
+        if key in fixed:
+            raise c.fail(("space", key), f"{key} is also in fixed (line {lines.get(('fixed', key))}); "
+                         "a parameter is either fixed or swept", show_value=False)
+        space[key] = check_dimension(c, ("space", key), key, value)
+    check_space_size(c, space)
+    if "device" in space and "device" in top:
+        if ("device",) in c.overrides:
+            raise c.fail(("device",), f"cannot override the device: space.device sweeps it "
+                         f"(line {lines.get(('space', 'device'))})", top["device"])
+        raise c.fail(("device",), "device is swept in space; remove the top-level device key", show_value=False)
+
+    objective = check_objective(c, section("objective"))
+    search = check_search(c, section("search"), space)
+    if search.patience is not None and len(objective.metrics) > 1:
+        raise c.fail(("search", "patience"), "patience needs a single objective metric (a Pareto front "
+                     "has no single best to improve on)", show_value=False)
+    trial = check_trial(c, section("trial"))
+    check_combinations(c, fixed, space)
+
+    storage = check_url(c, ("storage",), top.get("storage", DEFAULT_STORAGE), "storage")
+    tracking = check_url(c, ("tracking_uri",), top.get("tracking_uri", DEFAULT_TRACKING_URI), "tracking_uri")
+    return SweepSpec(path=path, name=name, experiment=experiment, device=device, fixed=fixed,
+                     space=space, objective=objective, search=search, trial=trial, storage=storage,
+                     tracking_uri=tracking, devices=check_devices(c, top.get("devices")), lines=lines)

@@ -1,0 +1,303 @@
+"""The rules a sweep spec's sections must follow (objective, search, trial, devices, the storage
+URLs), and the ``Checker`` through which every rule fails: a ``SpecError`` naming the file, line,
+field path, rule and the value received. The rules of the parameters themselves (fixed values,
+space entries, their combinations) are in ``orchestrator.spec.space_rules``; ``orchestrator.spec.load``
+calls both in order and builds the ``SweepSpec``."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from orchestrator.spec import knobs
+from orchestrator.errors import SpecError
+from orchestrator.metrics import OBJECTIVE_METRICS
+from orchestrator.spec.model import (DEFAULT_STORAGE, DEFAULT_TRACKING_URI, DIRECTIONS, MAX_TRIAL_REPEATS,
+                                    SAMPLERS, STOPS, Choice, Constraint, Dimension, Direction, Objective, Range,
+                                    SearchSettings, TrialSettings, nearest_line)
+from orchestrator.spec.yamlsource import dotted
+
+
+def show(value: Any, spelled: str | None = None) -> str:
+    """A value as the user wrote it in YAML; ``spelled`` is the text of a boolean or null
+    written another way (``yes``, ``off``, ``~``)."""
+    if isinstance(value, bool):
+        word = "true" if value else "false"
+        return f"{spelled} (YAML reads it as {word})" if spelled and spelled != word else word
+    if value is None:
+        return "nothing (an empty value)" if not spelled or spelled == "null" else f"{spelled} (null)"
+    if isinstance(value, str):
+        if _NUMBER.fullmatch(value.strip()):
+            if "e" in value.lower():
+                return f"'{value}' (text, not a number: YAML reads only forms like 1.0e+3 as numbers)"
+            return f"'{value}' (text, not a number: remove the quotes)"
+        return f"'{value}'"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return str(value)
+
+
+_NUMBER = re.compile(r"[-+]?(\d[\d_]*\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+class Checker:
+    """Raises ``SpecError`` with file and line for a field path."""
+
+    def __init__(self, file: str, lines: dict[tuple, int], overrides: dict[tuple, str],
+                 spelled: dict[tuple, str] | None = None) -> None:
+        self.file, self.lines, self.overrides = file, lines, overrides
+        self.spelled = spelled or {}
+
+    def fail(self, path: tuple, rule: str, value: Any = ..., *, show_value: bool = True) -> SpecError:
+        if show_value and value is not ...:
+            rule = f"{rule}, got {show(value, None if path in self.overrides else self.spelled.get(path))}"
+        field_name = dotted(path) or None
+        if path in self.overrides:  # the value came from a flag: name the flag, not a line
+            return SpecError(rule, file=self.overrides[path], field=field_name)
+        return SpecError(rule, file=self.file, line=nearest_line(self.lines, path), field=field_name)
+
+    def mapping(self, path: tuple, value: Any, allowed: tuple[str, ...] | None = None,
+                required: tuple[str, ...] = ()) -> dict[str, Any]:
+        """``value`` as a mapping whose keys are among ``allowed`` (None: any name)."""
+        if not isinstance(value, dict):
+            raise self.fail(path, "must be a mapping of keys to values" if path
+                            else "the top level must be a mapping of keys to values", value)
+        for key in value:
+            if allowed is not None and key not in allowed:
+                hint = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+                did = f"did you mean {hint[0]!r}? " if hint else ""
+                raise self.fail(path + (key,), f"unknown key; {did}valid keys are {', '.join(allowed)}",
+                                show_value=False)
+        for key in required:
+            if key not in value:
+                where = dotted(path) + "." if path else ""
+                raise self.fail(path, f"missing required key {where}{key}", show_value=False)
+        return value
+
+    def integer(self, path: tuple, value: Any, minimum: int, what: str) -> int:
+        if not knobs.is_int(value) or value < minimum:
+            rule = f"{what} must be a positive integer" if minimum == 1 else f"{what} must be an integer >= {minimum}"
+            raise self.fail(path, rule, value)
+        return value
+
+    def number(self, path: tuple, value: Any, what: str, *, positive: bool = False,
+               nonneg: bool = False) -> float:
+        if not knobs.is_number(value) or (positive and value <= 0) or (nonneg and value < 0):
+            kind = "a positive number" if positive else "a number >= 0" if nonneg else "a number"
+            raise self.fail(path, f"{what} must be {kind}", value)
+        return float(value)
+
+    def one_of(self, path: tuple, value: Any, options: tuple[str, ...], what: str) -> str:
+        if value not in options:
+            hint = difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
+            did = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise self.fail(path, f"{what} must be one of {', '.join(options)}{did}", value)
+        return value
+
+
+def check_objective(c: Checker, raw: Any) -> Objective:
+    path = ("objective",)
+    obj = c.mapping(path, raw, ("metric", "direction", "metrics", "constraints"))
+    metrics: list[tuple[str, Direction]] = []
+    if "metrics" in obj:
+        if "metric" in obj or "direction" in obj:
+            raise c.fail(path, "give either metric + direction or metrics, not both", show_value=False)
+        many = c.mapping(path + ("metrics",), obj["metrics"], OBJECTIVE_METRICS)
+        if not many:
+            raise c.fail(path + ("metrics",), "name at least one metric", show_value=False)
+        for metric, direction in many.items():
+            c.one_of(path + ("metrics", metric), direction, DIRECTIONS, "direction")
+            metrics.append((metric, direction))
+    else:
+        metric = obj.get("metric", "samples_per_s")
+        c.one_of(path + ("metric",), metric, OBJECTIVE_METRICS, "objective metric")
+        direction = obj.get("direction", "maximize")
+        c.one_of(path + ("direction",), direction, DIRECTIONS, "direction")
+        metrics.append((metric, direction))
+    constraints = []
+    raw_c = obj.get("constraints") or {}
+    c.mapping(path + ("constraints",), raw_c, OBJECTIVE_METRICS)
+    for metric, bound in raw_c.items():
+        b = c.mapping(path + ("constraints", metric), bound, ("max", "min"))
+        if len(b) != 1:
+            raise c.fail(path + ("constraints", metric), "give exactly one of max or min", show_value=False)
+        (kind, limit), = b.items()
+        c.number(path + ("constraints", metric, kind), limit, f"the {kind} bound")
+        constraints.append(Constraint(metric, **{kind: float(limit)}))
+    return Objective(tuple(metrics), tuple(constraints))
+
+
+def check_search(c: Checker, raw: Any, space: dict[str, Dimension]) -> SearchSettings:
+    path = ("search",)
+    s = c.mapping(path, raw, ("sampler", "n_trials", "stop", "band", "seed", "max_failures", "timeout_min",
+                              "patience", "skip_predicted_oom", "memory_order", "allow_swap", "grace_period_s",
+                              "outage_s"))
+    sampler = c.one_of(path + ("sampler",), s.get("sampler", "auto"), SAMPLERS, "sampler")
+    stop = c.one_of(path + ("stop",), s.get("stop", "auto"), STOPS, "stop")
+    band = c.number(path + ("band",), s.get("band", 0.02), "band", positive=True)
+    if band > 0.5:
+        raise c.fail(path + ("band",), "band is a fraction of the best (0.02 = within 2%) and must be at most 0.5", band)
+    n_trials = s.get("n_trials")
+    if n_trials is not None:
+        c.integer(path + ("n_trials",), n_trials, 1, "n_trials")
+    seed = s.get("seed")
+    if seed is not None:
+        c.integer(path + ("seed",), seed, 0, "seed")
+    max_failures = c.integer(path + ("max_failures",), s.get("max_failures", 10), 0, "max_failures")
+    timeout_min = s.get("timeout_min")
+    if timeout_min is not None:
+        c.number(path + ("timeout_min",), timeout_min, "timeout_min", positive=True)
+    patience = s.get("patience")
+    if patience is not None:
+        c.integer(path + ("patience",), patience, 1, "patience")
+    if sampler == "grid":
+        for name, dim in space.items():
+            if isinstance(dim, Range) and dim.step is None:
+                raise c.fail(("space", name), "grid sampling over a range needs a step",
+                             show_value=False)
+    continuous = [n for n, d in space.items() if isinstance(d, Range) and d.step is None]
+    if n_trials is None and continuous:
+        raise c.fail(("space", continuous[0]), "a range without a step is continuous: set "
+                     "search.n_trials (how many trials to run) or give the range a step", show_value=False)
+    skip = s.get("skip_predicted_oom", True)
+    if not isinstance(skip, bool):
+        raise c.fail(path + ("skip_predicted_oom",), "skip_predicted_oom must be true or false", skip)
+    allow_swap = s.get("allow_swap", False)
+    if not isinstance(allow_swap, bool):
+        raise c.fail(path + ("allow_swap",), "allow_swap must be true or false", allow_swap)
+    grace = c.number(path + ("grace_period_s",), s.get("grace_period_s", 60.0), "grace_period_s", positive=True)
+    if grace < 2:
+        raise c.fail(path + ("grace_period_s",), "grace_period_s must be at least 2 (heartbeats are "
+                     "sent every grace_period_s / 4, at least once a second)", grace)
+    outage_s = c.number(path + ("outage_s",), s.get("outage_s", 300.0), "outage_s", positive=True)
+    return SearchSettings(sampler=sampler, n_trials=n_trials, stop=stop, band=band, outage_s=outage_s, seed=seed,
+                          max_failures=max_failures,
+                          timeout_min=timeout_min, patience=patience, skip_predicted_oom=skip,
+                          allow_swap=allow_swap, grace_period_s=grace,
+                          memory_order=check_memory_order(c, s.get("memory_order") or {}, space))
+
+
+def check_memory_order(c: Checker, raw: Any, space: dict[str, Dimension]) -> dict[str, Any]:
+    from orchestrator.search.dominance import DEFAULT_ORDER, ORDER_WORDS
+
+    path = ("search", "memory_order")
+    c.mapping(path, raw, tuple(raw) if isinstance(raw, dict) else ())
+    order: dict[str, Any] = dict(DEFAULT_ORDER)
+    for name, rule in raw.items():
+        where = path + (name,)
+        if isinstance(rule, dict):
+            for value, rank in rule.items():
+                if not knobs.is_number(rank):
+                    raise c.fail(where + (value,), "memory ranks must be numbers (higher = more memory)", rank)
+            dim = space.get(name)
+            if isinstance(dim, Choice):
+                missing = [v for v in dim.values if v not in rule]
+                if missing:
+                    raise c.fail(where, f"give a rank to every choice of space.{name}; missing "
+                                 f"{', '.join(map(show, missing))}", show_value=False)
+        elif rule not in ORDER_WORDS:
+            raise c.fail(where, f"a memory order is {', '.join(ORDER_WORDS)} or a mapping of value to rank", rule)
+        order[name] = rule
+    return order
+
+
+DEVICE_SLOT = re.compile(r"(cuda(:\d+)?|mps|cpu(:\d+(-\d+)?)?)")
+
+
+def check_devices(c: Checker, raw: Any) -> tuple[str, ...] | None:
+    """``auto``, or device slots as a list or a comma-separated text: ``cuda:0``, ``cuda`` (every
+    visible GPU), ``mps``, ``cpu`` (all cores) or ``cpu:0-3`` (a trial pinned to cores 0-3)."""
+    if raw is None:
+        return None
+    path = ("devices",)
+    rule = ("devices must be auto or a list of cuda:N, cuda, mps, cpu or cpu:A-B (cores A to B), "
+            "e.g. cuda:0,cuda:1")
+    if isinstance(raw, str):
+        items = [x.strip() for x in raw.split(",")]
+    elif isinstance(raw, list) and raw:
+        items = raw
+    else:
+        raise c.fail(path, rule, raw)
+    for i, item in enumerate(items):
+        where = path + (i,) if isinstance(raw, list) else path
+        if not isinstance(item, str) or not (item == "auto" and len(items) == 1 or DEVICE_SLOT.fullmatch(item)):
+            raise c.fail(where, rule, item)
+        m = re.fullmatch(r"cpu:(\d+)-(\d+)", item)
+        if m and int(m.group(1)) > int(m.group(2)):
+            raise c.fail(where, "a core range A-B needs A <= B", item)
+    if len(set(items)) != len(items):
+        raise c.fail(path, "a device slot is listed twice (one trial per device at a time)", raw)
+    return tuple(items)
+
+
+def check_trial(c: Checker, raw: Any) -> TrialSettings:
+    path = ("trial",)
+    t = c.mapping(path, raw, ("warmup_steps", "measure_steps", "min_measure_s", "timeout_s", "repeats"))
+    d = TrialSettings()
+    repeats = c.integer(path + ("repeats",), t.get("repeats", d.repeats), 1, "repeats")
+    if repeats > MAX_TRIAL_REPEATS:
+        raise c.fail(path + ("repeats",), f"repeats must be at most {MAX_TRIAL_REPEATS} (each repeat is a "
+                     "whole training process)", repeats)
+    return TrialSettings(
+        repeats=repeats,
+        warmup_steps=c.integer(path + ("warmup_steps",), t.get("warmup_steps", d.warmup_steps), 1, "warmup_steps"),
+        measure_steps=c.integer(path + ("measure_steps",), t.get("measure_steps", d.measure_steps), 1, "measure_steps"),
+        min_measure_s=c.number(path + ("min_measure_s",), t.get("min_measure_s", d.min_measure_s), "min_measure_s", nonneg=True),
+        timeout_s=c.number(path + ("timeout_s",), t.get("timeout_s", d.timeout_s), "timeout_s", positive=True),
+    )
+
+
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
+_DRIVER_PACKAGES = {"psycopg": "psycopg[binary]", "psycopg2": "psycopg2-binary",
+                    "mysqldb": "mysqlclient", "pymysql": "PyMySQL"}
+
+
+def check_url(c: Checker, path: tuple, value: Any, what: str) -> str:
+    """A URL Optuna (storage) or MLflow (tracking_uri) can open; the connection itself is tried
+    at run time, but a missing database driver is caught here, before anything runs."""
+    example = DEFAULT_STORAGE if what == "storage" else DEFAULT_TRACKING_URI
+    if not isinstance(value, str) or not value.strip():
+        raise c.fail(path, f"{what} must be a URL such as {example}", value)
+    from orchestrator.redact import shown
+
+    checked, value = value, shown(value)  # errors below quote the URL: never with its password
+    if what == "tracking_uri":
+        if value == "databricks" or re.match(r"^(https?|databricks)://", value):
+            return checked
+        if value.startswith("file:"):
+            raise c.fail(path, f"MLflow 3 refuses the file store; use a URL such as {example}", value)
+        if not _URL.match(value):
+            raise c.fail(path, "MLflow 3 refuses a plain folder as tracking store; "
+                         f"use a URL such as {example}", value)
+    if re.fullmatch(r"sqlite:///(?!:memory:$)[^?]+", checked):
+        return checked  # a database file: the usual case needs no SQLAlchemy (0.2-0.5 s to import)
+    from sqlalchemy.engine import make_url  # no engine is created here
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(checked)
+    except (ArgumentError, ValueError):
+        raise c.fail(path, f"{what} must be a database URL such as {example}", value) from None
+    backend = url.get_backend_name()
+    if backend not in ("sqlite", "postgresql", "mysql", "mssql", "oracle"):
+        raise c.fail(path, f"{what} must be a sqlite:///, postgresql:// or mysql:// URL", value)
+    if backend == "sqlite" and (not url.database or url.database == ":memory:"):
+        raise c.fail(path, f"{what} needs a file path (sqlite:///path/to/file.db); an in-memory "
+                     "database would lose the study", value)
+    try:
+        dialect = url.get_dialect()
+    except (ArgumentError, ImportError):
+        raise c.fail(path, f"{what} names a database driver SQLAlchemy does not know "
+                     f"({url.get_driver_name()})", value) from None
+    if backend != "sqlite":
+        try:
+            dialect.import_dbapi()
+        except ImportError:
+            driver = url.get_driver_name()
+            package = _DRIVER_PACKAGES.get(driver, driver)
+            raise c.fail(path, f"{what} needs the {backend} driver {driver}, which is not installed "
+                         f"(pip install '{package}')", value) from None
+    return checked

@@ -1,0 +1,148 @@
+"""What a study records, and how its trials are read back: results by configuration, the best
+ones, and how an outcome is told to Optuna. Pure functions over Optuna's frozen trials.
+
+A configuration's result is its newest trial with a final status (``outcome.RESULT_STATUSES``).
+Older ones stay in the study as its history: a configuration retried on purpose (``--retry``)
+has the new trial's result, and the old trial is ``superseded``. Trials that answered a proposal
+from the record (``repeat_of``) or stepped aside for a configuration in flight (``deferred_to``)
+are never results.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator import metrics as M
+from orchestrator.outcome import INFEASIBLE, RESULT_STATUSES, Outcome
+from orchestrator.search.space import config_key
+from orchestrator.spec.load import SweepSpec
+
+FIT_CONSTRAINT = "fits_in_memory"
+NOT_RESULTS = ("repeat_of", "deferred_to")  # user attributes of trials that ran nothing
+
+
+def is_attempt(trial: Any) -> bool:
+    """A trial that ran (or skipped) its configuration, as opposed to one answered from the record."""
+    return not any(k in trial.user_attrs for k in NOT_RESULTS)
+
+
+def results_of(trials: list[Any]) -> list[Any]:
+    """One trial per configuration that has a result: the newest final one, in trial order. A trial
+    counts once Optuna has it finished: ``tell`` writes the status attribute first, and another
+    orchestrator reading between the two writes sees a RUNNING trial (in flight, not a result)."""
+    newest: dict[str, Any] = {}
+    for t in sorted(trials, key=lambda t: t.number):
+        if t.user_attrs.get("status") in RESULT_STATUSES and t.state.is_finished() and is_attempt(t):
+            newest[config_key(t.params)] = t
+    return sorted(newest.values(), key=lambda t: t.number)
+
+
+def result_trials(study: Any) -> list[Any]:
+    """``results_of`` the study's trials."""
+    return results_of(study.get_trials(deepcopy=False))
+
+
+def objective_values(spec: SweepSpec, metrics: dict[str, float]) -> list[float] | None:
+    values = [metrics.get(m) for m, _ in spec.objective.metrics]
+    if any(v is None or v != v for v in values):
+        return None
+    return [float(v) for v in values]
+
+
+def is_feasible(trial: Any) -> bool:
+    return trial.state.name == "COMPLETE" and all(v <= 0 for v in trial.constraints.values())
+
+
+def best_trials(study: Any, spec: SweepSpec) -> list[Any]:
+    """Feasible measured trials, best first (single objective), or the Pareto front."""
+    return rank(result_trials(study), spec)
+
+
+def rank(results: list[Any], spec: SweepSpec) -> list[Any]:
+    """``best_trials`` over trials already read (``results_of``' list)."""
+    feasible = [t for t in results if is_feasible(t)]
+    if len(spec.objective.metrics) == 1:
+        sign = -1 if spec.objective.metrics[0][1] == "maximize" else 1
+        return sorted(feasible, key=lambda t: sign * t.values[0])
+    front = [t for t in feasible
+             if not any(_dominates(o.values, t.values, spec) for o in feasible if o is not t)]
+    return sorted(front, key=lambda t: t.number)
+
+
+def _dominates(a: list[float], b: list[float], spec: SweepSpec) -> bool:
+    better = False
+    for x, y, (_, d) in zip(a, b, spec.objective.metrics):
+        x, y = (x, y) if d == "minimize" else (-x, -y)
+        if x > y:
+            return False
+        better |= x < y
+    return better
+
+
+def tell(study: Any, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[str, Any]) -> str:
+    """Record a trial's outcome in Optuna; OOM and crashes are infeasible, never given a value.
+    Returns the status recorded (``ok`` without the objective metric(s) becomes ``error``)."""
+    from optuna.trial import TrialState
+
+    metrics = outcome.metrics
+    status = outcome.status
+    values = objective_values(spec, metrics) if status == "ok" else None
+    attrs: dict[str, Any] = {"status": status, "metrics": metrics, **extra}
+    if outcome.detail:
+        attrs["detail"] = outcome.detail[:2000]
+    if status == "ok" and values is None:
+        status = attrs["status"] = "error"
+        attrs["detail"] = "the trial did not report the objective metric(s)"
+    for k, v in attrs.items():
+        trial.set_user_attr(k, v)
+    if status in INFEASIBLE:
+        trial.set_constraint(FIT_CONSTRAINT, 1.0)
+        study.tell(trial, state=TrialState.PRUNED)
+    elif values is None:
+        study.tell(trial, state=TrialState.FAIL)
+    else:
+        trial.set_constraint(FIT_CONSTRAINT, -1.0)
+        for c in spec.objective.constraints:
+            value = metrics.get(c.metric)
+            trial.set_constraint(c.metric, c.violation(value) if value is not None else 1.0)
+        study.tell(trial, values)
+    return status
+
+
+def run_tags(outcome_result: dict[str, Any], status: str, detail: str | None) -> dict[str, str]:
+    """MLflow tags of a trial's run, from its result file."""
+    prov = outcome_result.get("provenance", {}) or {}
+    tags = {"status": status, "device": outcome_result.get("applied", {}).get("device", ""),
+            "device_name": prov.get("device_name", ""), "torch_version": prov.get("torch_version", "")}
+    if detail:
+        tags["detail"] = detail
+    if outcome_result.get("not_applied"):
+        tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in outcome_result["not_applied"].items())
+    if "phase" in outcome_result:
+        tags["failed_in"] = f"{outcome_result['phase']} step {outcome_result.get('step')}"
+    if "signal" in outcome_result:
+        tags["signal"] = outcome_result["signal"]
+    fell_back = (outcome_result.get("info") or {}).get("mps_fallback_ops")
+    if fell_back:
+        tags["mps_fallback_ops"] = ", ".join(map(str, fell_back))[:5000]
+    return {k: str(v) for k, v in tags.items() if v not in (None, "")}
+
+
+def run_metrics(trial_metrics: dict[str, float], result: dict[str, Any], extra: dict[str, Any]) -> dict[str, float]:
+    out = dict(trial_metrics)
+    for k in (M.DURATION_S, "process_peak_rss_gib"):
+        if extra.get(k) is not None:
+            out[k] = extra[k]
+    for k, v in (result.get("memory_at_failure") or {}).items():
+        if isinstance(v, (int, float)):
+            out[f"at_oom_{k}"] = v
+    return out
+
+
+TRACE_ATTRS = ("reason", "predicted_by", "repeat_of", "processes", "neighbour_of", "retry_of",
+               "retry_reason", "slot", "host", "gpu_index", "gpu_uuid", "cpu_cores", "worker")
+"""User attributes that are also MLflow tags of the trial's run."""
+
+
+def trace_tags(attrs: dict[str, Any]) -> dict[str, str]:
+    return {k: str(attrs[k]) for k in TRACE_ATTRS if k in attrs}

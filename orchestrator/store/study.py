@@ -1,0 +1,263 @@
+"""The Optuna study behind a spec: open or resume it, refuse a mismatched one, lock it.
+
+Optuna's storage is used as it is (RDBStorage over the spec's URL); this module only adds what a
+resumable sweep needs around it: a study made from the same spec, and one orchestrator at a time
+on an SQLite study (several share a server database: ``coordination``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from orchestrator.errors import StudyError
+from orchestrator.redact import pasteable, shown
+from orchestrator.spec.load import SweepSpec
+
+FINGERPRINT_ATTR = "orchestrate.fingerprint"
+UID_ATTR = "orchestrate.uid"  # tells a study from an earlier one of the same name (delete-study)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URL, else None."""
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///"):])
+    return None
+
+
+def check_url_opens(url: str, what: str) -> None:
+    """Fail early (before anything is created) when a storage URL cannot work."""
+    path = sqlite_path(url)
+    if path is not None:
+        if path.exists() and not path.is_file():
+            raise StudyError(f"{what} {shown(url)}: {path} is not a file")
+        parent = path.resolve().parent
+        if not parent.exists() and parent != Path("mlruns").resolve():
+            raise StudyError(f"{what} {shown(url)}: folder {parent} does not exist; create it or fix the URL")
+        if parent.exists() and not os.access(parent, os.W_OK):
+            raise StudyError(f"{what} {shown(url)}: folder {parent} is not writable")
+        if path.exists():
+            with open(path, "rb") as f:
+                head = f.read(16)
+            if head and head != b"SQLite format 3\x00":
+                raise StudyError(f"{what} {shown(url)}: {path} is not an SQLite database; move it aside "
+                                 "or point the URL elsewhere")
+        return
+    if url.split(":", 1)[0] in ("http", "https", "databricks"):
+        return
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(url)
+        with engine.connect():
+            pass
+    except Exception as exc:  # noqa: BLE001 - any driver error means the URL cannot be used
+        raise StudyError(f"{what} {shown(url)}: cannot connect ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def create_sqlite_atomically(url: str, init: Callable[[str], None]) -> None:
+    """Build a new SQLite store under a temporary name and rename it into place when its schema
+    is complete. A SIGKILL during the first migrations (MLflow's alembic, Optuna's tables) would
+    otherwise leave a half-made database that no later run can open."""
+    path = sqlite_path(url)
+    if path is None or path.exists():
+        return
+    for stale in path.parent.glob(f".{path.name}.init-*"):  # left by a run killed while creating
+        stale.unlink(missing_ok=True)
+    tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
+    init(f"sqlite:///{tmp.resolve()}")
+    os.replace(tmp, path)
+
+
+@contextmanager
+def study_lock(url: str, name: str) -> Iterator[None]:
+    """One orchestrator per SQLite study: SQLite cannot coordinate workers safely (notes).
+    ``flock`` is released by the OS when the holder dies, even by SIGKILL."""
+    path = sqlite_path(url)
+    if path is None:  # a server database: coordination is the scale-out design's job
+        yield
+        return
+    import fcntl
+
+    lock_path = _lock_path(path, name)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _held(fd, name, lock_path) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def check_not_locked(url: str, name: str) -> None:
+    """Refuse at once, before the probe imports torch beside the running sweep's trials, when
+    another orchestrator holds the SQLite study's lock (creates nothing; ``study_lock`` still
+    decides a race)."""
+    path = sqlite_path(url)
+    if path is None:
+        return
+    import fcntl
+
+    lock_path = _lock_path(path, name)
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _held(fd, name, lock_path) from None
+    finally:
+        os.close(fd)  # releases the lock if it was taken
+
+
+def _lock_path(db: Path, name: str) -> Path:
+    return db.with_name(f"{db.name}.{name}.lock")
+
+
+def _held(fd: int, name: str, lock_path: Path) -> StudyError:
+    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+    return StudyError(f"study {name!r} is being run by another orchestrate (pid {holder}); "
+                      f"lock {lock_path}. SQLite serves one orchestrator per study: wait for it, or "
+                      "run several at once on a PostgreSQL study (--storage postgresql://...; "
+                      "see docs/scale.md)")
+
+
+def make_sampler(spec: SweepSpec, n_existing: int, worker: int = 0):
+    """Samplers are not stored by Optuna: rebuilt from the spec on every run. The seed is offset by
+    the number of trials already in the study, so a resume does not replay the first proposals,
+    and by ``worker`` (a per-process number when several orchestrators share a study: same-seed
+    workers that start together would otherwise propose the same points, optuna#3790)."""
+    import optuna
+
+    seed = None if spec.search.seed is None else (spec.search.seed + 7919 * n_existing + 104729 * worker) % 2**32
+    name = spec.search.sampler
+    if name == "auto" and not planned(spec):
+        name = "tpe"  # a continuous space or several objectives: the planner does not apply
+    if name == "tpe":
+        # 5 random start-up trials instead of Optuna's 10: memory sweeps are small (tens of
+        # configurations), and on both recorded landscapes this reached the best configuration
+        # sooner for every seed set tried (bench/search_efficiency.py --startup 5 10).
+        # constant_liar (Optuna 5's default, said here on purpose): trials in flight count as
+        # bad, so concurrent proposals (several slots or orchestrators) spread out.
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, constant_liar=True)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    return optuna.samplers.RandomSampler(seed=seed)  # grid, auto: every trial is enqueued by the sweep
+
+
+def planned(spec: SweepSpec) -> bool:
+    """Whether the ``auto`` search (``planner``) chooses the trials: a finite space, one objective."""
+    from orchestrator.spec.load import Range
+
+    return (spec.search.sampler == "auto" and len(spec.objective.metrics) == 1
+            and not any(isinstance(d, Range) and d.step is None for d in spec.space.values()))
+
+
+POOL = {"pool_size": 2, "max_overflow": 2}
+"""Connections one orchestrator holds to a server database for the study: the loop and the
+heartbeat thread (and the MLflow writer linking a run) at once, at most 4; the study lock takes one
+more while it is held (``coordination.StudyLock``)."""
+
+
+def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], worker: int = 0,
+               outage: Any = None):
+    """Create the study, or load it and check it was made from the same spec. With a server
+    database the storage keeps heartbeats (``coordination.Heartbeat`` records them; a trial silent
+    for ``search.grace_period_s`` is stale), and every call goes through ``outage``
+    (``outage.Outage``: a lost connection is waited out for up to ``search.outage_s``)."""
+    import warnings
+
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    directions = [d for _, d in spec.objective.metrics]
+    kwargs: dict[str, Any] = {}
+    if storage_url.startswith("sqlite"):
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
+    else:
+        grace = spec.search.grace_period_s
+        kwargs.update(heartbeat_interval=max(1, int(grace / 4)), grace_period=max(2, int(grace)))
+        kwargs["engine_kwargs"] = {"pool_pre_ping": True, **POOL}
+        if storage_url.startswith("postgresql"):
+            # Optuna compares heartbeats written with the server's now() against naive UTC
+            # datetimes; a server in another time zone would make every trial look stale.
+            kwargs["engine_kwargs"]["connect_args"] = {"options": "-c timezone=UTC"}
+        # ask/tell with a heartbeat storage: Optuna warns that its own heartbeat thread runs only in
+        # optimize(); ours (coordination.Heartbeat) does that job.
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    try:
+        create_sqlite_atomically(storage_url, lambda url: optuna.storages.RDBStorage(url, **kwargs))
+        storage = _storage(storage_url, kwargs, outage)
+        try:
+            n_existing = storage.get_n_trials(storage.get_study_id_from_name(spec.name))
+        except KeyError:  # no such study yet
+            n_existing = 0
+        study = optuna.create_study(study_name=spec.name, storage=storage, directions=directions,
+                                    sampler=make_sampler(spec, n_existing, worker), load_if_exists=True)
+    except SQLAlchemyError as exc:
+        msg = str(exc).splitlines()[0]
+        hint = ("another program holds a write lock; close it (an open optuna-dashboard?) and retry"
+                if "locked" in msg else "the file may be corrupt: move it aside to start a new study")
+        raise StudyError(f"storage {shown(storage_url)}: {msg}; {hint}") from None
+    except (RuntimeError, ValueError) as exc:  # e.g. a schema from an unknown Optuna version
+        raise StudyError(f"storage {shown(storage_url)}: {str(exc).splitlines()[0]}") from None
+
+    stored_dirs = [d.name.lower() for d in study.directions]
+    if stored_dirs != directions:
+        raise _mismatch(spec, storage_url, f"objective directions: stored {stored_dirs}, spec {directions}")
+    attrs = study.user_attrs  # one read of the study's attributes
+    stored = attrs.get(FINGERPRINT_ATTR)
+    if stored is None:
+        if study.trials:
+            raise _mismatch(spec, storage_url, "the study was not created by orchestrate")
+        study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
+    wanted = json.loads(json.dumps(fingerprint))  # as the storage gives it back (tuples -> lists)
+    if UID_ATTR not in attrs:
+        import uuid
+
+        study.set_user_attr(UID_ATTR, uuid.uuid4().hex)
+    elif stored != wanted:
+        diffs = [f"{k}: stored {json.dumps(stored.get(k))}, spec {json.dumps(wanted.get(k))}"
+                 for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k)]
+        raise _mismatch(spec, storage_url, "; ".join(diffs))
+    return study
+
+
+def _storage(url: str, kwargs: dict[str, Any], outage: Any) -> Any:
+    """Optuna's storage for ``url``; behind an ``outage`` guard for a server database."""
+    import optuna
+    from optuna.storages._cached_storage import _CachedStorage
+
+    if outage is None or url.startswith("sqlite"):
+        return optuna.storages.RDBStorage(url, **kwargs)
+    from orchestrator.store.outage import create, retrying_storage
+
+    rdb = create(outage, optuna.storages.RDBStorage, url, **kwargs)
+    return retrying_storage(_CachedStorage(rdb), outage)
+
+
+def engine_of(storage: Any) -> Any:
+    """The SQLAlchemy engine behind a study's storage (wrapped or not), or None."""
+    for _ in range(3):
+        if hasattr(storage, "engine"):
+            return storage.engine
+        storage = getattr(storage, "inner", None) or getattr(storage, "_backend", None)
+    return None
+
+
+def _mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:
+    return StudyError(
+        f"study {spec.name!r} in {shown(url)} was created from a different spec ({what}). "
+        f"To keep both, give this spec a new `name:`; to start over, delete the old study: "
+        f"optuna delete-study --study-name {spec.name} --storage {pasteable(url)}")

@@ -1,0 +1,350 @@
+"""The sweep loop: one trial in flight per device slot, until the study has its results or the
+search is done.
+
+Per trial (so that a SIGKILL at any point can be repaired on the next start, ``recovery``):
+  1. ask            -> Optuna trial RUNNING (``proposer``; heartbeat with a server database)
+  2. MLflow run     -> child run RUNNING, tagged with the trial number (writer thread)
+  3. the process    -> result file (``launch``: a pre-started interpreter of the slot)
+  4. tell Optuna    -> the result, with status and metrics as user attributes
+  5. finish MLflow  -> metrics, tags, artifacts, terminal status (writer thread, idempotent)
+A slot's next trial is proposed (1-2) as soon as its current one has a result, while that
+process exits; it starts (3) once the process is gone, so trials never share a device. A trial's
+life in between is a ``job.Job``; when to stop proposing is the ``stoppolicy.StopPolicy``'s call.
+``Sweep.run`` returns a ``SweepResult``.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator import exits
+from orchestrator.spec import knobs
+from orchestrator import metrics as M
+from orchestrator.faultpoints import reached
+from orchestrator.sweep.job import INTERRUPTED_DETAIL, Job, State
+from orchestrator.launch import PRESTART, StopFlag
+from orchestrator.outcome import RESULT_STATUSES, Outcome
+from orchestrator.search.planner import Verdict
+from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
+from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trace_tags
+from orchestrator.store.recovery import trial_files
+from orchestrator.search.space import Plan, config_key, trial_params
+from orchestrator.spec.load import SweepSpec
+from orchestrator.search.stoppolicy import Failures, StopPolicy
+from orchestrator.timeline import event
+
+
+@dataclass
+class SweepResult:
+    """How one ``Sweep.run`` ended."""
+
+    code: int
+    """The exit code (``exits``)."""
+    status: str
+    """The study's MLflow parent run's terminal status: FINISHED, KILLED or FAILED."""
+    elapsed_s: float
+    best: list[Any]
+    """``records.rank`` of the study's results at the end."""
+    failures: Failures
+    stopped_because: str | None = None
+    """Why it stopped before the budget was used up (the search's verdict, patience, ...)."""
+    verdict: Verdict | None = None
+    """The ``auto`` search's last verdict (what was left, and the chance it held a better one)."""
+    message: str | None = None
+    """One line for stderr when it did not finish (failure budget, Ctrl-C)."""
+
+
+def stray_notice(numbers: list[int], grace_s: float) -> str:
+    """What a sweep waiting for trials left RUNNING without parameters says (``proposer.View``)."""
+    which = f"trial {numbers[0]}" if len(numbers) == 1 else "trials " + ", ".join(map(str, numbers))
+    return (f"orchestrate: waiting for {which}, left RUNNING without a configuration by an "
+            f"orchestrator that died or lost the study's database; it is failed once its heartbeat is "
+            f"search.grace_period_s={grace_s:g} s old (longer just after the database restarted)")
+
+
+class Sweep:
+    """One invocation of ``orchestrate SPEC``: run until the study is complete (``run.py`` repairs
+    what a killed orchestrator left first: ``recovery.Recovery``)."""
+
+    def __init__(self, spec: SweepSpec, plan: Plan, study: Any, tracker: Any, work_dir: Path,
+                 stop: StopFlag, runner: Any, neighbours: bool = True, lock: Any = None,
+                 recovery: Any = None, superseded: dict[str, int] | None = None,
+                 heartbeat: Callable[[Any], None] | None = None, owner: str | None = None,
+                 memory_limit_gib: float | None = None) -> None:
+        """``tracker``: ``tracking.AsyncTracker`` (or ``replay.NullTracker``); ``runner``:
+        ``ProcessRunner`` (or ``replay.ReplayRunner``, which answers from a recorded table on a
+        simulated clock); ``lock``: ``coordination.StudyLock``; ``recovery``: a
+        ``recovery.Recovery`` that fails other orchestrators' stale trials (server databases);
+        ``superseded``, ``heartbeat``, ``owner``, ``memory_limit_gib``: the ``Proposer``'s."""
+        import contextlib
+
+        self.spec, self.plan, self.study, self.tracker = spec, plan, study, tracker
+        self.work_dir, self.stop, self.runner, self.recovery = work_dir, stop, runner, recovery
+        self.proposer = Proposer(spec, plan, study, lock or contextlib.nullcontext(), self._answered,
+                                 heartbeat=heartbeat or (lambda trial: None), neighbours=neighbours,
+                                 memory_limit_gib=memory_limit_gib, superseded=superseded, owner=owner)
+        self.target = self.proposer.target
+        self.configs = self.proposer.configs
+        self.best: list[Any] = []
+        """``records.rank`` of the results as of the last one (kept here: nobody reads the study again)."""
+        self.jobs: dict[int, Job] = {}
+        self.discarded: list[int] = []
+        """Trials another orchestrator declared dead (stale heartbeat) before they were told."""
+        self._policy: StopPolicy | None = None
+        self._on_result: Callable[[Any, Outcome, float], None] = lambda *a: None
+
+    def trial_dir(self, number: int) -> Path:
+        return self.work_dir / f"trial-{number:04d}"
+
+    def running_trial_ids(self) -> list[int]:
+        """Optuna trial ids in flight here (for the heartbeat thread)."""
+        return [job.trial._trial_id for job in list(self.jobs.values())]
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def run(self, on_result: Callable[[Any, Outcome, float], None],
+            on_notice: Callable[[str], None] = lambda line: None) -> SweepResult:
+        """``on_result(trial, outcome, now)`` after every trial (``now``: the runner's clock);
+        ``on_notice(line)`` when the sweep waits, with nothing of its own running, for something
+        a user would otherwise not see."""
+        self._on_result = on_result
+        told: list[int] = []
+        event("loop_start")
+        self.best = rank(result_trials(self.study), self.spec)
+        clock = self.runner.now
+        started = clock()
+        policy = self._policy = StopPolicy(self.spec.search, started, self._best_value(), self.work_dir)
+        proposing, next_stale_check = True, started
+        while True:
+            if self.stop.tripped:
+                return self._interrupted(clock() - started)
+            if self.tracker.down is not None:  # the tracking store gave up (outage); the study is fine
+                raise self.tracker.down
+            proposing = proposing and policy.proposing(clock()) and self._fill_slots()
+            self._advance_all()  # start what can start
+            if not self.jobs:
+                if not proposing or self.recovery is None:
+                    break
+                # nothing to run here: the rest is in flight in other orchestrators; if one dies,
+                # its trials come back to the queue (fail_stale) and this one runs them
+                if self.proposer.strays and self.proposer.strays != told:
+                    told = self.proposer.strays
+                    on_notice(stray_notice(told, self.spec.search.grace_period_s))
+                self.runner.wait(min(1.0, self.spec.search.grace_period_s / 4))
+                next_stale_check = self._check_stale(next_stale_check)
+                continue
+            self.runner.wait(0.05)
+            next_stale_check = self._check_stale(next_stale_check)
+            self._advance_all()  # take the results the wait brought
+        policy.done(self.proposer.exhausted)
+        return self._result(clock() - started)
+
+    def _advance_all(self) -> None:
+        for slot, job in list(self.jobs.items()):
+            if job.advance(self.runner.idle(job.slot), self._start, self.stop.tripped) is State.FINISHED:
+                del self.jobs[slot]
+                outcome = self._finish(job)
+                if outcome is not None:
+                    self._recorded(job, outcome)
+
+    def _recorded(self, job: Job, outcome: Outcome) -> None:
+        assert self._policy is not None
+        self._policy.record(outcome, self._best_value(), job.trial_dir / "trial.log")
+        self._on_result(job.trial, outcome, self.runner.now())
+
+    def _result(self, elapsed: float) -> SweepResult:
+        policy = self._policy
+        assert policy is not None
+        failures, verdict = policy.failures, self.proposer.verdict
+        if policy.budget_error is not None:
+            return SweepResult(exits.FAILED, "FAILED", elapsed, self.best, failures, policy.stopped_because,
+                               verdict, f"orchestrate: {policy.budget_error}")
+        if not self.best and failures.count:
+            return SweepResult(exits.FAILED, "FAILED", elapsed, self.best, failures, policy.stopped_because, verdict)
+        unfinished = len(result_trials(self.study)) < self.target and not policy.stopped_because
+        return SweepResult(exits.OK, "KILLED" if unfinished else "FINISHED", elapsed, self.best, failures,
+                           policy.stopped_because, verdict)
+
+    def _fill_slots(self) -> bool:
+        """Propose a trial for every slot without one. False once nothing more will be proposed."""
+        for i in range(len(self.runner.slots)):
+            while i not in self.jobs:
+                proposal = self.proposer.next()
+                if proposal == DONE:
+                    return False
+                if proposal == WAIT:
+                    return True
+                assert isinstance(proposal, Proposal)
+                self._prepare(proposal, i)
+        return True
+
+    def _check_stale(self, due: float) -> float:
+        """Every grace_period_s / 2: fail other orchestrators' dead trials (their configurations
+        are queued again and picked up by the proposer)."""
+        now = self.runner.now()
+        if self.recovery is None or now < due:
+            return due
+        with self.proposer.lock:
+            if self.recovery.fail_stale():
+                self.recovery.retry_queue()
+        return now + self.spec.search.grace_period_s / 2
+
+    def _best_value(self) -> float | None:
+        return self.best[0].values[0] if self.best and len(self.spec.objective.metrics) == 1 else None
+
+    # -- one trial ----------------------------------------------------------------------------------
+    def _prepare(self, proposal: Proposal, slot: int) -> None:
+        """Steps 1-2 for a proposed configuration; a predicted OOM is recorded at once as skipped."""
+        trial = proposal.trial
+        params = trial_params(self.plan, proposal.sampled)
+        device = params["device"]
+        placement = self.runner.slots[slot].record()
+        run_ref = self.tracker.start_trial(trial.number, params, {"device": device, **{
+            k: str(v) for k, v in placement.items()}}, on_created=lambda run_id: _link(trial, run_id))
+        reached("after_run_start")
+        if proposal.predicted_by is not None:
+            self._record_skip(trial, run_ref, device, proposal.predicted_by)
+            return
+        config = {
+            "experiment": self.spec.experiment,
+            "trial_number": trial.number,
+            "params": params,
+            "not_applied": dict(self.plan.not_applied),
+            "allow_swap": self.spec.search.allow_swap,
+            "trial": {"warmup_steps": self.spec.trial.warmup_steps,
+                      "measure_steps": self.spec.trial.measure_steps,
+                      "min_measure_s": self.spec.trial.min_measure_s},
+        }
+        env = knobs.trial_env(params, device)
+        self.jobs[slot] = Job(trial, proposal.sampled, params, config, env, self.trial_dir(trial.number),
+                              slot, run_ref, self.spec.trial.repeats)
+
+    def _record_skip(self, trial: Any, run_ref: Any, device: str, predicted_by: int) -> None:
+        outcome = Outcome("skipped", f"predicted out of memory: needs at least as much memory as "
+                          f"trial {predicted_by}, which ran out of memory (or swapped)", {})
+        extra: dict[str, Any] = {"reason": "predicted_oom", "predicted_by": predicted_by}
+        run_id = self.tracker.run_id(run_ref)
+        if run_id:
+            extra["mlflow_run_id"] = run_id
+        tell(self.study, trial, self.spec, outcome, extra)
+        reached("after_tell")
+        self.tracker.finish_trial(run_ref, "skipped", {}, {"device": device, "reason": "predicted_oom",
+                                  "predicted_by": str(predicted_by), "detail": outcome.detail}, [])
+        self._on_result(trial, outcome, self.runner.now())
+
+    def _start(self, job: Job, folder: Path) -> Any:
+        """Step 3: the job's next process, on its slot."""
+        guesses = self.proposer.next_envs(
+            PRESTART, lambda c: knobs.trial_env(trial_params(self.plan, c), job.params["device"]), job.env)
+        return self.runner.start(job.slot, job.config, folder, job.env, self.spec.trial.timeout_s, guesses)
+
+    def _finish(self, job: Job) -> Outcome | None:
+        """Steps 4-5 for a finished job; None when another orchestrator declared it dead first."""
+        from optuna.exceptions import UpdateFinishedTrialError
+
+        trial = job.trial
+        launched = job.outcome([m for m, _ in self.spec.objective.metrics])
+        outcome = launched.outcome
+        extra: dict[str, Any] = {M.DURATION_S: round(launched.duration_s, 3), "trial_dir": str(job.trial_dir),
+                                 "process_peak_rss_gib": launched.peak_rss_gib,
+                                 **self.runner.slots[job.slot].record()}
+        first = job.runs[0]
+        if first.started_at is not None:
+            extra["started_at"] = round(first.started_at, 3)
+            extra["slot_free_at"] = None if first.slot_free_at is None else round(first.slot_free_at, 3)
+        processes = int(outcome.result.get("repeats_done", 1))
+        if job.repeats > 1:
+            extra["processes"] = processes
+            if "repeat_metrics" in outcome.result:
+                extra["repeat_metrics"] = outcome.result["repeat_metrics"]
+        if job.env:
+            extra["env"] = job.env
+        run_id = self.tracker.run_id(job.run_ref, wait=False)  # MLflow stays off the critical path
+        if run_id:
+            extra["mlflow_run_id"] = run_id
+        try:
+            status = tell(self.study, trial, self.spec, outcome, extra)
+        except UpdateFinishedTrialError:
+            self.discarded.append(trial.number)
+            self.tracker.finish_trial(job.run_ref, "interrupted", {}, {
+                "detail": "another orchestrator declared this trial dead (no heartbeat within "
+                          "search.grace_period_s); its result was discarded and the trial runs again"}, [])
+            return None
+        event("told", trial.number)
+        reached("after_tell")
+        if status == "error":
+            self.proposer.failed_here.add(config_key(job.sampled))
+        tags = run_tags(outcome.result, status, outcome.detail)
+        tags.setdefault("device", job.params["device"])
+        tags.update(trace_tags({**trial.user_attrs, **extra}))
+        if self.plan.not_applied and "not_applied" not in tags:
+            tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in self.plan.not_applied.items())
+        self.tracker.finish_trial(job.run_ref, status, run_metrics(outcome.metrics, outcome.result, extra),
+                                  tags, trial_files(job.trial_dir, processes))
+        reached("after_finish")
+        if status in RESULT_STATUSES:
+            self.best = rank(result_trials(self.study), self.spec)
+        return Outcome(status, outcome.detail, outcome.result)
+
+    def _answered(self, trial: Any, outcome: Outcome, original: int | None) -> None:
+        """A proposal answered without a process (``proposer``): its MLflow run, then the line."""
+        key = "repeat_of" if outcome.status == "repeat" else "deferred_to"
+        tags = {key: str(original), "detail": outcome.detail or ""}
+        ref = self.tracker.start_trial(trial.number, trial.params, tags)
+        self.tracker.finish_trial(ref, trial.user_attrs.get("status") or outcome.status, {}, tags, [])
+        self._on_result(trial, outcome, self.runner.now())
+
+    def _interrupted(self, elapsed: float) -> SweepResult:
+        """Ctrl-C / SIGTERM: a trial that ended by itself keeps its result; every other one in
+        flight is killed and recorded as interrupted."""
+        from optuna.exceptions import UpdateFinishedTrialError
+        from optuna.trial import TrialState
+
+        for slot, job in list(self.jobs.items()):
+            if job.settle() is State.FINISHED:
+                del self.jobs[slot]
+                outcome = self._finish(job)
+                if outcome is not None:
+                    self._on_result(job.trial, outcome, self.runner.now())
+        self.runner.close()
+        for job in self.jobs.values():
+            trial = job.trial
+            try:
+                trial.set_user_attr("status", "interrupted")
+                trial.set_user_attr("detail", INTERRUPTED_DETAIL)
+                self.study.tell(trial, state=TrialState.FAIL)
+            except UpdateFinishedTrialError:
+                continue
+            self.tracker.finish_trial(job.run_ref, "interrupted", {}, {"detail": INTERRUPTED_DETAIL},
+                                      trial_files(job.trial_dir) if job.started else [])
+            self._on_result(trial, Outcome("interrupted", INTERRUPTED_DETAIL), self.runner.now())
+        self.jobs.clear()
+        signum = self.stop.signum or signal.SIGINT
+        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        assert self._policy is not None
+        return SweepResult(exits.for_signal(signum), "KILLED", elapsed, self.best, self._policy.failures,
+                           message=f"orchestrate: stopped by {name}; the running trial(s) were killed and "
+                                   "recorded as interrupted.")
+
+
+def _link(trial: Any, run_id: str) -> None:
+    """The trial's MLflow run id as a user attribute, from the tracker's writer thread, while the
+    trial is still running (a finished trial's attributes are fixed: then its run is found by its
+    ``trial_number`` tag)."""
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    try:
+        trial.set_user_attr("mlflow_run_id", run_id)
+    except UpdateFinishedTrialError:
+        pass
+
+
+def failure_line(failures: Failures, work_dir: Path) -> str:
+    """One line for a sweep that ended without a feasible result because trials failed."""
+    status, count = max(failures.by_status.items(), key=lambda kv: kv[1])
+    detail, log = failures.examples.get(status, ("", ""))
+    logs = f"; its log: {log}" if log else f"; logs in {work_dir}"
+    return (f"orchestrate: no configuration has a feasible result: {failures.count} trial(s) failed in this "
+            f"run, most often with status {status} ({count}x{': ' + detail if detail else ''}){logs}")

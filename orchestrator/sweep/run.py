@@ -1,0 +1,325 @@
+"""``orchestrate SPEC``: check, open, recover, then drive the sweep loop and print its summary.
+
+Start-up overlaps its slow parts: the experiment probe (a subprocess that imports torch, and then
+runs the smoke step) starts first; Optuna and MLflow are imported while it works; nothing is
+written to disk before the spec, the storage URLs and the experiment have been checked.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator import exits
+from orchestrator.errors import SpecError, StudyError
+from orchestrator.launch import StopFlag
+from orchestrator.report.closing import command
+from orchestrator.redact import shown
+from orchestrator.spec.load import SweepSpec
+from orchestrator.store.urls import Origins
+
+
+def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = (), check: bool = True,
+        devices_flag: bool = False, origins: Origins = Origins()) -> int:
+    from orchestrator.sweep import checks
+    from orchestrator.store.coordination import is_shared
+    from orchestrator.search.space import guess_device, make_plan
+    from orchestrator.store.study import check_not_locked, check_url_opens
+
+    if export is not None and not (export.parent.resolve().is_dir() and os.access(export.parent.resolve(), os.W_OK)):
+        raise SpecError(f"cannot write {export}: folder {export.parent.resolve()} does not exist or "
+                        "is not writable", file="--export")
+    for field, url in (("storage", spec.storage), ("tracking_uri", spec.tracking_uri)):
+        try:
+            check_url_opens(url, field)
+        except StudyError as exc:
+            rule = f"{str(exc).split(': ', 1)[-1]}, got {shown(url)!r}"
+            origin = getattr(origins, field)
+            raise (SpecError(rule, file=origin, field=field) if origin else spec.error((field,), rule)) from None
+    shared = is_shared(spec.storage)
+    if not shared:
+        check_not_locked(spec.storage, spec.name)
+        if not retry:
+            from orchestrator.report.resume import finished
+
+            lines = finished(spec, origins)
+            if lines is not None:  # nothing to run: no probe, no device, no MLflow
+                print("\n".join(lines))
+                return exits.OK
+    guess = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else guess_device()
+    guessed = make_plan(spec, guess)
+    smoke = checks.smoke_params(spec, guessed) if check and (shared or not _has_ok_result(spec)) else None
+    probe = checks.Probe(spec, smoke, _probe_env(spec))
+    stop, runner = StopFlag(), None
+    try:
+        try:
+            import mlflow.tracking  # noqa: F401 - heavy imports, overlapped with the probe
+            import optuna  # noqa: F401
+
+            found = probe.result()
+            checks.check_experiment_params(spec, found)
+            device = found["device"]
+            if device == "cuda":
+                checks.check_cuda_fraction(spec)
+            plan = guessed if device == guess and "device" not in spec.space else make_plan(spec, device)
+            slots = _slots(spec, plan.device, devices_flag)
+            runner = _prewarmed(spec, plan, slots, stop)
+            if smoke is not None:
+                _check_smoke(spec, probe.smoke())
+        finally:
+            probe.close()
+        return _open_and_drive(spec, plan, found, slots, shared, export, retry, runner, stop, origins)
+    finally:
+        if runner is not None:
+            runner.close()
+
+
+def _prewarmed(spec: SweepSpec, plan: Any, slots: list[Any], stop: Any) -> Any:
+    """The trial runner, its slots' fork servers already importing (torch: seconds) while the
+    smoke step runs and the stores open, when every trial will need the same environment (else
+    the first trial starts its own: a wrong guess would cost an import)."""
+    from orchestrator.search.space import shared_env
+    from orchestrator.launch import ProcessRunner
+
+    runner = ProcessRunner(slots, spec.experiment, Path("mlruns").resolve(), stop)
+    env = shared_env(plan)
+    if env is not None:
+        runner.prewarm(env)
+    return runner
+
+
+def _probe_env(spec: SweepSpec) -> dict[str, str]:
+    """The probe touches the device: on the study's first GPU slot, never on another's."""
+    if spec.devices and any(d.startswith("cuda") for d in spec.devices):
+        from orchestrator.launch.slots import list_gpus
+
+        gpus = list_gpus()
+        first = next((d for d in spec.devices if d.startswith("cuda")), "cuda")
+        index = int(first.split(":")[1]) if ":" in first else None
+        gpu = next((g for g in gpus if index is None or g.index == index), None)
+        if gpu is not None:
+            return {"CUDA_VISIBLE_DEVICES": gpu.uuid}
+    return {}
+
+
+def _slots(spec: SweepSpec, device: str, devices_flag: bool) -> list[Any]:
+    from orchestrator.launch.slots import flag_error, resolve_slots
+
+    fail = flag_error("--devices") if devices_flag else (lambda rule: spec.error(("devices",), rule))
+    return resolve_slots(spec.devices, device, fail)
+
+
+def _has_ok_result(spec: SweepSpec) -> bool:
+    """Whether an SQLite study already holds a measured result (read-only, creating nothing):
+    then the experiment has worked before and the smoke step is skipped."""
+    import sqlite3
+
+    from orchestrator.store.study import sqlite_path
+
+    path = sqlite_path(spec.storage)
+    if path is None or not path.is_file():
+        return False
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+        try:
+            row = con.execute(
+                "SELECT count(*) FROM trials t JOIN studies s ON s.study_id = t.study_id "
+                "WHERE s.study_name = ? AND t.state = 'COMPLETE'", (spec.name,)).fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+    return bool(row and row[0])
+
+
+def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
+    """A broken experiment stops here, before any trial: one line with its own file:line."""
+    if answer is None or answer.get("ok", True) or answer.get("oom"):
+        return
+    where = answer.get("where")
+    error = answer.get("error") or "failed"
+    raise spec.error(("experiment",), f"{spec.experiment} failed its smoke step (one training step at "
+                     f"the smallest batch, before any trial): {error}" + (f" at {where}" if where else "")
+                     + " (fix the experiment, or skip this check with --no-check)")
+
+
+def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: list[Any], shared: bool,
+                    export: Path | None, retry: tuple[str, ...], runner: Any, stop: Any,
+                    origins: Origins) -> int:
+    from orchestrator.store.coordination import Heartbeat, StudyLock
+    from orchestrator.store.recovery import Recovery
+    from orchestrator.search.space import fingerprint
+    from orchestrator.store.study import UID_ATTR, open_study, study_lock
+    from orchestrator.sweep.loop import Sweep
+    from orchestrator.store.tracking import AsyncTracker, Tracker, absolute_uri
+
+    previous = {s: signal.signal(s, stop.trip) for s in (signal.SIGINT, signal.SIGTERM)}
+    heartbeat = tracker = None
+    try:
+        Path("mlruns").mkdir(exist_ok=True)
+        with study_lock(spec.storage, spec.name):
+            db, runs = outages(spec, stop)
+            lock = StudyLock(spec.storage, spec.name, db)
+            with lock:  # several orchestrators starting at once: one creates, the others load
+                sync = Tracker(spec.tracking_uri, spec.name, runs)
+                study = open_study(spec, spec.storage, fingerprint(spec, plan),
+                                   worker=os.getpid() if shared else 0, outage=db)
+                uid = study.user_attrs[UID_ATTR]
+                record_machine(study, plan, memory_limit(spec, plan, probe))
+                parent = sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
+                if study.user_attrs.get("mlflow_parent_run_id") != parent:
+                    study.set_user_attr("mlflow_parent_run_id", parent)
+            work_dir = (Path("mlruns") / ".trials" / f"{spec.name}-{uid[:8]}").resolve()
+            recovery = Recovery(study, sync, work_dir, shared, spec.search.grace_period_s, db)
+            with lock:
+                interrupted = recovery.recover()
+                queued, superseded = recovery.retry_queue(retry)
+            tracker = AsyncTracker(sync)
+            runner.open(work_dir)
+            if shared:
+                heartbeat = Heartbeat(study._storage, max(1.0, spec.search.grace_period_s / 4))
+            sweep = Sweep(spec, plan, study, tracker, work_dir, stop, runner, lock=lock,
+                          recovery=recovery if shared else None, superseded=superseded,
+                          heartbeat=heartbeat.beat_one if heartbeat else None,
+                          owner=f"{socket.gethostname()}:{os.getpid()}" if shared else None,
+                          memory_limit_gib=memory_limit(spec, plan, probe))
+            if heartbeat is not None:
+                heartbeat.track(sweep.running_trial_ids)
+            result = _drive(spec, probe, study, sweep, slots, interrupted, queued)
+            if not tracker.close():
+                print("orchestrate: MLflow did not take every record in time; the next run repairs it",
+                      file=sys.stderr)
+            _finish(spec, study, sync, sweep, result, origins)
+            if export is not None and result.code == exits.OK:
+                from orchestrator.report.command import export_best
+
+                try:
+                    print(export_best(spec, study, export))
+                except StudyError as exc:  # e.g. every trial ran out of memory: the sweep still finished
+                    print(f"orchestrate: not exported: {exc}", file=sys.stderr)
+            return result.code
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def outages(spec: SweepSpec, stop: Any) -> tuple[Any, Any]:
+    """The ``outage.Outage`` guards of the study's database and the tracking store: a lost
+    connection to a server is waited out for ``search.outage_s`` (a local SQLite file needs none)."""
+    from orchestrator.store.outage import Outage
+
+    def guard(url: str, what: str) -> Any:
+        if url.startswith("sqlite"):
+            return None
+        return Outage(f"the {what} {shown(url)}", spec.search.outage_s, stop=stop)
+    return guard(spec.storage, "study's database"), guard(spec.tracking_uri, "tracking store")
+
+
+def record_machine(study: Any, plan: Any, limit_gib: float | None) -> None:
+    """What the study runs on, for a later run of the finished study to check without a probe
+    (``resume``)."""
+    from orchestrator.machine import MACHINE_ATTR, facts
+
+    now = {**facts(plan.devices), "memory_limit_gib": limit_gib}
+    if study.user_attrs.get(MACHINE_ATTR) != now:
+        study.set_user_attr(MACHINE_ATTR, now)
+
+
+def memory_limit(spec: SweepSpec, plan: Any, probe: dict[str, Any]) -> float | None:
+    """What one trial may use on the device, in GiB, where the probe knows it: a CUDA GPU's memory
+    times a fixed ``memory_fraction`` (a swept fraction, or another device: learned from the
+    trials instead, ``feasibility``)."""
+    total = probe.get("total_memory_gib")
+    if plan.device != "cuda" or not total or "memory_fraction" in plan.searched:
+        return None
+    return float(total) * float(plan.fixed.get("memory_fraction", 1.0))
+
+
+def _drive(spec: SweepSpec, probe: dict[str, Any], study: Any, sweep: Any, slots: list[Any],
+           interrupted: int, queued: dict[str, int]) -> Any:
+    from tqdm import tqdm
+
+    from orchestrator import metrics as M
+    from orchestrator.outcome import RUN_AGAIN
+    from orchestrator.store.records import result_trials
+    from orchestrator.report.summary import trial_line
+
+    done = len(result_trials(study)) - sum(n for s, n in queued.items() if s not in RUN_AGAIN)
+    n = len(sweep.configs) if sweep.configs is not None else None
+    where = f"{probe['device']} ({probe.get('device_name')})"
+    if len(slots) > 1:
+        where = f"{len(slots)} {probe['device']} slots ({', '.join(s.name for s in slots)}; {probe.get('device_name')})"
+    again = []
+    if interrupted:
+        again.append(f"{interrupted} interrupted trial(s) will run again")
+    if queued.get("error"):
+        again.append(f"{queued['error']} configuration(s) whose last trial ended 'error' will run again")
+    for status, count in queued.items():
+        if status not in RUN_AGAIN:
+            again.append(f"{count} '{status}' result(s) will run again (--retry)")
+    search = "auto search" if sweep.proposer.planner is not None else f"{spec.search.sampler} sampler"
+    print(f"orchestrate: {spec.name} on {where}, torch {probe.get('torch_version')}; "
+          f"{n if n is not None else 'continuous'} configurations, {search}; "
+          f"{done} of {sweep.target} trials done"
+          + "".join(f"; {a}" for a in again), flush=True)
+    for k, why in sweep.plan.not_applied.items():
+        print(f"  not applied on {probe['device']}: {k} ({why})")
+    from orchestrator.launch.slots import pinning_line
+
+    if pinned := pinning_line(slots):
+        print(pinned)
+    bar = tqdm(total=sweep.target, initial=max(0, done), unit="trial", dynamic_ncols=True, file=sys.stderr,
+               disable=None)
+
+    def on_result(trial: Any, outcome: Any, _now: float) -> None:
+        # the live trial carries what was just told: no re-read of the whole study
+        attrs = trial.user_attrs
+        bar.write(trial_line(trial.number, trial.params, outcome.status, outcome.metrics,
+                             attrs.get(M.DURATION_S), outcome.detail, attrs.get("processes", 1),
+                             attrs.get("neighbour_of"), attrs.get("slot") if len(slots) > 1 else None,
+                             attrs.get("retry_of")),
+                  file=sys.stdout)
+        if outcome.status in ("repeat", "deferred", "interrupted"):
+            return
+        best = sweep.best  # ranked once by the sweep after this result
+        if best:
+            bar.set_postfix_str(f"best #{best[0].number}: " + ", ".join(
+                f"{m}={v:,.1f}" for (m, _), v in zip(spec.objective.metrics, best[0].values)))
+        if outcome.status != "error":
+            bar.update(1)
+
+    try:
+        result = sweep.run(on_result, lambda line: bar.write(line, file=sys.stderr))
+    finally:
+        bar.close()
+    if result.message:
+        resume = f" Resume with: {command(spec.path)}" if result.code not in (exits.OK, exits.FAILED) else ""
+        print(result.message + resume, file=sys.stderr)
+    return result
+
+
+def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, result: Any, origins: Origins) -> None:
+    from orchestrator.report.closing import description, summary, trial_time_s
+    from orchestrator.store.records import rank, result_trials
+
+    results = result_trials(study)
+    best = rank(results, spec)
+    spent = trial_time_s(study.get_trials(deepcopy=False))
+    tracker.close_parent(result.status, description(spec, results, best, sweep.target, spent, result.stopped_because),
+                         {"trials_done": len(results), "best_" + spec.objective.metrics[0][0]:
+                          best[0].values[0] if best else float("nan")})
+    if result.code not in (exits.OK, exits.FAILED):
+        return
+    by_search = result.verdict is not None and result.verdict.done
+    print("\n".join(summary(spec, results, best, sweep.target, spent, result.elapsed_s, result.stopped_because,
+                            by_search, origins)))
+    if result.code == exits.FAILED:
+        from orchestrator.sweep.loop import failure_line
+
+        print(failure_line(result.failures, sweep.work_dir), file=sys.stderr)

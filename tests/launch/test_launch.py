@@ -1,0 +1,253 @@
+"""Pre-started trial interpreters (``orchestrator.launch``): real processes, real torch on the CPU.
+
+The rules under test: a trial is given to a pre-started interpreter only when the interpreter's
+environment equals the trial's (allocators read their settings once); the next trial of a slot
+gets its configuration only after the previous process has exited; no interpreter computes
+during a timed window; and nothing touches the device before its configuration arrives. Each
+holds for both kinds of spare: a fork server (Linux: one import, a forked process per trial) and
+an interpreter per trial (macOS, or ``ORCHESTRATE_FORK=0``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.launch import (ForkServer, Forked, Host, Interpreter, SlotLauncher, TrialProcess, cpu_seconds, launch_trial,
+                                 wait_for_activity)
+
+pytestmark = pytest.mark.slow
+LINUX = sys.platform.startswith("linux")
+
+
+@pytest.fixture(params=[pytest.param(True, id="fork-server", marks=pytest.mark.skipif(not LINUX, reason="Linux only")),
+                        pytest.param(False, id="interpreter-per-trial")])
+def fork(request: pytest.FixtureRequest) -> bool:
+    return request.param
+
+CONFIG = {"experiment": "experiments.mlp", "not_applied": {},
+          "params": {"device": "cpu", "batch_size": 8, "in_features": 8, "hidden_size": 16, "num_layers": 1},
+          "trial": {"warmup_steps": 1, "measure_steps": 3, "min_measure_s": 0.3}}
+
+
+def run_to_end(launcher: SlotLauncher, number: int, trial_dir: Path, env: dict[str, str]) -> dict:
+    while not launcher.idle:
+        wait_for_activity([launcher])
+        launcher.tick()
+    run = launcher.start({**CONFIG, "trial_number": number}, trial_dir, env, 120, [env])
+    while not run.exited:
+        wait_for_activity([launcher])
+        launcher.tick()
+    launched = run.launched()
+    assert launched.outcome.status == "ok", launched.outcome.detail
+    result = json.loads((trial_dir / "result.json").read_text())
+    result["_run"] = run
+    return result
+
+
+def test_a_prestarted_interpreter_is_used_only_for_the_environment_it_was_started_with(
+        tmp_path: Path, fork: bool) -> None:
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=fork)
+    try:
+        first = run_to_end(launcher, 0, tmp_path / "t0", {})  # cold; leaves one spare with env {}
+        assert len(launcher.spares) == 1 and launcher.spares[0].env == {}
+        same = run_to_end(launcher, 1, tmp_path / "t1", {})
+        tl = same["timeline"]
+        assert tl["imports_done"] < tl["config_received"], "the trial did not get the pre-started interpreter"
+        other = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+        spare = launcher.spares[0]
+        assert spare.env == {}
+        changed = run_to_end(launcher, 2, tmp_path / "t2", other)
+        assert launcher.discarded == 1 and spare.returncode is not None, "the mismatched spare was not discarded"
+        assert changed["provenance"]["pytorch_env"] == other, "the trial did not run with its own environment"
+        assert first["provenance"]["pytorch_env"] == {} and same["provenance"]["pytorch_env"] == {}
+        # a fresh process: started after the previous trial had its result
+        assert changed["timeline"]["main"] > same["timeline"]["result_written"]
+    finally:
+        launcher.close()
+
+
+def test_a_prestarted_interpreter_touches_no_device_and_idles_through_the_window(tmp_path: Path, fork: bool) -> None:
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=2, fork=fork)
+    try:
+        run_to_end(launcher, 0, tmp_path / "t0", {})
+        spares = list(launcher.spares)
+        assert len(spares) == (1 if fork else 2) and all(s.ready for s in spares)  # a server per environment
+        for s in spares:  # idle: blocked on its pipe, no CPU used over a second
+            before = cpu_seconds(s.pid)
+            time.sleep(1.0)
+            assert cpu_seconds(s.pid) - before < 0.02
+        result = run_to_end(launcher, 1, tmp_path / "t1", {})
+        tl = result["timeline"]
+        # the device is first touched after the configuration arrived (allocators unread till then)
+        assert tl["imports_done"] < tl["config_received"] <= tl["device"]
+        run = result["_run"]
+        assert run.spare_cpu_in_window is not None and run.spare_cpu_in_window < 0.05, run.spare_cpu_in_window
+        assert tl["go"] <= tl["window_start"]
+    finally:
+        launcher.close()
+
+
+def test_the_window_waits_until_the_slots_interpreters_are_idle(tmp_path: Path, fork: bool) -> None:
+    """A trial that starts cold spawns its slot's next interpreters; its window opens only once
+    they have finished importing (``go`` after every ``ready``)."""
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=2, fork=fork)
+    readies: list[float] = []
+    try:
+        run = launcher.start({**CONFIG, "trial_number": 0}, tmp_path / "t0", {}, 120, [{}])
+        launcher.tick()  # spares start at the first tick with no window running on the host
+        spares = list(launcher.spares)
+        assert len(spares) == (1 if fork else 2)
+        while not run.exited:
+            wait_for_activity([launcher])
+            launcher.tick()
+            readies += [time.time() for s in spares if s.ready and not getattr(s, "_seen", False)
+                        and not setattr(s, "_seen", True)]
+        tl = json.loads((tmp_path / "t0" / "result.json").read_text())["timeline"]
+        assert len(readies) == len(spares)
+        assert tl["go"] >= max(readies) - 0.1, "the window opened while an interpreter was still importing"
+    finally:
+        launcher.close()
+
+
+def test_a_window_waits_for_interpreters_importing_on_another_slot(tmp_path: Path, fork: bool) -> None:
+    """Slots of one host share the rule: slot 0's window opens only once slot 1's new
+    interpreters have imported (an import beside a window slows launch-bound trials)."""
+    host = Host()
+    first = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=0, host=host, fork=fork)
+    other = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=0, host=host, fork=fork)
+    try:
+        run = first.start({**CONFIG, "trial_number": 0}, tmp_path / "t0", {}, 120, [{}])
+        other.pending = [{}, {}]
+        readies: dict[int, float] = {}
+        while not run.exited:
+            wait_for_activity([first, other])
+            first.tick()
+            other.tick()
+            readies.update({s.pid: time.time() for s in other.spares if s.ready and s.pid not in readies})
+        tl = json.loads((tmp_path / "t0" / "result.json").read_text())["timeline"]
+        assert len(other.spares) == 2 and len(readies) == 2
+        assert tl["go"] >= max(readies.values()) - 0.1, "a window opened while another slot imported"
+    finally:
+        first.close()
+        other.close()
+
+
+def test_the_next_trial_gets_its_configuration_only_after_the_previous_process_exited(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fork: bool) -> None:
+    monkeypatch.setenv("ORCHESTRATE_TEST_EXIT_DELAY_S", "1.0")  # each process lingers after its result
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=fork)
+    try:
+        first = run_to_end(launcher, 0, tmp_path / "t0", {})
+        second = run_to_end(launcher, 1, tmp_path / "t1", {})
+        run0, run1 = first["_run"], second["_run"]
+        assert run0.exited_at >= first["timeline"]["result_written"] + 0.9
+        assert run1.slot_free_at == run0.exited_at
+        assert second["timeline"]["config_received"] >= run0.exited_at
+        assert second["timeline"]["device"] >= run0.exited_at
+    finally:
+        launcher.close()
+
+
+def test_launch_trial_still_runs_one_cold_trial(tmp_path: Path) -> None:
+    launched = launch_trial({**CONFIG}, tmp_path / "cold", {}, 120)
+    assert launched.outcome.status == "ok" and launched.peak_rss_gib and launched.duration_s > 0
+    assert list((tmp_path / "cold").iterdir())
+
+
+@pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
+def test_forked_trials_are_processes_of_their_own_and_die_with_their_server(tmp_path: Path) -> None:
+    """Each trial of a fork server is a new process in a session of its own (the launcher kills
+    its group), reaped by the server, which reports its peak RSS; a trial whose server is killed
+    dies too, and is reported killed."""
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
+    try:
+        run_to_end(launcher, 0, tmp_path / "t0", {})  # cold: starts the server
+        [server] = launcher.spares
+        assert isinstance(server, ForkServer)
+        pids = set()
+        for n in (1, 2):
+            result = run_to_end(launcher, n, tmp_path / f"t{n}", {})
+            run = result["_run"]
+            assert isinstance(run.interp, Forked) and run.interp.pid not in pids | {server.pid}
+            pids.add(run.interp.pid)
+            assert run.launched().peak_rss_gib > 0.05  # torch is loaded in it: real figures from wait4
+            assert result["timeline"]["imports_done"] < result["timeline"]["forked"]
+        assert launcher.spares == [server] and server.returncode is None  # one import for all of them
+        run = launcher.start({**CONFIG, "trial_number": 3, "trial": {**CONFIG["trial"], "min_measure_s": 60}},
+                             tmp_path / "t3", {}, 120, [{}])
+        while run.interp.pid is None or not run.interp.at_window:
+            wait_for_activity([launcher])
+            launcher.tick()
+        child = run.interp.pid
+        assert os.getpgid(child) == child and os.getsid(child) == child
+        os.kill(server.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not run.exited and time.monotonic() < deadline:
+            wait_for_activity([launcher])
+            launcher.tick()
+        assert run.exited and run.launched().outcome.status != "ok"
+        time.sleep(0.5)
+        assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split(") ")[1][:1]
+    finally:
+        launcher.close()
+
+
+def test_a_trials_timeout_does_not_count_the_wait_for_imports(tmp_path: Path, fork: bool,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first trial of a slot waits for its fork server (or its own interpreter) to import; on a
+    busy machine that took longer than a short ``timeout_s`` and the trial was failed as a timeout
+    before it ran. Here the import takes 4 s and the timeout is 3 s: the trial must run and fit."""
+    (tmp_path / "slowimport.py").write_text(
+        "import time\ntime.sleep(4)\nfrom experiments.mlp import PARAMS, build  # noqa: F401\n")
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(root), os.environ.get("PYTHONPATH", "")]))
+    launcher = SlotLauncher("slowimport", {}, None, tmp_path, None, prestart=1, fork=fork)
+    try:
+        config = {**CONFIG, "experiment": "slowimport", "trial_number": 0}
+        run = launcher.start(config, tmp_path / "t0", {}, 3.0, [{}])
+        while not run.exited:
+            wait_for_activity([launcher])
+            launcher.tick()
+        launched = run.launched()
+        assert launched.outcome.status == "ok", launched.outcome.detail
+        assert run.import_wait(time.monotonic()) >= 3.5, "the import was not waited for"
+    finally:
+        launcher.close()
+
+
+def test_a_prewarmed_fork_server_serves_the_first_trial_before_the_study_folder_is_known(
+        tmp_path: Path, fork: bool) -> None:
+    """Start-up (``ProcessRunner.prewarm``): before the study is open the slot has no folder for
+    spares' logs; a fork server starts anyway (its own output dropped) and runs the first trial,
+    whose log is its own. A ``--serve`` interpreter's log becomes its trial's, so without the fork
+    server nothing starts early."""
+    launcher = SlotLauncher("experiments.mlp", {}, None, None, None, prestart=1, fork=fork)
+    try:
+        launcher.prewarm({})
+        assert len(launcher.spares) == (1 if fork else 0)
+        launcher.spare_dir = tmp_path  # the study is open
+        result = run_to_end(launcher, 0, tmp_path / "t0", {})
+        assert (tmp_path / "t0" / "trial.log").is_file()
+        if fork:
+            (server,) = launcher.spares
+            assert isinstance(server, ForkServer) and str(server.log_path) == os.devnull
+            assert result["timeline"]["imports_done"] < result["timeline"]["forked"], "not the prewarmed server"
+    finally:
+        launcher.close()
+
+
+@pytest.mark.parametrize("kind", [Interpreter, Forked])
+def test_both_kinds_of_trial_process_declare_and_implement_one_protocol(kind: type) -> None:
+    """``ProcessRun`` holds a pre-started interpreter or a forked trial through one type."""
+    assert TrialProcess in kind.__mro__
+    assert not getattr(kind, "__abstractmethods__", None), kind.__abstractmethods__
+    members = ("ready", "at_window", "result_ready", "returncode", "rusage", "running_since", "read_status",
+               "reap", "send", "kill", "close", "log_path", "status_fd", "pid", "env")
+    declared = set(TrialProcess.__annotations__) | {n for n in vars(TrialProcess) if not n.startswith("_")}
+    assert set(members) <= declared, set(members) - declared

@@ -1,0 +1,195 @@
+"""The benchmark scripts still run and print what docs/benchmarks.md quotes (few seeds: a smoke test,
+not the figures, which come from the full runs)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.replay.landscape import load_landscape
+
+ROOT = Path(__file__).resolve().parents[2]
+LANDSCAPES = sorted((ROOT / "bench" / "landscapes").glob("*.csv"))
+
+
+def test_there_are_recorded_landscapes() -> None:
+    assert {p.name for p in LANDSCAPES} >= {"bert_base_h200_cap015.csv", "bert_tiny_cpu_rlimit.csv",
+                                            "bert_tiny_cpu_rlimit_r3.csv"}
+
+
+@pytest.mark.parametrize("path", LANDSCAPES, ids=lambda p: p.name)
+def test_each_landscape_is_a_full_grid_with_a_feasible_best(path: Path) -> None:
+    land = load_landscape(path)
+    sizes = [len(land.values(c)) for c in land.columns]
+    assert len(land.rows) == __import__("math").prod(sizes)   # every configuration, once
+    assert land.best_feasible() > 0
+    assert any(r.status == "oom" for r in land.rows.values())  # the memory limit was reached
+
+
+def test_search_efficiency_runs_and_reports_every_strategy_and_target(tmp_path: Path) -> None:
+    import json
+
+    out_json = tmp_path / "figures.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "search_efficiency.py"), "--seeds", "2",
+                           "--noise", "0.02", "--json", str(out_json),
+                           str(ROOT / "bench" / "landscapes" / "bert_base_h200_cap015.csv")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for strategy in ("grid", "random", "tpe+skip", "shipped", "lightning"):
+        assert f"\n   {strategy} " in out, strategy
+    assert "seeds 1000-1001, measurement noise 0.02" in out
+    assert "shipped ratio" in out and "lightning's 72.5 s" in out and "stop_ratio" in out
+    figures = json.loads(out_json.read_text())["bert_base_h200_cap015.csv"]
+    assert figures["grid_s"] == pytest.approx(282.117, abs=0.01)
+    shipped = figures["strategies"]["shipped"]
+    assert set(shipped) == {"ratio", "ratio_p90", "time_to_band_s", "stop_ratio", "stopped_in_band"}
+    assert set(figures["strategies"]["lightning"]) == {"ratio", "time_to_band_s"}
+    assert shipped["ratio"] == pytest.approx(shipped["time_to_band_s"] / figures["grid_s"], abs=1e-3)
+    assert figures["strategies"]["grid"]["ratio"] == pytest.approx(0.615, abs=0.002)  # the spec's order, every point
+
+
+@pytest.mark.slow
+@pytest.mark.long  # many processes each way: a benchmark's own check, run with -m long
+def test_devices_bench_alternates_rounds_and_prints_the_control(tmp_path: Path) -> None:
+    """bench/devices.py on two CPU slots (one core each) against one slot of both cores, two
+    alternating rounds, each trial the median of two processes: every configuration compared, the
+    control line from the two single-slot rounds, wall times both ways."""
+    import json
+
+    from orchestrator.launch.slots import available_cores
+
+    cores = sorted(available_cores())
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    spec = tmp_path / "devsmoke.yaml"
+    spec.write_text("name: devsmoke\nexperiment: experiments.mlp\ndevice: cpu\n"
+                    "fixed: {in_features: 16, num_layers: 1, hidden_size: 32}\n"
+                    "space: {batch_size: [8, 16]}\nsearch: {sampler: grid}\n"
+                    "trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.0}\n")
+    one, many = f"cpu:{cores[0]}-{cores[1]}", f"cpu:{cores[0]},cpu:{cores[1]}"
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "devices.py"), str(spec), "--one", one,
+                          "--many", many, "--rounds", "2", "--repeats", "2", "--json", str(tmp_path / "d.json"),
+                          "--logs", str(tmp_path / "logs")],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("round 1: ") == 2 and out.stdout.count("round 2: ") == 2
+    assert "median of 2 alternating rounds each way, each trial the median of 2 processes" in out.stdout
+    assert "batch_size=8" in out.stdout and "batch_size=16" in out.stdout
+    assert "control, the 2 single-device rounds against each other" in out.stdout
+    for log in ("one_1", "many_1", "one_2", "many_2"):  # the sweeps really ran two processes a trial
+        assert (tmp_path / "logs" / f"{log}.log").read_text().count("(median of 2, spread") == 2, log
+    got = json.loads((tmp_path / "d.json").read_text())
+    assert len(got["ratios"]) == len(got["control"]) == 2 and all(r > 0 for r in got["ratios"])
+    assert all(0 < c <= 1 for c in got["control"])
+    assert set(got["walls"]) == {"wall_s", "loop_s"} and got["slots"] == [f"cpu:{cores[0]}", f"cpu:{cores[1]}"]
+
+
+@pytest.mark.slow
+def test_fidelity_bench_measures_the_chosen_configurations_both_ways(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "fidelity.py"), "--rounds", "1", "--configs", "1",
+                          "--only", "dtype=bfloat16", "--only", "batch_size=512", "--min-measure-s", "0.1"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [ln for ln in out.stdout.splitlines() if ln.startswith("hidden_size=")]
+    assert len(rows) == 1 and "batch_size=512, dtype=bfloat16" in rows[0] and "spread between rounds" in out.stdout
+    assert "throughput ratio pre-started / fresh: median" in out.stdout
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "fidelity.py"), "--only", "dtype"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert bad.returncode == 2 and "--only takes KEY=VALUE, got 'dtype'" in bad.stderr
+    none = subprocess.run([sys.executable, str(ROOT / "bench" / "fidelity.py"), "--only", "dtype=float8"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert none.returncode == 1 and "no configuration of" in none.stderr and "dtype=float8" in none.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.long  # many processes each way: a benchmark's own check, run with -m long
+def test_startup_bench_times_each_phase_of_both_variants_alternating(tmp_path: Path) -> None:
+    """bench/startup.py on the tiny BERT, a copy of this checkout's code as the other variant, two
+    rounds: the order alternates, every phase has a figure each way, and the phases add up to
+    each trial's startup_s."""
+    import json
+    import shutil
+
+    other = tmp_path / "copy"
+    for part in ("orchestrator", "experiments"):
+        shutil.copytree(ROOT / part, other / part, ignore=shutil.ignore_patterns("__pycache__"))
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "startup.py"), "--device", "cpu", "--trials", "2",
+                          "--warmup-steps", "2", "--measure-steps", "2", "--min-measure-s", "0.05",
+                          "--set", "model=tiny", "--set", "seq_len=32", "--set", "batch_size=8",
+                          "--compare", str(other), "--json", str(tmp_path / "startup.json")],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    order = [ln.split(":")[0].split(maxsplit=2)[2].strip() for ln in out.stdout.splitlines()
+             if ln.startswith("  round ")]
+    assert order == ["copy", "this checkout", "this checkout", "copy"]
+    assert "device: cpu (" in out.stdout and "torch 2." in out.stdout
+    for row in ("device init", "limits", "build", "checkpointing/compile", "optimizer", "warm-up step 1",
+                "warm-up step 2", "final synchronize", "startup_s", "samples_per_s", "peak_memory_gib"):
+        line = next(ln for ln in out.stdout.splitlines() if ln.startswith(row + " "))
+        figures = line[len(row):].split()
+        assert "-" not in figures and len(figures) == 5, line  # each way a median and its range, then the ratio
+    report = json.loads((tmp_path / "startup.json").read_text())
+    for trials in report["figures"].values():
+        for t in trials:
+            phases = [v for k, v in t.items() if k not in ("process -> trial start", "startup_s",
+                                                          "window (measure_s)", "samples_per_s",
+                                                          "peak_memory_gib", "loss_first", "loss")]
+            assert sum(phases) == pytest.approx(t["startup_s"], abs=0.005)
+
+
+@pytest.mark.slow
+def test_fork_vs_fresh_times_both_ways(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "fork_vs_fresh.py"), "--pairs", "2", "--seconds", "0.2",
+                          "--batch", "16"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    pairs = [ln for ln in out.stdout.splitlines() if ln.startswith("pair ")]
+    assert len(pairs) == 2 and "(fresh first)" in pairs[0] and "(forked first)" in pairs[1]
+    assert "batch 16, 2 pairs: forked / fresh median" in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.long  # many processes each way: a benchmark's own check, run with -m long
+def test_fork_vs_fresh_interleaved_takes_turns_and_has_a_control(tmp_path: Path) -> None:
+    script = str(ROOT / "bench" / "fork_vs_fresh.py")
+    out = subprocess.run([sys.executable, script, "--interleave", "4", "--steps", "2", "--batch", "16",
+                          "--process-pairs", "2", "--siblings"], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    pairs = [ln for ln in out.stdout.splitlines() if ln.startswith("pair ")]
+    assert [p.split(":")[0] for p in pairs] == ["pair  1 fresh, forked", "pair  1 fresh, fresh ", "pair  1 forked, forked",
+                                                "pair  2 fresh, forked", "pair  2 fresh, fresh ", "pair  2 forked, forked"]
+    ratios = []
+    for line in pairs:  # the ratio is the second's throughput over the first's, inside its interval
+        first, second, ratio, low, high = (float(x.replace(",", "")) for x in re.search(
+            r": +([\d,.]+) and +([\d,.]+) samples/s, second / first ([\d.]+) \(95% interval ([\d.]+)-([\d.]+);",
+            line).groups())
+        assert ratio == pytest.approx(second / first, rel=2e-3) and low <= ratio <= high
+        assert "threads" in line
+        ratios.append(ratio)
+    assert "batch 16, 2 process pairs each, 4 interleaved slices of 2 steps each way per pair" in out.stdout
+    verdict = re.search(r"^forked / fresh: ([\d.]+) \(95% interval ([\d.]+)-([\d.]+)\) over 2 pairs of processes; "
+                        r"two fresh processes differed by up to ([\d.]+)%$", out.stdout, re.M)
+    assert verdict, out.stdout
+    mean, low, high, spread = (float(x) for x in verdict.groups())
+    assert mean == pytest.approx((ratios[0] * ratios[3]) ** 0.5, rel=2e-4)  # geometric mean of the forked pairs
+    assert min(ratios[0], ratios[3]) - 1e-4 <= low <= mean <= high <= max(ratios[0], ratios[3]) + 1e-4
+    assert spread == pytest.approx(100 * max(abs(ratios[1] - 1), abs(ratios[4] - 1)), abs=0.06)
+    siblings = re.search(r"^two children forked from this one process differed by up to ([\d.]+)%$", out.stdout, re.M)
+    assert siblings and float(siblings[1]) == pytest.approx(100 * max(abs(ratios[2] - 1), abs(ratios[5] - 1)), abs=0.06)
+    # a run cut off by its time limit: the summary again from the log's pair lines
+    (tmp_path / "run.log").write_text(out.stdout)
+    again = subprocess.run([sys.executable, script, "--from-log", str(tmp_path / "run.log")], capture_output=True,
+                           text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0].endswith("run.log: 2 and 2 and 2 pairs of processes")
+    assert again.stdout.splitlines()[1:] == out.stdout.splitlines()[-5:]
+    (tmp_path / "other.log").write_text("not a run's log\n")
+    wrong = subprocess.run([sys.executable, script, "--from-log", str(tmp_path / "other.log")], capture_output=True,
+                           text=True, timeout=60)
+    assert wrong.returncode == 1 and wrong.stderr.strip().endswith(
+        "other.log: no 'pair N fresh, forked: ...' line (the lines an --interleave run prints)"), wrong.stderr

@@ -1,0 +1,464 @@
+"""`orchestrate report` and `orchestrate best` on real sweeps, read back through Optuna and MLflow.
+
+One small sweep (6 trials of the tiny BERT on the CPU, two of which run out of memory under a
+1 GiB limit) is run once per session and shared with the browser test; a second, two-trial
+multi-objective sweep is run half, reported, then finished with `--export`. A report draws plots
+(and opens MLflow) only with `--plots` or `--out`; without, neither it nor `best` imports torch,
+MLflow or (on SQLite) Optuna. A password in a storage or tracking URL is never printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import struct
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import load_study, orchestrate, parent_runs, write_spec
+
+SPEC = """
+    name: tiny_report
+    experiment: experiments.bert
+    device: auto
+    fixed:
+      model: tiny
+      seq_len: 32
+      cpu_memory_limit_gib: 1.0
+    space:
+      batch_size: [8, 16, 4096]
+      dtype: [float32, bfloat16]
+      mps_high_watermark_ratio: [1.0, 1.7]
+    search:
+      sampler: grid
+    trial:
+      warmup_steps: 1
+      measure_steps: 3
+      min_measure_s: 0.2
+      timeout_s: 120
+    """
+PLOTS = ["throughput.png", "memory.png", "oom_map.png", "history.png"]
+
+
+def finished_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project folder holding the finished sweep; run once per session, shared by test modules."""
+    project = tmp_path_factory.getbasetemp() / "finished_sweep"
+    if (project / "done").exists():
+        return project
+    project.mkdir(exist_ok=True)
+    spec = write_spec(project, SPEC)
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 0, proc.stderr
+    (project / "done").write_text(proc.stdout)
+    return project
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return finished_sweep(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def text_report(project: Path) -> Any:
+    proc = orchestrate(["report", "spec.yaml", "--plots"], project)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def results(project: Path, name: str = "tiny_report") -> list[Any]:
+    from orchestrator.store.records import result_trials
+
+    return result_trials(load_study(project, name))
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.mark.slow
+def test_report_prints_every_trial_with_its_status_and_the_best(project: Path, text_report: Any) -> None:
+    out = text_report.stdout
+    trials = results(project)
+    assert len(trials) == 6
+    for t in trials:
+        row = next(ln for ln in out.splitlines() if ln.startswith(f"{t.number:>4d}  "))
+        assert row.split()[1] == t.user_attrs["status"]
+        assert str(t.params["batch_size"]) in row and t.params["dtype"] in row
+        if t.user_attrs["status"] == "ok":
+            assert f"{t.user_attrs['metrics']['samples_per_s']:,.1f}" in row
+    counts = Counter(t.user_attrs["status"] for t in trials)
+    assert counts["ok"] == 4 and counts["oom"] >= 1  # batch 4096 runs out of memory (or is predicted to)
+    order = ("ok", "oom", "swapped", "skipped", "timeout", "crashed", "error", "diverged")
+    assert "Results: " + ", ".join(f"{counts[s]} {s}" for s in order if counts[s]) + ";" in out
+    best = max((t for t in trials if t.user_attrs["status"] == "ok"), key=lambda t: t.values[0])
+    assert f"Best: trial {best.number}: " in out
+    assert f"Plots:   {project / 'mlruns' / 'reports' / 'tiny_report'}/" in out
+    assert "plots logged to parent run" in out
+
+
+@pytest.mark.slow
+def test_report_json_matches_optuna(project: Path, text_report: Any) -> None:
+    proc = orchestrate(["report", "spec.yaml", "--format", "json", "--out", "plots"], project)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # the whole of stdout is one JSON document
+    trials = results(project)
+    counts = Counter(t.user_attrs["status"] for t in trials)
+    assert {k: v for k, v in doc["counts"].items() if v} == dict(counts)
+    assert set(doc["counts"]) == {"ok", "oom", "swapped", "skipped", "timeout", "crashed", "diverged"}
+    assert doc["comparison"] is None  # the device is not swept, and no --compare
+    assert [r["number"] for r in doc["trials"]] == [t.number for t in trials]
+    assert [r["status"] for r in doc["trials"]] == [t.user_attrs["status"] for t in trials]
+    best = max((t for t in trials if t.values), key=lambda t: t.values[0])
+    assert doc["best"]["number"] == best.number and doc["best"]["values"] == best.values
+    assert doc["pareto"] is None
+    assert doc["total_time_s"] == pytest.approx(sum(t.user_attrs["duration_s"] for t in trials), abs=1e-2)
+    assert doc["plots_dir"] == str(project / "plots")
+    assert sorted(Path(p).name for p in doc["plots"]) == sorted(PLOTS)
+
+
+@pytest.mark.slow
+def test_plots_are_readable_pngs(project: Path, text_report: Any) -> None:
+    folder = project / "mlruns" / "reports" / "tiny_report"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(PLOTS)
+    for name in PLOTS:
+        width, height = png_size(folder / name)
+        assert width >= 600 and height >= 400, (name, width, height)
+        assert (folder / name).stat().st_size > 20_000, name  # not an empty canvas
+
+
+@pytest.mark.slow
+def test_the_data_behind_each_plot_is_the_study(project: Path) -> None:
+    from orchestrator.report.plotdata import choose_layout, history_series, memory_series, oom_grid, throughput_series
+
+    trials = results(project)
+    by_config = {(t.params["batch_size"], t.params["dtype"]): t for t in trials}
+    layout = choose_layout(trials)
+    assert (layout.x, layout.groups, layout.folded, layout.rows) == ("batch_size", ("dtype",), (), "dtype")
+
+    for series, metric in ((throughput_series(trials), "samples_per_s"), (memory_series(trials), "peak_memory_gib")):
+        assert sorted(series) == ["bfloat16", "float32"]
+        for dtype, points in series.items():
+            assert [x for x, _, _ in points] == [8, 16, 4096]
+            for batch, value, status in points:
+                t = by_config[(batch, dtype)]
+                assert status == t.user_attrs["status"]
+                assert value == (t.user_attrs["metrics"][metric] if status == "ok" else None)
+        assert [s for _, _, s in series["float32"]] == ["ok", "ok", "oom"]  # the first 4096 trial really ran
+
+    grid = oom_grid(trials)
+    assert grid["xs"] == [8, 16, 4096] and grid["rows"] == ["float32", "bfloat16"]
+    for r, dtype in enumerate(grid["rows"]):
+        for c, batch in enumerate(grid["xs"]):
+            t = by_config[(batch, dtype)]
+            if t.user_attrs["status"] == "ok":
+                assert grid["values"][r][c] == t.values[0] and grid["notes"][r][c] == ""
+            else:
+                assert grid["values"][r][c] is None
+                assert grid["notes"][r][c] == {"oom": "OOM", "skipped": "skipped"}[t.user_attrs["status"]]
+
+    history = history_series(trials, "maximize")
+    assert [n for n, *_ in history] == sorted(t.number for t in trials)
+    running = None
+    for number, value, best, status in history:
+        t = next(t for t in trials if t.number == number)
+        assert value == (t.values[0] if t.values else None) and status == t.user_attrs["status"]
+        if value is not None:
+            running = value if running is None else max(running, value)
+        assert best == running
+
+
+@pytest.mark.slow
+def test_plots_are_logged_on_the_parent_run(project: Path, text_report: Any) -> None:
+    from mlflow.tracking import MlflowClient
+
+    (parent,) = parent_runs(project, "tiny_report")
+    client = MlflowClient(f"sqlite:///{project}/mlruns/mlflow.db")
+    logged = sorted(Path(a.path).name for a in client.list_artifacts(parent.info.run_id, "report"))
+    assert logged == sorted(PLOTS)
+    note = client.get_run(parent.info.run_id).data.tags["mlflow.note.content"]
+    assert "Best:" in note and note.count("#### Top configurations") == 1  # once, however often report runs
+    assert "| trial | batch_size | dtype | samples/s | peak GiB |" in note
+
+
+@pytest.mark.slow
+def test_best_writes_the_best_trials_parameters_as_yaml(project: Path) -> None:
+    import yaml
+
+    from orchestrator.search.space import make_plan, trial_params
+    from orchestrator.spec.load import load_spec
+
+    proc = orchestrate(["best", "spec.yaml", "-o", "out/best.yaml"], project)
+    assert proc.returncode == 0, proc.stderr
+    best = max((t for t in results(project) if t.values), key=lambda t: t.values[0])
+    text = (project / "out" / "best.yaml").read_text()
+    loaded = yaml.safe_load(text)
+    assert loaded == trial_params(make_plan(load_spec(project / "spec.yaml"), "cpu"), best.params)
+    assert loaded.items() >= best.params.items()
+    assert loaded["model"] == "tiny" and loaded["device"] == "cpu" and loaded["cpu_memory_limit_gib"] == 1.0
+    assert text.startswith(f"# tiny_report trial {best.number}: {best.values[0]:,.1f} samples/s, peak ")
+    assert proc.stdout.strip().startswith("Best configuration written to out/best.yaml: tiny_report trial")
+
+    plain = orchestrate(["best", "spec.yaml"], project)  # no -o: the YAML on stdout, the summary on stderr
+    assert plain.returncode == 0 and yaml.safe_load(plain.stdout) == loaded
+    assert f"tiny_report trial {best.number}" in plain.stderr
+
+
+MODULES = ("import sys; from orchestrator.cli import main; code = main(sys.argv[1:]); "
+           "print('MODULES', code, ' '.join(sorted({m.split('.')[0] for m in sys.modules} "
+           "& {'torch', 'mlflow', 'optuna', 'matplotlib'})), file=sys.stderr)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["best", "spec.yaml"], ["report", "spec.yaml", "--format", "json"],
+                                  ["report", "spec.yaml", "--format", "text"]], ids=lambda a: " ".join(a[:1] + a[2:]))
+def test_best_and_report_import_no_torch_mlflow_optuna_or_matplotlib(project: Path, args: list[str]) -> None:
+    """The commands as the installed ``orchestrate`` runs them (``orchestrator.cli.main``), in a
+    fresh interpreter, then what it had imported: a report without plots needs none of them."""
+    proc = subprocess.run([sys.executable, "-c", MODULES, *args], cwd=project, capture_output=True, text=True,
+                          timeout=120)
+    tag, code, *modules = proc.stderr.strip().splitlines()[-1].split(" ")
+    assert tag == "MODULES" and code == "0", proc.stderr
+    assert modules == [], modules
+    trials = results(project)
+    if args[0] == "best":
+        best = max((t for t in trials if t.values), key=lambda t: t.values[0])
+        assert proc.stdout.startswith(f"# tiny_report trial {best.number}: ")
+    elif "json" in args:
+        doc = json.loads(proc.stdout)
+        assert [r["number"] for r in doc["trials"]] == [t.number for t in trials]
+        assert (doc["plots"], doc["plots_dir"], doc["mlflow"]) == ([], None, None)
+        assert doc["storage"] == f"sqlite:///{project}/mlruns/optuna.db"
+    else:
+        assert "Results: 4 ok, " in proc.stdout
+        assert proc.stdout.rstrip().endswith("Plots:   `orchestrate report spec.yaml --plots` draws them "
+                                             "(mlruns/reports/tiny_report/) and logs them on the study's MLflow "
+                                             "parent run")
+
+
+def test_report_and_best_on_a_missing_study_say_one_line_and_create_nothing(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, SPEC)
+    for command in ("report", "best"):
+        proc = orchestrate([command, str(spec)], tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.count("\n") == 1 and proc.stdout == ""
+        assert f"no study 'tiny_report' in sqlite:///{tmp_path}/mlruns/optuna.db; run `orchestrate {spec}` first" \
+            in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+
+
+def test_report_usage_error_is_one_line(tmp_path: Path) -> None:
+    proc = orchestrate(["report", "spec.yaml", "--format", "xml"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "invalid choice: 'xml'" in proc.stderr
+
+
+MULTI = SPEC.replace("tiny_report", "tiny_pareto").replace("[8, 16, 4096]", "[8, 16]") \
+    .replace("[float32, bfloat16]", "[float32]").replace("    search:", """    objective:
+      metrics: {samples_per_s: maximize, peak_memory_gib: minimize}
+    search:""")
+
+
+@pytest.mark.slow
+def test_half_finished_then_multi_objective_study(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, MULTI)
+    assert orchestrate([str(spec), "--n-trials", "1"], tmp_path).returncode == 0
+    half = orchestrate(["report", str(spec)], tmp_path)
+    assert half.returncode == 0, half.stderr
+    assert "tiny_pareto: 1 of 2 trials have a result" in half.stdout and "Pareto front:" in half.stdout
+
+    done = orchestrate([str(spec), "--export", "best.yaml"], tmp_path)  # the run's own --export
+    assert done.returncode == 0, done.stderr
+    assert "Best configuration written to best.yaml: tiny_pareto trial" in done.stdout
+    proc = orchestrate(["report", str(spec), "--format", "json", "--plots"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    from orchestrator.spec.load import load_spec
+    from orchestrator.store.records import best_trials
+
+    front = best_trials(load_study(tmp_path, "tiny_pareto"), load_spec(spec))
+    assert [r["number"] for r in doc["pareto"]] == [t.number for t in front] and front
+    assert "pareto.png" in [Path(p).name for p in doc["plots"]]
+    width, height = png_size(tmp_path / "mlruns" / "reports" / "tiny_pareto" / "pareto.png")
+    assert width >= 600 and height >= 400
+
+
+# -- the pure data functions on statuses a small CPU sweep does not produce ----------------------
+
+def fake(number: int, batch: int, dtype: str, status: str, sps: float | None = None) -> Any:
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState, create_trial
+
+    params = {"batch_size": batch, "dtype": dtype}
+    dists = {"batch_size": CategoricalDistribution([8, 64, 512]), "dtype": CategoricalDistribution(["float32", "bfloat16"])}
+    attrs = {"status": status, "metrics": {"samples_per_s": sps, "peak_memory_gib": 1.0} if sps else {}}
+    if sps is not None:
+        t = create_trial(params=params, distributions=dists, value=sps, user_attrs=attrs)
+    else:
+        t = create_trial(params=params, distributions=dists, state=TrialState.PRUNED if status in ("oom", "skipped")
+                         else TrialState.FAIL, user_attrs=attrs)
+    t.number = number
+    return t
+
+
+@pytest.mark.parametrize("statuses, note", [
+    (["oom"], "OOM"),
+    (["skipped"], "skipped"),
+    (["crashed"], "failed"),
+    (["timeout", "oom"], "OOM"),  # the out-of-memory is what the map is about
+    (["ok", "oom"], "1/2 OOM"),
+    (["ok", "skipped"], "1/2 OOM"),
+    (["ok", "error"], ""),
+    (["swapped"], "swaps"),         # fits only by swapping: beyond the boundary, like an OOM
+    (["swapped", "oom"], "OOM"),
+    (["ok", "swapped"], "1/2 OOM"),
+])
+def test_boundary_map_cell_notes(statuses: list[str], note: str) -> None:
+    from orchestrator.report.plotdata import oom_grid, throughput_series
+
+    cell = [fake(i, 512, "float32", s, 100.0 + i if s == "ok" else None) for i, s in enumerate(statuses)]
+    trials = [fake(10, 8, "float32", "ok", 50.0), fake(11, 8, "bfloat16", "ok", 60.0)] + cell
+    grid = oom_grid(trials)
+    assert grid["xs"] == [8, 512] and grid["rows"] == ["float32", "bfloat16"]
+    assert grid["notes"][0][1] == note and grid["notes"][1][1] == "none"
+    point = throughput_series(trials)["float32"][-1]  # the point stands for the fastest, else the worst failure
+    ok = [t for t in cell if t.user_attrs["status"] == "ok"]
+    if ok:
+        assert point == (512, ok[0].values[0], "ok") and grid["values"][0][1] == ok[0].values[0]
+    else:
+        assert point == (512, None, {"OOM": "oom", "skipped": "skipped", "failed": "crashed", "swaps": "swapped"}[note])
+        assert grid["values"][0][1] is None
+
+
+def test_interrupted_and_repeated_trials_are_shown_but_not_counted(tmp_path: Path) -> None:
+    """A study as a killed and resumed sweep leaves it, read without an MLflow store."""
+    import optuna
+    from optuna.trial import TrialState
+
+    spec = write_spec(tmp_path, SPEC)
+    (tmp_path / "mlruns").mkdir()
+    study = optuna.create_study(study_name="tiny_report", storage=f"sqlite:///{tmp_path}/mlruns/optuna.db",
+                                directions=["maximize"])
+    lost = fake(1, 64, "float32", "interrupted")
+    repeat = fake(2, 8, "float32", "ok", 50.0)
+    repeat.user_attrs["repeat_of"] = 0
+    for t in (fake(0, 8, "float32", "ok", 50.0), lost, repeat, fake(3, 64, "float32", "ok", 80.0),
+              fake(4, 512, "float32", "oom")):
+        study.add_trial(t)
+    assert [t.state for t in study.trials][1] == TrialState.FAIL
+
+    proc = orchestrate(["report", str(spec), "--plots"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {int(ln.split()[0]): ln for ln in proc.stdout.splitlines() if re.match(r"^\s+\d+  [a-z]", ln)}
+    assert sorted(rows) == [0, 1, 2, 3, 4]
+    assert "interrupted" in rows[1] and "not a result; its configuration runs again" in rows[1]
+    assert "repeat of #0, not a result" in rows[2]
+    assert "Results: 2 ok, 1 oom;" in proc.stdout
+    assert "2 trial(s) interrupted, running or repeated are shown above but are not results" in proc.stdout
+    assert "Best: trial 3: batch_size=64 dtype=float32 -> 80.0 samples/s" in proc.stdout
+    assert f"MLflow:  no MLflow store at sqlite:///{tmp_path}/mlruns/mlflow.db; plots not logged" in proc.stdout
+    assert not (tmp_path / "mlruns" / "mlflow.db").exists()
+    assert sorted(p.name for p in (tmp_path / "mlruns" / "reports" / "tiny_report").iterdir()) == sorted(PLOTS)
+
+
+@pytest.mark.contract
+def test_contract_swapped_and_fallback_trials_show_their_figures(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial that fitted only by swapping and one whose ops fell back from MPS to the CPU, as the
+    sweep records them (status, metrics, the result file's info): neither can happen on this machine."""
+    import optuna
+
+    from orchestrator import metrics as M
+
+    spec = write_spec(tmp_path, SPEC)
+    (tmp_path / "mlruns").mkdir()
+    study = optuna.create_study(study_name="tiny_report", storage=f"sqlite:///{tmp_path}/mlruns/optuna.db",
+                                directions=["maximize"])
+    figures = {M.SWAP_OUT_GIB: 2.1851, M.SWAP_IN_GIB: 10.688, M.WARMUP_SWAP_OUT_GIB: 0.0, M.WARMUP_SWAP_IN_GIB: 0.0,
+               M.SWAP_USED_GIB: 0.5416, M.SWAP_USED_BEFORE_GIB: 9.4628}
+    swapped = fake(1, 512, "float32", "swapped")
+    swapped.user_attrs["metrics"] = {"samples_per_s": 8.0, "peak_memory_gib": 30.1, **figures}
+    swapped.user_attrs["detail"] = "fits but swaps: 2.19 GiB swapped out, 10.69 GiB in during the timed window, at 8.0 samples/s"
+    fell = fake(2, 64, "float32", "ok", 30.6)
+    fell.user_attrs["metrics"][M.MPS_FALLBACK_OPS] = 2.0
+    folder = tmp_path / "trial-0002"
+    folder.mkdir()
+    (folder / "result.json").write_text(json.dumps({"status": "ok", "info": {
+        "mps_fallback_ops": ["aten::_linalg_solve_ex.result", "aten::bitwise_and.Tensor_out"]}}))
+    fell.user_attrs["trial_dir"] = str(folder)
+    warm = fake(3, 8, "float32", "ok", 40.0)
+    warm.user_attrs["metrics"].update({**figures, M.SWAP_OUT_GIB: 0.0, M.SWAP_IN_GIB: 0.0, M.WARMUP_SWAP_OUT_GIB: 1.5})
+    for t in (fake(0, 8, "bfloat16", "ok", 50.0), swapped, fell, warm):
+        study.add_trial(t)
+
+    proc = orchestrate(["report", str(spec)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {int(ln.split()[0]): ln for ln in proc.stdout.splitlines() if re.match(r"^\s+\d+  [a-z]", ln)}
+    assert rows[1].split()[1:5] == ["swapped", "512", "float32", "8.0"]  # the throughput it had while swapping
+    assert rows[1].endswith("fits but swaps: 2.19 GiB out, 10.69 GiB in during the window; swap in use 0.54 GiB "
+                            "(9.46 before the trial)")
+    assert rows[2].endswith("MPS fell back to the CPU for aten::_linalg_solve_ex.result, aten::bitwise_and.Tensor_out")
+    assert rows[3].endswith("swapped 1.50 GiB out during warm-up, not in the window")
+    assert "Results: 3 ok, 1 swapped;" in proc.stdout
+    assert ("Fits but swaps: 1 trial(s) (#1) fitted only by swapping during the timed window: recorded as swapped, "
+            "infeasible like an OOM and a memory boundary for skipping (search.allow_swap: true accepts them)") in proc.stdout
+    assert ("MPS fallbacks: ops that ran on the CPU instead (slower; PYTORCH_ENABLE_MPS_FALLBACK=1): "
+            "aten::_linalg_solve_ex.result (#2); aten::bitwise_and.Tensor_out (#2)") in proc.stdout
+    from orchestrator.report import command as report
+
+    out = io.StringIO()
+    monkeypatch.chdir(tmp_path)
+    with contextlib.redirect_stdout(out):  # the same command in this process: no second interpreter start
+        assert report.main(["report", str(spec), "--format", "json"]) == 0
+    doc = json.loads(out.getvalue())
+    assert doc["counts"]["swapped"] == 1
+    by = {r["number"]: r for r in doc["trials"]}
+    assert by[2]["mps_fallback_ops"] == ["aten::_linalg_solve_ex.result", "aten::bitwise_and.Tensor_out"]
+    assert by[1]["metrics"][M.SWAP_OUT_GIB] == 2.1851 and by[0]["mps_fallback_ops"] is None
+
+
+@pytest.mark.slow
+def test_a_password_in_the_storage_or_tracking_url_is_never_printed(tmp_path: Path, postgres: Any) -> None:
+    """A study in PostgreSQL behind a role with a password, reported with the URLs on the command
+    line as a user passes them: each line that names a store masks the password, and each command
+    printed for pasting leaves it out (libpq's PGPASSWORD or ~/.pgpass supplies it there)."""
+    import optuna
+
+    password = "pa55-w0rd"
+    storage, tracking, empty = (postgres.new_database_with_password(f"report_{what}", password)
+                                for what in ("study", "runs", "empty"))
+    spec = write_spec(tmp_path, SPEC)
+    study = optuna.create_study(study_name="tiny_report", storage=storage, directions=["maximize"])
+    for t in (fake(0, 8, "float32", "ok", 50.0), fake(1, 64, "float32", "ok", 80.0), fake(2, 512, "float32", "oom")):
+        study.add_trial(t)
+    masked, pasted = (lambda url: url.replace(password, "***")), (lambda url: url.replace(":" + password, ""))
+    stores = ["--storage", storage, "--tracking-uri", tracking]
+    flags = f"--storage {pasted(storage)} --tracking-uri {pasted(tracking)}"
+
+    missing = orchestrate(["report", str(spec), "--storage", empty, "--tracking-uri", tracking], tmp_path)
+    as_json = orchestrate(["report", str(spec), "--format", "json", *stores], tmp_path)
+    text = orchestrate(["report", str(spec), *stores], tmp_path)
+    plots = orchestrate(["report", str(spec), "--plots", *stores], tmp_path)  # MLflow opens the runs' store
+    best = orchestrate(["best", str(spec), *stores], tmp_path)
+    for proc in (missing, as_json, text, plots, best):
+        assert password not in proc.stdout + proc.stderr, proc.args
+    assert [p.returncode for p in (missing, as_json, text, plots, best)] == [2, 0, 0, 0, 0], plots.stderr
+    *warnings, error = missing.stderr.splitlines()  # each flag with a password is warned about, once
+    assert [w.split(" holds")[0] for w in warnings] == ["orchestrate: warning: --storage",
+                                                         "orchestrate: warning: --tracking-uri"]
+    assert error == (f"orchestrate: no study 'tiny_report' in {masked(empty)}; run `orchestrate {spec} "
+                     f"--storage {pasted(empty)} --tracking-uri {pasted(tracking)}` first")
+    assert json.loads(as_json.stdout)["storage"] == masked(storage)
+    assert f"Study: {masked(storage)} (study 'tiny_report')\n" in text.stdout
+    assert f"`orchestrate report {spec} {flags} --plots` draws them" in text.stdout
+    assert (f"MLflow:  no parent run for study 'tiny_report' in {masked(tracking)}; plots not logged"
+            in plots.stdout)
+    assert best.stdout.splitlines()[0].endswith(f"; orchestrate best {spec} {flags}")

@@ -1,0 +1,218 @@
+"""Several orchestrators on one study (Optuna's distributed mode): a real PostgreSQL server for the
+study, MLflow on PostgreSQL (directly, and through a real ``mlflow server``), real orchestrator
+processes, each in its own folder as if on its own host (nothing assumes a shared filesystem).
+
+The invariants are read back through Optuna's and MLflow's own APIs (``conftest.check_records``):
+every configuration measured once, exactly ``n_trials`` results, one MLflow run per trial,
+nothing left RUNNING, no trial process outliving its orchestrator.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ORCHESTRATE, check_records, trial_processes, write_spec
+
+pytestmark = pytest.mark.slow
+
+HIDDEN = [8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52]  # 12 configurations
+
+
+def shared_spec(directory: Path, storage: str, tracking: str, sampler: str = "grid",
+                n_trials: int | None = None, min_measure_s: float = 0.05) -> Path:
+    budget = f"\n          n_trials: {n_trials}\n          seed: 3" if n_trials else ""
+    return write_spec(directory, f"""
+        name: shared
+        experiment: experiments.faults
+        device: cpu
+        storage: {storage}
+        tracking_uri: {tracking}
+        fixed:
+          batch_size: 8
+        space:
+          hidden_size: {HIDDEN}
+        search:
+          sampler: {sampler}
+          grace_period_s: 4{budget}
+        trial:
+          warmup_steps: 1
+          measure_steps: 2
+          min_measure_s: {min_measure_s}
+          timeout_s: 60
+        """)
+
+
+def start(folder: Path, spec_text: str) -> subprocess.Popen[str]:
+    """An orchestrator in its own folder (its own trial files and logs, as on another host)."""
+    folder.mkdir()
+    spec = folder / "spec.yaml"
+    spec.write_text(spec_text)
+    return subprocess.Popen([ORCHESTRATE, str(spec), "--no-check"], cwd=folder, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def finish(procs: list[subprocess.Popen[str]], timeout: float = 240) -> list[str]:
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        outs.append(out)
+    return outs
+
+
+def measured(records: dict) -> dict[int, list[int]]:
+    """hidden_size -> numbers of the trials that measured it (started a process)."""
+    out: dict[int, list[int]] = {}
+    for t in records["study"].get_trials():
+        if t.params and "repeat_of" not in t.user_attrs and t.user_attrs.get("status") not in ("deferred", None):
+            out.setdefault(t.params["hidden_size"], []).append(t.number)
+    return out
+
+
+def test_three_orchestrators_share_one_grid_study(tmp_path: Path, postgres) -> None:  # noqa: ANN001
+    storage, tracking = postgres.new_database("study"), postgres.new_database("mlflow")
+    text = shared_spec(tmp_path, storage, tracking).read_text()
+    procs = [start(tmp_path / f"host{i}", text) for i in range(3)]
+    outs = finish(procs)
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out
+        assert "Traceback" not in out, out
+    records = check_records(tmp_path, "shared", n_results=12, storage=storage, tracking=tracking)
+    assert sorted(t.params["hidden_size"] for t in records["results"]) == HIDDEN
+    assert all(len(n) == 1 for n in measured(records).values()), measured(records)
+    owners = {t.user_attrs["orchestrator"] for t in records["results"]}
+    assert len(owners) >= 2, f"one orchestrator did all the work: {owners}"
+    assert all(t.user_attrs["status"] == "ok" for t in records["results"])
+
+
+def test_a_killed_orchestrators_trial_is_run_again_by_the_others(tmp_path: Path, postgres) -> None:  # noqa: ANN001
+    storage, tracking = postgres.new_database("study"), postgres.new_database("mlflow")
+    text = shared_spec(tmp_path, storage, tracking, min_measure_s=0.6).read_text()
+    procs = [start(tmp_path / f"host{i}", text) for i in range(3)]
+    victim, folder = procs[0], tmp_path / "host0"
+    import optuna
+    from optuna.trial import TrialState
+
+    owner = f"{os.uname().nodename}:{victim.pid}"
+    deadline, cut = time.monotonic() + 120, None
+    db = optuna.storages.RDBStorage(storage)
+    while time.monotonic() < deadline and cut is None:
+        time.sleep(0.2)
+        try:
+            study = optuna.load_study(study_name="shared", storage=db)
+        except KeyError:  # not created yet
+            continue
+        # a trial of the victim's that has its configuration and its folder (its process is being
+        # started): not merely asked (the owner is recorded before the configuration), and not
+        # judged by a harness process, which the slot's fork server is from start-up on
+        running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                   if t.user_attrs.get("orchestrator") == owner and "hidden_size" in t.params
+                   and list(folder.glob(f"mlruns/.trials/*/trial-{t.number:04d}"))]
+        if running:
+            cut = running[0]
+    assert cut is not None, "the first orchestrator never had a trial in flight"
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    outs = finish(procs[1:])
+    for p, out in zip(procs[1:], outs):
+        assert p.returncode == 0, out
+    time.sleep(1.0)  # PR_SET_PDEATHSIG / the parent watch: the victim's trial processes are gone
+    assert trial_processes(str(folder), "orchestrator.harness") == []
+    records = check_records(tmp_path, "shared", n_results=12, storage=storage, tracking=tracking)
+    assert sorted(t.params["hidden_size"] for t in records["results"]) == HIDDEN
+    cut_after = records["study"].trials[cut.number]
+    assert cut_after.state == TrialState.FAIL and cut_after.user_attrs["status"] == "interrupted"
+    again = next(t for t in records["results"] if t.params == cut.params)
+    assert again.number > cut.number and again.user_attrs["orchestrator"] != owner
+    assert "heartbeats" in cut_after.user_attrs["detail"]
+
+
+def test_tpe_from_three_orchestrators_never_measures_twice(tmp_path: Path, postgres, mlflow_server) -> None:  # noqa: ANN001
+    storage = postgres.new_database("study")
+    text = shared_spec(tmp_path, storage, str(mlflow_server), sampler="tpe", n_trials=12).read_text()
+    text = text.replace("name: shared", f"name: shared-tpe-{tmp_path.name}")
+    procs = [start(tmp_path / f"host{i}", text) for i in range(3)]
+    outs = finish(procs)
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out
+    records = check_records(tmp_path, f"shared-tpe-{tmp_path.name}", n_results=12, storage=storage,
+                            tracking=str(mlflow_server))
+    assert all(len(n) == 1 for n in measured(records).values()), measured(records)
+    # trial files went up as artifacts through the server (no shared filesystem)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(str(mlflow_server))
+    run = records["runs"][records["results"][0].number][0]
+    names = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"trial.log", "result.json"} <= names, names
+
+
+def test_a_trial_left_without_parameters_does_not_outlive_the_sweep(tmp_path: Path, postgres_url: str) -> None:
+    """A RUNNING trial with no parameters and no heartbeat: what an orchestrator leaves that died,
+    or lost the database, between asking for a trial and writing its parameters. A later sweep
+    that has every result does not end with it RUNNING: it waits for the stale-trial check to
+    fail it (``proposer.View.strays``)."""
+    import optuna
+
+    text = shared_spec(tmp_path, postgres_url, f"sqlite:///{tmp_path}/mlflow.db").read_text()
+    text = text.replace(f"hidden_size: {HIDDEN}", "hidden_size: [8, 12]")
+    write_spec(tmp_path, text)
+    first = subprocess.run([ORCHESTRATE, "spec.yaml", "--no-check"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=240)
+    assert first.returncode == 0, first.stdout + first.stderr
+    stray = optuna.load_study(study_name="shared", storage=postgres_url).ask()  # no parameters, no heartbeat
+    again = subprocess.run([ORCHESTRATE, "spec.yaml", "--no-check"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=240)
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = optuna.load_study(study_name="shared", storage=postgres_url).get_trials()
+    left = trials[stray.number]
+    assert left.state == optuna.trial.TrialState.FAIL and left.user_attrs["status"] == "interrupted", left
+    assert [t.number for t in trials if not t.state.is_finished()] == []
+    assert sorted(t.params["hidden_size"] for t in trials if t.user_attrs.get("status") == "ok") == [8, 12]
+    # the wait is said once, not silent: which trial, and what ends it
+    assert again.stderr.count(f"orchestrate: waiting for trial {stray.number}, left RUNNING") == 1, again.stderr
+    assert "search.grace_period_s=4 s old" in again.stderr
+
+
+def test_orchestrators_closing_their_shared_parent_run_at_once_all_succeed(
+        tmp_path: Path, postgres, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """Every orchestrator on a study writes the sweep's note on the one parent run as it ends; two
+    ending together once failed with PostgreSQL's duplicate key on the note's tag (3 orchestrators
+    in test_cluster). Real MLflow on a real server database, the writes released at one instant."""
+    import threading
+
+    from orchestrator.store.tracking import Tracker
+
+    monkeypatch.chdir(tmp_path)
+    tracking = postgres.new_database("parent-close")
+    trackers = [Tracker(tracking, "shared") for _ in range(6)]
+    spec = write_spec(tmp_path, "name: shared\n")
+    parents = {t.open_parent("shared", "sqlite:///x.db", spec, "uid") for t in trackers}
+    assert len(parents) == 1  # the others find the first one's run
+    errors: list[BaseException] = []
+    for round_ in range(3):
+        start = threading.Barrier(len(trackers))
+
+        def close(tracker: Tracker, n: int) -> None:
+            start.wait()
+            try:
+                tracker.close_parent("FINISHED", f"round {round_} from {n}", {"trials_done": 12 + n})
+            except BaseException as exc:  # noqa: BLE001 - collected, asserted below
+                errors.append(exc)
+        threads = [threading.Thread(target=close, args=(t, n)) for n, t in enumerate(trackers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        if round_ < 2:  # resumed: the next round's note finds this one's
+            trackers[0].client.update_run(trackers[0].parent_id, status="RUNNING")
+    assert not errors, errors[0]
+    run = trackers[0].client.get_run(parents.pop())
+    assert run.data.tags["mlflow.note.content"].startswith("round 2 from ")
+    assert run.info.status == "FINISHED" and 12 <= run.data.metrics["trials_done"] <= 17

@@ -1,0 +1,242 @@
+"""Team mode you can trust, for real: a PostgreSQL role that must give its password, an MLflow
+server behind MLflow's own basic auth, and the database and the tracking server going away in
+the middle of sweeps (``orchestrator.store.outage``, ``orchestrator.redact``).
+
+Its own PostgreSQL cluster (restarting the session's would disturb other tests), its own
+``mlflow server``. Each test reads the records back through Optuna's and MLflow's own APIs and
+dumps both databases to look for the secrets.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import ORCHESTRATE, write_spec
+from servers import MlflowServer, PostgresServer, start_postgres
+
+pytestmark = pytest.mark.slow
+
+ROLE, PG_SECRET, ML_SECRET = "sweeper", "pg-Secr3t-8q7", "ml-Secr3t-4z2"
+HIDDEN = [8, 12, 16, 20, 24, 28, 32, 36]
+STALE = "stopped sending heartbeats"
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PostgresServer]:
+    yield from start_postgres({ROLE: PG_SECRET})
+
+
+def with_password(url: str) -> str:
+    return url.replace(f"{ROLE}@", f"{ROLE}:{PG_SECRET}@")
+
+
+def spec_text(storage: str | None, tracking: str, outage_s: float = 300, min_measure_s: float = 0.4,
+              hidden: list[int] = HIDDEN) -> str:
+    store = f"storage: {storage}\n        " if storage else ""
+    return f"""
+        name: team
+        experiment: experiments.faults
+        device: cpu
+        {store}tracking_uri: {tracking}
+        fixed: {{batch_size: 8}}
+        space: {{hidden_size: {hidden}}}
+        search: {{sampler: grid, grace_period_s: 4, outage_s: {outage_s}}}
+        trial: {{warmup_steps: 1, measure_steps: 2, min_measure_s: {min_measure_s}, timeout_s: 60}}
+        """
+
+
+def start(folder: Path, text: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    folder.mkdir(exist_ok=True)
+    spec = write_spec(folder, text)
+    return subprocess.Popen([ORCHESTRATE, str(spec), "--no-check", *args], cwd=folder, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+
+
+def results(storage: str) -> list:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name="team", storage=with_password(storage)).get_trials()
+
+
+def measured_once(trials: list) -> dict[int, int]:
+    """hidden_size -> how many trials measured it (ran a process to a result)."""
+    out: dict[int, int] = {}
+    for t in trials:
+        if t.user_attrs.get("status") == "ok" and "repeat_of" not in t.user_attrs:
+            out[t.params["hidden_size"]] = out.get(t.params["hidden_size"], 0) + 1
+    return out
+
+
+def wait_for_results(storage: str, n: int, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if sum(t.state.is_finished() for t in results(storage)) >= n:
+                return
+        except Exception:  # noqa: BLE001 - the study may not exist yet
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"fewer than {n} results after {timeout_s} s")
+
+
+def dump(url: str) -> str:
+    """Every row of every table of a database, as text."""
+    import psycopg2
+
+    name = url.rsplit("/", 1)[1]
+    port = int(re.search(r":(\d+)/", url).group(1))  # type: ignore[union-attr]
+    conn = psycopg2.connect(host="127.0.0.1", port=port, user=ROLE, password=PG_SECRET, dbname=name)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            text = []
+            for (table,) in cur.fetchall():
+                cur.execute(f'SELECT * FROM "{table}"')
+                text += [repr(row) for row in cur.fetchall()]
+            return "\n".join(text)
+    finally:
+        conn.close()
+
+
+def files_text(folder: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file()
+                     and p.suffix not in (".db", ".png"))
+
+
+def test_secrets_appear_nowhere(tmp_path: Path, pg: PostgresServer) -> None:
+    """The study's database needs its password (scram); the MLflow server needs basic auth. The
+    password given on the command line, the tracking password given to MLflow's own variables:
+    neither is printed, written to a file, recorded in MLflow or in Optuna, nor seen by a trial."""
+    storage, backend = pg.database_for(ROLE, "study"), pg.database_for(ROLE, "runs")
+    server = MlflowServer(with_password(backend), tmp_path / "mlflow", auth_password=ML_SECRET)
+    tracking = server.start()
+    try:
+        env = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": ML_SECRET}
+        run = start(tmp_path / "a", spec_text(None, tracking, min_measure_s=1.0, hidden=HIDDEN[:4]),
+                    "--storage", with_password(storage), env=env)
+        seen_envs = []
+        while run.poll() is None:  # the trial processes' environments, while they run
+            for pid in os.listdir("/proc"):
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    if b"orchestrator.harness" in cmd and str(tmp_path).encode() in cmd:
+                        seen_envs.append(Path(f"/proc/{pid}/environ").read_bytes())
+                except OSError:
+                    continue
+            time.sleep(0.2)
+        out, err = run.communicate()
+        assert run.returncode == 0, out + err
+        assert seen_envs and not any(s.encode() in e for e in seen_envs for s in (PG_SECRET, ML_SECRET))
+        assert err.count("--storage holds a password") == 1  # said once, with how to avoid it
+        # the printed commands paste without the password: libpq's PGPASSWORD supplies it
+        resume = next(line for line in out.splitlines() if line.startswith("Resume:"))[len("Resume:"):].split()
+        assert resume[0] == "orchestrate" and "--storage" in resume
+        again = subprocess.run([ORCHESTRATE, *resume[1:]], cwd=tmp_path / "a", capture_output=True, text=True,
+                               env={**os.environ, **env, "PGPASSWORD": PG_SECRET}, timeout=300)
+        assert again.returncode == 0 and "4 of 4 trials done" in again.stdout, again.stderr
+        without = subprocess.run([ORCHESTRATE, *resume[1:]], cwd=tmp_path / "a", capture_output=True, text=True,
+                                 env={k: v for k, v in os.environ.items() if k != "PGPASSWORD"}, timeout=300)
+        assert without.returncode == 2 and "no password supplied" in without.stderr  # the role really needs one
+        report = subprocess.run([ORCHESTRATE, "report", "spec.yaml", "--format", "json", "--plots"],
+                                cwd=tmp_path / "a", capture_output=True, text=True, timeout=300,
+                                env={**os.environ, **env, "ORCHESTRATE_STORAGE": with_password(storage)})
+        assert report.returncode == 0, report.stderr
+        printed = out + err + again.stdout + again.stderr + without.stderr + report.stdout + report.stderr
+        for secret in (PG_SECRET, ML_SECRET):
+            assert secret not in printed
+            assert secret not in files_text(tmp_path / "a")          # trial folders, logs, reports, plots' data
+            assert secret not in files_text(server.artifacts)        # MLflow's artifacts (the spec among them)
+            assert secret not in dump(storage)                       # Optuna: every attribute
+            assert secret not in dump(backend)                       # MLflow: params, tags, runs
+        assert "***@127.0.0.1" in out  # what was shown: the URL, masked
+    finally:
+        server.kill()
+
+
+def test_a_database_restart_and_a_20_s_stop_cost_nothing(tmp_path: Path, pg: PostgresServer) -> None:
+    """Two orchestrators (the password from PGPASSWORD); mid-sweep the database restarts, then
+    stops for 20 s (5 grace periods). Both finish: exit 0, no traceback, every configuration
+    measured exactly once, no live trial failed for its missed heartbeats, none left RUNNING."""
+    storage, tracking = pg.database_for(ROLE, "study"), pg.database_for(ROLE, "runs")
+    env = {"PGPASSWORD": PG_SECRET}
+    text = spec_text(storage, tracking)
+    procs = [start(tmp_path / f"o{i}", text, env=env) for i in range(2)]
+    wait_for_results(storage, 2)
+    pg.restart()
+    wait_for_results(storage, 4)
+    pg.stop()
+    time.sleep(20)
+    pg.start()
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, out + err
+        assert "Traceback" not in out + err
+    trials = results(storage)
+    assert measured_once(trials) == {h: 1 for h in HIDDEN}
+    assert not [t.number for t in trials if STALE in (t.user_attrs.get("detail") or "")]
+    assert not [t.number for t in trials if not t.state.is_finished()]
+
+
+def test_a_database_down_longer_than_outage_s_exits_75_and_resumes(tmp_path: Path, pg: PostgresServer) -> None:
+    storage, tracking = pg.database_for(ROLE, "study"), pg.database_for(ROLE, "runs")
+    env = {"PGPASSWORD": PG_SECRET}
+    text = spec_text(storage, tracking, outage_s=6)
+    proc = start(tmp_path / "a", text, env=env)
+    wait_for_results(storage, 2)
+    pg.stop()
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        pg.start()
+    assert proc.returncode == 75, out + err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"orchestrate: the study's database postgresql+psycopg2://{ROLE}@127.0.0.1")
+    assert "search.outage_s=6" in line and "run the same command to resume" in line and "Traceback" not in err
+    again = start(tmp_path / "a", text, env=env)
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, out + err
+    trials = results(storage)
+    assert set(measured_once(trials)) == set(HIDDEN)
+    assert not [t.number for t in trials if not t.state.is_finished()], (
+        [(t.number, t.state.name, t.params, t.user_attrs, t.system_attrs) for t in trials], out)
+
+
+def test_a_tracking_server_restart_costs_nothing(tmp_path: Path, pg: PostgresServer) -> None:
+    """The ``mlflow server`` is killed mid-sweep and started again (the same port and store): the
+    sweep exits 0 and every trial has its one run, finished, with its metrics."""
+    storage, backend = pg.database_for(ROLE, "study"), pg.database_for(ROLE, "server")
+    server = MlflowServer(with_password(backend), tmp_path / "mlflow")
+    tracking = server.start()
+    try:
+        proc = start(tmp_path / "a", spec_text(storage, tracking), env={"PGPASSWORD": PG_SECRET})
+        wait_for_results(storage, 2)
+        server.kill()
+        time.sleep(3)
+        server.start()
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out + err
+        assert "Traceback" not in out + err
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking)
+        exp = client.get_experiment_by_name("team")
+        runs = client.search_runs([exp.experiment_id], "tags.role = 'trial'")
+        by_trial: dict[str, list] = {}
+        for r in runs:
+            by_trial.setdefault(r.data.tags["trial_number"], []).append(r)
+        told = [t for t in results(storage) if t.user_attrs.get("status") == "ok"]
+        assert len(told) == len(HIDDEN)
+        for t in told:
+            (run,) = by_trial[str(t.number)]
+            assert run.info.status == "FINISHED" and run.data.metrics["samples_per_s"] > 0
+    finally:
+        server.kill()
