@@ -209,6 +209,8 @@ def _describe(exc: yaml.YAMLError, text: str, libyaml: bool) -> tuple[int | None
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     context = getattr(exc, "context", None)
     context_mark = getattr(exc, "context_mark", None)
+    if "maximum nesting depth" in problem:  # PyYAML 6.0.4 (what a fresh install gets) stops deep nesting before our composer does
+        return line, f"nested more than {MAX_DEPTH} levels deep (a spec needs at most 5)"
     if "'\\t'" in problem or " tab " in problem or (mark is not None and _tab_at(text, mark)):
         return line, "a tab character; indent with spaces (YAML does not allow tabs)"
     if context and problem.startswith("but "):  # "expected a single document ... but found another"
