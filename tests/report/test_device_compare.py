@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, load_study, orchestrate, write_spec
-from test_report import finished_sweep
+from report.test_report import finished_sweep
 
 
 def report_main(project: Path, *args: str) -> tuple[int, str, str]:

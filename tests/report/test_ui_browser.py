@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import ORCHESTRATE, child_runs, orchestrate
-from test_report import finished_sweep, png_size
+from report.test_report import finished_sweep, png_size
 
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

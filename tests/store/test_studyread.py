@@ -166,7 +166,7 @@ def test_a_sweeps_own_study_reads_as_optuna_reads_it(tmp_path_factory: pytest.Te
     fingerprint and the parent run's id as the sweep sets them)."""
     import optuna
 
-    from test_report import finished_sweep
+    from report.test_report import finished_sweep
 
     url = f"sqlite:///{finished_sweep(tmp_path_factory)}/mlruns/optuna.db"
     study = read_study(url, "tiny_report")
