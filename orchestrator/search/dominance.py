@@ -17,6 +17,8 @@ A parameter without an order must be equal for one configuration to dominate ano
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Iterable, Union
 
 Order = Union[str, dict]
@@ -77,4 +79,67 @@ def predicted_oom(candidate: dict[str, Any], ooms: Iterable[tuple[int, dict[str,
     for number, config in ooms:
         if needs_at_least(candidate, config, order):
             return number
+    return None
+
+
+class DominanceIndex:
+    """``needs_at_least`` between a fixed list of configurations and any of them, as array
+    operations: built once per space, so a decision over 10,000 configurations and 200 results
+    costs milliseconds rather than seconds. The same rules as ``needs_at_least`` (tested against
+    it): equal key sets; per parameter, neutral ignored, ordered ones compared by rank, values
+    outside a mapping (and parameters without a rule) compared for equality."""
+
+    def __init__(self, configs: list[dict[str, Any]], order: dict[str, Order]) -> None:
+        import numpy as np
+
+        from orchestrator.search.space import value_key  # space imports the spec, which imports this module
+
+        self.np = np
+        names = sorted({n for c in configs for n in c})
+        keysets: dict[frozenset, int] = {}
+        self.keyset = np.array([keysets.setdefault(frozenset(c), len(keysets)) for c in configs])
+        ranks, codes = [], []
+        for name in names:
+            rule = order.get(name)
+            if rule == "neutral":
+                continue
+            seen: dict[str, int] = {}
+            code = [seen.setdefault(value_key(name, c[name]), len(seen)) if name in c else -1 for c in configs]
+            rank = [_rank(rule, c[name]) if name in c else None for c in configs]
+            if rule is None or any(r is None for r, c in zip(rank, configs) if name in c) and not isinstance(rule, dict):
+                rank = [None] * len(configs)  # compared for equality only
+            ranks.append([math.nan if r is None else r for r in rank])
+            codes.append(code)
+        self.rank = np.array(ranks, dtype=float).T.reshape(len(configs), len(ranks))
+        self.code = np.array(codes, dtype=int).T.reshape(len(configs), len(codes))
+
+    def at_least(self, refs: list[int]) -> Any:
+        """Which configurations need at least as much memory as one of ``refs`` (indices)."""
+        return self._any(refs, self.np.greater_equal)
+
+    def at_most(self, refs: list[int]) -> Any:
+        """Which configurations need at most as much memory as one of ``refs``."""
+        return self._any(refs, self.np.less_equal)
+
+    def _any(self, refs: list[int], compare: Any) -> Any:
+        np = self.np
+        out = np.zeros(len(self.keyset), dtype=bool)
+        ranked = ~np.isnan(self.rank)
+        for r in refs:
+            both = ranked & ranked[r]
+            same = self.code == self.code[r]
+            with np.errstate(invalid="ignore"):
+                ok = np.where(both, compare(self.rank, self.rank[r]), same)
+            out |= (self.keyset == self.keyset[r]) & ok.all(axis=1)
+        return out
+
+
+def _rank(rule: Order | None, value: Any) -> float | None:
+    """A value's memory rank under ``rule`` (None: compared for equality only)."""
+    if rule == "increasing" or rule == "decreasing":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value) if rule == "increasing" else -float(value)
+        return None
+    if isinstance(rule, dict) and value in rule:
+        return float(rule[value])
     return None

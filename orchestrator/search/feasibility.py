@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from orchestrator.search.dominance import needs_at_least
+from orchestrator.search.dominance import DominanceIndex
 from orchestrator.search.space import config_key
 
 SPREAD = 0.06
@@ -47,27 +47,39 @@ def group_key(config: dict[str, Any], scaling: str | None, order: dict[str, Any]
     return config_key({k: v for k, v in config.items() if k != scaling and order.get(k) != "neutral"})
 
 
+class FitIndex:
+    """What ``fit_probabilities`` derives from the space alone, computed once per planner: the
+    configurations' keys, their groups along the scaling dimension and the dominance index."""
+
+    def __init__(self, configs: list[dict[str, Any]], order: dict[str, Any], scaling: str | None) -> None:
+        self.keys = [config_key(c) for c in configs]
+        self.position = {k: i for i, k in enumerate(self.keys)}
+        self.dominance = DominanceIndex(configs, order)
+        self.groups: dict[str, list[int]] = {}
+        if scaling is not None:
+            for i, c in enumerate(configs):
+                self.groups.setdefault(group_key(c, scaling, order), []).append(i)
+
+
 def fit_probabilities(configs: list[dict[str, Any]], observed: dict[str, Observed], order: dict[str, Any],
-                      scaling: str | None, cap_gib: float | None = None) -> list[float]:
-    """For each configuration, the probability that it fits (see the module)."""
-    keys = [config_key(c) for c in configs]
-    fitted = [c for c, k in zip(configs, keys) if k in observed and observed[k].fits]
-    failed = [c for c, k in zip(configs, keys) if k in observed and not observed[k].fits]
-    p = []
-    for c, k in zip(configs, keys):
-        if k in observed:
-            p.append(1.0 if observed[k].fits else 0.0)
-        elif any(needs_at_least(c, o, order) for o in failed):
-            p.append(0.0)
-        elif any(needs_at_least(o, c, order) for o in fitted):
-            p.append(1.0)
-        else:
-            p.append(math.nan)
+                      scaling: str | None, cap_gib: float | None = None, index: FitIndex | None = None) -> list[float]:
+    """For each configuration, the probability that it fits (see the module). ``index``: the
+    space's ``FitIndex`` when the caller keeps one (the planner does)."""
+    index = index or FitIndex(configs, order, scaling)
+    keys = index.keys
+    seen = [index.position[k] for k in observed if k in index.position]
+    failed = [i for i in seen if not observed[keys[i]].fits]
+    fitted = [i for i in seen if observed[keys[i]].fits]
+    arr = index.dominance.np.full(len(configs), math.nan)
+    arr[index.dominance.at_most(fitted)] = 1.0
+    arr[index.dominance.at_least(failed)] = 0.0  # a proof that it does not fit wins
+    known = arr.tolist()
+    for i in seen:
+        known[i] = 1.0 if observed[keys[i]].fits else 0.0
+    p = known
     if scaling is None:
         return [0.5 if math.isnan(x) else x for x in p]
-    groups: dict[str, list[int]] = {}
-    for i, c in enumerate(configs):
-        groups.setdefault(group_key(c, scaling, order), []).append(i)
+    groups = index.groups
     lines = {g: _line(configs, keys, members, observed, scaling) for g, members in groups.items()}
     cap = _cap(configs, keys, observed, groups, lines, scaling, order, cap_gib)
     for g, members in groups.items():

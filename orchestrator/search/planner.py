@@ -7,18 +7,22 @@ What it knows before any trial, and how it uses it:
   out does not fit; peak memory is linear in batch size with the rest fixed, so two measured
   peaks and the limit predict the rest of a batch column.
 - **Throughput** (``surrogate``): the log of the objective is a linear function of what is known
-  to matter (``PRIORS``: more batch per step is faster, checkpointing is slower, half precision
-  is faster on GPUs but not on every CPU), each effect with a spread the measurements overrule,
+  to matter (``priors.PRIORS``: more batch per step is faster, checkpointing is slower, half
+  precision is faster on most GPU work), each effect with a spread the measurements overrule,
   plus a Gaussian process for everything else, parameters it knows nothing about included.
 
-The first trials find the memory boundary of the most promising group (the configurations the
-priors rank best, across batch sizes) by bisection on the batch, starting in the middle of the
-list: one to three trials, each either the likely best or a boundary that prunes a column.
-Then each trial is the one with the highest expected improvement times its chance to fit. The
-sweep ends when the chance that some configuration left (not measured, not running, not proven
-too large) beats the best measured by more than ``band`` falls below ``STOP_CHANCE``, estimated
-by sampling the model's joint posterior; with few measurements its spread is wide, so it does
-not end early by accident. Pure: the proposer calls ``Planner.decide`` with what the study holds.
+The priors order the search; measurements decide its stop. The first trials find the memory
+boundary of the most promising group (the configurations the priors rank best, across batch
+sizes) by bisection on the batch, starting in the middle of the list. Then each trial is the one
+with the highest chance to fit and beat the best by more than the band. Every value of a searched
+parameter (batch size aside: the bisection measures its trend) gets one look before the sweep may
+end, unless no configuration with it can fit: the best measured configuration with that value
+instead, so that only that parameter differs; the look comes once the likeliest candidate's
+chance is below ``COVER_BELOW``, and always before the stop. The sweep ends when the chance that
+some configuration left (not measured, not running, not proven too large) beats the best measured
+by more than ``band`` falls below ``STOP_CHANCE``, estimated by sampling the model's joint
+posterior; the stop line names each value never measured and what the model predicts for it.
+Pure: the proposer calls ``Planner.decide`` with what the study holds.
 """
 
 from __future__ import annotations
@@ -30,47 +34,22 @@ from typing import Any
 import numpy as np
 
 from orchestrator.search import surrogate as S
-from orchestrator.search.feasibility import Observed, fit_probabilities, scaling_dimension
-from orchestrator.search.space import config_key
+from orchestrator.search.feasibility import FitIndex, Observed, fit_probabilities, scaling_dimension
+from orchestrator.search.priors import NOISE_FLOOR, encode, values_of
+from orchestrator.search.space import config_key, value_key
 
 STOP_CHANCE = 0.05
 """The sweep ends when some configuration left beats the best by more than the band with at most
 this probability."""
+COVER_BELOW = 0.3
+"""Below this chance for the likeliest configuration left (to fit and beat the best by more than
+the band), a parameter value never measured gets its one look (and always before the stop)."""
 DRAWS = 2000
 REFIT_ALWAYS = 40
 LEAD_TIE = 0.05
 """Prior effects (log throughput) closer than this to the best do not decide the first column."""
 TOP = 200
 """Candidates sampled jointly for the stop rule; the rest are bounded one by one (union bound)."""
-THROUGHPUT = ("samples_per_s", "tokens_per_s")
-LOG_DIMENSIONS = ("batch_size", "effective_batch_size", "grad_accum_steps", "seq_len", "num_workers")
-
-# Prior effects on the natural log of throughput (samples or tokens per second): (mean, spread).
-# Ordered dimensions: per doubling of the value. Categorical ones: per value, against 0.
-PRIORS: dict[str, Any] = {
-    "batch_size": (0.10, 0.15),
-    "effective_batch_size": (0.02, 0.10),
-    "grad_accum_steps": (0.02, 0.05),
-    "activation_checkpointing": {True: (-0.20, 0.15), False: (0.0, 0.15)},
-    "compile": {True: (0.10, 0.30), False: (0.0, 0.30)},
-    "dtype": {  # by device: half precision pays on GPUs, not on every CPU
-        "cuda": {"float32": (0.0, 0.3), "float16": (0.6, 0.3), "bfloat16": (0.6, 0.3)},
-        "mps": {"float32": (0.0, 0.3), "float16": (0.2, 0.3), "bfloat16": (0.1, 0.3)},
-        "cpu": {"float32": (0.0, 0.3), "float16": (-0.5, 0.3), "bfloat16": (0.0, 0.3)},
-    },
-}
-CURVATURE = (-0.02, 0.04)
-"""Throughput saturates as the batch grows (per-step overheads are paid once per step): the log of
-throughput is concave in the log of the batch. Per doubling squared, about the middle of the list."""
-SEQ_LEN_PRIOR = {"samples_per_s": (-0.5, 0.4), "tokens_per_s": (0.0, 0.3)}
-UNKNOWN_ORDERED = (0.0, 0.15)
-"""An ordered parameter nothing is known about: per unit of its range (scaled to [0, 1])."""
-UNKNOWN_CATEGORICAL = (0.0, 0.2)
-NOISE_FLOOR = {"cpu": 0.06, "mps": 0.03, "cuda": 0.01}
-"""The least measurement noise assumed (relative spread of one process's throughput): two
-identical CPU processes differ by 6-18% on a small machine, GPU ones by about 1%."""
-
-
 @dataclass
 class Verdict:
     """Whether the search is done, and why."""
@@ -83,6 +62,8 @@ class Verdict:
     too_large: int
     """Of those, how many are proven or predicted (p < 0.05) not to fit."""
     reason: str = ""
+    lead: float = 1.0
+    """The likeliest single configuration's chance to fit and beat the best by more than the band."""
 
 
 @dataclass
@@ -110,12 +91,19 @@ class Planner:
         self.order, self.band, self.cap_gib = order, band, cap_gib
         self.threshold = -math.log(1.0 - band)
         names = list(dict.fromkeys(n for c in configs for n in c))
-        values = {n: _values(configs, n) for n in names}
+        values = {n: values_of(configs, n) for n in names}
+        self.searched = {n for n in names if len(values[n]) > 1}
+        """The parameters whose values the stop rule needs measured (those that vary here)."""
         self.scaling = scaling_dimension(names, order, values)
-        self.space, self.scaling_feature = _encode(configs, names, values, metric, device if self.maximize else None,
+        self.space, self.scaling_feature = encode(configs, names, values, metric, device if self.maximize else None,
                                                    self.scaling)
         self.noise_floor = NOISE_FLOOR.get(device, max(NOISE_FLOOR.values()))
         self._fitted: tuple[int, list[tuple[float, S.Hyper]]] | None = None
+        self.values = values
+        self.fit_index = FitIndex(configs, order, self.scaling)
+        self.value_keys = [[(n, value_key(n, v)) for n, v in c.items()] for c in configs]
+        """Per configuration, its (parameter, value key) pairs: what the stop rule's looks count."""
+        self._lead: list[int] | None = None
 
     # -- what the study holds ---------------------------------------------------------------------
     def _observations(self, results: dict[str, Any]) -> tuple[dict[str, Observed], list[int], list[float]]:
@@ -148,7 +136,8 @@ class Planner:
 
     def _decide(self, results: dict[str, Any], in_flight: set[str], stop: bool) -> Decision:
         memory, idx, y = self._observations(results)
-        p_fit = np.array(fit_probabilities(self.configs, memory, self.order, self.scaling, self.cap_gib))
+        p_fit = np.array(fit_probabilities(self.configs, memory, self.order, self.scaling, self.cap_gib,
+                                           self.fit_index))
         left = [i for i, k in enumerate(self.keys) if k not in results and k not in in_flight]
         open_ = [i for i in left if p_fit[i] > 0.0]
         too_large = sum(1 for i in left if p_fit[i] < 0.05)
@@ -160,9 +149,39 @@ class Planner:
         verdict = self._verdict(model, open_, p_fit, len(left), too_large, bisecting=probe is not None)
         if probe is not None:
             return Decision(self.configs[probe], verdict, "boundary")
-        if verdict.done and stop:
-            return Decision(None, verdict)
+        if verdict.done or verdict.lead < COVER_BELOW:
+            unseen = self._unseen(idx, open_, in_flight, p_fit)
+            if unseen:  # the priors alone may not end a sweep: one look at each value first
+                verdict = Verdict(False, verdict.chance, verdict.left, verdict.too_large, lead=verdict.lead)
+                looks = [(name, group) for (name, _), group in unseen.items() if group]
+                if looks:
+                    return Decision(self.configs[self._look(model, looks, p_fit)], verdict, "coverage")
+                if stop and verdict.chance < STOP_CHANCE:
+                    return Decision(None, verdict)  # the looks in flight may change the verdict
+            if stop and verdict.done:
+                verdict.reason += self._unmeasured_note(model, idx, p_fit)
+                return Decision(None, verdict)
         return Decision(self.configs[self._best_candidate(model, open_, p_fit)], verdict, "improvement")
+
+    # -- evidence before the stop: every value measured once --------------------------------------
+    def _unseen(self, idx: list[int], open_: list[int], in_flight: set[str],
+                p_fit: np.ndarray) -> dict[tuple[str, str], list[int]]:
+        """Values of a searched parameter (batch size aside: its trend is measured by the boundary
+        search) that no configuration that fits has been measured with, and that some
+        configuration left may still fit with: (name, value) -> the open configurations that
+        would measure it (empty while one is in flight)."""
+        measured = {pair for i in idx for pair in self.value_keys[i]}
+        flying = {pair for k in in_flight if k in self.index for pair in self.value_keys[self.index[k]]}
+        out: dict[tuple[str, str], list[int]] = {}
+        for i in open_:
+            for key in self.value_keys[i]:
+                name = key[0]
+                if name == self.scaling or name not in self.searched or key in measured:
+                    continue
+                out.setdefault(key, [])
+                if key not in flying:
+                    out[key].append(i)
+        return out
 
     # -- the first trials: the boundary of the most promising group ------------------------------
     def _boundary_probe(self, p_fit: np.ndarray, results: dict[str, Any], in_flight: set[str]) -> int | None:
@@ -182,6 +201,11 @@ class Planner:
         return gap[len(gap) // 2]
 
     def _leading_column(self) -> list[int]:
+        if self._lead is None:
+            self._lead = self._lead_column()
+        return self._lead
+
+    def _lead_column(self) -> list[int]:
         """The batch column to bisect first: of the configurations the priors rank first (within
         ``LEAD_TIE`` of the best, once batch size is set aside), the one that needs the least
         memory by the memory order (a small gain such as accumulation's is not worth the memory
@@ -205,9 +229,50 @@ class Planner:
             if isinstance(rule, dict):
                 total += float(rule.get(value, 0))
             else:
-                ranked = sorted(_values(self.configs, name))
+                ranked = sorted(self.values[name])
                 total += ranked.index(value) * (1 if rule == "increasing" else -1)
         return total
+
+    def _look(self, model: Model | None, looks: list[tuple[str, list[int]]], p_fit: np.ndarray) -> int:
+        """The one look to take: for each unseen value, the best measured configuration with that
+        value instead (a paired comparison: only that parameter differs), else the configuration
+        with the highest expected throughput counting an OOM as none; of those, the value with
+        the highest upper bound first (the likeliest to change the answer)."""
+        picks = []
+        incumbent = self.configs[model.incumbent] if model is not None else None
+        for name, group in looks:
+            g = np.array(group)
+            if incumbent is not None:
+                paired = self.index.get(config_key({**incumbent, name: self.configs[group[0]][name]}))
+                if paired in group:
+                    picks.append((float(model.upper(model.incumbent, np.array([paired]))[0]), paired))
+                    continue
+            mean = self.space.H[g] @ self.space.prior_mean if model is None else model.mean(g)
+            best = int(g[int(np.argmax(mean + np.log(np.clip(p_fit[g], 1e-9, None))))])  # E[throughput], OOM as 0
+            if model is None:
+                picks.append((float(mean.max()), best))
+            else:
+                picks.append((float(model.upper(model.incumbent, np.array([best]))[0]), best))
+        return max(picks, key=lambda p: p[0])[1]
+
+    def _unmeasured_note(self, model: Model | None, idx: list[int], p_fit: np.ndarray) -> str:
+        """For the stop line: each searched value never measured, and what the model says of it."""
+        measured = {pair for i in idx for pair in self.value_keys[i]}
+        groups: dict[tuple[str, str], list[int]] = {}
+        for i, pairs in enumerate(self.value_keys):
+            for pair in pairs:
+                if pair[0] in self.searched and pair not in measured:
+                    groups.setdefault(pair, []).append(i)
+        notes = []
+        for (name, _), members in groups.items():
+            value = self.configs[members[0]][name]
+            fits = [i for i in members if p_fit[i] > 0.0]
+            if not fits:
+                notes.append(f"{name}={value} (does not fit)")
+            elif model is not None:
+                upper = float(np.exp(model.upper(model.incumbent, np.array(fits)).max()))
+                notes.append(f"{name}={value} (predicted <= {upper:.2f}x of the best at 95%)")
+        return "; not measured: " + ", ".join(notes) if notes else ""
 
     # -- the model --------------------------------------------------------------------------------
     def _model(self, idx: list[int], y: list[float], in_flight: set[str], p_fit: np.ndarray) -> Model | None:
@@ -235,8 +300,12 @@ class Planner:
         return self._fitted[1]
 
     def _chances(self, model: Model, open_: list[int], p_fit: np.ndarray) -> np.ndarray:
-        """Per candidate: the chance that it fits and beats the best measured by more than the band."""
-        return p_fit[open_] * model.chance_above(model.incumbent, np.array(open_), self.threshold)
+        """Per candidate: the chance that it fits and beats the best measured by more than the band
+        (once per decision: the verdict and the choice both read it)."""
+        key = tuple(open_)
+        if model.chances is None or model.chances[0] != key:
+            model.chances = (key, p_fit[open_] * model.chance_above(model.incumbent, np.array(open_), self.threshold))
+        return model.chances[1]
 
     def _best_candidate(self, model: Model | None, open_: list[int], p_fit: np.ndarray) -> int:
         """The configuration likeliest to fit and beat the best by more than the band (when none
@@ -264,7 +333,8 @@ class Planner:
             rest = float(marginal[ranked[TOP:]].sum())
             chance = min(1.0, model.chance_any_above(model.incumbent, top, p_fit[top], self.threshold) + rest)
         done = chance < STOP_CHANCE
-        return Verdict(done, chance, left, too_large, _reason(chance, left, too_large, self.band) if done else "")
+        return Verdict(done, chance, left, too_large, _reason(chance, left, too_large, self.band) if done else "",
+                       lead=float(marginal.max()))
 
 
 class Model:
@@ -274,24 +344,35 @@ class Model:
     def __init__(self, space: S.Space, members: list[tuple[float, S.Hyper]], idx: np.ndarray, y: np.ndarray) -> None:
         self.space, self.idx = space, idx
         self.members = [(w, S.condition(space, idx, y, h)) for w, h in members]
+        self.cross = S.CrossCache(space, idx)
+        self.chances: tuple[tuple[int, ...], np.ndarray] | None = None
         self.incumbent = -1
         """The measured configuration with the highest predicted value."""
 
     def mean(self, at: np.ndarray) -> np.ndarray:
-        return sum(w * S.posterior(self.space, c, at).mean for w, c in self.members)
+        return sum(w * S.posterior_mean(self.space, c, at, self.cross) for w, c in self.members)
 
     def chance_above(self, ref: int, at: np.ndarray, threshold: float) -> np.ndarray:
         """P(g(at) - g(ref) > threshold), one by one, under the mixture."""
         out = np.zeros(len(at))
         for w, c in self.members:
-            mean, sd = S.difference(self.space, c, ref, at)
+            mean, sd = S.difference(self.space, c, ref, at, self.cross)
             out += w * S.prob_above(mean, sd, threshold)
         return out
+
+    def upper(self, ref: int, at: np.ndarray, z: float = 1.645) -> np.ndarray:
+        """The one-sided 95% bound of g(at) - g(ref), one by one, from the mixture's mean and spread."""
+        first, second = np.zeros(len(at)), np.zeros(len(at))
+        for w, c in self.members:
+            mean, sd = S.difference(self.space, c, ref, at, self.cross)
+            first += w * mean
+            second += w * (sd * sd + mean * mean)
+        return first + z * np.sqrt(np.clip(second - first * first, 0.0, None))
 
     def expected_gain(self, ref: int, at: np.ndarray) -> np.ndarray:
         out = np.zeros(len(at))
         for w, c in self.members:
-            mean, sd = S.difference(self.space, c, ref, at)
+            mean, sd = S.difference(self.space, c, ref, at, self.cross)
             out += w * S.expected_improvement(mean, sd, 0.0)
         return out
 
@@ -300,13 +381,14 @@ class Model:
         sampled from each member's joint posterior (fits drawn independently, which only errs
         towards going on)."""
         rng = np.random.default_rng(len(self.idx))  # the same study state gives the same verdict
+        normal = rng.standard_normal((len(at) + 1, DRAWS))  # shared by the members (common numbers)
+        misfit = np.where(rng.random((len(at), DRAWS)) < p_fit[:, None], 0.0, -np.inf)
         total = 0.0
         for w, c in self.members:
-            post = S.posterior(self.space, c, np.concatenate([[ref], at]))
+            post = S.posterior(self.space, c, np.concatenate([[ref], at]), self.cross)
             L = np.linalg.cholesky(post.cov + 1e-9 * np.eye(len(at) + 1))
-            draws = post.mean[:, None] + L @ rng.standard_normal((len(at) + 1, DRAWS))
-            fits = rng.random((len(at), DRAWS)) < p_fit[:, None]
-            gain = np.where(fits, draws[1:] - draws[0], -np.inf).max(axis=0)
+            draws = post.mean[:, None] + L @ normal
+            gain = (draws[1:] - draws[0] + misfit).max(axis=0)
             total += w * float((gain > threshold).mean())
         return total
 
@@ -317,82 +399,3 @@ def _reason(chance: float, left: int, too_large: int, band: float, nothing_left:
                 if left else "every configuration has a result")
     return (f"no configuration left is likely to beat the best by more than {band:.0%} (chance {chance:.1%}); "
             f"{left} not measured, {too_large} of them predicted not to fit")
-
-
-def _values(configs: list[dict[str, Any]], name: str) -> tuple[Any, ...]:
-    seen: dict[str, Any] = {}
-    for c in configs:
-        if name in c:
-            seen.setdefault(config_key({name: c[name]}), c[name])
-    return tuple(seen.values())
-
-
-def _ordered(values: tuple[Any, ...]) -> bool:
-    return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-
-
-def _prior(name: str, value: Any, metric: str, device: str | None) -> tuple[float, float]:
-    """(mean, spread) of one categorical value's effect; see ``PRIORS``."""
-    if device is None or metric not in THROUGHPUT:
-        return UNKNOWN_CATEGORICAL
-    rule = PRIORS.get(name)
-    if name == "dtype" and isinstance(rule, dict):
-        rule = rule.get(device)
-    if isinstance(rule, dict):
-        return rule.get(value, UNKNOWN_CATEGORICAL)
-    return UNKNOWN_CATEGORICAL
-
-
-def _slope(name: str, metric: str, device: str | None, log: bool) -> tuple[float, float]:
-    if device is None or metric not in THROUGHPUT:
-        return UNKNOWN_ORDERED
-    if name == "seq_len":
-        return SEQ_LEN_PRIOR.get(metric, UNKNOWN_ORDERED)
-    rule = PRIORS.get(name)
-    return rule if isinstance(rule, tuple) and log else UNKNOWN_ORDERED
-
-
-def _encode(configs: list[dict[str, Any]], names: list[str], values: dict[str, tuple], metric: str,
-            device: str | None, scaling: str | None) -> tuple[S.Space, int]:
-    """Features, priors and kernel coordinates of every configuration (see ``surrogate``). A
-    parameter absent from a configuration (another device's knob) is a value of its own."""
-    n = len(configs)
-    columns, means, sds = [np.ones(n)], [0.0], [1.0]  # the level, centred on the measurements
-    z_columns, c_columns = [], []
-    scaling_feature = 0
-    for name in names:
-        vals = values[name]
-        present = np.array([name in c for c in configs])
-        if _ordered(vals):
-            nums = [float(v) for v in vals]
-            log = min(nums) > 0 and (name in LOG_DIMENSIONS or max(nums) / min(nums) >= 8)
-            raw = np.array([float(c[name]) if name in c else min(nums) for c in configs])
-            x = np.log2(raw) if log else raw
-            lo, hi = (math.log2(min(nums)), math.log2(max(nums))) if log else (min(nums), max(nums))
-            z_columns.append((x - lo) / (hi - lo))
-            mean, sd = _slope(name, metric, device, log)
-            if name == scaling:
-                scaling_feature = len(columns)
-            columns.append(np.where(present, x - lo if log else (x - lo) / (hi - lo), 0.0))
-            means.append(mean)
-            sds.append(sd)
-            if name == scaling and log and device is not None and metric in THROUGHPUT:
-                columns.append(np.where(present, (x - (lo + hi) / 2) ** 2, 0.0))
-                means.append(CURVATURE[0])
-                sds.append(CURVATURE[1])
-            if not present.all():
-                c_columns.append(present.astype(int))
-        else:
-            codes = {config_key({name: v}): j for j, v in enumerate(vals)}
-            c_columns.append(np.array([codes[config_key({name: c[name]})] if name in c else len(vals)
-                                       for c in configs]))
-            for v in vals:
-                columns.append(np.array([1.0 if name in c and config_key({name: c[name]}) ==
-                                         config_key({name: v}) else 0.0 for c in configs]))
-                mean, sd = _prior(name, v, metric, device)
-                means.append(mean)
-                sds.append(sd)
-    H = np.column_stack(columns)
-    Z = np.column_stack(z_columns) if z_columns else np.zeros((n, 0))
-    C = np.column_stack(c_columns) if c_columns else np.zeros((n, 0), dtype=int)
-    return S.Space(H, np.array(means), np.array(sds), Z, C), scaling_feature

@@ -6,6 +6,7 @@ dry-run can use the rest without it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -122,6 +123,20 @@ def config_key(params: dict[str, Any]) -> str:
     that differ only by rounding (Optuna's stepped float ``0.1 + 2 * 0.1`` is the grid's 0.3)."""
     return json.dumps({k: (_canonical(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
                        for k, v in sorted(params.items())}, sort_keys=True)
+
+
+def value_key(name: str, value: Any) -> str:
+    """``config_key({name: value})``, memoized for the hashable values a space is made of (a big
+    space's planner asks it for every parameter of every configuration)."""
+    try:
+        return _value_key(name, type(value), value)
+    except TypeError:  # unhashable (a list): not memoized
+        return config_key({name: value})
+
+
+@functools.lru_cache(maxsize=65536)
+def _value_key(name: str, kind: type, value: Any) -> str:
+    return config_key({name: value})
 
 
 def _canonical(x: float) -> float:

@@ -5,7 +5,7 @@ The latent objective of configuration ``x`` (a log throughput, say) is modelled 
     g(x) = h(x) . beta  +  f(x),     beta ~ N(prior_mean, diag(prior_sd^2)),   f ~ GP(0, s_f^2 k)
 
 and a measurement is ``g(x) + noise`` with ``noise ~ N(0, s_n^2)``. The linear part carries what
-is known before any trial (``planner.PRIORS``: more batch is faster, checkpointing is slower,
+is known before any trial (``priors.PRIORS``: more batch is faster, checkpointing is slower,
 ...) with a spread that lets the data overrule it; ``f`` is a stationary GP for what the linear
 part misses: a Matern 5/2 kernel over the ordered dimensions (scaled to [0, 1]) times an
 exchangeable kernel over each categorical one (1 when equal, ``rho`` otherwise). Integrating
@@ -141,18 +141,51 @@ def condition(space: Space, idx: np.ndarray, y: np.ndarray, hyper: Hyper) -> Con
     return Conditioned(hyper, idx, Linv, alpha)
 
 
-def posterior(space: Space, cond: Conditioned, at: np.ndarray) -> Posterior:
+def posterior(space: Space, cond: Conditioned, at: np.ndarray, cache: CrossCache | None = None) -> Posterior:
     """The joint posterior at ``at``."""
     prior = space.H[at] @ space.prior_mean
     cov = covariance(space, at, at, cond.hyper)
     if len(cond.idx) == 0:
         return Posterior(at, prior, cov)
-    cross = covariance(space, at, cond.idx, cond.hyper)
+    cross = _cross(space, cond, at, cache)
     v = cond.Linv @ cross.T
     return Posterior(at, prior + cross @ cond.alpha, cov - v.T @ v)
 
 
-def difference(space: Space, cond: Conditioned, ref: int, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+class CrossCache:
+    """The stationary kernel between every configuration and the measured ones, once per
+    (lengthscales, rhos) setting: the mixture's members share it (eight members use at most six
+    settings), and every candidate of a decision reads its rows."""
+
+    def __init__(self, space: Space, idx: np.ndarray) -> None:
+        self.space, self.idx = space, idx
+        self._kernels: dict[tuple, np.ndarray] = {}
+
+    def covariance(self, at: np.ndarray, hyper: Hyper) -> np.ndarray:
+        """``covariance(space, at, idx, hyper)``, from the cached kernel."""
+        key = (hyper.lengthscales, hyper.rhos)
+        if key not in self._kernels:
+            self._kernels[key] = kernel(self.space, np.arange(len(self.space)), self.idx, hyper)
+        linear = (self.space.H[at] * self.space.prior_sd ** 2) @ self.space.H[self.idx].T
+        return linear + hyper.sigma_f ** 2 * self._kernels[key][at]
+
+
+def _cross(space: Space, cond: Conditioned, at: np.ndarray, cache: CrossCache | None) -> np.ndarray:
+    if cache is not None and cache.idx is cond.idx:
+        return cache.covariance(at, cond.hyper)
+    return covariance(space, at, cond.idx, cond.hyper)
+
+
+def posterior_mean(space: Space, cond: Conditioned, at: np.ndarray, cache: CrossCache | None = None) -> np.ndarray:
+    """The posterior mean at ``at`` alone (no covariance: cheap for thousands of configurations)."""
+    prior = space.H[at] @ space.prior_mean
+    if len(cond.idx) == 0:
+        return prior
+    return prior + _cross(space, cond, at, cache) @ cond.alpha
+
+
+def difference(space: Space, cond: Conditioned, ref: int, at: np.ndarray,
+               cache: CrossCache | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Mean and spread of ``g(at) - g(ref)`` for each of ``at`` (one by one: no joint matrix)."""
     both = np.concatenate([[ref], at])
     hyper = cond.hyper
@@ -160,7 +193,7 @@ def difference(space: Space, cond: Conditioned, ref: int, at: np.ndarray) -> tup
     k_ref = covariance(space, both, np.array([ref]), hyper)[:, 0]
     var = np.sum((space.H[both] * space.prior_sd ** 2) * space.H[both], axis=1) + hyper.sigma_f ** 2
     if len(cond.idx):
-        cross = covariance(space, both, cond.idx, hyper)
+        cross = _cross(space, cond, both, cache)
         v = cond.Linv @ cross.T
         mean = mean + cross @ cond.alpha
         var = var - np.sum(v * v, axis=0)

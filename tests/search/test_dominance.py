@@ -47,3 +47,25 @@ def test_predicted_oom_names_the_first_proof() -> None:
     assert predicted_oom({"batch_size": 256, "dtype": "float32"}, ooms, O) == 3
     assert predicted_oom({"batch_size": 64, "dtype": "float16"}, ooms, O) == 5
     assert predicted_oom({"batch_size": 32, "dtype": "float32"}, ooms, O) is None
+
+
+def test_the_index_agrees_with_needs_at_least_on_every_pair() -> None:
+    """``DominanceIndex`` (arrays, for big spaces) against the rule it vectorizes, on a space with
+    every kind of rule: ordered, mapped, decreasing, neutral, unordered, and a knob absent from
+    some configurations (another device's)."""
+    import itertools
+
+    from orchestrator.search.dominance import DominanceIndex
+
+    order = {**DEFAULT_ORDER, "opt": None}
+    configs = [dict(zip(("batch_size", "dtype", "activation_checkpointing", "memory_fraction", "lr", "opt"), c))
+               for c in itertools.product((8, 16), ("float32", "bfloat16", "float8"), (False, True), (0.5, 0.9),
+                                          (1e-3, 1e-4), ("sgd", "adamw"))]
+    configs += [{"batch_size": b, "dtype": "float32"} for b in (8, 16, 32)]
+    index = DominanceIndex(configs, order)
+    for r, ref in enumerate(configs):
+        at_least, at_most = index.at_least([r]), index.at_most([r])
+        for i, c in enumerate(configs):
+            assert at_least[i] == needs_at_least(c, ref, order), (c, ref)
+            assert at_most[i] == needs_at_least(ref, c, order), (c, ref)
+    assert index.at_least([]).sum() == 0

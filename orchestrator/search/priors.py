@@ -1,0 +1,131 @@
+"""What the ``auto`` search knows before any trial: the prior effects on throughput, and every
+configuration of a finite space encoded once for the surrogate (``surrogate.Space``).
+
+The priors order the search; measurements decide its stop (``planner``): each effect has a
+spread that the measurements overrule, calibrated on what the recorded landscapes show
+(``bench/landscapes/``). Pure: no torch, no Optuna.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from orchestrator.search import surrogate as S
+from orchestrator.search.space import value_key
+
+THROUGHPUT = ("samples_per_s", "tokens_per_s")
+LOG_DIMENSIONS = ("batch_size", "effective_batch_size", "grad_accum_steps", "seq_len", "num_workers")
+
+# Prior effects on the natural log of throughput (samples or tokens per second): (mean, spread).
+# Ordered dimensions: per doubling of the value. Categorical ones: per value, against 0.
+PRIORS: dict[str, Any] = {
+    "batch_size": (0.10, 0.15),
+    "effective_batch_size": (0.02, 0.10),
+    "grad_accum_steps": (0.02, 0.05),
+    "activation_checkpointing": {True: (-0.20, 0.15), False: (0.0, 0.15)},
+    "compile": {True: (0.10, 0.30), False: (0.0, 0.30)},
+    # By device: half precision pays on most GPU workloads, not on launch-bound ones. On CUDA the
+    # spread is what the recorded landscapes show: half precision's median effect ranged from
+    # -0.27 (a small BERT, a narrow MLP) to +1.56 (BERT-base). On CPUs the recorded Intel Xeon
+    # landscapes show +0.05 to +0.1; an AMD EPYC here runs bfloat16 several times slower. A
+    # spread wide enough for that costs every CPU sweep its stop (0.37x to 0.40x of the grid's
+    # time on bert_tiny_cpu_rlimit, seeds 0-2), and the stop rule's one look at every value
+    # catches it from a measurement: the CPU spread stays at 0.3. No Mac landscape is recorded:
+    # MPS gets 0.5, between the two.
+    "dtype": {
+        "cuda": {"float32": (0.0, 0.6), "float16": (0.6, 0.6), "bfloat16": (0.6, 0.6)},
+        "mps": {"float32": (0.0, 0.5), "float16": (0.2, 0.5), "bfloat16": (0.1, 0.5)},
+        "cpu": {"float32": (0.0, 0.3), "float16": (-0.5, 0.3), "bfloat16": (0.0, 0.3)},
+    },
+}
+CURVATURE = (-0.02, 0.04)
+"""Throughput saturates as the batch grows (per-step overheads are paid once per step): the log of
+throughput is concave in the log of the batch. Per doubling squared, about the middle of the list."""
+SEQ_LEN_PRIOR = {"samples_per_s": (-0.5, 0.4), "tokens_per_s": (0.0, 0.3)}
+UNKNOWN_ORDERED = (0.0, 0.15)
+"""An ordered parameter nothing is known about: per unit of its range (scaled to [0, 1])."""
+UNKNOWN_CATEGORICAL = (0.0, 0.2)
+NOISE_FLOOR = {"cpu": 0.06, "mps": 0.03, "cuda": 0.01}
+"""The least measurement noise assumed (relative spread of one process's throughput): two
+identical CPU processes differ by 6-18% on a small machine, GPU ones by about 1%."""
+
+
+def values_of(configs: list[dict[str, Any]], name: str) -> tuple[Any, ...]:
+    seen: dict[str, Any] = {}
+    for c in configs:
+        if name in c:
+            seen.setdefault(value_key(name, c[name]), c[name])
+    return tuple(seen.values())
+
+
+def _ordered(values: tuple[Any, ...]) -> bool:
+    return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _prior(name: str, value: Any, metric: str, device: str | None) -> tuple[float, float]:
+    """(mean, spread) of one categorical value's effect; see ``PRIORS``."""
+    if device is None or metric not in THROUGHPUT:
+        return UNKNOWN_CATEGORICAL
+    rule = PRIORS.get(name)
+    if name == "dtype" and isinstance(rule, dict):
+        rule = rule.get(device)
+    if isinstance(rule, dict):
+        return rule.get(value, UNKNOWN_CATEGORICAL)
+    return UNKNOWN_CATEGORICAL
+
+
+def _slope(name: str, metric: str, device: str | None, log: bool) -> tuple[float, float]:
+    if device is None or metric not in THROUGHPUT:
+        return UNKNOWN_ORDERED
+    if name == "seq_len":
+        return SEQ_LEN_PRIOR.get(metric, UNKNOWN_ORDERED)
+    rule = PRIORS.get(name)
+    return rule if isinstance(rule, tuple) and log else UNKNOWN_ORDERED
+
+
+def encode(configs: list[dict[str, Any]], names: list[str], values: dict[str, tuple], metric: str,
+            device: str | None, scaling: str | None) -> tuple[S.Space, int]:
+    """Features, priors and kernel coordinates of every configuration (see ``surrogate``). A
+    parameter absent from a configuration (another device's knob) is a value of its own."""
+    n = len(configs)
+    columns, means, sds = [np.ones(n)], [0.0], [1.0]  # the level, centred on the measurements
+    z_columns, c_columns = [], []
+    scaling_feature = 0
+    for name in names:
+        vals = values[name]
+        present = np.array([name in c for c in configs])
+        if _ordered(vals):
+            nums = [float(v) for v in vals]
+            log = min(nums) > 0 and (name in LOG_DIMENSIONS or max(nums) / min(nums) >= 8)
+            raw = np.array([float(c[name]) if name in c else min(nums) for c in configs])
+            x = np.log2(raw) if log else raw
+            lo, hi = (math.log2(min(nums)), math.log2(max(nums))) if log else (min(nums), max(nums))
+            z_columns.append((x - lo) / (hi - lo))
+            mean, sd = _slope(name, metric, device, log)
+            if name == scaling:
+                scaling_feature = len(columns)
+            columns.append(np.where(present, x - lo if log else (x - lo) / (hi - lo), 0.0))
+            means.append(mean)
+            sds.append(sd)
+            if name == scaling and log and device is not None and metric in THROUGHPUT:
+                columns.append(np.where(present, (x - (lo + hi) / 2) ** 2, 0.0))
+                means.append(CURVATURE[0])
+                sds.append(CURVATURE[1])
+            if not present.all():
+                c_columns.append(present.astype(int))
+        else:
+            codes = {value_key(name, v): j for j, v in enumerate(vals)}
+            code = np.array([codes[value_key(name, c[name])] if name in c else len(vals) for c in configs])
+            c_columns.append(code)
+            for j, v in enumerate(vals):
+                columns.append((code == j).astype(float))
+                mean, sd = _prior(name, v, metric, device)
+                means.append(mean)
+                sds.append(sd)
+    H = np.column_stack(columns)
+    Z = np.column_stack(z_columns) if z_columns else np.zeros((n, 0))
+    C = np.column_stack(c_columns) if c_columns else np.zeros((n, 0), dtype=int)
+    return S.Space(H, np.array(means), np.array(sds), Z, C), scaling_feature
