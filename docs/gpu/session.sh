@@ -39,6 +39,9 @@
 #   bash docs/gpu/session.sh v    the BERT-base landscape with accumulation
 #   bash docs/gpu/session.sh w    the final check: the BERT-large landscape with accumulation, recorded
 #                                 after the last change to the search, then the headline again
+#   bash docs/gpu/session.sh y    issue #27's landscapes that contradict the priors: a narrow MLP (float32
+#                                 expected fastest), a deep MLP under a cap (checkpointing expected to win)
+#                                 and a wide MLP (accumulation expected to win)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -134,6 +137,10 @@ w)
   step headline; R=$PWD; d=$(mktemp -d); cd "$d"
   { time timeout 300 $ORCH "$R/sweeps/bert_memory.yaml"; } > "$OUT/headline_final.log" 2>&1
   { time $ORCH "$R/sweeps/bert_memory.yaml"; } >> "$OUT/headline_final.log" 2>&1; cd "$R"
+  ;;
+y)
+  landscape mlp_narrow mlp_narrow_h100; landscape mlp_deep_ckpt mlp_deep_ckpt_h100_cap003
+  landscape mlp_wide_accum mlp_wide_accum_h100_cap008
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log

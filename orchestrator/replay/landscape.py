@@ -52,6 +52,9 @@ class Landscape:
     """The device it was recorded on (``landscapes.json``)."""
     memory_limit_gib: float | None = None
     """What a trial could use there, as a real run's probe would have reported it, if known."""
+    contradicts: str | None = None
+    """The search's prior this landscape was recorded to contradict (``landscapes.json``), if any:
+    the benchmark holds such landscapes to their own targets."""
 
     def values(self, column: str) -> tuple[Any, ...]:
         """A column's distinct values in order of first appearance (for a table written from a
@@ -136,11 +139,13 @@ def load_landscape(csv_path: str | Path) -> Landscape:
         rows[key] = Row(params, raw["status"], _number(raw["samples_per_s"], f"{line}: samples_per_s"),
                         _number(raw["peak_memory_gib"], f"{line}: peak_memory_gib"), duration)
     about = _index(path).get(path.name, {})
-    return Landscape(path, columns, rows, about.get("device", "cpu"), about.get("memory_limit_gib"))
+    return Landscape(path, columns, rows, about.get("device", "cpu"), about.get("memory_limit_gib"),
+                     about.get("contradicts"))
 
 
 def _index(path: Path) -> dict[str, Any]:
-    """``landscapes.json`` beside the table: {file name: {"device": ..., "memory_limit_gib": ...}}."""
+    """``landscapes.json`` beside the table: {file name: {"device": ..., "memory_limit_gib": ...,
+    "contradicts": ...}}."""
     index = path.parent / INDEX
     try:
         data = json.loads(index.read_text())

@@ -228,8 +228,9 @@ def lightning_search(landscape: Landscape, batch: str = "batch_size", precision:
     """PyTorch Lightning's batch-size finder in power mode, once per precision: start at the
     smallest batch, double while it fits, keep the largest that fitted. Lightning tunes one fixed
     configuration, so every other column is held at ``others`` (default: ``False`` for a boolean
-    column, i.e. the feature off, else the column's first value). The search stops at the first
-    batch that does not fit (any status but ok) or when the doubled batch is not in the table."""
+    column, i.e. the feature off, else the column's first value). Lightning doubles; on a list
+    sparser than doubling (64, 256, 1024) the next larger listed batch stands for its next step.
+    The search stops at the first batch that does not fit (any status but ok) or at the largest."""
     others = dict(others) if others is not None else default_others(landscape, batch, precision)
     batches = set(landscape.values(batch))
     precisions = landscape.values(precision) if precision in landscape.columns else (None,)
@@ -241,9 +242,10 @@ def lightning_search(landscape: Landscape, batch: str = "batch_size", precision:
             row = landscape.row(params)
             out.append(TrialRecord(len(out), {c: row.params[c] for c in landscape.columns}, row.status,
                                    row.samples_per_s if row.status == "ok" else None, row.duration_s))
-            if row.status != "ok" or b * 2 not in batches:
+            larger = [x for x in batches if x > b]
+            if row.status != "ok" or not larger:
                 break
-            b *= 2
+            b = min(larger)
     return out
 
 

@@ -164,6 +164,20 @@ def test_lightning_holds_other_knobs_at_their_default(tmp_path: Path) -> None:
     assert lightning_pick(records).params["batch_size"] == 8  # type: ignore[union-attr]
 
 
+def test_lightning_steps_to_the_next_listed_batch_on_a_sparse_list(tmp_path: Path) -> None:
+    """On 64, 256, 1024 (x4 steps) twice the batch is never listed: the next larger listed batch
+    stands for Lightning's next doubling (it used to stop after the first batch)."""
+    path = write(tmp_path, """\
+        batch_size,dtype,status,samples_per_s,peak_memory_gib,duration_s
+        64,float32,ok,10,1,1
+        256,float32,ok,30,2,1
+        1024,float32,ok,50,4,1
+        """)
+    records = lightning_search(load_landscape(path))
+    assert [r.params["batch_size"] for r in records] == [64, 256, 1024]
+    assert lightning_pick(records).params["batch_size"] == 1024  # type: ignore[union-attr]
+
+
 def record(number: int, status: str, sps: float | None, cost: float, repeat_of: int | None = None) -> TrialRecord:
     return TrialRecord(number, {"batch_size": number}, status, sps, cost, repeat_of)
 
