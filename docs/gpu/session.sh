@@ -42,6 +42,9 @@
 #   bash docs/gpu/session.sh y    issue #27's landscapes that contradict the priors: a narrow MLP (float32
 #                                 expected fastest), a deep MLP under a cap (checkpointing expected to win)
 #                                 and a wide MLP (accumulation expected to win)
+#   bash docs/gpu/session.sh z    issue #27's final check, after the search changed: the deep MLP at a tighter
+#                                 cap (checkpointing expected to win), the headline from an empty folder and
+#                                 again, and the launch-bound MLP spec (float32 fastest) run for real
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -141,6 +144,14 @@ w)
 y)
   landscape mlp_narrow mlp_narrow_h100; landscape mlp_deep_ckpt mlp_deep_ckpt_h100_cap003
   landscape mlp_wide_accum mlp_wide_accum_h100_cap008
+  ;;
+z)
+  landscape mlp_deep_ckpt_tight mlp_deep_ckpt_tight_h100_cap0017
+  step headline; R=$PWD; d=$(mktemp -d); cd "$d"
+  { time timeout 300 $ORCH "$R/sweeps/bert_memory.yaml"; } > "$OUT/headline.log" 2>&1
+  { time $ORCH "$R/sweeps/bert_memory.yaml"; } >> "$OUT/headline.log" 2>&1; cd "$R"
+  step launch-bound; d=$(mktemp -d); cd "$d"
+  { time timeout 200 $ORCH "$R/sweeps/mlp_launch_bound.yaml"; } > "$OUT/launch_bound.log" 2>&1; cd "$R"
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log

@@ -177,3 +177,44 @@ def test_a_fresh_planner_reaches_the_verdict_the_sweep_stopped_on(tmp_path: Path
     space = [dict(r.params) for r in land.rows.values()]
     decision = planner(space, "cuda").decide(results, set())
     assert decision.config is None and decision.verdict.reason == run.stopped_because
+
+
+def test_a_prior_that_is_wrong_is_measured_not_believed() -> None:
+    """Issue #27, on a landscape recorded on an H100 (a narrow MLP, where float32 is the fastest
+    precision against the CUDA prior): the sweep measures float32 before it may stop and ends with
+    the true best. Before the rule it stopped in every seed without measuring float32, on
+    bfloat16 at 0.83x of the best."""
+    from orchestrator.replay.strategies import landscape_spec, replay_run
+
+    land = load_landscape(Path(__file__).resolve().parents[2] / "bench" / "landscapes" / "mlp_narrow_h100.csv")
+    run = replay_run({**landscape_spec(land), "search": {}}, land, seed=0, skip=True)
+    measured = [r for r in run.records if r.measured and r.status == "ok"]
+    assert any(r.params["dtype"] == "float32" for r in measured)
+    assert max(r.samples_per_s for r in measured) == pytest.approx(land.best_feasible())
+    assert run.stopped_because and "likely to beat the best" in run.stopped_because
+
+
+def test_no_stop_while_a_value_is_unmeasured_unless_it_cannot_fit() -> None:
+    """The verdict may say done on the priors alone; the planner still looks at the value it never
+    measured (the incumbent's configuration with only that value changed), and lets a value that
+    cannot fit go."""
+    space = configs(batch_size=(16, 32, 64), dtype=("float32", "bfloat16"))
+    seen = {config_key({"batch_size": b, "dtype": "bfloat16"}): result("ok", 3000.0 * b / (b + 24), 0.5 + b / 10)
+            for b in (16, 32, 64)}
+    d = planner(space, "cuda").decide(seen, set())
+    assert d.config == {"batch_size": 64, "dtype": "float32"} and d.why == "coverage" and not d.verdict.done
+    for b in (16, 32, 64):  # float32 proven not to fit at every batch: nothing to look at
+        seen[config_key({"batch_size": b, "dtype": "float32"})] = result("oom")
+    d = planner(space, "cuda").decide(seen, set())
+    assert d.config is None and d.verdict.done
+
+
+def test_the_stop_line_names_what_was_never_measured(tmp_path: Path) -> None:
+    rows = [{"batch_size": b, "dtype": d, "activation_checkpointing": c, "value": throughput(b, d, c)}
+            for b in BATCHES for d in ("float32", "bfloat16") for c in (False, True)]
+    measured, run = stopped(landscape(tmp_path, "line", "cuda", rows))
+    unmeasured = sorted({r["batch_size"] for r in rows} - {r.params["batch_size"] for r in measured if r.status == "ok"})
+    assert unmeasured, "the sweep measured every batch size: nothing to name"
+    for b in unmeasured:
+        assert f"batch_size={b} (" in run.stopped_because
+    assert "not measured: " in run.stopped_because and "of the best at 95%" in run.stopped_because
