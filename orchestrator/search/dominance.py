@@ -21,6 +21,8 @@ import math
 
 from typing import Any, Iterable, Union
 
+from orchestrator.search.keys import value_key
+
 Order = Union[str, dict]
 ORDER_WORDS = ("increasing", "decreasing", "neutral")
 
@@ -91,8 +93,6 @@ class DominanceIndex:
 
     def __init__(self, configs: list[dict[str, Any]], order: dict[str, Order]) -> None:
         import numpy as np
-
-        from orchestrator.search.space import value_key  # space imports the spec, which imports this module
 
         self.np = np
         names = sorted({n for c in configs for n in c})

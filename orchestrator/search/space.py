@@ -6,7 +6,6 @@ dry-run can use the rest without it.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import os
@@ -15,6 +14,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.search.keys import canonical_float, config_key, value_key  # noqa: F401 - their home before keys.py
 from orchestrator.spec import knobs
 from orchestrator.spec.load import Choice, Dimension, SweepSpec
 
@@ -118,31 +118,6 @@ def shared_env(plan: Plan) -> dict[str, str] | None:
     return knobs.trial_env(params, params["device"])
 
 
-def config_key(params: dict[str, Any]) -> str:
-    """A canonical text for a configuration: ints and equal floats compare equal, and so do floats
-    that differ only by rounding (Optuna's stepped float ``0.1 + 2 * 0.1`` is the grid's 0.3)."""
-    return json.dumps({k: (_canonical(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
-                       for k, v in sorted(params.items())}, sort_keys=True)
-
-
-def value_key(name: str, value: Any) -> str:
-    """``config_key({name: value})``, memoized for the hashable values a space is made of (a big
-    space's planner asks it for every parameter of every configuration)."""
-    try:
-        return _value_key(name, type(value), value)
-    except TypeError:  # unhashable (a list): not memoized
-        return config_key({name: value})
-
-
-@functools.lru_cache(maxsize=65536)
-def _value_key(name: str, kind: type, value: Any) -> str:
-    return config_key({name: value})
-
-
-def _canonical(x: float) -> float:
-    return float(f"{x:.12g}")
-
-
 def distribution(dim: Dimension):
     """The Optuna distribution for one dimension."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
@@ -217,7 +192,7 @@ def distance(a: dict[str, Any], b: dict[str, Any], plan: Plan) -> float:
         dim = plan.searched.get(name)
         values = _dim_values(dim) if dim is not None else ()
         if values and _ordered(values):
-            ranked = [_canonical(float(v)) for v in sorted(values)]
+            ranked = [canonical_float(float(v)) for v in sorted(values)]
             i, j = (_position(v, ranked) for v in (x, y))
             total += abs(i - j) if i is not None and j is not None else 1
         else:
@@ -227,7 +202,7 @@ def distance(a: dict[str, Any], b: dict[str, Any], plan: Plan) -> float:
 
 def _position(value: Any, ranked: list[float]) -> int | None:
     try:
-        return ranked.index(_canonical(float(value)))
+        return ranked.index(canonical_float(float(value)))
     except (TypeError, ValueError):
         return None
 
