@@ -245,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             entry = report.setdefault(str(root), {"rounds": []})
             entry["rounds"].append({"raw": figures(data["walk"], top), "folded": figures(folded, top),
                                     "modules_loaded": len(data["loaded"])})
+            entry["loaded"] = data["loaded"]
             entry["folded_walk"] = folded
     print(f"orchestrate SPEC on a one-trial CPU sweep (experiments.mlp, batch 8, float32), traced in the parent's "
           f"main thread; top = {', '.join(sorted(top))}")
