@@ -28,7 +28,7 @@ Pure: the proposer calls ``Planner.decide`` with what the study holds.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -72,12 +72,6 @@ class Decision:
     verdict: Verdict
     why: str = ""
     """How the configuration was chosen (``boundary`` or ``improvement``), for the record."""
-
-
-@dataclass
-class Encoded:
-    space: S.Space
-    prior_means: dict[str, list[float]] = field(default_factory=dict)
 
 
 class Planner:

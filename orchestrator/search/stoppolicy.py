@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from orchestrator.errors import FailureBudgetExceeded
 from orchestrator.outcome import Outcome, counts_as_failure
@@ -64,8 +63,3 @@ class StopPolicy:
         """The search has nothing more to propose: ``why`` (None: the budget is used up)."""
         if self.stopped_because is None and why:
             self.stopped_because = why
-
-    def check(self) -> Any:
-        """Raise what ended the sweep as a failure (after its trials in flight finished)."""
-        if self.budget_error is not None:
-            raise self.budget_error
