@@ -11,8 +11,10 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
@@ -88,16 +90,75 @@ def test_every_file_under_docs_is_linked_from_a_page() -> None:
     assert [str(p.relative_to(DOCS)) for p in files if p.resolve() not in linked] == []
 
 
-def test_the_site_builds_with_every_link_resolved(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site as ``mkdocs build --strict`` makes it (every link and anchor resolved)."""
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
     if mkdocs is None:
         unavailable("mkdocs is not installed (pip install -e '.[docs]')")
-    proc = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
+    out = tmp_path_factory.mktemp("site")
+    proc = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=240,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    site = tmp_path / "site"
+    return out
+
+
+def test_the_site_builds_with_every_link_resolved(site: Path) -> None:
     for page in ("index.html", "reference/spec/index.html", "benchmarks/index.html", "spec.schema.json",
                  "plots/throughput.png", "gpu/bench.log"):
         assert (site / page).is_file(), page
     assert "batch_size" in (site / "reference" / "spec" / "index.html").read_text()
+
+
+def test_the_search_page_is_not_named_like_the_search_box(site: Path) -> None:
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    titles = [title for entry in nav for title in entry]
+    assert "Search" not in titles and "How the search works" in titles
+    assert "<h1 id=\"how-the-search-works\">How the search works" in (site / "search" / "index.html").read_text()
+
+
+# Each code element in a table cell: its text and, where the browser wrapped it, the two characters
+# on either side of each line break (read character by character with a Range).
+CODE_IN_CELLS_JS = """[...document.querySelectorAll('.md-typeset table code')].map(c => {
+  const breaks = [], range = document.createRange();
+  for (const t of [...c.childNodes].filter(n => n.nodeType === 3)) {
+    let top = null;
+    for (let i = 0; i < t.length; i++) {
+      range.setStart(t, i); range.setEnd(t, i + 1);
+      const box = range.getBoundingClientRect();
+      if (box.width === 0) continue;
+      if (top !== null && box.top > top + 2) breaks.push(t.data.slice(i - 1, i + 1));
+      top = box.top;
+    }
+  }
+  return {text: c.textContent, breaks};
+})"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed (.ci/run installs it)")
+def test_code_in_narrow_table_cells_breaks_only_between_words(site: Path, tmp_path: Path) -> None:
+    """In a real browser at a phone's width, code in table cells wraps, but never between two
+    letters of a word (the issue's "bert_memory.yam" / "l")."""
+    from test_ui_browser import Browser
+
+    browser = Browser(tmp_path / "chromium")
+    try:
+        codes = []
+        for page in ("getting-started", "benchmarks", "knobs", "index"):
+            url = (site / page / "index.html" if page != "index" else site / "index.html").as_uri()
+            browser.open(url, 420, 900)
+            deadline = time.monotonic() + 30
+            while browser.evaluate("document.readyState + ' ' + location.href") != f"complete {url}":
+                assert time.monotonic() < deadline, page
+                time.sleep(0.2)
+            found = browser.evaluate(CODE_IN_CELLS_JS)
+            assert found, page  # each of these pages has code in its tables
+            codes += found
+    finally:
+        browser.close()
+    assert len(codes) > 100 and any(c["text"] == "sweeps/bert_memory.yaml" for c in codes)
+    assert sum(bool(c["breaks"]) for c in codes) > 5  # narrow enough that code does wrap
+    inside_words = [(c["text"], pair) for c in codes for pair in c["breaks"] if re.fullmatch(r"\w\w", pair)]
+    assert inside_words == []
