@@ -48,6 +48,21 @@ def test_the_readme_s_test_command_is_the_one_ci_runs() -> None:
     assert quoted and set(quoted) == {readme}  # the pages quote the same command
 
 
+def test_the_readme_tells_how_torch_is_installed_on_each_platform() -> None:
+    """pip does not pick a build by hardware: the README says what the first command installs on
+    each kind of machine, and gives CPU-only Linux PyTorch's CPU index, with the same pin
+    as the top commands; the getting-started page says the same."""
+    pin = re.search(r"pip install torch==([\d.]+)", _block_after(README, "**Set up and run a real sweep**")).group(1)
+    assert pin == re.search(r"torch==([\d.]+)", _block_after(README, "**Set up and run the tests**")).group(1)
+    assert "pip does not look at the hardware" in README
+    rows = {line.split("|")[1].strip(): line for line in README.splitlines() if line.startswith("| ")}
+    assert {"Mac (Apple Silicon)", "Linux with an NVIDIA GPU", "Linux without a GPU", "Windows"} <= set(rows)
+    assert (f"`.venv/bin/pip install torch=={pin} --index-url https://download.pytorch.org/whl/cpu`"
+            in rows["Linux without a GPU"])
+    start, end = README.index("pip does not look at the hardware"), README.index("torch comes first on purpose")
+    assert README[start:end] in (DOCS / "getting-started.md").read_text()
+
+
 def test_the_readme_s_links_resolve() -> None:
     targets = re.findall(r"\]\(([^)\s]+)\)", README)
     local = [t.split("#")[0] for t in targets if "://" not in t]
