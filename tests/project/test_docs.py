@@ -178,3 +178,66 @@ def test_code_in_narrow_table_cells_breaks_only_between_words(site: Path, tmp_pa
     assert sum(bool(c["breaks"]) for c in codes) > 5  # narrow enough that code does wrap
     inside_words = [(c["text"], pair) for c in codes for pair in c["breaks"] if re.fullmatch(r"\w\w", pair)]
     assert inside_words == []
+
+
+# -- docs/experiment.md: the tutorial runs ---------------------------------------------------------
+
+def _blocks(text: str, lang: str) -> list[str]:
+    """The fenced code blocks of ``text`` opened with ```` ```lang ```` ("" for a plain fence)."""
+    out: list[str] = []
+    fence: str | None = None
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("```") and fence is None:
+            fence, lines = line[3:].strip(), []
+        elif line.startswith("```"):
+            if fence == lang:
+                out.append("\n".join(lines))
+            fence = None
+        elif fence is not None:
+            lines.append(line)
+    return out
+
+
+def test_every_code_block_of_the_tutorial_is_in_the_example() -> None:
+    page = (DOCS / "experiment.md").read_text()
+    module = (ROOT / "examples" / "my_experiment.py").read_text()
+    spec = (ROOT / "examples" / "my_experiment.yaml").read_text()
+    python, specs = _blocks(page, "python"), _blocks(page, "yaml")
+    assert len(python) >= 5 and all(block in module for block in python)
+    assert "def build(" in "".join(python) and "PARAMS" in "".join(python)  # the whole contract is shown
+    tutorial = [b for b in specs if "examples.my_experiment" in b]
+    assert len(tutorial) == 1 and tutorial[0] in spec
+    hf = [b for b in specs if "experiments.hf" in b]
+    assert len(hf) == 2
+    for block in hf:  # the Hugging Face examples are valid specs too, given a name and a space
+        text = "name: t\n" + block + "\nspace:\n  batch_size: [8]\n"
+        assert Draft202012Validator(spec_schema()).is_valid(yaml.safe_load(text)), block
+
+
+@pytest.mark.slow
+def test_the_tutorial_s_commands_run_and_print_what_the_page_shows(tmp_path: Path) -> None:
+    """The page's commands, in a folder holding examples/ (the working directory finds it), as a
+    user runs them: the dry run, the sweep, the report and the best configuration; every output
+    line the page shows, up to its elisions, is in what they print."""
+    import shutil as sh
+
+    from conftest import orchestrate
+
+    page = (DOCS / "experiment.md").read_text()
+    sh.copytree(ROOT / "examples", tmp_path / "examples", ignore=sh.ignore_patterns("__pycache__"))
+    sessions = [b for b in _blocks(page, "") if b.startswith("$ orchestrate")]
+    assert sessions
+    ran = []
+    for session in sessions:
+        for part in re.split(r"^\$ ", session, flags=re.M)[1:]:
+            command, *shown = part.splitlines()
+            proc = orchestrate(command.split()[1:], tmp_path, timeout=280)
+            assert proc.returncode == 0, (command, proc.stdout + proc.stderr)
+            ran.append(command)
+            for line in shown:
+                head = line.split("...")[0].split("(/path")[0].rstrip()
+                if head:
+                    assert head in proc.stdout, (command, head, proc.stdout)
+    assert ran[:2] == ["orchestrate examples/my_experiment.yaml --dry-run", "orchestrate examples/my_experiment.yaml"]
+    assert {"orchestrate report examples/my_experiment.yaml", "orchestrate best examples/my_experiment.yaml"} <= set(ran)
