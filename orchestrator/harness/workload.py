@@ -66,16 +66,16 @@ class Workload:
     blocks: Sequence["torch.nn.Module"] = field(default_factory=tuple)
     """Submodules that ``activation_checkpointing: true`` wraps with ``torch.utils.checkpoint``."""
 
-    enable_checkpointing: Callable[[], None] | None = None
-    """The model's own way to checkpoint its activations (a Hugging Face model's
-    ``gradient_checkpointing_enable``): when given, ``activation_checkpointing: true`` calls it
-    instead of wrapping ``blocks``."""
-
     lr: float = 1e-4
     """Learning rate the harness's optimizer uses (a spec's ``lr`` overrides it)."""
 
     info: dict[str, Any] = field(default_factory=dict)
     """Extra facts worth recording with the result (for example ``num_parameters``)."""
+
+    enable_checkpointing: Callable[[], None] | None = None
+    """The model's own way to checkpoint its activations (a Hugging Face model's
+    ``gradient_checkpointing_enable``): when given, ``activation_checkpointing: true`` calls it
+    instead of wrapping ``blocks``."""
 
 
 def device_generator(device: "torch.device", seed: int) -> "torch.Generator | None":
