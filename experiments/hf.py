@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from experiments.bert import MIN_PERIOD, make_batch, make_motifs
-from orchestrator import knobs
+from orchestrator.spec import knobs
 from orchestrator.harness.workload import Workload, device_generator, param_error
 
 try:

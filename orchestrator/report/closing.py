@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from orchestrator import metrics as M
-from orchestrator.precision import cpu_flags, half_precision_note
+from orchestrator.report.precision import cpu_flags, half_precision_note
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.urls import Origins, command_flags, from_environment

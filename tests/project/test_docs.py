@@ -157,7 +157,7 @@ CODE_IN_CELLS_JS = """[...document.querySelectorAll('.md-typeset table code')].m
 def test_code_in_narrow_table_cells_breaks_only_between_words(site: Path, tmp_path: Path) -> None:
     """In a real browser at a phone's width, code in table cells wraps, but never between two
     letters of a word (the issue's "bert_memory.yam" / "l")."""
-    from test_ui_browser import Browser
+    from report.test_ui_browser import Browser
 
     browser = Browser(tmp_path / "chromium")
     try:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from conftest import write_spec
-from orchestrator.precision import cpu_flags, half_precision_note, slowdowns
+from orchestrator.report.precision import cpu_flags, half_precision_note, slowdowns
 
 
 def trial(number: int, dtype: str, rate: float | None, batch: int = 8, status: str = "ok", slot: str = "cpu") -> Any:
@@ -67,9 +67,9 @@ def test_cpu_flags_read_proc_cpuinfo(tmp_path: Path) -> None:
 
 
 def test_the_summary_says_it_once(tmp_path: Path) -> None:
-    from orchestrator.closing import summary
-    from orchestrator.spec import load_spec
-    from orchestrator.stores import Origins
+    from orchestrator.report.closing import summary
+    from orchestrator.spec.load import load_spec
+    from orchestrator.store.urls import Origins
 
     spec = load_spec(write_spec(tmp_path, """
         name: halves

@@ -241,7 +241,7 @@ def test_a_misspelt_config_field_is_a_spec_error_before_any_trial(project: Path)
 
 def test_the_shipped_spec_s_fixed_parameters_pass_the_probe_s_check() -> None:
     from conftest import ROOT
-    from orchestrator.spec import load_spec
+    from orchestrator.spec.load import load_spec
 
     spec = load_spec(ROOT / "sweeps" / "hf_causal_lm.yaml")
     hf.validate_params(spec.fixed)  # what the probe runs before a study exists

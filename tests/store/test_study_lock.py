@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import StudyError
-from orchestrator.study import _is_at, check_not_locked, study_lock
+from orchestrator.store.study import _is_at, check_not_locked, study_lock
 
 HOLD = """
 import sys, time
-from orchestrator.study import study_lock
+from orchestrator.store.study import study_lock
 with study_lock(sys.argv[1], "s"):
     print("held", flush=True)
     sys.stdin.readline()
