@@ -223,6 +223,19 @@ MlmBatch = tuple[torch.Tensor, torch.Tensor]
 """(input_ids, labels), both (batch, seq_len) int64: [MASK] at masked inputs, -100 at unmasked labels."""
 
 
+def make_motifs(batch_size: int, seq_len: int, vocab_size: int, device: torch.device,
+                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, period): each sequence repeats a motif of ``period`` (2 to 8) token ids in 1..V-1
+    (id 0 is never drawn), log-uniform like word frequencies; ids (batch, seq_len) int64, period
+    (batch, 1). On ``device``, with fixed shapes and no host sync."""
+    kw: dict[str, Any] = {"device": device, "generator": generator}
+    # floor(V ** u) for uniform u is log-uniform on 1..V-1: P(id) ~ 1/id, like word frequencies.
+    u = torch.rand(batch_size, MAX_PERIOD, **kw)
+    motif = torch.pow(float(vocab_size), u).long().clamp_(1, vocab_size - 1)
+    period = torch.randint(MIN_PERIOD, MAX_PERIOD + 1, (batch_size, 1), **kw)
+    return motif.gather(1, torch.arange(seq_len, device=device) % period), period
+
+
 def make_batch(batch_size: int, seq_len: int, vocab_size: int, mask_prob: float, device: torch.device,
                generator: torch.Generator | None) -> MlmBatch:
     """One batch of masked periodic sequences, generated on ``device`` with fixed shapes.
@@ -231,11 +244,7 @@ def make_batch(batch_size: int, seq_len: int, vocab_size: int, mask_prob: float,
     without labels (a NaN loss) and the loss normalizer never changes.
     """
     kw: dict[str, Any] = {"device": device, "generator": generator}
-    # floor(V ** u) for uniform u is log-uniform on 1..V-1: P(id) ~ 1/id, like word frequencies.
-    u = torch.rand(batch_size, MAX_PERIOD, **kw)
-    motif = torch.pow(float(vocab_size), u).long().clamp_(1, vocab_size - 1)
-    period = torch.randint(MIN_PERIOD, MAX_PERIOD + 1, (batch_size, 1), **kw)
-    ids = motif.gather(1, torch.arange(seq_len, device=device) % period)
+    ids, _ = make_motifs(batch_size, seq_len, vocab_size, device, generator)
     n_masked = max(1, round(mask_prob * seq_len))
     masked_at = torch.rand(batch_size, seq_len, **kw).argsort(dim=1)[:, :n_masked]
     masked = torch.zeros(batch_size, seq_len, dtype=torch.bool, device=device).scatter_(1, masked_at, True)

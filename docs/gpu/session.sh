@@ -45,6 +45,12 @@
 #   bash docs/gpu/session.sh z    issue #27's final check, after the search changed: the deep MLP at a tighter
 #                                 cap (checkpointing expected to win), the headline from an empty folder and
 #                                 again, and the launch-bound MLP spec (float32 fastest) run for real
+#   bash docs/gpu/session.sh x    issue #30: experiments.hf's BERT-base (transformers' BertForMaskedLM
+#                                 from its config) against experiments.bert through the harness, 3
+#                                 alternating rounds of float32 b64 and bfloat16 b128
+#                                 (bench/hf_vs_bert.py), then GPT-2 small (sweeps/hf_causal_lm.yaml)
+#                                 swept end to end with the auto search from an empty folder, and its
+#                                 report (about 4 minutes of an H100; needs transformers 5.x in .whl/)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -152,6 +158,16 @@ z)
   { time $ORCH "$R/sweeps/bert_memory.yaml"; } >> "$OUT/headline.log" 2>&1; cd "$R"
   step launch-bound; d=$(mktemp -d); cd "$d"
   { time timeout 200 $ORCH "$R/sweeps/mlp_launch_bound.yaml"; } > "$OUT/launch_bound.log" 2>&1; cd "$R"
+  ;;
+x)
+  export HF_HUB_OFFLINE=1  # nothing outside the machine: configs are built, never downloaded
+  python3 -c "import transformers, torch; print('transformers', transformers.__version__, 'torch', torch.__version__)" \
+      > "$OUT/hf_versions.log" 2>&1
+  step hf-vs-bert; timeout 120 python3 bench/hf_vs_bert.py --device cuda --rounds 3 \
+      --json "$OUT/hf_vs_bert.json" > "$OUT/hf_vs_bert.log" 2>&1
+  step hf-causal-lm; R=$PWD; d=$(mktemp -d); cd "$d"
+  { time timeout 130 $ORCH "$R/sweeps/hf_causal_lm.yaml" --n-trials 12; } > "$OUT/hf_causal_lm.log" 2>&1
+  $ORCH report "$R/sweeps/hf_causal_lm.yaml" > "$OUT/hf_causal_lm_report.log" 2>&1; cd "$R"
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -216,5 +215,6 @@ def speed_lines(device: str, speed: dict[str, Any]) -> list[str]:
 
 
 def _short(text: str, width: int = 110) -> str:
-    text = re.sub(r"\[enforce fail at [^\]]*\] [^.]*\. ", "", text)
-    return text if len(text) <= width else text[:width - 3] + "..."
+    from orchestrator.clip import short_detail
+
+    return short_detail(text, width)

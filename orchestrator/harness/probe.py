@@ -27,8 +27,14 @@ def probe(module_name: str, device: str, fixed: dict) -> dict:
     except (ImportError, ValueError):
         spec = None
     if spec is None:
-        return {"ok": False, "error": f"no module named {module_name!r} (run from the project root, "
-                                      "or install the package that provides it)"}
+        from orchestrator.spec.locate import locate
+
+        try:  # says where it looked (or which package lacks the module)
+            locate(module_name, sys.path)
+            why = f"no module named {module_name!r}"
+        except LookupError as exc:
+            why = str(exc)
+        return {"ok": False, "error": why}
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001

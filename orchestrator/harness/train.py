@@ -73,6 +73,15 @@ def wrap_checkpointing(blocks: Any) -> int:
     return n
 
 
+def enable_checkpointing(workload: Workload) -> bool:
+    """Activation checkpointing by the experiment's own switch where it has one, else by wrapping
+    its blocks; False when it has neither."""
+    if workload.enable_checkpointing is not None:
+        workload.enable_checkpointing()
+        return True
+    return wrap_checkpointing(workload.blocks) > 0
+
+
 def make_optimizer(name: str, params: Any, lr: float, device: str) -> tuple[torch.optim.Optimizer, str]:
     """Return the optimizer and the implementation actually used."""
     params = list(params)
@@ -141,7 +150,7 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
     model.train()
 
     if params.get("activation_checkpointing"):
-        applied["activation_checkpointing"] = wrap_checkpointing(workload.blocks) > 0
+        applied["activation_checkpointing"] = enable_checkpointing(workload)
         if not applied["activation_checkpointing"]:
             not_applied["activation_checkpointing"] = "the experiment lists no blocks to checkpoint"
     if params.get("compile"):

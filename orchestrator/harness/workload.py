@@ -72,6 +72,11 @@ class Workload:
     info: dict[str, Any] = field(default_factory=dict)
     """Extra facts worth recording with the result (for example ``num_parameters``)."""
 
+    enable_checkpointing: Callable[[], None] | None = None
+    """The model's own way to checkpoint its activations (a Hugging Face model's
+    ``gradient_checkpointing_enable``): when given, ``activation_checkpointing: true`` calls it
+    instead of wrapping ``blocks``."""
+
 
 def device_generator(device: "torch.device", seed: int) -> "torch.Generator | None":
     """A random generator on ``device`` seeded with ``seed``, for an experiment's initial weights

@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from orchestrator import metrics as M
+from orchestrator.report.precision import cpu_flags, half_precision_note
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.urls import Origins, command_flags, from_environment
@@ -66,6 +67,9 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
         lines.append("Nothing fit: every configuration ran out of memory (or swapped, or was predicted "
                      "to). That is the answer for this machine; try smaller batches, a lower precision "
                      "or activation checkpointing.")
+    note = half_precision_note(results, cpu_flags())
+    if note:
+        lines.append(note)
     tracking = absolute_uri(spec.tracking_uri)
     tracking_flags = stores[stores.index("--tracking-uri"):] if "--tracking-uri" in stores else []
     lines += [f"Study:   {shown(absolute_uri(spec.storage))} (study {spec.name!r})",

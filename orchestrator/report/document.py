@@ -8,13 +8,13 @@ fallbacks). Nothing here opens MLflow or draws: ``report`` does that when plots 
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from orchestrator import metrics as M
+from orchestrator.clip import short_detail
 from orchestrator.report.compare import comparison_lines
 from orchestrator.harness import swap
 from orchestrator.outcome import RESULT_STATUSES
@@ -230,12 +230,10 @@ def _ok_note(r: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _short(detail: str, width: int = 100) -> str:
+def _short(detail: str, width: int = 120) -> str:
     """A failure's detail for the table: without the CPU allocator's boilerplate (which hides the
-    message), cut at a sentence end where it is long."""
-    detail = re.sub(r"\[enforce fail at [^\]]*\] [^.]*\. ", "", detail)
-    end = detail.rfind(". ", 40, width + 10) if len(detail) > width else -1
-    return detail[:end + 1] if end > 0 else detail[:width]
+    message), cut at a sentence end or a word where it is long (``clip``)."""
+    return short_detail(detail, width)
 
 
 def pick_best(spec: SweepSpec, best: list[Any]) -> Any:

@@ -9,21 +9,17 @@ from orchestrator.spec.load import SweepSpec
 
 
 def print_plan(spec: SweepSpec) -> None:
-    import importlib.util
-
     from orchestrator.spec import knobs
+    from orchestrator.spec.locate import locate, trial_path
     from orchestrator.search.space import count_configurations, guess_device, make_plan
     from orchestrator.redact import shown
     from orchestrator.report.summary import describe_dim
     from orchestrator.store.tracking import absolute_uri, artifact_root
 
-    try:
-        found = importlib.util.find_spec(spec.experiment)
-    except (ImportError, ValueError):
-        found = None
-    if found is None:
-        raise SpecError(f"no module named {spec.experiment!r} (run from the project root?)",
-                        file=str(spec.path), line=spec.line_of("experiment"), field="experiment")
+    try:  # as the trial finds it: the working directory first on the path (python -m)
+        found = locate(spec.experiment, trial_path())
+    except LookupError as exc:
+        raise SpecError(str(exc), file=str(spec.path), line=spec.line_of("experiment"), field="experiment") from None
     if spec.device == "auto":
         device = guess_device()
         how = f"auto -> {device} (guessed without importing torch; a real run asks torch)"

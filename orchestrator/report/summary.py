@@ -6,7 +6,12 @@ from collections import Counter
 from typing import Any
 
 from orchestrator import metrics as M
+from orchestrator.clip import short_detail
 from orchestrator.spec.load import Choice, Range, SweepSpec
+
+
+DETAIL_WIDTH = 120
+"""A failure's detail on a trial's line: its first line, cut at a word beyond this."""
 
 
 def fmt_params(params: dict[str, Any]) -> str:
@@ -27,7 +32,7 @@ def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[s
             f"{fmt_num(metrics.get(M.PEAK_MEMORY_GIB), ' GiB', 2):>10s} "
             f"{fmt_num(duration_s, ' s'):>8s}")
     if status not in ("ok",) and detail:
-        line += f"  ({detail[:120]})"
+        line += f"  ({short_detail(detail, DETAIL_WIDTH)})"
     notes = []
     if status == "ok" and metrics.get(M.SAMPLES_PER_S + "_spread") is not None:
         notes.append(f"median of {repeats}, spread {metrics[M.SAMPLES_PER_S + '_spread']:.0%}")

@@ -5,8 +5,8 @@ forwards Ctrl-C/SIGTERM and returns the child's exit code. The child gets the ru
 ``MLFLOW_BACKEND_STORE_URI``, not on its command line (which any user of the machine can read),
 and none of the orchestrator's other credentials; every URI printed has its password masked.
 The store is never created here: no runs yet is a one-line error. Before the server starts, each
-experiment with trial runs gets a saved view (trials flat, best first, status + swept parameters
-+ headline metrics as columns), and the printed URL opens it. ``ParentRun`` is how ``orchestrate report`` finds the study's parent
+experiment with trial runs gets a saved view (trials flat, best first; the status, throughput and
+peak memory first, then the swept parameters), and the printed URL opens it. ``ParentRun`` is how ``orchestrate report`` finds the study's parent
 run to log its plots and extend its description.
 """
 
@@ -206,19 +206,31 @@ def column(kind: str, name: str) -> str:
     return f"{kind}.`{name}`"
 
 
+RUN_NAME, CREATED = "attributes.`Run Name`", "runDateAndNestInfo"
+"""MLflow's two pinned columns (the run's name; its start time with the run status mark): in the
+view's order with narrower widths, the first screen keeps room for the answer."""
+PINNED_WIDTHS = {RUN_NAME: 110, CREATED: 110}
+
+
 def view_state(trial_params: list[dict[str, str]], metric_keys: set[str], objective: str = M.SAMPLES_PER_S,
                maximize: bool = True) -> dict[str, Any]:
     """The runs table a sweep is compared in: trial runs only, flat (not nested under the parent),
-    best first, with the status, the swept parameters and the headline metrics as columns."""
+    best first. The columns answer first: the status, the objective, throughput and peak memory,
+    then the swept parameters, then the other headline metrics. At 1400 px, with MLflow 3.17's
+    sidebar and its assistant panel open (it opens itself on a local server's first visit), about
+    480 px of the table are left beside the two pinned columns: the status and the three metrics
+    fit there, the parameters follow to their right (tests/report/test_ui_browser.py measures it)."""
     swept = [k for k in dict.fromkeys(k for p in trial_params for k in p)
              if len({p.get(k) for p in trial_params}) > 1]
-    metrics = [m for m in dict.fromkeys((objective,) + VIEW_METRICS) if m in metric_keys]
-    named = [("tags", "status")] + [("params", k) for k in swept] + [("metrics", m) for m in metrics]
+    answer = [m for m in dict.fromkeys((objective, M.SAMPLES_PER_S, M.PEAK_MEMORY_GIB)) if m in metric_keys]
+    more = [m for m in VIEW_METRICS if m in metric_keys and m not in answer]
+    named = [("tags", "status")] + [("metrics", m) for m in answer] + [("params", k) for k in swept] + \
+        [("metrics", m) for m in more]
     cols = [column(kind, name) for kind, name in named]
+    widths = {column(kind, name): max(70, 8 * len(name) + (20 if kind == "metrics" else 15)) for kind, name in named}
     return {"searchFilter": "tags.role = 'trial'", "orderByKey": column("metrics", objective),
-            "orderByAsc": not maximize, "selectedColumns": cols, "columnOrder": cols,
-            "columnWidths": {column(kind, name): max(150 if kind == "metrics" else 80, 8 * len(name) + 30)
-                             for kind, name in named}}
+            "orderByAsc": not maximize, "selectedColumns": cols, "columnOrder": [RUN_NAME, CREATED, *cols],
+            "columnWidths": {**PINNED_WIDTHS, **widths}}
 
 
 def save_views(uri: str, url: str, objective: str = M.SAMPLES_PER_S, maximize: bool = True,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.clip import clip
 from orchestrator.errors import FailureBudgetExceeded
 from orchestrator.outcome import Outcome, counts_as_failure
 from orchestrator.spec.model import SearchSettings
@@ -52,7 +53,7 @@ class StopPolicy:
         f = self.failures
         f.count += 1
         f.by_status[outcome.status] = f.by_status.get(outcome.status, 0) + 1
-        f.examples.setdefault(outcome.status, ((outcome.detail or "")[:200], str(log)))
+        f.examples.setdefault(outcome.status, (clip(outcome.detail or "", 200), str(log)))
         if f.count > self.search.max_failures and self.budget_error is None:
             self.budget_error = FailureBudgetExceeded(
                 f"{f.count} trials failed (error, timeout, crash or divergence; OOM not counted), more "

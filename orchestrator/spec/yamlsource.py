@@ -242,7 +242,9 @@ def _key_text(key: Any) -> str:
 
 
 def _short(text: str, width: int = 40) -> str:
-    return text if len(text) <= width else text[:width - 3] + "..."
+    from orchestrator.clip import clip
+
+    return clip(text, width)
 
 
 class _Builder:

@@ -76,7 +76,10 @@ def create_sqlite_atomically(url: str, init: Callable[[str], None]) -> None:
 @contextmanager
 def study_lock(url: str, name: str) -> Iterator[None]:
     """One orchestrator per SQLite study: SQLite cannot coordinate workers safely (notes).
-    ``flock`` is released by the OS when the holder dies, even by SIGKILL."""
+    ``flock`` is released by the OS when the holder dies, even by SIGKILL. The lock file is removed
+    when the run ends, still locked (a file left by a killed run goes at the next run's end): an
+    orchestrator that opened it just before is told it is held, or, having locked it just after,
+    finds it no longer at its path and takes the new one, so two never hold the study at once."""
     path = sqlite_path(url)
     if path is None:  # a server database: coordination is the scale-out design's job
         yield
@@ -84,23 +87,43 @@ def study_lock(url: str, name: str) -> Iterator[None]:
     import fcntl
 
     lock_path = _lock_path(path, name)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise _held(fd, name, lock_path) from None
+            held = _held(fd, name, lock_path)
+            os.close(fd)
+            raise held from None
+        if _is_at(fd, lock_path):
+            break
+        os.close(fd)  # the file its last holder removed: lock the one at the path now
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
+        try:
+            os.unlink(lock_path)  # while still held: nobody else holds this file
+        except OSError:
+            pass
         os.close(fd)
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is the one at ``path`` (not one removed since it was opened)."""
+    try:
+        here = os.stat(path)
+    except OSError:
+        return False
+    mine = os.fstat(fd)
+    return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def check_not_locked(url: str, name: str) -> None:
     """Refuse at once, before the probe imports torch beside the running sweep's trials, when
     another orchestrator holds the SQLite study's lock (creates nothing; ``study_lock`` still
-    decides a race)."""
+    decides a race). A lock file nobody holds, left by a killed run, is removed."""
     path = sqlite_path(url)
     if path is None:
         return
@@ -115,6 +138,12 @@ def check_not_locked(url: str, name: str) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise _held(fd, name, lock_path) from None
+    else:
+        if _is_at(fd, lock_path):  # left by a run that was killed: removed, still locked (study_lock)
+            try:
+                os.unlink(lock_path)
+            except OSError:
+                pass
     finally:
         os.close(fd)  # releases the lock if it was taken
 

@@ -14,7 +14,11 @@ from typing import Any
 from orchestrator.errors import StudyError
 from orchestrator.redact import shown
 
-MLFLOW_STATUS = {"ok": "FINISHED", "interrupted": "KILLED"}  # every other status: FAILED
+# A trial's MLflow run status. Out of memory, fits-but-swaps and predicted out of memory are results
+# (the configuration's answer, told by the `status` tag), so FINISHED, not MLflow's red failure mark;
+# a failure of the code or the process is FAILED; a trial cut off (it runs again) KILLED.
+MLFLOW_STATUS = {"ok": "FINISHED", "oom": "FINISHED", "swapped": "FINISHED", "skipped": "FINISHED",
+                 "interrupted": "KILLED"}  # every other status: FAILED
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 

@@ -145,12 +145,18 @@ def test_a_cap_that_did_not_bite_reads_not_honoured_and_keeps_the_logs(tmp_path:
 
 def test_check_recorded_on_an_h100_prints_as_it_did_there() -> None:
     """``doctor --check``'s result recorded on an NVIDIA H100 (tests/fixtures/doctor_check_h100.json):
-    rendered here, it is the text that machine printed (memory_fraction honoured by a real CUDA OOM
+    rendered here, it is the text that machine printed, the OOM's detail now cut at a word (memory_fraction honoured by a real CUDA OOM
     under a 64 MiB cap; the CPU against the GPU)."""
+    from orchestrator.clip import CPU_ALLOCATOR_NOISE, short_detail
+
     rec = json.loads((ROOT / "tests" / "fixtures" / "doctor_check_h100.json").read_text())
     c = rec["check"]
-    assert doctorcheck.render_check(c) + "\n" == rec["printed"]
     (knob,) = c["knobs"]
+    # It was printed with the OOM's detail cut at 107 characters and "..."; issue #30 cuts at a word with "…".
+    detail = CPU_ALLOCATOR_NOISE.sub("", knob["capped"]["detail"])
+    then = detail[:107] + "..."
+    assert f"({then})" in rec["printed"]
+    assert doctorcheck.render_check(c) + "\n" == rec["printed"].replace(then, short_detail(detail, 110))
     assert knob["knob"] == "memory_fraction" and knob["verdict"] == "honoured" and c["honoured"]
     assert "CUDA out of memory" in knob["capped"]["detail"] and "64.00 MiB allowed" in knob["capped"]["detail"]
     assert knob["value"] == pytest.approx(64 * 1024 ** 2 / (79.18 * GIB), rel=1e-3)

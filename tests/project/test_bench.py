@@ -201,3 +201,23 @@ def test_fork_vs_fresh_interleaved_takes_turns_and_has_a_control(tmp_path: Path)
                            text=True, timeout=60)
     assert wrong.returncode == 1 and wrong.stderr.strip().endswith(
         "other.log: no 'pair N fresh, forked: ...' line (the lines an --interleave run prints)"), wrong.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.long  # real trials each way: the benchmark's own check, run with -m long
+def test_hf_vs_bert_runs_both_through_the_harness_and_pairs_them(tmp_path: Path) -> None:
+    """bench/hf_vs_bert.py on the CPU with the tiny preset, one round: both experiments measured
+    through the real harness with the same architecture (the same parameter count), a paired ratio
+    and a verdict per point (docs/gpu/session.sh x runs it on an H100 with BERT-base)."""
+    import json
+
+    pytest.importorskip("transformers", reason="the hf extra is not installed")
+    out_json = tmp_path / "hf_vs_bert.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "hf_vs_bert.py"), "--device", "cpu", "--preset", "tiny",
+                           "--points", "float32:4", "--rounds", "1", "--seq-len", "16", "--measure-steps", "2",
+                           "--min-measure-s", "0", "--json", str(out_json)], capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "parameters: bert 202,280, hf 202,280" in proc.stdout  # the same architecture both ways
+    (point,) = json.loads(out_json.read_text())["points"]
+    assert point["bert"][0]["status"] == point["hf"][0]["status"] == "ok" and len(point["ratios"]) == 1
+    assert re.search(r"float32 +4 .* (within the noise|DIFFERENT)$", proc.stdout, re.M), proc.stdout

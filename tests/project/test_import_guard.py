@@ -11,7 +11,7 @@ from conftest import ORCHESTRATE
 def test_cli_import_leaves_torch_and_mlflow_out() -> None:
     code = ("import sys, orchestrator.cli, orchestrator.sweep.loop, orchestrator.launch, orchestrator.search.space, "
             "orchestrator.store.study, orchestrator.store.tracking; "
-            "print(sorted(m for m in ('torch', 'mlflow', 'optuna') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'mlflow', 'optuna', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

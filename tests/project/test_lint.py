@@ -12,7 +12,7 @@ from conftest import ROOT
 
 def test_pyflakes_rules_hold_everywhere() -> None:
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--select", "F", "--no-cache", "--output-format",
-                           "concise", "orchestrator", "experiments", "bench", "tests"], cwd=ROOT,
+                           "concise", "orchestrator", "experiments", "examples", "bench", "tests"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -99,6 +99,7 @@ def test_sweep_records_everything_and_a_second_run_resumes(project: Path) -> Non
     assert "Best:" in parent.data.tags["mlflow.note.content"]
     assert "mlflow ui --backend-store-uri sqlite:///" in proc.stdout and "Browse:  orchestrate ui" in proc.stdout
     assert "Best: trial" in proc.stdout
+    assert not list((project / "mlruns").glob("*.lock"))  # the study's lock goes with the run
 
     again = orchestrate([str(spec)], project)
     assert again.returncode == 0, again.stderr

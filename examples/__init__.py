@@ -1,0 +1,1 @@
+"""Example experiments for docs/experiment.md, imported from the working directory (not installed)."""

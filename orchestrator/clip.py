@@ -1,0 +1,32 @@
+"""Messages shortened for a line without cutting a word: the one rule every printed excerpt
+(a trial's failure, a report's note, doctor's, a YAML key) follows. Pure functions, table-tested."""
+
+from __future__ import annotations
+
+import re
+
+ELLIPSIS = "…"
+CPU_ALLOCATOR_NOISE = re.compile(r"\[enforce fail at [^\]]*\] [^.]*\. ")
+"""``[enforce fail at alloc_cpu.cpp:127] err == 0. `` before the CPU allocator's own message."""
+
+
+def clip(text: str, width: int) -> str:
+    """``text``'s first line (the rest is left out), whole if it fits in ``width`` characters;
+    else cut at the last whole word that leaves room for "…", which says that more was there. An
+    aside it would open and not close is left out whole, and a single word longer than ``width``
+    is the one case cut inside a word."""
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if len(first) <= width:
+        return first
+    room = width - 1  # the ellipsis takes one
+    word = first.rfind(" ", 0, room + 1)
+    cut = first[:word] if word > 0 else first[:room]
+    if cut.count("(") > cut.count(")") and cut.rfind("(") >= room // 2:
+        cut = cut[:cut.rfind("(")]  # not "(or…": the aside goes whole
+    return cut.rstrip(" ,;:(-") + ELLIPSIS
+
+
+def short_detail(detail: str, width: int) -> str:
+    """A trial's failure for a line: without the CPU allocator's boilerplate, which would push its
+    message ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ...") out."""
+    return clip(CPU_ALLOCATOR_NOISE.sub("", detail), width)

@@ -1,0 +1,76 @@
+"""The summary's one line when half precision trained much slower than float32 on a CPU, with the
+likely reason read from the CPU's flags: a result that differs from a GPU's (or another CPU's)
+ranking should say why. Pure functions over the study's trials; the flags come from
+``/proc/cpuinfo`` (Linux) and are None elsewhere."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from orchestrator import metrics as M
+
+MUCH_SLOWER = 2.0
+"""Half precision is "much slower" when float32's throughput is at least this many times its own
+(the median over pairs of configurations equal but for ``dtype``)."""
+NATIVE = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16", "amx_fp16")}
+"""The CPU flags of native instructions for each half precision: vector, then matrix (AMX)."""
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> set[str] | None:
+    """The first CPU's flags, or None where they cannot be read (not Linux)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def slowdowns(trials: list[Any]) -> dict[str, list[float]]:
+    """For each half precision measured on a CPU: float32's samples/s over its own, one ratio per
+    pair of ``ok`` trials whose other parameters are equal."""
+    by_rest: dict[tuple, dict[str, float]] = {}
+    for t in trials:
+        attrs = t.user_attrs
+        rate = (attrs.get("metrics") or {}).get(M.SAMPLES_PER_S)
+        if attrs.get("status") != "ok" or not rate or "dtype" not in t.params:
+            continue
+        if not str(attrs.get("slot", t.params.get("device", ""))).startswith("cpu"):
+            continue
+        rest = tuple(sorted((k, str(v)) for k, v in t.params.items() if k != "dtype"))
+        by_rest.setdefault(rest, {})[t.params["dtype"]] = rate
+    out: dict[str, list[float]] = {}
+    for rates in by_rest.values():
+        for half in NATIVE:
+            if half in rates and "float32" in rates:
+                out.setdefault(half, []).append(rates["float32"] / rates[half])
+    return out
+
+
+def half_precision_note(trials: list[Any], flags: set[str] | None) -> str | None:
+    """One line when a half precision ran at least ``MUCH_SLOWER`` times slower than float32 on
+    the CPU (the slowest such precision), with the likely reason; None otherwise."""
+    found = {half: statistics.median(r) for half, r in slowdowns(trials).items()}
+    slow = {half: x for half, x in found.items() if x >= MUCH_SLOWER}
+    if not slow:
+        return None
+    half = max(slow, key=slow.get)
+    n = len(slowdowns(trials)[half])
+    vector, matrix = NATIVE[half]
+    if flags is None:
+        why = f"this CPU may have no native {half} instructions (its flags could not be read), so autocast emulates it"
+    elif matrix in flags:
+        why = (f"this CPU has {matrix}, so the likely cause is a model too small for its matrix units to pay "
+               "for autocast's conversions at every op")
+    elif vector in flags:
+        why = (f"this CPU has {vector} but no {matrix} (AMX): {half} matrix products gain little over float32 "
+               "there, while autocast converts at every op")
+    else:
+        why = (f"this CPU has no native {half} instructions (neither {vector} nor {matrix} in its flags), "
+               "so autocast emulates it")
+    pairs = f"median of {n} pairs of configurations equal but for dtype" if n > 1 else "one pair of configurations"
+    return (f"Note: {half} trained {slow[half]:.1f}x slower than float32 on this CPU ({pairs}): {why}. "
+            "A GPU, or a CPU with native support, can rank them the other way.")
