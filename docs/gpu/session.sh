@@ -42,9 +42,9 @@
 #   bash docs/gpu/session.sh y    issue #27's landscapes that contradict the priors: a narrow MLP (float32
 #                                 expected fastest), a deep MLP under a cap (checkpointing expected to win)
 #                                 and a wide MLP (accumulation expected to win)
-#   bash docs/gpu/session.sh z    issue #27's final check, after the search changed: the deep MLP at a tighter
-#                                 cap (checkpointing expected to win), the headline from an empty folder and
-#                                 again, and the launch-bound MLP spec (float32 fastest) run for real
+#   bash docs/gpu/session.sh z1   issue #27: the deep MLP at a tighter cap (checkpointing expected to win)
+#   bash docs/gpu/session.sh z    issue #27's final check, after the search changed: the headline from an empty
+#                                 folder and again, and the launch-bound MLP spec (float32 fastest) run for real
 #   bash docs/gpu/session.sh x    issue #30: experiments.hf's BERT-base (transformers' BertForMaskedLM
 #                                 from its config) against experiments.bert through the harness, 3
 #                                 alternating rounds of float32 b64 and bfloat16 b128
@@ -151,8 +151,10 @@ y)
   landscape mlp_narrow mlp_narrow_h100; landscape mlp_deep_ckpt mlp_deep_ckpt_h100_cap003
   landscape mlp_wide_accum mlp_wide_accum_h100_cap008
   ;;
-z)
+z1)
   landscape mlp_deep_ckpt_tight mlp_deep_ckpt_tight_h100_cap0017
+  ;;
+z)
   step headline; R=$PWD; d=$(mktemp -d); cd "$d"
   { time timeout 300 $ORCH "$R/sweeps/bert_memory.yaml"; } > "$OUT/headline.log" 2>&1
   { time $ORCH "$R/sweeps/bert_memory.yaml"; } >> "$OUT/headline.log" 2>&1; cd "$R"
