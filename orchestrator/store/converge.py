@@ -10,7 +10,8 @@ Per trial: a missing run is created (its parameters from the trial folder's ``co
 the study); a run that is not finished, or whose status, status tag, metrics or files differ, is
 finished again from the record (metrics, tags, files, terminal status); a missing parameter is
 logged; one that differs (MLflow's are write-once), or a second run of the same trial, is deleted
-(MLflow keeps deleted runs restorable) and the record written once. A run of no trial is deleted.
+(MLflow keeps deleted runs restorable) and the record written once. A run of no trial is deleted;
+the run the study names for a trial (``mlflow_run_id``), deleted by hand, is restored.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def converge(tracker: Any, trials: list[Any], default_dir: Callable[[int], Path]
 
 
 def _repair(tracker: Any, record: Any, runs: list[Any], run_id: str | None, kinds: set[str]) -> None:
+    if not runs and run_id:  # the run the study names was deleted: restored, the study's link holds
+        runs = _restored(tracker, run_id)
     keep = keeper(runs, run_id) if runs else None
     if keep is not None and "param" in kinds and any(k in keep.data.params for k in record.params):
         keep = None  # a parameter differs: MLflow's are write-once, so the run is written again
@@ -87,6 +90,20 @@ def _repair(tracker: Any, record: Any, runs: list[Any], run_id: str | None, kind
 
             tracker.client.log_batch(new, params=[Param(k, param_text(v)) for k, v in sorted(missing.items())])
     tracker.finish_trial(new, record.status, record.all_metrics, record.tags, record.files)
+
+
+def _restored(tracker: Any, run_id: str) -> list[Any]:
+    """[the run ``run_id``], restored if it was deleted; [] where the store has no such run."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = tracker.client.get_run(run_id)
+        if run.info.lifecycle_stage == "deleted":
+            tracker.client.restore_run(run_id)
+            run = tracker.client.get_run(run_id)
+    except MlflowException:
+        return []
+    return [run]
 
 
 def mark(study: Any, tracking_uri: str, parent_id: str | None, trials: int) -> None:

@@ -157,7 +157,7 @@ class WriteGuard:
             raise found from None
 
 
-WRITES = ("create_", "set_", "log_", "update_", "delete_", "enqueue", "record_heartbeat")
+WRITES = ("create_", "set_", "log_", "update_", "delete_", "restore_", "enqueue", "record_heartbeat")
 
 
 def _writes(fn: Callable[..., Any]) -> bool:
