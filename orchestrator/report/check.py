@@ -98,11 +98,11 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
         found.insert(0, Difference("parent", f"the study's MLflow parent run {parent.info.run_id} is "
                                    f"{parent.info.status}, but no orchestrator is running the study"))
     n_runs = sum(len(r) for r in runs.values())
-    where = (f"experiment {spec.name!r} ({n_runs} trial run(s))" if experiment is not None
+    where = (f"experiment {spec.name!r}, {n_runs} trial run(s)" if experiment is not None
              else f"no experiment {spec.name!r}")
-    head = [f"orchestrate check: study {spec.name!r} ({len(study.trials)} trial(s)) in "
-            f"{shown(absolute_uri(spec.storage))}; MLflow: {where} in {shown(absolute_uri(spec.tracking_uri))}; "
-            f"{len(folders)} trial folder(s) in {root}"]
+    head = [f"Study:   {spec.name!r}, {len(study.trials)} trial(s), in {shown(absolute_uri(spec.storage))}",
+            f"Runs:    {where}, in {shown(absolute_uri(spec.tracking_uri))}",
+            f"Folders: {len(folders)} trial folder(s) in {root}"]
     if live:
         head.append(f"  ({live}: its trials in flight, and those told in the last search.grace_period_s="
                     f"{spec.search.grace_period_s:g} s, are not compared)")
@@ -174,7 +174,8 @@ def _mlflow(spec: SweepSpec, uid: str) -> tuple[Any, Any, Any, dict[int, list[An
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.store.tracking import child_runs, quiet_mlflow_logs
+    from orchestrator.store.runs import child_runs
+    from orchestrator.store.tracking import quiet_mlflow_logs
 
     quiet_mlflow_logs()
     try:

@@ -16,14 +16,15 @@ finished study's command (``report.resume``) opens MLflow only when the mark doe
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from orchestrator import metrics as M
 from orchestrator.store.records import run_metrics, run_tags, trace_tags
 from orchestrator.store.study import RECORDED_ATTR
-from orchestrator.store.tracking import MLFLOW_STATUS, TERMINAL, logged_metrics, param_text
+from orchestrator.store.runs import MLFLOW_STATUS, TERMINAL, logged_metrics, param_text
 
 KINDS = {  # kind -> what the line says is wrong, and whether writing MLflow from the study repairs it
     "no_run": True, "duplicate_runs": True, "run_unfinished": True, "run_status": True, "status_tag": True,
@@ -50,7 +51,8 @@ def trial_files(trial_dir: Path, processes: int = 1) -> list[tuple[Path, str | N
 
 @dataclass(frozen=True)
 class Record:
-    """What MLflow should hold for one ended trial, from the study and the trial's folder."""
+    """What MLflow should hold for one ended trial, from the study (compared) and the trial's
+    folder (read only when the record is written, or its files compared)."""
 
     number: int
     status: str
@@ -58,35 +60,53 @@ class Record:
     params: dict[str, str]
     """The searched parameters, as MLflow params (the run may hold the fixed ones too)."""
     metrics: dict[str, float]
-    """What the study holds, as logged (compared); ``all_metrics`` adds the folder's (written)."""
-    tags: dict[str, str]
-    files: list[tuple[Path, str | None]] = field(default_factory=list)
-    """The files of the trial's folder that exist, with their artifact folder."""
-    all_metrics: dict[str, float] = field(default_factory=dict)
-    all_params: dict[str, Any] = field(default_factory=dict)
-    """The run's parameters as the sweep logs them (the fixed ones too, from ``config.json``)."""
+    """What the study holds, as logged; ``all_metrics`` adds the trial folder's."""
+    attrs: dict[str, Any]
+    trial_dir: Path
+    processes: int
+    searched: dict[str, Any]
+
+    @cached_property
+    def result(self) -> dict[str, Any]:
+        """The deciding process's result file."""
+        from orchestrator.sweep.repeats import repeat_path
+
+        return _read_json(repeat_path(self.trial_dir, self.processes) / "result.json")
+
+    @property
+    def tags(self) -> dict[str, str]:
+        tags = run_tags(self.result, self.status, self.attrs.get("detail"))
+        tags.update(trace_tags(self.attrs))
+        return tags
+
+    @property
+    def all_metrics(self) -> dict[str, float]:
+        return logged_metrics(run_metrics(dict(self.attrs.get("metrics") or {}), self.result, _extra(self.attrs)))
+
+    @property
+    def all_params(self) -> dict[str, Any]:
+        """The run's parameters as the sweep logs them (the fixed ones too, from ``config.json``)."""
+        return dict(_read_json(self.trial_dir / "config.json").get("params") or {}) or dict(self.searched)
+
+    @property
+    def files(self) -> list[tuple[Path, str | None]]:
+        """The files of the trial's folder that exist, with their artifact folder."""
+        return [(p, folder) for p, folder in trial_files(self.trial_dir, self.processes) if p.is_file()]
 
 
 def record_of(trial: Any, default_dir: Path) -> Record:
     """``trial``'s record (an Optuna ``FrozenTrial`` or a ``studyread.StoredTrial``);
     ``default_dir``: its folder when the study does not name one."""
-    from orchestrator.sweep.repeats import repeat_path
-
     attrs = trial.user_attrs
     status = attrs.get("status", "interrupted")
-    trial_dir = Path(attrs.get("trial_dir") or default_dir)
-    processes = int(attrs.get("processes", 1))
-    result = _read_json(repeat_path(trial_dir, processes) / "result.json")  # the deciding process
-    config = _read_json(trial_dir / "config.json")
-    extra = {k: attrs.get(k) for k in (M.DURATION_S, "process_peak_rss_gib")}
-    tags = run_tags(result, status, attrs.get("detail"))
-    tags.update(trace_tags(attrs))
-    params = dict(config.get("params") or {}) or dict(trial.params)
     return Record(trial.number, status, MLFLOW_STATUS.get(status, "FAILED"),
                   {k: param_text(v) for k, v in trial.params.items()},
-                  logged_metrics(run_metrics(dict(attrs.get("metrics") or {}), {}, extra)), tags,
-                  [(p, folder) for p, folder in trial_files(trial_dir, processes) if p.is_file()],
-                  logged_metrics(run_metrics(dict(attrs.get("metrics") or {}), result, extra)), params)
+                  logged_metrics(run_metrics(dict(attrs.get("metrics") or {}), {}, _extra(attrs))), attrs,
+                  Path(attrs.get("trial_dir") or default_dir), int(attrs.get("processes", 1)), dict(trial.params))
+
+
+def _extra(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {k: attrs.get(k) for k in (M.DURATION_S, "process_peak_rss_gib")}
 
 
 @dataclass(frozen=True)

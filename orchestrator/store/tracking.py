@@ -6,20 +6,13 @@ a ``Tracker`` is made, never by ``--help`` or ``--dry-run``.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import StudyError
 from orchestrator.redact import shown
-
-# A trial's MLflow run status. Out of memory, fits-but-swaps and predicted out of memory are results
-# (the configuration's answer, told by the `status` tag), so FINISHED, not MLflow's red failure mark;
-# a failure of the code or the process is FAILED; a trial cut off (it runs again) KILLED.
-MLFLOW_STATUS = {"ok": "FINISHED", "oom": "FINISHED", "swapped": "FINISHED", "skipped": "FINISHED",
-                 "interrupted": "KILLED"}  # every other status: FAILED
-TERMINAL = ("FINISHED", "FAILED", "KILLED")
+from orchestrator.store.runs import MLFLOW_STATUS, child_runs, metric_batch, param_text
 
 
 def quiet_mlflow_logs() -> None:
@@ -206,7 +199,7 @@ class Tracker:
         assert self.parent_id is not None
         from mlflow.entities import RunTag
 
-        self.client.log_batch(self.parent_id, metrics=_metric_batch(metrics),
+        self.client.log_batch(self.parent_id, metrics=metric_batch(metrics),
                               tags=[RunTag("mlflow.note.content", description)])
         self.client.set_terminated(self.parent_id, status)
 
@@ -228,7 +221,7 @@ class Tracker:
         from mlflow.entities import RunTag
 
         all_tags = {"status": status, **tags}
-        self.client.log_batch(run_id, metrics=_metric_batch(metrics),  # one round trip for both
+        self.client.log_batch(run_id, metrics=metric_batch(metrics),  # one round trip for both
                               tags=[RunTag(k, str(v)[:5000]) for k, v in all_tags.items()])
         for path, folder in files:
             if path.exists():
@@ -238,41 +231,6 @@ class Tracker:
     def trial_runs(self) -> dict[int, list[Any]]:
         """Child runs of the parent, by Optuna trial number."""
         return child_runs(self.client, self.experiment_id, self.parent_id)
-
-
-def child_runs(client: Any, experiment_id: str, parent_id: str | None) -> dict[int, list[Any]]:
-    """The child runs of run ``parent_id``, by their ``trial_number`` tag (read only)."""
-    out: dict[int, list[Any]] = {}
-    token = None
-    while True:
-        page = client.search_runs([experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'",
-                                  max_results=1000, page_token=token)
-        for run in page:
-            number = run.data.tags.get("trial_number")
-            if number is not None and number.isdigit():
-                out.setdefault(int(number), []).append(run)
-        token = page.token
-        if not token:
-            return out
-
-
-def _metric_batch(metrics: dict[str, float]) -> list[Any]:
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    return [Metric(k, v, now, 0) for k, v in logged_metrics(metrics).items()]
-
-
-def logged_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-    """The metrics as MLflow is given them: numbers only (no NaN), 7 significant digits (readable
-    in the UI, and finer than any measurement's noise)."""
-    return {k: float(f"{v:.7g}") for k, v in metrics.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v}
-
-
-def param_text(value: Any) -> str:
-    """A parameter's value as an MLflow param."""
-    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
 
 class RunRef:
@@ -306,7 +264,9 @@ class AsyncTracker:
         the sweep loop raises it."""
         self.refused: Exception | None = None
         """The first write the store refused (``writefault.StoreUnwritable``: a full disk, say).
-        The sweep goes on; the record stays in the study, and the next run writes it."""
+        The sweep goes on, and the writer writes nothing more (a store locked past its timeout
+        would cost that timeout per record): the records stay in the study, the sweep's end tries
+        once more (``converge.settle``), and the next run writes what is still missing."""
         self.missing: set[int] = set()
         """Trials with a record MLflow did not take in this run."""
         self._told = False
@@ -325,6 +285,8 @@ class AsyncTracker:
             try:
                 if kind == "barrier":
                     ref.set()
+                elif self.refused is not None:  # not tried again before the sweep's end (converge.settle)
+                    self.missing.add(ref.number)
                 elif kind == "start":
                     ref.run_id = self.sync.start_trial(*args)
                     event("mlflow_started", ref.number)
