@@ -67,8 +67,13 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
     if not recorded(study, spec.tracking_uri):  # MLflow may lack records: written from the study
         from orchestrator.store.converge import Settled
         from orchestrator.store.repair import repair
+        from orchestrator.store.writefault import StoreUnwritable
 
-        n = repair(spec, lambda live: parent_close(spec, live.get_trials(deepcopy=False), target, stopped))
+        try:
+            n = repair(spec, lambda live: parent_close(spec, live.get_trials(deepcopy=False), target, stopped))
+        except StoreUnwritable as exc:
+            raise exc.with_outcome("nothing was run: the study holds every result, and the same command writes "
+                                   "MLflow's missing records once the store can be written") from None
         repaired = Settled(n, 0).lines()
     first = (f"orchestrate: {spec.name} on {', '.join(plan.devices)} (as recorded with the study: nothing to "
              f"run, so nothing was started), torch {machine['torch_version']}; {len(results)} of {target} trials done")

@@ -46,25 +46,26 @@ def converge(tracker: Any, trials: list[Any], default_dir: Callable[[int], Path]
     by_number = {t.number: t for t in trials}
     found = compare(trials, runs, default_dir, in_flight, artifacts=artifacts)
     out = Converged(left=[d for d in found if d.kind in ("cut_off", "folder")])
-    wrong: dict[int | None, list[Difference]] = {}
+    wrong: dict[int, list[Difference]] = {}
     for d in found:
-        if d.kind not in ("cut_off", "folder"):
+        if d.kind not in ("cut_off", "folder") and d.number is not None:
             wrong.setdefault(d.number, []).append(d)
-    for number, diffs in sorted(wrong.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+    for number, diffs in sorted(wrong.items()):
         if out.refused is not None:
-            out.missing.add(number)  # type: ignore[arg-type]
+            out.missing.add(number)
             continue
         try:
             if number in by_number:
-                _repair(tracker, record_of(by_number[number], default_dir(number)), runs.get(number, []),
-                        by_number[number].user_attrs.get("mlflow_run_id"), {d.kind for d in diffs})
-            else:
-                for run in runs.get(number, []):  # type: ignore[arg-type]
+                trial = by_number[number]
+                _repair(tracker, record_of(trial, default_dir(number)), runs.get(number, []),
+                        trial.user_attrs.get("mlflow_run_id"), {d.kind for d in diffs})
+            else:  # a run of no trial
+                for run in runs.get(number, []):
                     tracker.client.delete_run(run.info.run_id)
-            out.repaired.add(number)  # type: ignore[arg-type]
+            out.repaired.add(number)
         except StoreUnwritable as exc:
             out.refused = exc
-            out.missing.add(number)  # type: ignore[arg-type]
+            out.missing.add(number)
     return out
 
 
@@ -86,7 +87,7 @@ def _repair(tracker: Any, record: Any, runs: list[Any], run_id: str | None, kind
         if missing:
             from mlflow.entities import Param
 
-            from orchestrator.store.tracking import param_text
+            from orchestrator.store.runs import param_text
 
             tracker.client.log_batch(new, params=[Param(k, param_text(v)) for k, v in sorted(missing.items())])
     tracker.finish_trial(new, record.status, record.all_metrics, record.tags, record.files)

@@ -113,10 +113,15 @@ class Recovery:
             except UpdateFinishedTrialError:  # its orchestrator told it after all
                 continue
         if failed:
-            runs = self.tracker.trial_runs()
-            for t in failed:
-                for run in runs.get(t.number, []) or [self._new_run(t)]:
-                    self.tracker.finish_trial(run.info.run_id, "interrupted", {}, {"detail": STALE_DETAIL}, [])
+            from orchestrator.store.writefault import StoreUnwritable
+
+            try:
+                runs = self.tracker.trial_runs()
+                for t in failed:
+                    for run in runs.get(t.number, []) or [self._new_run(t)]:
+                        self.tracker.finish_trial(run.info.run_id, "interrupted", {}, {"detail": STALE_DETAIL}, [])
+            except StoreUnwritable:
+                pass  # MLflow refuses (a full disk): a later converge writes these runs from the study
         return len(failed)
 
     def excused(self) -> bool:

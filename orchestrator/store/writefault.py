@@ -59,13 +59,14 @@ class StoreUnwritable(OrchestratorError):
 
     exit_code = exits.STORE_DOWN
 
-    def __init__(self, store: str, cause: str, detail: str, message: str | None = None) -> None:
-        self.store, self.cause, self.detail = store, cause, detail
-        super().__init__(message or f"{store} cannot be written: {cause} ({detail})")
+    def __init__(self, store: str, cause: str, detail: str, outcome: str | None = None) -> None:
+        self.store, self.cause, self.detail, self.outcome = store, cause, detail, outcome
+        super().__init__(f"{store} cannot be written: {cause} ({detail})" + (f"; {outcome}" if outcome else ""))
 
     def with_outcome(self, outcome: str) -> "StoreUnwritable":
-        """The same failure, its line ending with what happens now (``outcome``)."""
-        return StoreUnwritable(self.store, self.cause, self.detail, f"{self}; {outcome}")
+        """The same failure, its line ending with what happens now (``outcome``), unless the
+        code nearer the failure said that already."""
+        return self if self.outcome else StoreUnwritable(self.store, self.cause, self.detail, outcome)
 
 
 def cause(exc: BaseException | None) -> str | None:
