@@ -19,6 +19,8 @@ write (a full disk, a read-only file system, a permission, a lock held past its 
 ``store.writefault``), or MLflow still lacks records the study holds. The study keeps every
 result told; the same command resumes it and writes MLflow's missing records (75 is
 ``EX_TEMPFAIL`` of sysexits.h: a temporary failure, to be retried)."""
+DIFFERS = 1
+"""``orchestrate check``: the study, MLflow and the trial folders differ (each difference is printed)."""
 NOT_HONOURED = 4
 """``orchestrate doctor --check``: a memory knob did not take effect."""
 BROKEN_PIPE = 128 + signal.SIGPIPE

@@ -28,7 +28,6 @@ from orchestrator.spec.load import SweepSpec, load_spec
 from orchestrator.store.agreement import Difference, compare, trial_root
 from orchestrator.store.tracking import absolute_uri
 
-DIFFERS = 1
 SHOWN_PER_KIND = 20  # lines of one kind before "... and N more"
 
 
@@ -71,7 +70,7 @@ def main(argv: list[str]) -> int:
         fixable = [d for d in found if d.repairable]
         print(f"{len(found)} difference(s)." + (f" Repair: {command('check', spec.path, *store_flags(spec, origins), '--repair')}"
                                                 if fixable else ""))
-        return DIFFERS
+        return exits.DIFFERS
     except OrchestratorError as exc:
         return print_error(exc)
 
