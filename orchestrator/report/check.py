@@ -67,28 +67,30 @@ def main(argv: list[str]) -> int:
             return exits.OK
         from orchestrator.report.closing import command, store_flags
 
-        fixable = [d for d in found if d.repairable]
-        print(f"{len(found)} difference(s)." + (f" Repair: {command('check', spec.path, *store_flags(spec, origins), '--repair')}"
-                                                if fixable else ""))
+        repair = command("check", spec.path, *store_flags(spec, origins), "--repair")
+        print(f"{len(found)} difference(s)." + (f" Repair: {repair}" if any(d.repairable for d in found) else ""))
         return exits.DIFFERS
     except OrchestratorError as exc:
         return print_error(exc)
 
 
 def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
-    """The header lines and every difference between the stored ``study`` and the rest."""
+    """The header lines and every difference between the spec's study and the rest. MLflow and
+    the folders are read first, the study (again) last: a sweep running meanwhile creates a trial
+    before its run and its folder, so nothing read is newer than the study it is compared with."""
+    from orchestrator.report.command import open_study
+    from orchestrator.store.repair import artifacts
     from orchestrator.store.study import UID_ATTR
 
     uid = study.user_attrs.get(UID_ATTR)
     if uid is None:
         raise StudyError(f"study {spec.name!r} in {shown(absolute_uri(spec.storage))} was not created by orchestrate")
-    live, in_flight = _live(spec, study)
     client, experiment, parent, runs = _mlflow(spec, uid)
     root = _folder_root(study, spec.name, uid)
     folders = {int(p.name[len("trial-"):]): p for p in (root.iterdir() if root.is_dir() else [])
                if p.name.startswith("trial-") and p.name[len("trial-"):].isdigit()}
-    from orchestrator.store.repair import artifacts
-
+    study = open_study(spec)
+    live, in_flight = _live(spec, study)
     found = compare(study.trials, runs, lambda n: root / f"trial-{n:04d}", in_flight, folders,
                     artifacts(client) if client is not None else None)
     if study.trials and parent is None:
@@ -131,13 +133,16 @@ def _live(spec: SweepSpec, study: Any) -> tuple[str | None, set[int]]:
             check_not_locked(spec.storage, spec.name)
             return None, set()
         except StudyError:
-            now = datetime.datetime.now()
-            told = {t.number for t in study.trials if t.datetime_complete is not None and now - t.datetime_complete < grace}
-            return "a sweep is running this study now", running | told
+            return "a sweep is running this study now", running | _told_within(study, grace)
     alive = _heartbeats(spec, grace)
+    return (f"{len(alive)} trial(s) are running now" if alive else None), alive | _told_within(study, grace)
+
+
+def _told_within(study: Any, grace: datetime.timedelta) -> set[int]:
+    """Trials told less than ``grace`` ago (by this clock, as Optuna's times): their
+    orchestrator's writer thread may still be writing their runs."""
     now = datetime.datetime.now()
-    told = {t.number for t in study.trials if t.datetime_complete is not None and now - t.datetime_complete < grace}
-    return (f"{len(alive)} trial(s) are running now" if alive else None), alive | told
+    return {t.number for t in study.trials if t.datetime_complete is not None and now - t.datetime_complete < grace}
 
 
 def _heartbeats(spec: SweepSpec, grace: datetime.timedelta) -> set[int]:
@@ -161,7 +166,7 @@ def _heartbeats(spec: SweepSpec, grace: datetime.timedelta) -> set[int]:
         engine.dispose()
     now = datetime.datetime.now()
     return {n for n, beat, start in rows
-            if (beat is not None and server_now - beat < grace) or (beat is None and start is not None and now - start < grace)}
+            if (server_now - beat < grace if beat is not None else start is not None and now - start < grace)}
 
 
 def _mlflow(spec: SweepSpec, uid: str) -> tuple[Any, Any, Any, dict[int, list[Any]]]:

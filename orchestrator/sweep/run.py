@@ -196,7 +196,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                 heartbeat.track(sweep.running_trial_ids)
             result = _drive(spec, probe, study, sweep, slots, interrupted, queued)
             code = _finish(spec, study, tracker, recovery, sweep, result, origins, shared)
-            if export is not None and code == exits.OK:
+            if export is not None and result.code == exits.OK:  # from the study: MLflow's records need not be there
                 from orchestrator.report.command import export_best
 
                 try:
