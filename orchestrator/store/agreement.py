@@ -3,9 +3,9 @@ record a person browses, written from it. Pure functions over what was read, wit
 
 For each trial that has ended, MLflow should hold exactly one run, a child of the study's parent
 run tagged with the trial's number, that ``record_of`` the trial describes: its status tag, its
-terminal status (``FINISHED`` for ``ok``, ``KILLED`` for ``interrupted``, else ``FAILED``), its
-searched parameters, the metrics the study holds (as MLflow is given them: ``logged_metrics``)
-and the files of its trial folder. A trial in flight (a live orchestrator runs it, or told it a
+terminal status (``runs.MLFLOW_STATUS``: ``FINISHED`` for ``ok``, ``oom``, ``swapped`` and
+``skipped``, ``KILLED`` for ``interrupted``, else ``FAILED``), its searched parameters, the metrics
+the study holds (as MLflow is given them: ``logged_metrics``) and the files of its trial folder. A trial in flight (a live orchestrator runs it, or told it a
 moment ago and its writer thread is on it) is not compared. ``compare`` lists each
 ``Difference``; ``converge`` writes what they ask for. A study carries a mark
 (``study.RECORDED_ATTR``): how many trials MLflow held in full when last compared, and where; a
