@@ -13,9 +13,14 @@ USAGE = 2
 FAILED = 3
 """Trials failed: more than ``search.max_failures``, or no feasible result because they failed."""
 STORE_DOWN = 75
-"""The study's database or the tracking server stayed unreachable for ``search.outage_s``; the
-study is saved and resumes with the same command (75 is ``EX_TEMPFAIL`` of sysexits.h: a
-temporary failure, to be retried)."""
+"""A store failed, and the study is incomplete until the same command runs again: the study's
+database or the tracking server stayed unreachable for ``search.outage_s``, or a store refused a
+write (a full disk, a read-only file system, a permission, a lock held past its timeout:
+``store.writefault``), or MLflow still lacks records the study holds. The study keeps every
+result told; the same command resumes it and writes MLflow's missing records (75 is
+``EX_TEMPFAIL`` of sysexits.h: a temporary failure, to be retried)."""
+DIFFERS = 1
+"""``orchestrate check``: the study, MLflow and the trial folders differ (each difference is printed)."""
 NOT_HONOURED = 4
 """``orchestrate doctor --check``: a memory knob did not take effect."""
 BROKEN_PIPE = 128 + signal.SIGPIPE
@@ -32,6 +37,7 @@ def for_signal(signum: int) -> int:
 
 HELP = (f"Exit codes: {OK} finished or stopped itself (OOM trials are results; so is 'nothing fit'), "
         f"{INTERNAL} internal error, {USAGE} invalid spec, usage or experiment, {FAILED} trials failed: "
-        f"more than search.max_failures, or no feasible result because trials failed, {STORE_DOWN} the "
-        f"study's database or the tracking server unreachable for longer than search.outage_s, "
+        f"more than search.max_failures, or no feasible result because trials failed, {STORE_DOWN} a store "
+        f"unreachable for longer than search.outage_s or refusing writes (a full disk...), or MLflow "
+        f"missing records the study holds: the same command resumes and repairs, "
         f"{INTERRUPTED} interrupted ({TERMINATED} on SIGTERM).")

@@ -1,8 +1,14 @@
-"""Named points where the reliability tests kill the orchestrator with SIGKILL.
+"""Named points where the reliability tests kill the orchestrator, or make a store's writes fail.
 
-``ORCHESTRATE_KILL_AT=after_tell:2`` kills this process the 2nd time it reaches ``after_tell``.
-Unset (always, outside tests) it costs one dictionary lookup. Points, in trial order:
-``after_ask``, ``after_run_start``, ``trial_running``, ``after_tell``, ``after_finish``.
+``ORCHESTRATE_KILL_AT=after_tell:2`` kills this process with SIGKILL the 2nd time it reaches
+``after_tell``. Points, in trial order: ``after_ask``, ``after_run_start``, ``trial_running``,
+``after_tell``, ``after_finish``.
+
+``ORCHESTRATE_FAIL_AT=mlflow_write:5`` makes the 5th write to the MLflow store, and every one
+after it, fail as SQLite fails on a full disk (``sqlite3.OperationalError: database or disk is
+full``), until the process ends: a disk that filled up mid-sweep, where a test cannot mount a
+small file system to fill for real. ``study_write:N`` does the same to the study's store.
+Several points: comma-separated. Unset (always, outside tests) each costs one dictionary lookup.
 """
 
 from __future__ import annotations
@@ -13,13 +19,34 @@ import signal
 _seen: dict[str, int] = {}
 
 
-def reached(point: str) -> None:
-    target = os.environ.get("ORCHESTRATE_KILL_AT")
+def _nth(variable: str, point: str) -> int | None:
+    """How many times ``point`` is reached before it fires, per ``variable``, or None."""
+    target = os.environ.get(variable)
     if not target:
-        return
-    name, _, nth = target.partition(":")
-    if name != point:
+        return None
+    for item in target.split(","):
+        name, _, nth = item.strip().partition(":")
+        if name == point:
+            return int(nth or 1)
+    return None
+
+
+def reached(point: str) -> None:
+    nth = _nth("ORCHESTRATE_KILL_AT", point)
+    if nth is None:
         return
     _seen[point] = _seen.get(point, 0) + 1
-    if _seen[point] == int(nth or 1):
+    if _seen[point] == nth:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def failing(point: str) -> None:
+    """Raise SQLite's full-disk error from the ``nth`` write at ``point`` on (see the module)."""
+    nth = _nth("ORCHESTRATE_FAIL_AT", point)
+    if nth is None:
+        return
+    _seen[point] = _seen.get(point, 0) + 1
+    if _seen[point] >= nth:
+        import sqlite3
+
+        raise sqlite3.OperationalError("database or disk is full")

@@ -56,6 +56,10 @@ class NullTracker:
 
     down = None
 
+    @staticmethod
+    def notice() -> None:
+        return None
+
     def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str],
                     on_created: Any = None) -> str:
         return f"replay-{number}"

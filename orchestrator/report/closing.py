@@ -42,6 +42,27 @@ def description(spec: SweepSpec, results: list[Any], best: list[Any], target: in
     return "\n\n".join(out)
 
 
+def target_of(spec: SweepSpec, plan: Any) -> tuple[list[dict[str, Any]] | None, int]:
+    """The plan's configurations (None: a continuous space) and how many results the study's
+    budget asks for."""
+    from orchestrator.search.space import configurations
+
+    configs = configurations(plan) if plan.finite() else None
+    target = spec.search.n_trials or (len(configs) if configs is not None else 0)
+    return configs, min(target, len(configs)) if configs is not None else target
+
+
+def parent_close(spec: SweepSpec, trials: list[Any], target: int, stopped_because: str | None = None,
+                 status: str = "FINISHED") -> tuple[str, str, dict[str, float]]:
+    """What the study's parent run is closed with: its status, ``description`` and metrics."""
+    from orchestrator.store.records import rank, results_of
+
+    results = results_of(trials)
+    best = rank(results, spec)
+    return status, description(spec, results, best, target, trial_time_s(trials), stopped_because), {
+        "trials_done": len(results), "best_" + spec.objective.metrics[0][0]: best[0].values[0] if best else float("nan")}
+
+
 def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, spent_s: float,
             elapsed_s: float, stopped_because: str | None, stopped_by_search: bool, origins: Origins) -> list[str]:
     """The end-of-sweep lines: results, why it stopped (and how to go on), the best, the stores and

@@ -5,9 +5,12 @@ search judges it done (the same verdict the sweep stopped on: it depends only on
 and nothing of it is running, queued, cut off or due for a retry. Then, and only when the machine
 is the one the study was run on (``machine``: device, torch version, device names, compared
 without starting anything), the summary is printed from the SQLite study's tables
-(``studyread``), and no probe, no fork server and no device are started. Anything else (a server
-database, ``--retry``, a changed machine) goes the whole way: the run checks and repairs, and
-prints the same summary.
+(``studyread``), and no probe, no fork server and no device are started. MLflow is opened only
+when the study's mark (``agreement.recorded``: how many trials MLflow held when last compared,
+and, for an SQLite tracking store, two counting queries) does not match: then the records it
+lacks are written from the study (``store.repair``), and the summary says how many. Anything else
+(a server database, ``--retry``, a changed machine) goes the whole way: the run checks and
+repairs, and prints the same summary.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from orchestrator.store.urls import Origins
 
 def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
     """The lines to print for a study with nothing to run, or None (see the module)."""
-    from orchestrator.report.closing import summary, trial_time_s
+    from orchestrator.report.closing import parent_close, summary, target_of, trial_time_s
     from orchestrator.machine import MACHINE_ATTR, facts
+    from orchestrator.store.agreement import recorded
     from orchestrator.store.records import is_attempt, rank, results_of
-    from orchestrator.search.space import config_key, configurations, fingerprint, guess_device, make_plan
+    from orchestrator.search.space import config_key, fingerprint, guess_device, make_plan
     from orchestrator.store.study import FINGERPRINT_ATTR, sqlite_path
     from orchestrator.store.studyread import read_study
     from orchestrator.store.tracking import absolute_uri
@@ -55,17 +59,27 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
     if any(t.user_attrs.get("status") in RUN_AGAIN and config_key(t.params) not in have
            for t in trials if is_attempt(t) and t.params):
         return None  # retried on every invocation
-    configs = configurations(plan) if plan.finite() else None
-    target = spec.search.n_trials or (len(configs) if configs is not None else 0)
-    target = min(target, len(configs)) if configs is not None else target
+    configs, target = target_of(spec, plan)
     stopped = _verdict(spec, plan, configs, results, machine.get("memory_limit_gib")) if len(results) < target else None
     if len(results) < target and stopped is None:
         return None
+    repaired = []
+    if not recorded(study, spec.tracking_uri):  # MLflow may lack records: written from the study
+        from orchestrator.store.converge import Settled
+        from orchestrator.store.repair import repair
+        from orchestrator.store.writefault import StoreUnwritable
+
+        try:
+            n = repair(spec, lambda live: parent_close(spec, live.get_trials(deepcopy=False), target, stopped))
+        except StoreUnwritable as exc:
+            raise exc.with_outcome("nothing was run: the study holds every result, and the same command writes "
+                                   "MLflow's missing records once the store can be written") from None
+        repaired = Settled(n, 0).lines()
     first = (f"orchestrate: {spec.name} on {', '.join(plan.devices)} (as recorded with the study: nothing to "
              f"run, so nothing was started), torch {machine['torch_version']}; {len(results)} of {target} trials done")
     best = rank(results, spec)
     return [first] + summary(spec, results, best, target, trial_time_s(trials), 0.0, stopped,
-                             stopped is not None, origins)
+                             stopped is not None, origins) + repaired
 
 
 def _verdict(spec: SweepSpec, plan: Any, configs: list[dict[str, Any]] | None, results: list[Any],

@@ -6,7 +6,9 @@ because the connection was lost is tried again with backoff (0.5 s doubling to 1
 ``search.outage_s`` from the first failure; the trial processes run on meanwhile, and a result
 that could not be written waits in its trial's folder until the store is back. Past
 ``outage_s`` the guard raises ``StoreDown``: one line naming the store, exit code 75
-(``exits.STORE_DOWN``), and the study resumes with the same command.
+(``exits.STORE_DOWN``), and the study resumes with the same command. A store that answers but
+refuses the write (a full disk, a read-only database, a revoked grant) is not waited for: it is
+``writefault.StoreUnwritable`` at once.
 
 - ``RetryingStorage`` wraps Optuna's storage (the ``BaseStorage`` the study is given) this way,
   with the two writes that are not idempotent made safe to repeat: a retried ``tell`` whose first
@@ -26,6 +28,7 @@ from typing import Any, Callable
 
 from orchestrator import exits
 from orchestrator.errors import OrchestratorError
+from orchestrator.store.writefault import unwritable
 
 BACKOFF_S = (0.5, 10.0)
 LOST = ("server closed the connection", "connection refused", "could not connect", "terminating connection",
@@ -98,6 +101,8 @@ class Outage:
                 retry = True
                 value = fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - sorted below: only a lost connection is waited out
+                if (refused := unwritable(self.store, exc)) is not None:
+                    raise refused from None  # a full disk or a revoked grant: no wait brings it back
                 if not connection_lost(exc):
                     raise
                 self._failed(exc)

@@ -8,9 +8,10 @@ writer thread), the process, tell Optuna, MLflow run finished. So after a kill:
   than ``search.grace_period_s`` are (``fail_stale``): a live orchestrator's trials are never
   touched. Each becomes FAIL with status ``interrupted`` (its MLflow run KILLED) and its
   configuration is queued again;
-- a told trial whose MLflow run is missing or unfinished gets it finished from Optuna's record
-  (with a server database only once it was told more than the grace period ago: another
-  orchestrator's writer thread may still be on it).
+- MLflow is converged to the study (``converge``): a told trial whose MLflow run is missing,
+  unfinished or differs from Optuna's record gets it written from that record (with a server
+  database only once it was told more than the grace period ago: another orchestrator's writer
+  thread may still be on it). If MLflow refuses the write (a full disk), nothing is started.
 
 ``retry_queue`` decides what runs again in this invocation: interrupted configurations, those
 whose last attempt ended ``error`` (a fault in the user's code or environment, not a fact about
@@ -22,29 +23,16 @@ trial it repeats) and ``retry_reason`` (that trial's status), so the report can 
 from __future__ import annotations
 
 import datetime
-import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from orchestrator import metrics as M
 from orchestrator.outcome import RUN_AGAIN
-from orchestrator.store.records import is_attempt, results_of, run_metrics, run_tags, trace_tags
-from orchestrator.sweep.repeats import repeat_dir_name, repeat_path
+from orchestrator.store.records import is_attempt, results_of
 from orchestrator.search.space import config_key
-from orchestrator.store.tracking import TERMINAL
 
 INTERRUPTED_DETAIL = "the orchestrator died during this trial; its configuration is run again"
 STALE_DETAIL = ("its orchestrator stopped sending heartbeats (search.grace_period_s); "
                 "its configuration is run again")
-
-
-def trial_files(trial_dir: Path, processes: int = 1) -> list[tuple[Path, str | None]]:
-    """A trial's files and the MLflow artifact folder of each (repeat k > 1 in ``repeat-<k>/``)."""
-    out: list[tuple[Path, str | None]] = []
-    for k in range(1, processes + 1):
-        out += [(repeat_path(trial_dir, k) / name, repeat_dir_name(k))
-                for name in ("trial.log", "result.json", "config.json")]
-    return out
 
 
 class Recovery:
@@ -57,38 +45,48 @@ class Recovery:
         self.shared, self.grace_s, self.outage = shared, grace_s, outage
         self._silent: dict[int, float] = {}
         """RUNNING trials seen without any heartbeat, and when (``_orphans``)."""
+        self.repaired = 0
+        """Trials whose MLflow record this run wrote or repaired from the study (``converge``)."""
 
     def trial_dir(self, number: int) -> Path:
         return self.work_dir / f"trial-{number:04d}"
 
     # -- at start ---------------------------------------------------------------------------------
-    def recover(self) -> int:
-        """Repair what killed orchestrators left; returns how many trials were ended as interrupted."""
+    def recover(self, artifacts: Any = None) -> int:
+        """Repair what killed orchestrators left; returns how many trials were ended as interrupted.
+        MLflow is then converged to the study (``converge``; ``artifacts``: compare the runs' files
+        too, ``agreement.compare``); if it refuses a write, nothing is started: ``StoreUnwritable``
+        says so."""
         from optuna.trial import TrialState
 
         interrupted = self.fail_stale() if self.shared else 0
-        runs = self.tracker.trial_runs()
-        now = datetime.datetime.now()
-        for t in self.study.get_trials(deepcopy=False):
-            mine = runs.get(t.number, [])
-            if t.state == TrialState.RUNNING:
-                if self.shared:
-                    continue  # alive (its heartbeat is fresh) or failed by fail_stale above
-                self._end_interrupted(t, mine)
+        if not self.shared:  # one orchestrator per SQLite study: every RUNNING trial was cut off
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                self._end_interrupted(t)
                 interrupted += 1
-                continue
-            if t.state == TrialState.WAITING:
-                continue
-            if self.shared and t.datetime_complete is not None and \
-                    (now - t.datetime_complete).total_seconds() < self.grace_s:
-                continue  # told moments ago: its orchestrator's writer thread finishes the run
-            if not mine or any(r.info.status not in TERMINAL for r in mine):
-                if not mine:
-                    mine = [self._new_run(t)]
-                for run in mine:
-                    if run.info.status not in TERMINAL:
-                        self._finish_from_record(run.info.run_id, t, t.user_attrs.get("status", "interrupted"))
+        done = self.converge(artifacts=artifacts)
+        if done.refused is not None:
+            raise done.refused.with_outcome(
+                f"{len(done.missing)} trial(s)' records are missing from MLflow, and nothing was started: run "
+                "the same command again once it can be written (the study holds every result)")
         return interrupted
+
+    def converge(self, only: set[int] | None = None, artifacts: Any = None) -> Any:
+        """Write what MLflow lacks of the study's ended trials (``converge.converge``), but for
+        the trials in flight: with a server database, other orchestrators' RUNNING trials and
+        those told less than a grace period ago (their writer threads finish them). ``only``: these
+        trial numbers alone. Counts what it repaired in ``repaired``."""
+        from orchestrator.store.converge import converge
+
+        trials = self.study.get_trials(deepcopy=False)
+        now = datetime.datetime.now()
+        in_flight = {t.number for t in trials if only is not None and t.number not in only}
+        if self.shared:
+            in_flight |= {t.number for t in trials if t.state.name == "RUNNING" or (
+                t.datetime_complete is not None and (now - t.datetime_complete).total_seconds() < self.grace_s)}
+        done = converge(self.tracker, trials, self.trial_dir, in_flight, artifacts=artifacts)
+        self.repaired += len(done.repaired)
+        return done
 
     def fail_stale(self) -> int:
         """Server database: fail the RUNNING trials whose orchestrator stopped sending heartbeats
@@ -115,10 +113,15 @@ class Recovery:
             except UpdateFinishedTrialError:  # its orchestrator told it after all
                 continue
         if failed:
-            runs = self.tracker.trial_runs()
-            for t in failed:
-                for run in runs.get(t.number, []) or [self._new_run(t)]:
-                    self.tracker.finish_trial(run.info.run_id, "interrupted", {}, {"detail": STALE_DETAIL}, [])
+            from orchestrator.store.writefault import StoreUnwritable
+
+            try:
+                runs = self.tracker.trial_runs()
+                for t in failed:
+                    for run in runs.get(t.number, []) or [self._new_run(t)]:
+                        self.tracker.finish_trial(run.info.run_id, "interrupted", {}, {"detail": STALE_DETAIL}, [])
+            except StoreUnwritable:
+                pass  # MLflow refuses (a full disk): a later converge writes these runs from the study
         return len(failed)
 
     def excused(self) -> bool:
@@ -151,7 +154,9 @@ class Recovery:
         self._silent = {i: self._silent.get(i, now) for i in silent}
         return [i for i, since in self._silent.items() if now - since >= self.grace_s]
 
-    def _end_interrupted(self, t: Any, runs: list[Any]) -> None:
+    def _end_interrupted(self, t: Any) -> None:
+        """A trial cut off by a dead orchestrator: FAIL, status ``interrupted`` (its MLflow run is
+        then KILLED by ``converge``)."""
         import optuna
         from optuna.trial import TrialState
 
@@ -159,23 +164,10 @@ class Recovery:
         trial.set_user_attr("status", "interrupted")
         trial.set_user_attr("detail", INTERRUPTED_DETAIL)
         self.study.tell(t.number, state=TrialState.FAIL)
-        for run in runs or [self._new_run(t)]:
-            self.tracker.finish_trial(run.info.run_id, "interrupted", {}, {"detail": "orchestrator died"}, [])
 
     def _new_run(self, t: Any) -> Any:
         run_id = self.tracker.start_trial(t.number, t.params, {})
         return self.tracker.client.get_run(run_id)
-
-    def _finish_from_record(self, run_id: str, t: Any, status: str) -> None:
-        trial_dir = Path(t.user_attrs.get("trial_dir") or self.trial_dir(t.number))
-        metrics = dict(t.user_attrs.get("metrics", {}))
-        extra = {k: t.user_attrs.get(k) for k in (M.DURATION_S, "process_peak_rss_gib")}
-        processes = int(t.user_attrs.get("processes", 1))
-        result = _read_json(repeat_path(trial_dir, processes) / "result.json")  # the deciding process
-        tags = run_tags(result, status, t.user_attrs.get("detail"))
-        tags.update(trace_tags(t.user_attrs))
-        self.tracker.finish_trial(run_id, status, run_metrics(metrics, result, extra), tags,
-                                  trial_files(trial_dir, processes))
 
     # -- what runs again ----------------------------------------------------------------------------
     def retry_queue(self, retry: Iterable[str] = ()) -> tuple[dict[str, int], dict[str, int]]:
@@ -228,11 +220,3 @@ def _silent_trials(engine: Any, study_id: int) -> set[int]:
             "SELECT t.trial_id FROM trials t LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
             "WHERE t.study_id = :s AND t.state = 'RUNNING' AND h.trial_id IS NULL"), {"s": study_id})
         return {r[0] for r in rows}
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}

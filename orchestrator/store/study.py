@@ -19,6 +19,10 @@ from orchestrator.spec.load import SweepSpec
 
 FINGERPRINT_ATTR = "orchestrate.fingerprint"
 UID_ATTR = "orchestrate.uid"  # tells a study from an earlier one of the same name (delete-study)
+RECORDED_ATTR = "orchestrate.recorded"
+"""``{"tracking_uri", "parent_run_id", "trials"}``: MLflow at ``tracking_uri`` held every one of
+the study's ``trials`` trials when it was last compared (``store.agreement``). A run that opens the
+study takes it away before it writes to MLflow, and sets it again once MLflow agrees at its end."""
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -69,8 +73,12 @@ def create_sqlite_atomically(url: str, init: Callable[[str], None]) -> None:
     for stale in path.parent.glob(f".{path.name}.init-*"):  # left by a run killed while creating
         stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
-    init(f"sqlite:///{tmp.resolve()}")
-    os.replace(tmp, path)
+    try:
+        init(f"sqlite:///{tmp.resolve()}")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk keeps no half-made store (and gets its space back)
+        raise
 
 
 @contextmanager
@@ -88,7 +96,10 @@ def study_lock(url: str, name: str) -> Iterator[None]:
 
     lock_path = _lock_path(path, name)
     while True:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _unwritable(url, exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -100,7 +111,10 @@ def study_lock(url: str, name: str) -> Iterator[None]:
         os.close(fd)  # the file its last holder removed: lock the one at the path now
     try:
         os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError as exc:
+            raise _unwritable(url, exc) from None
         yield
     finally:
         try:
@@ -203,28 +217,12 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
     database the storage keeps heartbeats (``coordination.Heartbeat`` records them; a trial silent
     for ``search.grace_period_s`` is stale), and every call goes through ``outage``
     (``outage.Outage``: a lost connection is waited out for up to ``search.outage_s``)."""
-    import warnings
-
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = [d for _, d in spec.objective.metrics]
-    kwargs: dict[str, Any] = {}
-    if storage_url.startswith("sqlite"):
-        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
-    else:
-        grace = spec.search.grace_period_s
-        kwargs.update(heartbeat_interval=max(1, int(grace / 4)), grace_period=max(2, int(grace)))
-        kwargs["engine_kwargs"] = {"pool_pre_ping": True, **POOL}
-        if storage_url.startswith("postgresql"):
-            # Optuna compares heartbeats written with the server's now() against naive UTC
-            # datetimes; a server in another time zone would make every trial look stale.
-            kwargs["engine_kwargs"]["connect_args"] = {"options": "-c timezone=UTC"}
-        # ask/tell with a heartbeat storage: Optuna warns that its own heartbeat thread runs only in
-        # optimize(); ours (coordination.Heartbeat) does that job.
-        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
-        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    kwargs = _storage_kwargs(storage_url, spec.search.grace_period_s)
     try:
         create_sqlite_atomically(storage_url, lambda url: optuna.storages.RDBStorage(url, **kwargs))
         storage = _storage(storage_url, kwargs, outage)
@@ -236,9 +234,13 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
                                     sampler=make_sampler(spec, n_existing, worker), load_if_exists=True)
     except SQLAlchemyError as exc:
         msg = str(exc).splitlines()[0]
-        hint = ("another program holds a write lock; close it (an open optuna-dashboard?) and retry"
-                if "locked" in msg else "the file may be corrupt: move it aside to start a new study")
-        raise StudyError(f"storage {shown(storage_url)}: {msg}; {hint}") from None
+        if "locked" in msg:
+            raise _unwritable(storage_url, exc).with_outcome(
+                "another program holds a write lock; close it (an open optuna-dashboard?) and retry") from None
+        if (found := _unwritable(storage_url, exc, None)) is not None:
+            raise found.with_outcome("nothing was started") from None
+        raise StudyError(f"storage {shown(storage_url)}: {msg}; the file may be corrupt: move it aside to "
+                         "start a new study") from None
     except (RuntimeError, ValueError) as exc:  # e.g. a schema from an unknown Optuna version
         raise StudyError(f"storage {shown(storage_url)}: {str(exc).splitlines()[0]}") from None
 
@@ -260,20 +262,69 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
         diffs = [f"{k}: stored {json.dumps(stored.get(k))}, spec {json.dumps(wanted.get(k))}"
                  for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k)]
         raise _mismatch(spec, storage_url, "; ".join(diffs))
+    if attrs.get(RECORDED_ATTR) is not None:  # this run writes MLflow: it is compared again at its end
+        study.set_user_attr(RECORDED_ATTR, None)
     return study
 
 
+def load_study(url: str, name: str, grace_s: float) -> Any:
+    """Study ``name`` (which exists) to repair its records, its storage as ``open_study``'s."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=name, storage=_storage(url, _storage_kwargs(url, grace_s), None))
+
+
+def _storage_kwargs(url: str, grace_s: float) -> dict[str, Any]:
+    """``RDBStorage``'s arguments: SQLite waits 30 s for a lock; a server database keeps
+    heartbeats (a trial silent for ``grace_s`` is stale) on a bounded pool."""
+    import warnings
+
+    import optuna
+
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
+        return kwargs
+    kwargs.update(heartbeat_interval=max(1, int(grace_s / 4)), grace_period=max(2, int(grace_s)))
+    kwargs["engine_kwargs"] = {"pool_pre_ping": True, **POOL}
+    if url.startswith("postgresql"):
+        # Optuna compares heartbeats written with the server's now() against naive UTC
+        # datetimes; a server in another time zone would make every trial look stale.
+        kwargs["engine_kwargs"]["connect_args"] = {"options": "-c timezone=UTC"}
+    # ask/tell with a heartbeat storage: Optuna warns that its own heartbeat thread runs only in
+    # optimize(); ours (coordination.Heartbeat) does that job.
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    return kwargs
+
+
 def _storage(url: str, kwargs: dict[str, Any], outage: Any) -> Any:
-    """Optuna's storage for ``url``; behind an ``outage`` guard for a server database."""
+    """Optuna's storage for ``url``, every call through a guard: ``outage`` for a server
+    database (a lost connection is waited out), else a ``writefault.WriteGuard``; either way a
+    write the store refuses (a full disk, say) comes out as one line (``StoreUnwritable``)."""
     import optuna
     from optuna.storages._cached_storage import _CachedStorage
 
-    if outage is None or url.startswith("sqlite"):
-        return optuna.storages.RDBStorage(url, **kwargs)
     from orchestrator.store.outage import create, retrying_storage
+    from orchestrator.store.writefault import WriteGuard, named, sqlite_folder
 
+    if outage is None or url.startswith("sqlite"):
+        guard = WriteGuard(named("the study's store", url), "study_write", sqlite_folder(url))
+        return retrying_storage(_CachedStorage(guard.call(optuna.storages.RDBStorage, url, **kwargs)), guard)
     rdb = create(outage, optuna.storages.RDBStorage, url, **kwargs)
     return retrying_storage(_CachedStorage(rdb), outage)
+
+
+def _unwritable(url: str, exc: BaseException, default: Any = StudyError) -> Any:
+    """``exc`` as the study store's ``StoreUnwritable``; where it is no write failure, a
+    ``StudyError`` with its first line (or ``default``, None: None)."""
+    from orchestrator.store.writefault import named, sqlite_folder, unwritable
+
+    found = unwritable(named("the study's store", url), exc, sqlite_folder(url))
+    if found is not None or default is None:
+        return found
+    return default(f"storage {shown(url)}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
 
 
 def engine_of(storage: Any) -> Any:

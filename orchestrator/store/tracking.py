@@ -6,20 +6,13 @@ a ``Tracker`` is made, never by ``--help`` or ``--dry-run``.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import StudyError
 from orchestrator.redact import shown
-
-# A trial's MLflow run status. Out of memory, fits-but-swaps and predicted out of memory are results
-# (the configuration's answer, told by the `status` tag), so FINISHED, not MLflow's red failure mark;
-# a failure of the code or the process is FAILED; a trial cut off (it runs again) KILLED.
-MLFLOW_STATUS = {"ok": "FINISHED", "oom": "FINISHED", "swapped": "FINISHED", "skipped": "FINISHED",
-                 "interrupted": "KILLED"}  # every other status: FAILED
-TERMINAL = ("FINISHED", "FAILED", "KILLED")
+from orchestrator.store.runs import MLFLOW_STATUS, child_runs, metric_batch, param_text
 
 
 def quiet_mlflow_logs() -> None:
@@ -69,23 +62,33 @@ def new_store(url: str) -> None:
 
     from mlflow.tracking import MlflowClient
 
+    from orchestrator.store.writefault import cause
+
     target = Path(url[len("sqlite:///"):])
     template = template_path()
     try:
-        shutil.copyfile(template, target)
-        con = sqlite3.connect(target)
-        try:
-            with con:
-                (version,) = con.execute("SELECT version_num FROM alembic_version").fetchone()
-                now = int(time.time() * 1000)
-                con.execute("UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
-                            "WHERE experiment_id = 0", (str(Path("mlruns").resolve() / "0"), now, now))
-        finally:
-            con.close()
-        if version == _schema_head():
-            return
-    except (OSError, sqlite3.Error, TypeError):
-        pass
+        source = open(template, "rb")
+    except OSError:
+        source = None  # no template yet: MLflow builds the store below
+    try:
+        if source is not None:
+            with source, open(target, "wb") as copy:  # a full disk fails here: no migrations on it
+                shutil.copyfileobj(source, copy)
+            con = sqlite3.connect(target)
+            try:
+                with con:
+                    (version,) = con.execute("SELECT version_num FROM alembic_version").fetchone()
+                    now = int(time.time() * 1000)
+                    con.execute("UPDATE experiments SET artifact_location = ?, creation_time = ?, "
+                                "last_update_time = ? WHERE experiment_id = 0",
+                                (str(Path("mlruns").resolve() / "0"), now, now))
+            finally:
+                con.close()
+            if version == _schema_head():
+                return
+    except (OSError, sqlite3.Error, TypeError) as exc:
+        if cause(exc) is not None:
+            raise  # the store's disk, not the template: MLflow's migrations would fail on it too
     target.unlink(missing_ok=True)
     MlflowClient(url).search_experiments(max_results=1)  # MLflow builds it: every migration
     try:
@@ -116,22 +119,31 @@ class Tracker:
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
-        quiet_mlflow_logs()
-        self.uri = absolute_uri(tracking_uri)
+        from orchestrator.store.outage import RetryingClient
         from orchestrator.store.study import create_sqlite_atomically
+        from orchestrator.store.writefault import WriteGuard, named, quiet_write_failures, sqlite_folder, unwritable
 
+        quiet_mlflow_logs()
+        quiet_write_failures()
+        self.uri = absolute_uri(tracking_uri)
+        store = named("MLflow's store", self.uri)
         try:
-            create_sqlite_atomically(self.uri, new_store)
+            try:
+                create_sqlite_atomically(self.uri, new_store)
+            except Exception as exc:  # noqa: BLE001 - a full disk is one line; anything else as before
+                if (refused := unwritable(store, exc, sqlite_folder(self.uri))) is None:
+                    raise
+                raise refused from None
             if outage is not None and not self.uri.startswith("sqlite"):
-                from orchestrator.store.outage import (RetryingClient, create, mlflow_pool, quiet_lost_connections,
-                                                 shorten_mlflow_retries)
+                from orchestrator.store.outage import create, mlflow_pool, quiet_lost_connections, shorten_mlflow_retries
 
                 shorten_mlflow_retries()
                 mlflow_pool()
                 quiet_lost_connections()
                 self.client = RetryingClient(create(outage, MlflowClient, tracking_uri=self.uri), outage)
             else:
-                self.client = MlflowClient(tracking_uri=self.uri)
+                self.client = RetryingClient(MlflowClient(tracking_uri=self.uri),
+                                             WriteGuard(store, "mlflow_write", sqlite_folder(self.uri)))
             exp = self.client.get_experiment_by_name(experiment)
             if exp is None:
                 exp_id = self.client.create_experiment(experiment, artifact_location=artifact_root(self.uri, experiment))
@@ -187,7 +199,7 @@ class Tracker:
         assert self.parent_id is not None
         from mlflow.entities import RunTag
 
-        self.client.log_batch(self.parent_id, metrics=_metric_batch(metrics),
+        self.client.log_batch(self.parent_id, metrics=metric_batch(metrics),
                               tags=[RunTag("mlflow.note.content", description)])
         self.client.set_terminated(self.parent_id, status)
 
@@ -200,7 +212,7 @@ class Tracker:
             self.experiment_id, run_name=f"trial-{number:03d}",
             tags={"mlflow.parentRunId": self.parent_id, "role": "trial", "trial_number": str(number),
                   "status": "running", **tags})
-        self.client.log_batch(run.info.run_id, params=[Param(k, _param(v)) for k, v in sorted(params.items())])
+        self.client.log_batch(run.info.run_id, params=[Param(k, param_text(v)) for k, v in sorted(params.items())])
         return run.info.run_id
 
     def finish_trial(self, run_id: str, status: str, metrics: dict[str, float], tags: dict[str, str],
@@ -209,7 +221,7 @@ class Tracker:
         from mlflow.entities import RunTag
 
         all_tags = {"status": status, **tags}
-        self.client.log_batch(run_id, metrics=_metric_batch(metrics),  # one round trip for both
+        self.client.log_batch(run_id, metrics=metric_batch(metrics),  # one round trip for both
                               tags=[RunTag(k, str(v)[:5000]) for k, v in all_tags.items()])
         for path, folder in files:
             if path.exists():
@@ -218,32 +230,7 @@ class Tracker:
 
     def trial_runs(self) -> dict[int, list[Any]]:
         """Child runs of the parent, by Optuna trial number."""
-        out: dict[int, list[Any]] = {}
-        token = None
-        while True:
-            page = self.client.search_runs(
-                [self.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{self.parent_id}'",
-                max_results=1000, page_token=token)
-            for run in page:
-                number = run.data.tags.get("trial_number")
-                if number is not None and number.isdigit():
-                    out.setdefault(int(number), []).append(run)
-            token = page.token
-            if not token:
-                return out
-
-
-def _metric_batch(metrics: dict[str, float]) -> list[Any]:
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    # 7 significant digits: readable in the UI, and finer than any measurement's noise
-    return [Metric(k, float(f"{v:.7g}"), now, 0) for k, v in metrics.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
-
-
-def _param(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+        return child_runs(self.client, self.experiment_id, self.parent_id)
 
 
 class RunRef:
@@ -275,6 +262,14 @@ class AsyncTracker:
         self.down: Exception | None = None
         """Set when the tracking store stayed unreachable past ``search.outage_s`` (``StoreDown``):
         the sweep loop raises it."""
+        self.refused: Exception | None = None
+        """The first write the store refused (``writefault.StoreUnwritable``: a full disk, say).
+        The sweep goes on, and the writer writes nothing more (a store locked past its timeout
+        would cost that timeout per record): the records stay in the study, the sweep's end tries
+        once more (``converge.settle``), and the next run writes what is still missing."""
+        self.missing: set[int] = set()
+        """Trials with a record MLflow did not take in this run."""
+        self._told = False
         self._thread = threading.Thread(target=self._work, name="mlflow-writer", daemon=True)
         self._thread.start()
 
@@ -290,6 +285,8 @@ class AsyncTracker:
             try:
                 if kind == "barrier":
                     ref.set()
+                elif self.refused is not None:  # not tried again before the sweep's end (converge.settle)
+                    self.missing.add(ref.number)
                 elif kind == "start":
                     ref.run_id = self.sync.start_trial(*args)
                     event("mlflow_started", ref.number)
@@ -300,14 +297,27 @@ class AsyncTracker:
                     event("mlflow_finished", ref.number)
             except Exception as exc:  # noqa: BLE001 - a lost record is repaired on the next start
                 from orchestrator.store.outage import StoreDown
+                from orchestrator.store.writefault import StoreUnwritable
 
                 if isinstance(exc, StoreDown):
                     self.down = exc
+                elif isinstance(exc, StoreUnwritable) and self.refused is None:
+                    self.refused = exc
+                self.missing.add(ref.number)
                 self.failed.append(f"trial {ref.number}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             finally:
                 if kind == "start":
                     ref.done.set()
                 self.queue.task_done()
+
+    def notice(self) -> str | None:
+        """Once, after the store first refused a write: the line that says so (the sweep loop
+        prints it), else None."""
+        if self.refused is None or self._told:
+            return None
+        self._told = True
+        return (f"orchestrate: {self.refused}; the sweep goes on: each result is kept in the study, "
+                "and the next run of this command writes MLflow's missing records from it")
 
     def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str],
                     on_created: Any = None) -> RunRef:

@@ -30,7 +30,7 @@ from orchestrator.outcome import RESULT_STATUSES, Outcome
 from orchestrator.search.planner import Verdict
 from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
 from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trace_tags
-from orchestrator.store.recovery import trial_files
+from orchestrator.store.agreement import trial_files
 from orchestrator.search.space import Plan, config_key, trial_params
 from orchestrator.spec.load import SweepSpec
 from orchestrator.search.stoppolicy import Failures, StopPolicy
@@ -108,7 +108,7 @@ class Sweep:
             on_notice: Callable[[str], None] = lambda line: None) -> SweepResult:
         """``on_result(trial, outcome, now)`` after every trial (``now``: the runner's clock);
         ``on_notice(line)`` when the sweep waits, with nothing of its own running, for something
-        a user would otherwise not see."""
+        a user would otherwise not see, and once when MLflow first refuses a write."""
         self._on_result = on_result
         told: list[int] = []
         event("loop_start")
@@ -122,6 +122,8 @@ class Sweep:
                 return self._interrupted(clock() - started)
             if self.tracker.down is not None:  # the tracking store gave up (outage); the study is fine
                 raise self.tracker.down
+            if (refused := self.tracker.notice()) is not None:  # it refused a write: once, and on
+                on_notice(refused)
             proposing = proposing and policy.proposing(clock()) and self._fill_slots()
             self._advance_all()  # start what can start
             if not self.jobs:
@@ -335,9 +337,11 @@ def _link(trial: Any, run_id: str) -> None:
     ``trial_number`` tag)."""
     from optuna.exceptions import UpdateFinishedTrialError
 
+    from orchestrator.store.writefault import StoreUnwritable
+
     try:
         trial.set_user_attr("mlflow_run_id", run_id)
-    except UpdateFinishedTrialError:
+    except (UpdateFinishedTrialError, StoreUnwritable):  # the study's own write says so, in the loop
         pass
 
 

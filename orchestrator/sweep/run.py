@@ -22,6 +22,9 @@ from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
 from orchestrator.store.urls import Origins
 
+STOPPED = ("the sweep stopped: no trial was started after it, the trial(s) in flight run again when it resumes, "
+           "and the study keeps every result told before it: run the same command once it can be written")
+
 
 def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = (), check: bool = True,
         devices_flag: bool = False, origins: Origins = Origins()) -> int:
@@ -150,12 +153,14 @@ def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
 def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: list[Any], shared: bool,
                     export: Path | None, retry: tuple[str, ...], runner: Any, stop: Any,
                     origins: Origins) -> int:
+    from orchestrator.store.agreement import trial_root
     from orchestrator.store.coordination import Heartbeat, StudyLock
     from orchestrator.store.recovery import Recovery
     from orchestrator.search.space import fingerprint
     from orchestrator.store.study import UID_ATTR, open_study, study_lock
     from orchestrator.sweep.loop import Sweep
     from orchestrator.store.tracking import AsyncTracker, Tracker, absolute_uri
+    from orchestrator.store.writefault import StoreUnwritable
 
     previous = {s: signal.signal(s, stop.trip) for s in (signal.SIGINT, signal.SIGTERM)}
     heartbeat = tracker = None
@@ -173,7 +178,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                 parent = sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
                 if study.user_attrs.get("mlflow_parent_run_id") != parent:
                     study.set_user_attr("mlflow_parent_run_id", parent)
-            work_dir = (Path("mlruns") / ".trials" / f"{spec.name}-{uid[:8]}").resolve()
+            work_dir = trial_root(spec.name, uid)
             recovery = Recovery(study, sync, work_dir, shared, spec.search.grace_period_s, db)
             with lock:
                 interrupted = recovery.recover()
@@ -190,18 +195,22 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
             if heartbeat is not None:
                 heartbeat.track(sweep.running_trial_ids)
             result = _drive(spec, probe, study, sweep, slots, interrupted, queued)
-            if not tracker.close():
-                print("orchestrate: MLflow did not take every record in time; the next run repairs it",
-                      file=sys.stderr)
-            _finish(spec, study, sync, sweep, result, origins)
-            if export is not None and result.code == exits.OK:
+            code = _finish(spec, study, tracker, recovery, sweep, result, origins, shared)
+            if export is not None and result.code == exits.OK:  # from the study: MLflow's records need not be there
                 from orchestrator.report.command import export_best
 
                 try:
                     print(export_best(spec, study, export))
                 except StudyError as exc:  # e.g. every trial ran out of memory: the sweep still finished
                     print(f"orchestrate: not exported: {exc}", file=sys.stderr)
-            return result.code
+            return code
+    except StoreUnwritable as exc:  # a full disk, say: one line, and what it means for the sweep
+        if tracker is None:
+            raise exc.with_outcome("nothing was started: run the same command once it can be written") from None
+        from orchestrator.store.converge import abandon
+
+        abandon(tracker)
+        raise exc.with_outcome(STOPPED) from None
     finally:
         if heartbeat is not None:
             heartbeat.stop()
@@ -304,22 +313,30 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Any, sweep: Any, slots
     return result
 
 
-def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, result: Any, origins: Origins) -> None:
-    from orchestrator.report.closing import description, summary, trial_time_s
+def _finish(spec: SweepSpec, study: Any, tracker: Any, recovery: Any, sweep: Any, result: Any, origins: Origins,
+            shared: bool) -> int:
+    """The summary, once MLflow has what it can take (``converge.settle``); the exit code: 75
+    when MLflow still lacks records (nothing ends with 0 while a result is missing from a store)."""
+    from orchestrator.report.closing import parent_close, summary, trial_time_s
+    from orchestrator.store.converge import settle
     from orchestrator.store.records import rank, result_trials
 
     results = result_trials(study)
     best = rank(results, spec)
-    spent = trial_time_s(study.get_trials(deepcopy=False))
-    tracker.close_parent(result.status, description(spec, results, best, sweep.target, spent, result.stopped_because),
-                         {"trials_done": len(results), "best_" + spec.objective.metrics[0][0]:
-                          best[0].values[0] if best else float("nan")})
+    trials = study.get_trials(deepcopy=False)
+    spent = trial_time_s(trials)
+    records = settle(tracker, recovery, parent_close(spec, trials, sweep.target, result.stopped_because, result.status),
+                     shared)
+    code = exits.STORE_DOWN if records.incomplete and result.code == exits.OK else result.code
     if result.code not in (exits.OK, exits.FAILED):
-        return
+        if records.lines():
+            print("\n".join(records.lines()), file=sys.stderr)
+        return code
     by_search = result.verdict is not None and result.verdict.done
     print("\n".join(summary(spec, results, best, sweep.target, spent, result.elapsed_s, result.stopped_because,
-                            by_search, origins)))
+                            by_search, origins) + records.lines()))
     if result.code == exits.FAILED:
         from orchestrator.sweep.loop import failure_line
 
         print(failure_line(result.failures, sweep.work_dir), file=sys.stderr)
+    return code

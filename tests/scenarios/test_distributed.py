@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE, check_records, trial_processes, write_spec
+from conftest import ORCHESTRATE, check_records, orchestrate, trial_processes, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -151,6 +151,18 @@ def test_tpe_from_three_orchestrators_never_measures_twice(tmp_path: Path, postg
     run = records["runs"][records["results"][0].number][0]
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"trial.log", "result.json"} <= names, names
+    # `orchestrate check` on a PostgreSQL study and a tracking server: a run deleted on the server
+    # is one difference, and --repair writes it again from the study, then finds them agreeing
+    client.delete_run(run.info.run_id)
+    host = tmp_path / "host0"
+    found = orchestrate(["check", str(host / "spec.yaml")], host)
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert f"trial {records['results'][0].number}: no MLflow run (the trial ended ok)" in found.stdout
+    assert "1 difference(s). Repair: orchestrate check" in found.stdout and "--repair" in found.stdout
+    repaired = orchestrate(["check", str(host / "spec.yaml"), "--repair"], host)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "1 trial(s)' MLflow records written from the study" in repaired.stdout and "agree" in repaired.stdout
+    check_records(tmp_path, f"shared-tpe-{tmp_path.name}", n_results=12, storage=storage, tracking=str(mlflow_server))
 
 
 def test_a_trial_left_without_parameters_does_not_outlive_the_sweep(tmp_path: Path, postgres_url: str) -> None:

@@ -120,8 +120,9 @@ def test_failure_budget_stops_with_exit_3_and_the_study_resumes(project: Path) -
 
 
 LONG = pytest.mark.long  # the same recovery as the points kept in the suite; all five run with -m long
-KILL_POINTS = ["after_ask:2", pytest.param("after_run_start:2", marks=LONG), "trial_running:2", "after_tell:2",
-               pytest.param("after_finish:2", marks=LONG)]
+KILL_POINTS = ["after_ask:2", pytest.param("after_run_start:2", marks=LONG), "trial_running:2",
+               pytest.param("after_tell:2", marks=LONG), pytest.param("after_finish:2", marks=LONG),
+               "after_tell:3"]  # the last trial: the finished study's command writes its MLflow record
 
 
 @pytest.mark.parametrize("point", KILL_POINTS)
@@ -162,6 +163,11 @@ def test_sigkill_at_any_point_then_resume_loses_nothing(project: Path, point: st
         # killed after Optuna had the result: nothing is re-run, the MLflow run is completed
         assert interrupted == []
         assert len(records["study"].get_trials()) == 3
+    if point == "after_tell:3":  # the study was complete: its command repaired MLflow without a probe
+        assert "nothing to run, so nothing was started" in resumed.stdout
+        assert "MLflow: 1 trial(s)' records repaired from the study." in resumed.stdout
+        check = orchestrate(["check", str(spec)], project)
+        assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_sigkill_mid_trial_with_tpe_retries_that_configuration(project: Path) -> None:

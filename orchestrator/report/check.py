@@ -1,0 +1,224 @@
+"""``orchestrate check SPEC``: do the study, the MLflow experiment and the trial folders agree?
+
+Read-only: the study is read as ``report`` reads it (``studyread``), MLflow through its client
+(nothing is created: a store or experiment that is not there holds no runs), the trial folders
+from disk. Each difference ``agreement.compare`` finds is one line (a missing run, a run RUNNING
+for a trial that ended, a status or metric that differs, a file MLflow lacks, a run or a folder of
+no trial, the study's parent run missing or left RUNNING), then how many and the command that
+repairs them: ``orchestrate check SPEC --repair``, which does what a sweep's start does
+(``store.repair``: MLflow written from the study, which is the source of truth; trials cut off by
+a dead orchestrator ended as interrupted), then checks again. Exit 0 when they agree, 1 when they
+differ. A sweep running meanwhile is noted, and its trials in flight (and those it told less than
+``search.grace_period_s`` ago) are not compared. SQLite and PostgreSQL studies, SQLite stores
+and tracking servers alike; torch is never imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator import exits
+from orchestrator.errors import OrchestratorError, StudyError, UsageParser, print_error
+from orchestrator.redact import shown
+from orchestrator.spec.load import SweepSpec, load_spec
+from orchestrator.store.agreement import Difference, compare, trial_root
+from orchestrator.store.tracking import absolute_uri
+
+SHOWN_PER_KIND = 20  # lines of one kind before "... and N more"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = UsageParser(prog="orchestrate check", description=(
+        "Compare the study, its MLflow experiment and its trial folders (read-only); print each "
+        "difference. Exit 0 when they agree, 1 when they differ."))
+    p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
+    p.add_argument("--storage", help="Optuna storage URL (default: the spec's)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    p.add_argument("--repair", action="store_true", help="write MLflow's missing or wrong records from the "
+                   "study (the source of truth) and end trials cut off by a dead orchestrator, as a sweep's "
+                   "start does; then check again")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv[1:])
+    try:
+        from orchestrator.report.command import open_study
+        from orchestrator.store.urls import guard, overrides
+
+        stores, origins = overrides(args.storage, args.tracking_uri)
+        spec = load_spec(args.spec, stores)
+        guard(spec, origins)
+        study = open_study(spec)
+        if args.repair:
+            repaired = _repair(spec)
+            print(f"orchestrate check: {repaired} trial(s)' MLflow records written from the study")
+            study = open_study(spec)
+        head, found = inspect(spec, study)
+        print("\n".join(head))
+        for line in _lines(found):
+            print(f"  {line}")
+        if not found:
+            print("The study, MLflow and the trial folders agree.")
+            return exits.OK
+        from orchestrator.report.closing import command, store_flags
+
+        repair = command("check", spec.path, *store_flags(spec, origins), "--repair")
+        print(f"{len(found)} difference(s)." + (f" Repair: {repair}" if any(d.repairable for d in found) else ""))
+        return exits.DIFFERS
+    except OrchestratorError as exc:
+        return print_error(exc)
+
+
+def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
+    """The header lines and every difference between the spec's study and the rest. MLflow and
+    the folders are read first, the study (again) last: a sweep running meanwhile creates a trial
+    before its run and its folder, so nothing read is newer than the study it is compared with."""
+    from orchestrator.report.command import open_study
+    from orchestrator.store.repair import artifacts
+    from orchestrator.store.study import UID_ATTR
+
+    uid = study.user_attrs.get(UID_ATTR)
+    if uid is None:
+        raise StudyError(f"study {spec.name!r} in {shown(absolute_uri(spec.storage))} was not created by orchestrate")
+    client, experiment, parent, runs = _mlflow(spec, uid)
+    root = _folder_root(study, spec.name, uid)
+    folders = {int(p.name[len("trial-"):]): p for p in (root.iterdir() if root.is_dir() else [])
+               if p.name.startswith("trial-") and p.name[len("trial-"):].isdigit()}
+    study = open_study(spec)
+    live, in_flight = _live(spec, study)
+    found = compare(study.trials, runs, lambda n: root / f"trial-{n:04d}", in_flight, folders,
+                    artifacts(client) if client is not None else None)
+    if study.trials and parent is None:
+        found.insert(0, Difference("parent", f"MLflow has no parent run for the study (tag study_uid={uid})"))
+    elif parent is not None and parent.info.status not in ("FINISHED", "FAILED", "KILLED") and not live:
+        found.insert(0, Difference("parent", f"the study's MLflow parent run {parent.info.run_id} is "
+                                   f"{parent.info.status}, but no orchestrator is running the study"))
+    n_runs = sum(len(r) for r in runs.values())
+    where = (f"experiment {spec.name!r}, {n_runs} trial run(s)" if experiment is not None
+             else f"no experiment {spec.name!r}")
+    head = [f"Study:   {spec.name!r}, {len(study.trials)} trial(s), in {shown(absolute_uri(spec.storage))}",
+            f"Runs:    {where}, in {shown(absolute_uri(spec.tracking_uri))}",
+            f"Folders: {len(folders)} trial folder(s) in {root}"]
+    if live:
+        head.append(f"  ({live}: its trials in flight, and those told in the last search.grace_period_s="
+                    f"{spec.search.grace_period_s:g} s, are not compared)")
+    return head, found
+
+
+def _lines(found: list[Difference]) -> list[str]:
+    out, per_kind = [], {}
+    for d in found:
+        per_kind[d.kind] = per_kind.get(d.kind, 0) + 1
+        if per_kind[d.kind] <= SHOWN_PER_KIND:
+            out.append(d.text)
+    out += [f"... and {n - SHOWN_PER_KIND} more of this kind ({kind})" for kind, n in per_kind.items()
+            if n > SHOWN_PER_KIND]
+    return out
+
+
+def _live(spec: SweepSpec, study: Any) -> tuple[str | None, set[int]]:
+    """Whether a sweep runs the study now (what to say, or None), and the trial numbers it has
+    in flight: RUNNING ones, and those told less than a grace period ago."""
+    from orchestrator.store.study import check_not_locked, sqlite_path
+
+    grace = datetime.timedelta(seconds=spec.search.grace_period_s)
+    running = {t.number for t in study.trials if t.state.name == "RUNNING"}
+    if sqlite_path(spec.storage) is not None:
+        try:
+            check_not_locked(spec.storage, spec.name)
+            return None, set()
+        except StudyError:
+            return "a sweep is running this study now", running | _told_within(study, grace)
+    alive = _heartbeats(spec, grace)
+    return (f"{len(alive)} trial(s) are running now" if alive else None), alive | _told_within(study, grace)
+
+
+def _told_within(study: Any, grace: datetime.timedelta) -> set[int]:
+    """Trials told less than ``grace`` ago (by this clock, as Optuna's times): their
+    orchestrator's writer thread may still be writing their runs."""
+    now = datetime.datetime.now()
+    return {t.number for t in study.trials if t.datetime_complete is not None and now - t.datetime_complete < grace}
+
+
+def _heartbeats(spec: SweepSpec, grace: datetime.timedelta) -> set[int]:
+    """RUNNING trials of a server database's study with a heartbeat less than ``grace`` old (by
+    the server's clock, as Optuna's heartbeats), or, without one yet, a start (by this clock, as
+    Optuna's start times)."""
+    import sqlalchemy
+
+    args = {"options": "-c timezone=UTC"} if spec.storage.startswith("postgresql") else {}
+    engine = sqlalchemy.create_engine(spec.storage, connect_args=args, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            server_now = conn.execute(sqlalchemy.text("SELECT CURRENT_TIMESTAMP")).scalar().replace(tzinfo=None)
+            rows = conn.execute(sqlalchemy.text(
+                "SELECT t.number, h.heartbeat, t.datetime_start FROM trials t "
+                "JOIN studies s ON s.study_id = t.study_id LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
+                "WHERE s.study_name = :n AND t.state = 'RUNNING'"), {"n": spec.name}).fetchall()
+    except Exception as exc:  # noqa: BLE001 - one line, as every store error
+        raise StudyError(f"storage {shown(spec.storage)}: {str(exc).splitlines()[0]}") from None
+    finally:
+        engine.dispose()
+    now = datetime.datetime.now()
+    return {n for n, beat, start in rows
+            if (server_now - beat < grace if beat is not None else start is not None and now - start < grace)}
+
+
+def _mlflow(spec: SweepSpec, uid: str) -> tuple[Any, Any, Any, dict[int, list[Any]]]:
+    """MLflow's client, the experiment, the study's parent run and its child runs by trial number,
+    read without creating anything (no store, no experiment: None and no runs)."""
+    uri = absolute_uri(spec.tracking_uri)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        return None, None, None, {}
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.store.runs import child_runs
+    from orchestrator.store.tracking import quiet_mlflow_logs
+
+    quiet_mlflow_logs()
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        experiment = client.get_experiment_by_name(spec.name)
+        if experiment is None:
+            return client, None, None, {}
+        parents = client.search_runs([experiment.experiment_id], max_results=1, order_by=["attributes.start_time ASC"],
+                                     filter_string=f"tags.role = 'sweep' and tags.study_uid = '{uid}'")
+        if not parents:
+            return client, experiment, None, {}
+        return client, experiment, parents[0], child_runs(client, experiment.experiment_id, parents[0].info.run_id)
+    except MlflowException as exc:
+        raise StudyError(f"tracking_uri {shown(uri)}: {str(exc).splitlines()[0]}") from None
+
+
+def _folder_root(study: Any, name: str, uid: str) -> Path:
+    """Where the study's trial folders are: as its trials name them, else under ``./mlruns``."""
+    for t in study.trials:
+        if t.user_attrs.get("trial_dir"):
+            return Path(t.user_attrs["trial_dir"]).parent
+    return trial_root(name, uid)
+
+
+def _repair(spec: SweepSpec) -> int:
+    from orchestrator.report.closing import parent_close, target_of
+    from orchestrator.search.space import guess_device, make_plan
+    from orchestrator.store.repair import repair
+
+    device = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else guess_device()
+    _, target = target_of(spec, make_plan(spec, device))
+
+    def close(study: Any) -> tuple[str, str, dict[str, float]]:
+        from orchestrator.store.records import result_trials
+
+        done = len(result_trials(study)) >= target
+        return parent_close(spec, study.get_trials(deepcopy=False), target, status="FINISHED" if done else "KILLED")
+    return repair(spec, close, files=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(["check", *sys.argv[1:]]))

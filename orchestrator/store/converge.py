@@ -1,0 +1,189 @@
+"""MLflow converged to the study: what ``agreement.compare`` finds missing or wrong is written.
+
+Every run of ``orchestrate SPEC`` converges: at start (``recovery.Recovery.recover``), at the end
+(``settle``: the records MLflow refused during the sweep, once the writer thread is drained), and
+for a finished study, whose command otherwise opens nothing, when the study's mark says MLflow
+may lack something (``store.repair``, which ``orchestrate check --repair`` runs too). Each repair
+is idempotent: a run that dies half-way leaves what the next one finishes.
+
+Per trial: a missing run is created (its parameters from the trial folder's ``config.json``, else
+the study); a run that is not finished, or whose status, status tag, metrics or files differ, is
+finished again from the record (metrics, tags, files, terminal status); a missing parameter is
+logged; one that differs (MLflow's are write-once), or a second run of the same trial, is deleted
+(MLflow keeps deleted runs restorable) and the record written once. A run of no trial is deleted;
+the run the study names for a trial (``mlflow_run_id``), deleted by hand, is restored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator.redact import shown
+from orchestrator.store.agreement import Difference, compare, keeper, record_of
+from orchestrator.store.study import RECORDED_ATTR
+from orchestrator.store.writefault import StoreUnwritable
+
+
+@dataclass
+class Converged:
+    """What a converge did: trials whose record was written or repaired, and those still missing."""
+
+    repaired: set[int] = field(default_factory=set)
+    missing: set[int] = field(default_factory=set)
+    refused: StoreUnwritable | None = None
+    """Why some are still missing: MLflow refused a write (a full disk, say)."""
+    left: list[Difference] = field(default_factory=list)
+    """Differences converging does not repair (a trial cut off, a folder of no trial)."""
+
+
+def converge(tracker: Any, trials: list[Any], default_dir: Callable[[int], Path], in_flight: set[int] = frozenset(),
+             runs: dict[int, list[Any]] | None = None, artifacts: Any = None) -> Converged:
+    """Write what MLflow lacks of ``trials``' records through ``tracker`` (``tracking.Tracker``,
+    its parent run open). Stops at the first write MLflow refuses: the rest is ``missing``."""
+    runs = tracker.trial_runs() if runs is None else runs
+    by_number = {t.number: t for t in trials}
+    found = compare(trials, runs, default_dir, in_flight, artifacts=artifacts)
+    out = Converged(left=[d for d in found if d.kind in ("cut_off", "folder")])
+    wrong: dict[int, list[Difference]] = {}
+    for d in found:
+        if d.kind not in ("cut_off", "folder") and d.number is not None:
+            wrong.setdefault(d.number, []).append(d)
+    for number, diffs in sorted(wrong.items()):
+        if out.refused is not None:
+            out.missing.add(number)
+            continue
+        try:
+            if number in by_number:
+                trial = by_number[number]
+                _repair(tracker, record_of(trial, default_dir(number)), runs.get(number, []),
+                        trial.user_attrs.get("mlflow_run_id"), {d.kind for d in diffs})
+            else:  # a run of no trial
+                for run in runs.get(number, []):
+                    tracker.client.delete_run(run.info.run_id)
+            out.repaired.add(number)
+        except StoreUnwritable as exc:
+            out.refused = exc
+            out.missing.add(number)
+    return out
+
+
+def _repair(tracker: Any, record: Any, runs: list[Any], run_id: str | None, kinds: set[str]) -> None:
+    if not runs and run_id:  # the run the study names was deleted: restored, the study's link holds
+        runs = _restored(tracker, run_id)
+    keep = keeper(runs, run_id) if runs else None
+    if keep is not None and "param" in kinds and any(k in keep.data.params for k in record.params):
+        keep = None  # a parameter differs: MLflow's are write-once, so the run is written again
+    for run in runs:
+        if keep is None or run.info.run_id != keep.info.run_id:
+            tracker.client.delete_run(run.info.run_id)
+    if keep is None:
+        new = tracker.start_trial(record.number, record.all_params, {"device": str(record.all_params.get(
+            "device", ""))} if record.all_params.get("device") else {})
+    else:
+        new = keep.info.run_id
+        missing = {k: v for k, v in record.all_params.items() if k not in keep.data.params}
+        if missing:
+            from mlflow.entities import Param
+
+            from orchestrator.store.runs import param_text
+
+            tracker.client.log_batch(new, params=[Param(k, param_text(v)) for k, v in sorted(missing.items())])
+    tracker.finish_trial(new, record.status, record.all_metrics, record.tags, record.files)
+
+
+def _restored(tracker: Any, run_id: str) -> list[Any]:
+    """[the run ``run_id``], restored if it was deleted; [] where the store has no such run."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = tracker.client.get_run(run_id)
+        if run.info.lifecycle_stage == "deleted":
+            tracker.client.restore_run(run_id)
+            run = tracker.client.get_run(run_id)
+    except MlflowException:
+        return []
+    return [run]
+
+
+def mark(study: Any, tracking_uri: str, parent_id: str | None, trials: int) -> None:
+    """Set the study's mark (``study.RECORDED_ATTR``): MLflow holds all ``trials`` trials. A
+    study that cannot take it stays unmarked: the next finished-study command compares again."""
+    from orchestrator.store.tracking import absolute_uri
+
+    try:
+        study.set_user_attr(RECORDED_ATTR, {"tracking_uri": shown(absolute_uri(tracking_uri)),
+                                            "parent_run_id": parent_id, "trials": trials})
+    except StoreUnwritable:
+        pass
+
+
+@dataclass
+class Settled:
+    """How a sweep's records ended (``settle``)."""
+
+    repaired: int
+    """Trials whose MLflow record this run wrote or repaired from the study (at start or end)."""
+    missing: int
+    """Trials whose MLflow record is still missing or wrong."""
+    parent_open: bool = False
+    """The study's parent run could not be closed."""
+    refused: StoreUnwritable | None = None
+
+    @property
+    def incomplete(self) -> bool:
+        return bool(self.missing or self.parent_open)
+
+    def lines(self) -> list[str]:
+        """The summary's lines about MLflow: what was repaired, what is still missing."""
+        out = []
+        if self.repaired:
+            out.append(f"MLflow: {self.repaired} trial(s)' records repaired from the study.")
+        if self.incomplete:
+            why = f" ({self.refused.cause})" if self.refused is not None else ""
+            what = (f"{self.missing} trial(s)' records missing" if self.missing else
+                    "the study's parent run could not be closed")
+            out.append(f"MLflow: {what}{why}; the study holds every result, and the next run of this command "
+                       "writes them to MLflow once its store can be written (exit code 75 until then).")
+        return out
+
+
+def settle(tracker: Any, recovery: Any, close: tuple[str, str, dict[str, float]], shared: bool) -> Settled:
+    """The end of a sweep: drain the writer thread (``tracking.AsyncTracker``), write what MLflow
+    refused during the sweep if it takes it now (``recovery.converge``: every trial of an SQLite
+    study; with a server database, only the ones refused here), close the parent run (``close``:
+    its status, description and metrics), and mark an SQLite study when MLflow holds all of it
+    (its finished command reads the mark: ``agreement.recorded``)."""
+    import sys
+
+    if not tracker.close():
+        print("orchestrate: MLflow did not take every record in time; the next run repairs it", file=sys.stderr)
+    sync = tracker.sync
+    try:
+        done = recovery.converge(set(tracker.missing) if shared else None)
+    except StoreUnwritable as exc:  # reading the runs back
+        return Settled(recovery.repaired, max(len(tracker.missing), 1), True, exc)
+    refused = done.refused
+    parent_open = False
+    if refused is None:
+        try:
+            sync.close_parent(*close)
+        except StoreUnwritable as exc:
+            refused, parent_open = exc, True
+    else:
+        parent_open = True
+    if not shared and refused is None:
+        mark(recovery.study, sync.uri, sync.parent_id, len(recovery.study.get_trials(deepcopy=False)))
+    return Settled(recovery.repaired, len(done.missing), parent_open, refused)
+
+
+def abandon(tracker: Any) -> None:
+    """A sweep stopped by a failure (the study's store refused a write, say): MLflow gets what it
+    can of the records queued, for 30 s at most, and the parent run is marked KILLED; whatever it
+    misses, the next run writes from the study."""
+    tracker.close(timeout_s=30)
+    try:
+        tracker.sync.client.set_terminated(tracker.sync.parent_id, "KILLED")
+    except Exception:  # noqa: BLE001 - best effort: the next run's start repairs the parent
+        pass

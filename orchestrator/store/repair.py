@@ -1,0 +1,79 @@
+"""Writing MLflow's records from the study, without running anything: for a finished study whose
+mark says MLflow may lack some (``report.resume``), and for ``orchestrate check --repair``.
+
+It does what a sweep's start does (``recovery.Recovery.recover``: trials cut off by a dead
+orchestrator are ended as interrupted; MLflow is converged to the study), then closes the study's
+parent run and, for an SQLite study, marks the study (``converge.mark``). No probe, no device, no
+trial; MLflow and Optuna are imported, torch is not.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from orchestrator.redact import shown
+from orchestrator.spec.load import SweepSpec
+
+
+def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, float]]], files: bool = False) -> int:
+    """Repair the spec's study's MLflow records; returns how many trials' records were written.
+    ``close(study)``: the parent run's status, description and metrics; ``files``: compare each
+    run's files too (a call to MLflow per run and folder). An SQLite study is locked
+    meanwhile (a sweep running on it refuses, as a second sweep does: ``study.study_lock``).
+    Raises ``writefault.StoreUnwritable`` when MLflow still refuses a write."""
+    from orchestrator.store.agreement import trial_root
+    from orchestrator.store.converge import mark
+    from orchestrator.store.coordination import StudyLock, is_shared
+    from orchestrator.store.recovery import Recovery
+    from orchestrator.store.study import UID_ATTR, load_study, study_lock
+    from orchestrator.store.tracking import Tracker, absolute_uri
+
+    shared = is_shared(spec.storage)
+    with study_lock(spec.storage, spec.name):
+        study = load_study(spec.storage, spec.name, spec.search.grace_period_s)
+        tracker = Tracker(spec.tracking_uri, spec.name, _outage(spec))
+        uid = study.user_attrs[UID_ATTR]
+        if shared:  # other orchestrators may be running it: its parent run is theirs to close
+            created = _find_parent(tracker, spec, uid)
+        else:
+            tracker.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
+            created = True
+        if study.user_attrs.get("mlflow_parent_run_id") != tracker.parent_id:
+            study.set_user_attr("mlflow_parent_run_id", tracker.parent_id)
+        recovery = Recovery(study, tracker, trial_root(spec.name, uid), shared, spec.search.grace_period_s)
+        with StudyLock(spec.storage, spec.name):
+            recovery.recover(artifacts=artifacts(tracker.client) if files else None)
+        if created:
+            tracker.close_parent(*close(study))
+        if not shared:
+            mark(study, spec.tracking_uri, tracker.parent_id, len(study.get_trials(deepcopy=False)))
+    return recovery.repaired
+
+
+def _find_parent(tracker: Any, spec: SweepSpec, uid: str) -> bool:
+    """The study's parent run, found as it is (``tracker.parent_id``), or created: True then."""
+    runs = tracker.client.search_runs([tracker.experiment_id], max_results=1, order_by=["attributes.start_time ASC"],
+                                      filter_string=f"tags.role = 'sweep' and tags.study_uid = '{uid}'")
+    if runs:
+        tracker.parent_id = runs[0].info.run_id
+        return False
+    from orchestrator.store.tracking import absolute_uri
+
+    tracker.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
+    return True
+
+
+def artifacts(client: Any) -> Callable[[str, str | None], set[str]]:
+    """The file names a run holds in an artifact folder (``agreement.compare``'s ``artifacts``)."""
+    from pathlib import Path
+
+    return lambda run_id, folder: {Path(f.path).name for f in client.list_artifacts(run_id, folder)}
+
+
+def _outage(spec: SweepSpec) -> Any:
+    """A tracking server's lost connection is waited out, as in a sweep (``outage.Outage``)."""
+    if spec.tracking_uri.startswith("sqlite"):
+        return None
+    from orchestrator.store.outage import Outage
+
+    return Outage(f"the tracking store {shown(spec.tracking_uri)}", spec.search.outage_s)

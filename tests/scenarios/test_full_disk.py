@@ -1,0 +1,236 @@
+"""Nothing lost when a store cannot be written: a full disk under MLflow's store or the study (at
+the first write and mid-sweep), a read-only MLflow store, both stores refusing writes. Each ends
+in one line per store, exit 75, and the next run converges: the study complete, one finished
+MLflow run per trial with its metrics, and ``orchestrate check`` exiting 0.
+
+The disks are real: a small tmpfs mounted for the test (root, or CAP_SYS_ADMIN; skipped with the
+reason where it cannot be mounted), filled with zeros by a thread once the study holds a result,
+or bind-mounted read-only over itself. The last test makes the same failures with the fault points
+(``ORCHESTRATE_FAIL_AT``), which need no mount, for CI machines that cannot mount one. The
+SIGKILL between the study's tell and MLflow's finish is in test_reliability.py (``after_tell:3``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import os
+import re
+import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import check_records, child_runs, orchestrate, write_spec
+from orchestrator.cli import main
+
+pytestmark = pytest.mark.slow
+REPAIRED = re.compile(r"MLflow: (\d+) trial\(s\)' records repaired from the study\.")
+MISSING = re.compile(r"MLflow: (\d+) trial\(s\)' records missing \(([^)]*)\)")
+
+
+def spec(directory: Path, name: str, n: int = 4) -> Path:
+    sizes = ", ".join(str(8 * (i + 1)) for i in range(n))
+    return write_spec(directory, f"""
+        name: {name}
+        experiment: experiments.faults
+        device: cpu
+        fixed: {{batch_size: 4}}
+        space:
+          hidden_size: [{sizes}]
+        search: {{sampler: grid}}
+        trial: {{warmup_steps: 1, measure_steps: 2, min_measure_s: 0.05, timeout_s: 60}}
+        """)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs at ``tmp_path/small``, unmounted (with anything mounted over it) afterwards."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    try:
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)],
+                              capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        pytest.skip("no mount command here; the fault points cover these failures (test_both_stores_refusing_...)")
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({proc.stderr.strip() or 'mount failed'}: needs root or "
+                    "CAP_SYS_ADMIN); the fault points cover these failures (test_both_stores_refusing_...)")
+    try:
+        yield folder
+    finally:
+        while os.path.ismount(folder):
+            subprocess.run(["umount", "-l", str(folder)], capture_output=True, timeout=30)
+
+
+def fill(folder: Path) -> None:
+    """Write zeros into ``folder`` until its file system is full (a real ENOSPC)."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+
+
+def free(folder: Path) -> None:
+    (folder / "filler").unlink()
+
+
+def read_only(folder: Path) -> None:
+    """``folder`` read-only from now on, for every file opened or created after this (a bind mount
+    over itself, remounted read-only: what a file system remounted after an error looks like)."""
+    subprocess.run(["mount", "--bind", str(folder), str(folder)], check=True, timeout=30)
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True, timeout=30)
+
+
+def when_results(study_db: Path, n: int, action, *args) -> threading.Thread:  # noqa: ANN001
+    """Run ``action(*args)`` once the SQLite study at ``study_db`` holds ``n`` finished trials."""
+    def watch() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            try:
+                con = sqlite3.connect(f"file:{study_db}?mode=ro", uri=True, timeout=1)
+                try:
+                    (done,) = con.execute("SELECT count(*) FROM trials WHERE state IN ('COMPLETE', 'PRUNED', 'FAIL')"
+                                          ).fetchone()
+                finally:
+                    con.close()
+                if done >= n:
+                    action(*args)
+                    return
+            except sqlite3.Error:
+                pass
+            time.sleep(0.05)
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def one_line(stderr: str, *words: str) -> str:
+    """The single line on stderr, which says each of ``words``; no traceback."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+def converged(project: Path, spec_path: Path, name: str, n: int, flags: list[str], tracking: str | None = None,
+              storage: str | None = None) -> None:
+    """The study has ``n`` results, MLflow one finished run per trial with its throughput, nothing
+    RUNNING (``check_records``), and ``orchestrate check`` says so with exit 0 (the CLI's code
+    run in this process; tests/scenarios/test_distributed.py runs the installed command)."""
+    records = check_records(project, name, n, storage=storage, tracking=tracking)
+    for t in records["results"]:
+        (run,) = records["runs"][t.number]
+        assert run.info.status == "FINISHED" and run.data.metrics["samples_per_s"] > 0, run
+    # the command in this process (MLflow is imported here already: seconds saved per test)
+    out = io.StringIO()
+    with contextlib.chdir(project), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(["check", str(spec_path), *flags])
+    assert code == 0, out.getvalue()
+    assert "The study, MLflow and the trial folders agree." in out.getvalue()
+
+
+def test_mlflow_store_on_a_full_disk_then_freed_converges(project: Path, small_disk: Path) -> None:
+    """The issue's new user: the study on a roomy disk, MLflow's store on one that fills."""
+    path = spec(project, "mlfull", 3)
+    tracking = f"sqlite:///{small_disk}/mlflow.db"
+    flags = ["--tracking-uri", tracking]
+    fill(small_disk)  # at the first write: the store cannot even be created; nothing runs
+    first = orchestrate([str(path), *flags], project)
+    assert first.returncode == 75, first.stdout + first.stderr
+    one_line(first.stderr, f"MLflow's store {tracking}", "the disk is full", "nothing was started")
+    assert not list(project.glob("mlruns/.trials/*/trial-*")) and not list(small_disk.glob(".mlflow.db.init-*"))
+
+    free(small_disk)  # mid-sweep: full once a trial has its result; the sweep goes on
+    filler = when_results(project / "mlruns" / "optuna.db", 1, fill, small_disk)
+    mid = orchestrate([str(path), *flags], project)
+    filler.join(timeout=30)
+    assert mid.returncode == 75, mid.stdout + mid.stderr
+    one_line(mid.stderr, f"MLflow's store {tracking}", "the disk is full", "the sweep goes on")
+    assert "mlfull: 3 of 3 trials have a result" in mid.stdout
+    missing = MISSING.search(mid.stdout)
+    assert missing and missing[2] == "the disk is full" and int(missing[1]) >= 1, mid.stdout
+
+    free(small_disk)  # the finished study's command writes the missing records, without a probe or torch
+    again = orchestrate([str(path), *flags], project)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "nothing to run, so nothing was started" in again.stdout
+    assert (m := REPAIRED.search(again.stdout)) and m[1] == missing[1], again.stdout
+    converged(project, path, "mlfull", 3, flags, tracking=tracking)
+
+
+def test_study_on_a_full_disk_stops_at_once_then_resumes(project: Path, small_disk: Path) -> None:
+    path = spec(project, "studyfull", 3)
+    storage = f"sqlite:///{small_disk}/optuna.db"
+    flags = ["--storage", storage]
+    fill(small_disk)
+    first = orchestrate([str(path), *flags], project)
+    assert first.returncode == 75, first.stdout + first.stderr
+    one_line(first.stderr, f"the study's store {storage}", "the disk is full", "nothing was started")
+    assert not list(project.glob("mlruns/.trials/*/trial-*"))
+
+    free(small_disk)
+    filler = when_results(small_disk / "optuna.db", 1, fill, small_disk)
+    mid = orchestrate([str(path), *flags], project)
+    filler.join(timeout=30)
+    assert mid.returncode == 75, mid.stdout + mid.stderr
+    one_line(mid.stderr, f"the study's store {storage}", "the disk is full", "the sweep stopped")
+    import optuna
+
+    trials = optuna.load_study(study_name="studyfull", storage=storage).get_trials()
+    # no trial started after the failed write: at most the one in flight has no result, and every
+    # trial folder is a trial the study knows
+    assert sum(1 for t in trials if t.state.name == "RUNNING") <= 1, [t.state for t in trials]
+    folders = {int(p.name[6:]) for p in project.glob("mlruns/.trials/*/trial-*")}
+    assert folders <= {t.number for t in trials} and sum(t.state.name == "COMPLETE" for t in trials) < 3
+
+    free(small_disk)
+    resumed = orchestrate([str(path), *flags], project)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    converged(project, path, "studyfull", 3, flags, storage=storage)
+
+
+def test_a_read_only_mlflow_store_mid_sweep_then_writable_converges(project: Path, small_disk: Path) -> None:
+    path = spec(project, "mlro", 2)
+    tracking = f"sqlite:///{small_disk}/mlflow.db"
+    flags = ["--tracking-uri", tracking]
+    made_ro = when_results(project / "mlruns" / "optuna.db", 1, read_only, small_disk)
+    run = orchestrate([str(path), *flags], project)
+    made_ro.join(timeout=30)
+    assert run.returncode == 75, run.stdout + run.stderr
+    one_line(run.stderr, f"MLflow's store {tracking}", "the store is read-only", "the sweep goes on")
+    assert (missing := MISSING.search(run.stdout)) and missing[2] == "the store is read-only", run.stdout
+    subprocess.run(["umount", str(small_disk)], check=True, timeout=30)  # the read-only bind mount
+    again = orchestrate([str(path), *flags], project)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert REPAIRED.search(again.stdout), again.stdout
+    converged(project, path, "mlro", 2, flags, tracking=tracking)
+
+
+def test_both_stores_refusing_writes_are_two_lines_then_the_resume_converges(seeded_project: Path) -> None:
+    """The fault points, where no file system can be mounted: MLflow refuses from its 10th write
+    (trial 1), the study from its 35th (trial 2 of 3), as SQLite refuses on a full disk."""
+    project = seeded_project
+    path = spec(project, "faults", 3)
+    run = orchestrate([str(path)], project, env={"ORCHESTRATE_FAIL_AT": "mlflow_write:10,study_write:35"})
+    assert run.returncode == 75, run.stdout + run.stderr
+    lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 2 and "Traceback" not in run.stderr, run.stderr
+    assert "MLflow's store" in lines[0] and "the disk is full" in lines[0] and "the sweep goes on" in lines[0]
+    assert "the study's store" in lines[1] and "the disk is full" in lines[1] and "the sweep stopped" in lines[1]
+    assert len(child_runs(project, "faults")) < 3  # MLflow missed records
+
+    resumed = orchestrate([str(path)], project)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert REPAIRED.search(resumed.stdout), resumed.stdout
+    converged(project, path, "faults", 3, [])
