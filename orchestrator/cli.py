@@ -71,9 +71,9 @@ def _statuses(text: str) -> tuple[str, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orchestrator.timeline import event
+    from orchestrator.timeline import command_started
 
-    event("cli_start")
+    command_started()
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in SUBCOMMANDS:
         import importlib
