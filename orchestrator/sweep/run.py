@@ -156,10 +156,13 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
             if heartbeat is not None:
                 heartbeat.track(sweep.running_trial_ids)
             result = _drive(spec, probe, study, sweep, slots, interrupted, queued)
-            if not tracker.close():
+            note = _finish(spec, study, sweep, result, origins)  # the summary, from Optuna's record
+            event("summary_printed")
+            if not tracker.close():  # the trials' last MLflow records, then the parent run's note
                 print("orchestrate: MLflow did not take every record in time; the next run repairs it",
                       file=sys.stderr)
-            _finish(spec, study, sync, sweep, result, origins)
+            sync.close_parent(result.status, *note)
+            event("stores_closed")
             if export is not None and result.code == exits.OK:
                 from orchestrator.report.command import export_best
 
@@ -270,18 +273,21 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Any, sweep: Any, slots
     return result
 
 
-def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, result: Any, origins: Origins) -> None:
+def _finish(spec: SweepSpec, study: Any, sweep: Any, result: Any,
+            origins: Origins) -> tuple[str, dict[str, float]]:
+    """Print the summary (a sweep that was stopped prints none); return the parent run's note
+    and metrics, which are written after the trials' last records."""
     from orchestrator.report.closing import description, summary, trial_time_s
     from orchestrator.store.records import rank, result_trials
 
     results = result_trials(study)
     best = rank(results, spec)
     spent = trial_time_s(study.get_trials(deepcopy=False))
-    tracker.close_parent(result.status, description(spec, results, best, sweep.target, spent, result.stopped_because),
-                         {"trials_done": len(results), "best_" + spec.objective.metrics[0][0]:
-                          best[0].values[0] if best else float("nan")})
+    note = (description(spec, results, best, sweep.target, spent, result.stopped_because),
+            {"trials_done": len(results), "best_" + spec.objective.metrics[0][0]:
+             best[0].values[0] if best else float("nan")})
     if result.code not in (exits.OK, exits.FAILED):
-        return
+        return note
     by_search = result.verdict is not None and result.verdict.done
     print("\n".join(summary(spec, results, best, sweep.target, spent, result.elapsed_s, result.stopped_because,
                             by_search, origins)))
@@ -289,3 +295,5 @@ def _finish(spec: SweepSpec, study: Any, tracker: Any, sweep: Any, result: Any, 
         from orchestrator.sweep.loop import failure_line
 
         print(failure_line(result.failures, sweep.work_dir), file=sys.stderr)
+    sys.stdout.flush()  # the answer is on the screen while MLflow's last records are written
+    return note
