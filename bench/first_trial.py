@@ -20,7 +20,9 @@ prints the median over rounds of the seconds since the command was started (this
 clock, before the process is spawned) and the median of their ratios to ``import torch`` in the
 same round; last, when the prompt returned (the process was reaped), the CPU seconds of the
 whole command (the orchestrator and every process it reaped), and the machine's load. Marks a
-checkout does not record are shown as ``-``.
+checkout does not record are shown as ``-``. Each round also times, as a floor, the imports a
+trial needs in one process (the experiment, ``torch._dynamo``, which every torch optimizer's step
+imports, and ``torch.optim``: what the slot's fork server imports before the first trial).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 ONE_TRIAL = """\
@@ -141,10 +145,13 @@ def main() -> None:
     codes["this checkout"] = ROOT
     for code in codes.values():  # untimed: the MLflow template exists, the files are cached
         run_command(code, spec_text, keep=False)
+    experiment = yaml.safe_load(spec_text)["experiment"]
+    imports = f"import {experiment}, torch._dynamo, torch.optim"  # what a fork server imports (child.preload)
     torch_s: list[float] = []
+    imports_s: list[float] = []
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in codes}
     loads: list[float] = []
-    order: list[str | None] = [None, *codes]
+    order: list[str | None] = [None, "", *codes]
     for r in range(args.rounds):
         k = r % len(order)
         for name in order[k:] + order[:k]:
@@ -152,15 +159,21 @@ def main() -> None:
             if name is None:
                 start, end = spawn_timed([sys.executable, "-c", "import torch"], ROOT, dict(os.environ))
                 torch_s.append(end - start)
+            elif name == "":
+                start, end = spawn_timed([sys.executable, "-c", imports], ROOT, env_for(ROOT))
+                imports_s.append(end - start)
             else:
                 runs[name].append(run_command(codes[name], spec_text, args.keep))
-        print(f"round {r + 1}: import torch {torch_s[-1]:.2f} s; "
+        print(f"round {r + 1}: import torch {torch_s[-1]:.2f} s; the trial's imports {imports_s[-1]:.2f} s; "
               + "; ".join(f"{n} {runs[n][-1]['prompt']:.2f} s" for n in codes), flush=True)
     base = statistics.median(torch_s)
     what = f"{args.spec}" if args.spec else "a one-trial CPU sweep (experiments.mlp, batch 64, default trial settings)"
     print(f"\n{what}, from an empty folder; {args.rounds} rounds, interleaved")
     print(f"import torch: median {base:.2f} s ({min(torch_s):.2f}-{max(torch_s):.2f}); load average (1 min) during "
           f"the runs {min(loads):.2f}-{max(loads):.2f}, median {statistics.median(loads):.2f} ({os.cpu_count()} CPUs)")
+    print(f"the trial's imports, one process (python -c {imports!r}, what the slot's fork server imports): "
+          f"median {statistics.median(imports_s):.2f} s, {statistics.median(i / t for i, t in zip(imports_s, torch_s)):.2f}x "
+          "import torch (torch._dynamo: every torch optimizer's step imports it)")
     width = 18
     print(f"{'median s since the command started':<38s}" + "".join(f"{n[:width]:>{width + 9}s}" for n in codes))
 
@@ -185,7 +198,8 @@ def main() -> None:
             f"{statistics.median(r['startup_s'] for r in runs[n]):>{width}.3f}{'':9s}" for n in codes))
     print("(ratios: median over rounds of each figure over import torch's in the same round)")
     if args.json:
-        args.json.write_text(json.dumps({"import_torch_s": torch_s, "loads": loads, "runs": runs}, indent=1))
+        args.json.write_text(json.dumps({"import_torch_s": torch_s, "trial_imports_s": imports_s, "loads": loads,
+                                         "runs": runs}, indent=1))
 
 
 if __name__ == "__main__":
