@@ -26,9 +26,9 @@ class Probe:
     its own file:line. Two ways (``orchestrator/harness/probe.py``'s ``answer`` either way):
 
     - given ``server``, the slot's fork server (``launch.ForkServer``) forks it once its own
-      imports are done, and it writes its answers to files beside its request, in a folder of its
-      own outside the project (``folder``, removed by ``close``): one import of torch serves the
-      probe and the trials;
+      imports are done, and it writes its answers to files beside its request, in ``folder`` (of
+      its own, outside the project: ``startup.probe_folder``; removed by ``close``): one import of
+      torch serves the probe and the trials;
     - else ``python -m orchestrator.harness.probe``, a process of its own that prints ``PROBE
       {json}`` and ``SMOKE {json}``, in a session of its own, which it kills if this process dies
       (``ORCHESTRATE_PARENT_PID``)."""
@@ -52,7 +52,7 @@ class Probe:
         if server is not None:
             from orchestrator.harness.protocol import Kind, Order
 
-            self.folder = Path(folder or tempfile.mkdtemp(prefix="orchestrate-probe-"))
+            self.folder = Path(folder)
             self.request = self.folder / "request.json"
             self.request.write_text(json.dumps({"experiment": spec.experiment, "device": device,
                                                 "fixed": spec.fixed, "smoke": smoke}, default=str))

@@ -47,11 +47,9 @@ class Startup:
             except SpecError:  # said again, in its order, once the probe has named the device
                 self.slots = None
             if self.slots is not None:
-                import tempfile
-
                 from orchestrator.search.space import shared_env
 
-                folder = Path(tempfile.mkdtemp(prefix="orchestrate-probe-"))
+                folder = probe_folder()
                 self.runner = new_runner(spec, self.slots, stop)
                 server = self.runner.prewarm(shared_env(guessed), folder / "server.log")
         try:
@@ -91,6 +89,36 @@ def _server_can_answer(spec: SweepSpec, guessed: Any) -> bool:
     from orchestrator.search.space import shared_env
 
     return fork_server_usable() and "device" not in spec.space and shared_env(guessed) is not None
+
+
+PROBE_FOLDER = "orchestrate-probe-"
+
+
+def probe_folder() -> Path:
+    """A folder of this process's own, outside the project, for the forked probe's request and
+    answers and the server's output (``checks.Probe`` removes it); the ones that orchestrators
+    killed during their start-up left behind (their pid is in the name, and gone) are removed."""
+    import os
+    import shutil
+    import tempfile
+
+    for old in Path(tempfile.gettempdir()).glob(f"{PROBE_FOLDER}*-*"):
+        pid = old.name[len(PROBE_FOLDER):].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{PROBE_FOLDER}{os.getpid()}-"))
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def new_runner(spec: SweepSpec, slots: list[Any], stop: Any) -> Any:

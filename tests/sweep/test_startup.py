@@ -18,7 +18,7 @@ from orchestrator.errors import SpecError
 from orchestrator.launch import ForkServer, StopFlag
 from orchestrator.search.space import make_plan
 from orchestrator.spec.load import load_spec
-from orchestrator.sweep.startup import Startup
+from orchestrator.sweep.startup import PROBE_FOLDER, Startup, probe_folder
 
 FIXTURES = ROOT / "tests" / "fixtures" / "experiments"
 DIES = '''"""Dies while it is imported, after saying why."""
@@ -66,7 +66,8 @@ def both_ways(spec: Any, server: Any, smoke: dict[str, Any] | None, paths: str) 
     """(probe answer or the SpecError's text, smoke answer) by a probe process and by the fork server."""
     out = []
     for srv in (None, server):
-        probe = checks.Probe(spec, smoke, env={"PYTHONPATH": paths}, server=srv)
+        probe = checks.Probe(spec, smoke, env={"PYTHONPATH": paths}, server=srv,
+                             folder=probe_folder() if srv is not None else None)
         try:
             try:
                 answer: Any = probe.result()
@@ -136,3 +137,24 @@ def test_a_wrong_guess_of_the_device_starts_the_servers_again(tmp_path: Path, mo
         assert [s.env for s in runner.launchers[0].spares] == [{}]  # the CPU's own server, importing
     finally:
         start.close_runner()
+
+
+def test_the_probe_folders_of_killed_orchestrators_are_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGKILL during start-up leaves the forked probe's folder (outside the project); the next
+    start removes those whose orchestrator is gone, and no other."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import subprocess
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
+    gone = subprocess.Popen(["true"])  # a pid that was an orchestrate's, and is gone
+    gone.wait()
+    left = tmp_path / f"{PROBE_FOLDER}{gone.pid}-abc"
+    alive = tmp_path / f"{PROBE_FOLDER}{os.getppid()}-def"
+    other = tmp_path / f"{PROBE_FOLDER}notapid"
+    for folder in (left, alive, other):
+        folder.mkdir()
+        (folder / "server.log").write_text("")
+    mine = probe_folder()
+    assert mine.parent == tmp_path and mine.name.startswith(f"{PROBE_FOLDER}{os.getpid()}-")
+    assert not left.exists() and alive.exists() and other.exists()
