@@ -268,7 +268,7 @@ def new_database(url: str, kwargs: dict[str, Any]) -> None:
     built, which Optuna opens and checks (``templates``), else Optuna builds it."""
     import optuna
 
-    from orchestrator.templates import from_template
+    from orchestrator.store.templates import from_template
 
     def opened(at: str) -> None:  # Optuna checks the schema's version as it opens a database
         optuna.storages.RDBStorage(at, **kwargs).engine.dispose()

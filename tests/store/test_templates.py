@@ -1,5 +1,5 @@
 """A new Optuna study database is a copy of the first one this Optuna version built
-(``orchestrator/templates.py``, issue #29): real Optuna, real SQLite files."""
+(``orchestrator/store/templates.py``, issue #29): real Optuna, real SQLite files."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from orchestrator.study import create_sqlite_atomically, new_database
-from orchestrator.templates import cache_dir
+from orchestrator.store.study import create_sqlite_atomically, new_database
+from orchestrator.store.templates import cache_dir
 
 TEMPLATE = f"optuna-{optuna.__version__}-empty.db"
 
