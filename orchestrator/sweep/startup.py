@@ -151,13 +151,16 @@ def probe_env(spec: SweepSpec) -> dict[str, str]:
 def warm_imports() -> None:
     """What opening the stores and driving the sweep import, imported now, while the probe
     works: MLflow's client and SQL store, Optuna's storage, the sweep's own modules."""
+    import alembic.command  # noqa: F401 - the stores' schema checks (both libraries use alembic)
+    import alembic.config  # noqa: F401
     import mlflow.tracking  # noqa: F401
     import optuna  # noqa: F401
-    import optuna.storages  # noqa: F401
+    import optuna.storages._rdb.models  # noqa: F401
+    import sqlalchemy.dialects.sqlite  # noqa: F401
     import tqdm  # noqa: F401
     from mlflow.entities import Metric, Param, RunTag  # noqa: F401
-    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
+    from mlflow.store.tracking import sqlalchemy_store, sqlalchemy_workspace_store  # noqa: F401
 
-    from orchestrator.store import recovery  # noqa: F401
+    from orchestrator.store import recovery, templates  # noqa: F401
     from orchestrator.sweep import loop  # noqa: F401
     event("imports_done")
