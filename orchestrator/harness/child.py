@@ -206,14 +206,17 @@ def preload(experiment: str) -> None:
     """The imports every trial needs, done before its configuration is known. Device-neutral:
     no tensor is made, no backend is initialised. A failure here is left for the trial (or the
     probe) to report: it imports the module again and records the error. The experiment comes
-    first (it imports torch itself): what it does at import time, and a failure there, happen at
-    once rather than after the seconds of the rest."""
+    first (it imports torch itself): what it does at import time happens at once, and a module
+    that cannot be imported, or that has no ``build`` (no trial of it can run), is reported by
+    the probe without waiting for the seconds of the rest."""
     import importlib
 
     try:
-        importlib.import_module(experiment)
+        module = importlib.import_module(experiment)
     except BaseException:  # noqa: BLE001
-        pass
+        return
+    if not callable(getattr(module, "build", None)):
+        return
     try:
         import torch  # noqa: F401
         import torch._dynamo  # noqa: F401 - optimizers import it on first use (1.5 s on a small CPU)
