@@ -185,17 +185,20 @@ def main() -> None:
         ratio = statistics.median(v / t for v, t in values)
         return f"{seconds:>{width}.2f} {ratio:>6.2f}x "
 
+    def row(label: str, cells: list[str]) -> None:
+        print((f"{label:<38s}" + "".join(cells)).rstrip())
+
+    def medians(key: str, digits: int = 2) -> list[str]:
+        return [f"{statistics.median(r[key] for r in runs[n]):>{width}.{digits}f}{'':9s}" for n in codes]
+
     for label, _, _ in MARKS:
-        print(f"{label:<38s}" + "".join(cell(n, label) for n in codes))
-    print(f"{'prompt returned (process reaped)':<38s}" + "".join(cell(n, "prompt") for n in codes))
-    print(f"{'CPU s, the command and its processes':<38s}" + "".join(
-        f"{statistics.median(r['cpu_s'] for r in runs[n]):>{width}.2f}{'':9s}" for n in codes))
+        row(label, [cell(n, label) for n in codes])
+    row("prompt returned (process reaped)", [cell(n, "prompt") for n in codes])
+    row("CPU s, the command and its processes", medians("cpu_s"))
     if all("orchestrator_cpu_s" in r for n in codes for r in runs[n]):
-        print(f"{'CPU s, the orchestrator to its end':<38s}" + "".join(
-            f"{statistics.median(r['orchestrator_cpu_s'] for r in runs[n]):>{width}.2f}{'':9s}" for n in codes))
+        row("CPU s, the orchestrator to its end", medians("orchestrator_cpu_s"))
     if all("startup_s" in r for n in codes for r in runs[n]):
-        print(f"{'trials startup_s (median over trials)':<38s}" + "".join(
-            f"{statistics.median(r['startup_s'] for r in runs[n]):>{width}.3f}{'':9s}" for n in codes))
+        row("trials startup_s (median over trials)", medians("startup_s", 3))
     print("(ratios: median over rounds of each figure over import torch's in the same round)")
     if args.json:
         args.json.write_text(json.dumps({"import_torch_s": torch_s, "trial_imports_s": imports_s, "loads": loads,
