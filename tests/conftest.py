@@ -138,12 +138,14 @@ def project(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An empty MLflow database, created by MLflow once per test worker. A new SQLite store costs
-    MLflow 2.4-2.7 s of CPU here (it runs every schema migration since MLflow 1.x); MLflow's own
-    test suite copies a migrated database for the same reason."""
+    """An empty MLflow database, once per test worker, made as ``orchestrate`` makes a new store:
+    a copy of the one this mlflow version built first on this machine (``tracking.new_store``;
+    MLflow's own build runs every schema migration since MLflow 1.x, 2.4-2.7 CPU-s here; MLflow's
+    own test suite copies a migrated database for the same reason)."""
     folder = tmp_path_factory.mktemp("mlflow-template")
-    subprocess.run([sys.executable, "-c", "import sys; from mlflow.tracking import MlflowClient; "
-                    "MlflowClient('sqlite:///' + sys.argv[1]).search_experiments()", str(folder / "mlflow.db")],
+    subprocess.run([sys.executable, "-c", "import sys; from orchestrator.store.study import create_sqlite_atomically; "
+                    "from orchestrator.store.tracking import new_store; "
+                    "create_sqlite_atomically('sqlite:///' + sys.argv[1], new_store)", str(folder / "mlflow.db")],
                    cwd=folder, check=True, capture_output=True, timeout=300)
     return folder / "mlflow.db"
 

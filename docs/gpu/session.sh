@@ -51,6 +51,13 @@
 #                                 (bench/hf_vs_bert.py), then GPT-2 small (sweeps/hf_causal_lm.yaml)
 #                                 swept end to end with the auto search from an empty folder, and its
 #                                 report (about 4 minutes of an H100; needs transformers 5.x in .whl/)
+#   bash docs/gpu/session.sh f1   seconds to the first trial (issue #29): the headline from an empty
+#                                 folder, mark by mark (bench/first_trial.py), 3 rounds against
+#                                 import torch, after one untimed run; about 5 minutes on an H100
+#   bash docs/gpu/session.sh f2   the same, 2 rounds, side by side with the code before (main's
+#                                 orchestrator/ and experiments/ copied into .before_first_trial/:
+#                                 git archive main orchestrator experiments | tar -x -C .before_first_trial);
+#                                 about 7 minutes
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -170,6 +177,15 @@ x)
   step hf-causal-lm; R=$PWD; d=$(mktemp -d); cd "$d"
   { time timeout 130 $ORCH "$R/sweeps/hf_causal_lm.yaml" --n-trials 12; } > "$OUT/hf_causal_lm.log" 2>&1
   $ORCH report "$R/sweeps/hf_causal_lm.yaml" > "$OUT/hf_causal_lm_report.log" 2>&1; cd "$R"
+  ;;
+f1)
+  step first_trial; timeout 590 python3 bench/first_trial.py --spec sweeps/bert_memory.yaml --rounds 3 \
+      --json "$OUT/first_trial.json" > "$OUT/first_trial.log" 2>&1
+  ;;
+f2)
+  step first_trial; rm -rf /tmp/before && cp -r .before_first_trial /tmp/before
+  timeout 590 python3 bench/first_trial.py --spec sweeps/bert_memory.yaml --rounds 2 --compare /tmp/before \
+      --json "$OUT/first_trial_compare.json" > "$OUT/first_trial_compare.log" 2>&1
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log

@@ -204,11 +204,20 @@ def run_given(config_path: str, status: Any, timeline: dict[str, Any], pid: int 
 
 def preload(experiment: str) -> None:
     """The imports every trial needs, done before its configuration is known. Device-neutral:
-    no tensor is made, no backend is initialised. A failure here is left for the trial to report
-    (it imports the module again and records the error)."""
-    try:
-        import importlib
+    no tensor is made, no backend is initialised. A failure here is left for the trial (or the
+    probe) to report: it imports the module again and records the error. The experiment comes
+    first (it imports torch itself): what it does at import time happens at once, and a module
+    that cannot be imported, or that has no ``build`` (no trial of it can run), is reported by
+    the probe without waiting for the seconds of the rest."""
+    import importlib
 
+    try:
+        module = importlib.import_module(experiment)
+    except BaseException:  # noqa: BLE001
+        return
+    if not callable(getattr(module, "build", None)):
+        return
+    try:
         import torch  # noqa: F401
         import torch._dynamo  # noqa: F401 - optimizers import it on first use (1.5 s on a small CPU)
         import torch.optim  # noqa: F401
@@ -216,7 +225,5 @@ def preload(experiment: str) -> None:
 
         from orchestrator.harness import backend, train  # noqa: F401
         from orchestrator.harness.oom import is_oom_exception  # noqa: F401
-
-        importlib.import_module(experiment)
     except BaseException:  # noqa: BLE001
         pass

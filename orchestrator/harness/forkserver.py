@@ -11,10 +11,16 @@ whole environment equals the server's), and its memory is freed when it exits. N
 Apple's frameworks are not safe to use in a child forked without ``exec``, so there every trial
 gets its own pre-started interpreter (``--serve``).
 
-Protocol (``protocol.py``): the server reads its orders on stdin (fork a trial, let one open its
-window, leave) and says on its status pipe that it is ready, then for each trial that it forked
-it and, once it has reaped it, how it exited and its peak RSS; its trials say ``window`` and
-``result`` there themselves, with their pid.
+The slot's first server also answers the command's experiment probe: forked like a trial, the
+probe checks the experiment, resolves and touches the device, and runs the smoke step
+(``probe.answer``), so a command imports torch once, not once for the probe and once for the
+trials; the server itself still touches no device.
+
+Protocol (``protocol.py``): the server reads its orders on stdin (fork a trial or the probe, let
+a trial open its window, leave) and says on its status pipe that it is ready, then for each
+process that it forked it and, once it has reaped it, how it exited and its peak RSS; its trials
+say ``window`` and ``result`` there themselves, with their pid (the probe: ``result`` after each
+answer it wrote).
 """
 
 from __future__ import annotations
@@ -24,11 +30,11 @@ import select
 import signal
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from orchestrator.harness.child import pin_cores, preload, run_given, watch_parent
 from orchestrator.harness.protocol import (GO, PARENT_PID_ENV, STATUS_FD_ENV, Kind, Status, Word, decode_order, encode_order,
-                                           encode_status)
+                                           encode_status, probe_answer)
 
 
 def fork_server(experiment: str) -> int:
@@ -80,7 +86,10 @@ def fork_server(experiment: str) -> int:
                     os.close(fd)
                 os.close(wake_r)
                 os.close(wake_w)
-                _trial(str(order.config), str(order.log), go_r, server_pid, status, timeline)  # never returns
+                if order.kind is Kind.PROBE:
+                    _child(_probe, str(order.config), str(order.log), go_r, server_pid, status)  # never returns
+                _child(lambda config, st: run_forked(config, st, {**timeline, "forked": time.time()}),
+                       str(order.config), str(order.log), go_r, server_pid, status)  # never returns
             os.close(go_r)
             children[pid] = go_w
             status.write(encode_status(Status(Word.FORKED, pid)))
@@ -100,10 +109,11 @@ def _reap(children: dict[int, int], status: TextIO) -> None:
         status.write(encode_status(Status(Word.EXITED, pid, os.waitstatus_to_exitcode(wait_status), rusage.ru_maxrss)))
 
 
-def _trial(config_path: str, log_path: str, go_fd: int, server_pid: int, status: TextIO,
-           timeline: dict[str, float]) -> None:
-    """The forked child: a session of its own (the launcher kills its group), stdin its "go"
-    pipe, output to its log, then the same trial as ``--serve`` runs."""
+def _child(body: Callable[[str, TextIO], int], path: str, log_path: str, go_fd: int, server_pid: int,
+           status: TextIO) -> None:
+    """A forked child (a trial, or the probe): a session of its own (the launcher kills its
+    group), stdin its "go" pipe, output to its log, then ``body(path, status)``, whose return is
+    its exit code."""
     code = 1
     try:
         os.setsid()
@@ -117,7 +127,7 @@ def _trial(config_path: str, log_path: str, go_fd: int, server_pid: int, status:
         os.close(log)
         sys.stdin = open(0, closefd=False)  # not the server's stdin buffer
         os.environ[PARENT_PID_ENV] = str(server_pid)
-        code = run_forked(config_path, status, {**timeline, "forked": time.time()})
+        code = body(path, status)
     except BaseException:  # noqa: BLE001 - whatever happens, this process must not return into the server
         import traceback
 
@@ -128,6 +138,26 @@ def _trial(config_path: str, log_path: str, go_fd: int, server_pid: int, status:
         if os.environ.get("ORCHESTRATE_TEST_EXIT_DELAY_S"):  # tests only: a process slow to exit
             time.sleep(float(os.environ["ORCHESTRATE_TEST_EXIT_DELAY_S"]))
         os._exit(code)
+
+
+def _probe(request_path: str, status: TextIO) -> int:
+    """The probe, forked: ``probe.answer`` for the request, each answer written beside it
+    (``protocol.probe_answer``) and then said (``PID result``)."""
+    import json
+
+    from orchestrator.harness.child import write_result
+    from orchestrator.harness.probe import answer
+
+    watch_parent()  # the server: if it dies (with the orchestrator), so does the probe
+    with open(request_path) as f:
+        request = json.load(f)
+
+    def say(name: str, out: dict[str, Any]) -> None:
+        write_result(probe_answer(request_path, name), out)
+        status.write(encode_status(Status(Word.RESULT, os.getpid())))
+
+    answer(request["experiment"], request["device"], request["fixed"], request.get("smoke"), say)
+    return 0
 
 
 def run_forked(config_path: str, status: TextIO, timeline: dict[str, Any]) -> int:

@@ -3,7 +3,9 @@
 ``python -m orchestrator.harness.probe MODULE DEVICE FIXED_JSON [SMOKE_PARAMS_JSON]`` prints one
 JSON line: ``PROBE {"ok": true, "device": "cpu", "params": [...] | null, ...}`` or
 ``PROBE {"ok": false, "error": "..."}``; given smoke parameters, then ``SMOKE {...}``: one
-training step of that configuration (``orchestrator.harness.smoke``).
+training step of that configuration (``orchestrator.harness.smoke``). On Linux the slot's fork
+server usually answers instead (``forkserver.py``: the same ``answer``, in a process it forks,
+written to files), so that a command imports torch once, not twice.
 
 Like a trial, it dies with the orchestrator that started it (``child.watch_parent``, installed
 before torch is imported): killed during its start-up, the orchestrator leaves no probe importing
@@ -17,6 +19,7 @@ import importlib.util
 import json
 import sys
 import traceback
+from typing import Callable
 
 from orchestrator.harness.child import watch_parent
 
@@ -72,15 +75,27 @@ def probe(module_name: str, device: str, fixed: dict) -> dict:
             "total_memory_gib": info.get("total_memory_gib")}
 
 
-if __name__ == "__main__":
-    watch_parent()  # before any import of torch (seconds): the probe's group dies with its parent
-    out = probe(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
-    print("PROBE " + json.dumps(out, default=str), flush=True)
-    if out["ok"] and len(sys.argv) > 4:  # then one training step of the smallest configuration
+def answer(module_name: str, device: str, fixed: dict, smoke: dict | None, say: Callable[[str, dict], None]) -> None:
+    """The probe's answer, then (given ``smoke``, the smoke configuration's parameters, and the
+    probe's answer ok) one training step of that configuration (``orchestrator.harness.smoke``):
+    each said as it is ready, ``say("probe", ...)`` then ``say("smoke", ...)``."""
+    out = probe(module_name, device, fixed)
+    say("probe", out)
+    if out["ok"] and smoke is not None:
         import os
 
         from orchestrator.harness.smoke import smoke_step
 
         os.environ["ORCHESTRATE_SMOKE"] = "1"  # an experiment may tell the smoke step from a trial
-        params = json.loads(sys.argv[4])
-        print("SMOKE " + json.dumps(smoke_step(sys.argv[1], params, out["device"]), default=str), flush=True)
+        say("smoke", smoke_step(module_name, smoke, out["device"]))
+
+
+def print_line(name: str, out: dict) -> None:
+    """``PROBE {json}`` / ``SMOKE {json}`` on stdout (the probe run as a process of its own)."""
+    print(f"{name.upper()} " + json.dumps(out, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    watch_parent()  # before any import of torch (seconds): the probe's group dies with its parent
+    answer(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]),
+           json.loads(sys.argv[4]) if len(sys.argv) > 4 else None, print_line)

@@ -13,12 +13,14 @@ process whose death it must not outlive: ``child.watch_parent``) and, on a CPU s
 - *Orders*, one line each on the process's stdin, from the orchestrator. A ``--serve`` interpreter
   reads the path of its trial's configuration, then ``go`` (it may open its timed window). A fork
   server reads JSON: ``{"fork": CONFIG, "log": LOG}`` (fork a trial; its stdout and stderr go to
-  LOG) and ``{"go": PID}``, which it passes on to that trial as ``go``. An empty line (or EOF)
-  means leave.
+  LOG), ``{"probe": REQUEST, "log": LOG}`` (fork the experiment's probe: ``probe.py``; it writes
+  its answers beside REQUEST, ``probe_answer``) and ``{"go": PID}``, which it passes on to that
+  trial as ``go``. An empty line (or EOF) means leave.
 - *Status lines*, on the status pipe, from the process: ``ready`` (its imports are done),
   ``window`` (its warm-up is done; it waits for ``go``), ``result`` (its result file is written).
-  A fork server says ``ready`` for itself, then ``PID forked`` per trial; its trials say
-  ``PID window`` and ``PID result``; and once it has reaped one (its memory is free) the server
+  A fork server says ``ready`` for itself, then ``PID forked`` per trial (or probe); its trials
+  say ``PID window`` and ``PID result`` (a probe: ``PID result`` after each answer file); and once
+  it has reaped one (its memory is free) the server
   says ``PID exited CODE MAXRSS_KIB``: the exit code as ``os.waitstatus_to_exitcode`` gives it
   (negative: killed by that signal) and the peak RSS as ``wait4`` reports it (KiB on Linux).
 """
@@ -92,6 +94,8 @@ class Kind(Enum):
 
     RUN = "run"
     """Run the trial whose configuration is at ``config`` (a fork server: fork it)."""
+    PROBE = "probe"
+    """A fork server: fork the experiment's probe, whose request is at ``config``."""
     GO = "go"
     """Open the timed window."""
     LEAVE = "leave"
@@ -104,9 +108,9 @@ class Order:
 
     kind: Kind
     config: str | None = None
-    """``RUN``: the path of the trial's configuration file."""
+    """``RUN``: the path of the trial's configuration file; ``PROBE``: of the probe's request."""
     log: str | None = None
-    """``RUN``, to a fork server: the file the forked trial's stdout and stderr go to."""
+    """``RUN`` and ``PROBE``, to a fork server: the file the forked process's stdout and stderr go to."""
     pid: int | None = None
     """``GO``, to a fork server: the trial that may open its window."""
 
@@ -124,6 +128,8 @@ def encode_order(order: Order, server: bool = False) -> str:
         return f"{order.config}\n" if order.kind is Kind.RUN else "go\n"
     if order.kind is Kind.RUN:
         return json.dumps({"fork": order.config, "log": order.log}) + "\n"
+    if order.kind is Kind.PROBE:
+        return json.dumps({"probe": order.config, "log": order.log}) + "\n"
     return json.dumps({"go": order.pid}) + "\n"
 
 
@@ -138,6 +144,19 @@ def decode_order(line: str, server: bool = False) -> Order:
     order = json.loads(text)
     if isinstance(order, dict) and isinstance(order.get("go"), int):
         return Order(Kind.GO, pid=order["go"])
-    if isinstance(order, dict) and isinstance(order.get("fork"), str) and isinstance(order.get("log"), str):
-        return Order(Kind.RUN, config=order["fork"], log=order["log"])
+    for key, kind in (("fork", Kind.RUN), ("probe", Kind.PROBE)):
+        if isinstance(order, dict) and isinstance(order.get(key), str) and isinstance(order.get("log"), str):
+            return Order(kind, config=order[key], log=order["log"])
     raise ValueError(f"not an order for a fork server: {text!r}")
+
+
+PROBE_ANSWERS = ("probe", "smoke")
+"""A forked probe's answers, in the order it writes them: the experiment checked and the device
+resolved (``harness/probe.py``'s ``probe``), then, when asked for, the smoke step's."""
+
+
+def probe_answer(request: str, name: str) -> str:
+    """Where a forked probe writes its answer ``name`` (one of ``PROBE_ANSWERS``), as JSON, for
+    the request at ``request``: beside it (written under another name, then renamed)."""
+    assert name in PROBE_ANSWERS, name
+    return f"{request}.{name}.json"

@@ -3,7 +3,8 @@
 ``python -m orchestrator.harness.smoke '{"experiment": "experiments.mlp", "params": {...},
 "device": "cpu"}'`` builds the workload with the given parameters (the caller passes the
 smallest batch), runs the harness's own loop for one warm-up and one measured optimizer step of
-one micro-batch, without memory caps and without ``torch.compile``, and prints one line::
+one micro-batch, on one intra-op thread, without memory caps and without ``torch.compile``, and
+prints one line::
 
     SMOKE {"ok": true, "seconds": 1.9, "device": "cpu", "loss": 2.31, "finite": true}
     SMOKE {"ok": false, "error": "RuntimeError: mat1 and mat2 shapes cannot be multiplied ...",
@@ -46,6 +47,7 @@ def smoke_step(experiment: str, params: dict[str, Any], device: str) -> dict[str
     try:
         from orchestrator.harness import train  # imports torch: a broken install is this check's error
 
+        _one_thread()
         progress = train.Progress()
         progress.phase = "import"
         module = importlib.import_module(experiment)
@@ -66,6 +68,16 @@ def smoke_step(experiment: str, params: dict[str, Any], device: str) -> dict[str
     loss = out["metrics"].get("loss")
     return {"ok": True, "device": out["device"], "loss": loss, "finite": out["finite"],
             "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _one_thread() -> None:
+    """The step runs on one intra-op thread: a batch of 2 has no use for more, and on a small CPU
+    each of its many small operators would wait for threads spinning for a core that the
+    orchestrator's own start-up holds (0.04 CPU-s on one thread, 0.3-0.6 on two, 2 cores, a
+    busy machine). Its result does not depend on the count: it checks the experiment's code."""
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def _recording(build: Any, built: dict[str, Any]) -> Any:

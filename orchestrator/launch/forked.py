@@ -118,9 +118,9 @@ class Forked(TrialProcess):
         if order.kind is Kind.GO:
             if self.pid is not None:
                 self.server.send(Order(Kind.GO, pid=self.pid))
-        elif order.kind is Kind.RUN:  # fork now
+        elif order.kind in (Kind.RUN, Kind.PROBE):  # fork now (a trial, or the experiment's probe)
             self.server.asked.append(self)
-            self.server.send(Order(Kind.RUN, config=order.config, log=str(self.log_path)))
+            self.server.send(Order(order.kind, config=order.config, log=str(self.log_path)))
 
     def kill(self) -> None:
         if self.pid is None:

@@ -27,10 +27,12 @@ class ProcessRunner:
         self.launchers = [SlotLauncher(experiment, s.env, s.cores, None, stop, prestart, host, where=where)
                           for s in slots]
 
-    def prewarm(self, env: dict[str, str]) -> None:
-        """Every slot's fork server, starting now, for trials that will need ``env``."""
-        for launcher in self.launchers:
-            launcher.prewarm(env)
+    def prewarm(self, env: dict[str, str], log_path: Path | None = None) -> Any:
+        """Every slot's fork server, starting now, for trials that will need ``env``; the first
+        slot's is returned (None where there are no fork servers), its output to ``log_path``
+        (it answers the experiment's probe: ``checks.Probe``)."""
+        first = [launcher.prewarm(env, log_path if i == 0 else None) for i, launcher in enumerate(self.launchers)]
+        return first[0]
 
     def open(self, work_dir: Path) -> None:
         for launcher in self.launchers:

@@ -69,9 +69,9 @@ class SlotLauncher:
         """The study is open: spares started from now on keep their logs in its folder."""
         self.spare_dir = spare_dir
 
-    def prewarm(self, env: dict[str, str]) -> None:
+    def prewarm(self, env: dict[str, str], log_path: Path | None = None) -> Interpreter | None:
         """Start the slot's fork server before its first trial is known (``SparePool.prewarm``)."""
-        self.pool.prewarm(self.full_env(env))
+        return self.pool.prewarm(self.full_env(env), log_path)
 
     def start(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
               guesses: list[dict[str, str]] | None = None) -> ProcessRun:

@@ -67,13 +67,16 @@ class SparePool:
                         else Path(os.devnull))
         return kind(self.experiment, env, log_path, self.cores, self.stop, self.where)
 
-    def prewarm(self, env: dict[str, str]) -> None:
-        """Start a fork server before the first trial is known (at start-up, while the smoke step
-        runs and the stores open, before the study's folder exists), for trials that will need
-        ``env``. Fork servers only: a pre-started ``--serve`` interpreter's log is renamed into
-        its trial's folder, so it must start in the study's folder."""
+    def prewarm(self, env: dict[str, str], log_path: Path | None = None) -> ForkServer | None:
+        """Start a fork server before the first trial is known (at start-up, before the study's
+        folder exists: it answers the experiment's probe, while the stores open), for trials that
+        will need ``env``; its output to ``log_path`` (default: dropped). Fork servers only: a
+        pre-started ``--serve`` interpreter's log is renamed into its trial's folder, so it must
+        start in the study's folder. Returns the slot's server (None: it keeps none)."""
         if self.fork and self.prestart and not self.spares and not self.pending:
-            self.spares.append(self.spawn(env))
+            self.spares.append(ForkServer(self.experiment, env, log_path or Path(os.devnull), self.cores,
+                                          self.stop, self.where))
+        return next((s for s in self.spares if isinstance(s, ForkServer) and s.env == env), None)
 
     def take(self, wanted: dict[str, str], guesses: list[dict[str, str]], log_path: Path) -> TrialProcess:
         """The process for a trial that needs environment ``wanted`` (its output to ``log_path``):

@@ -224,7 +224,7 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
     directions = [d for _, d in spec.objective.metrics]
     kwargs = _storage_kwargs(storage_url, spec.search.grace_period_s)
     try:
-        create_sqlite_atomically(storage_url, lambda url: optuna.storages.RDBStorage(url, **kwargs))
+        create_sqlite_atomically(storage_url, lambda url: new_database(url, kwargs))
         storage = _storage(storage_url, kwargs, outage)
         try:
             n_existing = storage.get_n_trials(storage.get_study_id_from_name(spec.name))
@@ -297,6 +297,19 @@ def _storage_kwargs(url: str, grace_s: float) -> dict[str, Any]:
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return kwargs
+
+
+def new_database(url: str, kwargs: dict[str, Any]) -> None:
+    """An empty Optuna SQLite database at ``url``: a copy of the first one this Optuna version
+    built, which Optuna opens and checks (``templates``), else Optuna builds it."""
+    import optuna
+
+    from orchestrator.store.templates import from_template
+
+    def opened(at: str) -> None:  # Optuna checks the schema's version as it opens a database
+        optuna.storages.RDBStorage(at, **kwargs).engine.dispose()
+
+    from_template(url, f"optuna-{optuna.__version__}-empty.db", opened, opened)
 
 
 def _storage(url: str, kwargs: dict[str, Any], outage: Any) -> Any:

@@ -4,6 +4,7 @@ stays out of the orchestrator), its parameters, and the memory knobs against the
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 from typing import Any
@@ -16,74 +17,134 @@ from orchestrator.timeline import event
 
 
 class Probe:
-    """The experiment module checked in a subprocess (torch stays out of this process), started
-    first so that the orchestrator's own imports and the study's opening overlap with it.
+    """The experiment module checked in another process (torch stays out of this one), started
+    first so that the orchestrator's own imports overlap with it.
 
-    The child (``python -m orchestrator.harness.probe``) prints ``PROBE {json}`` once it has
-    imported the module, checked its fixed parameters and resolved the device; given a smoke
-    configuration it then runs one training step of it (``orchestrator.harness.smoke``) and prints
-    ``SMOKE {json}``: a broken experiment fails here, in seconds, with its own file:line. It runs
-    in a session of its own, which it kills if this process dies (``ORCHESTRATE_PARENT_PID``)."""
+    It imports the module, checks its fixed parameters and resolves the device (``result``);
+    given a smoke configuration it then runs one training step of it
+    (``orchestrator.harness.smoke``; ``smoke``): a broken experiment fails here, in seconds, with
+    its own file:line. Two ways (``orchestrator/harness/probe.py``'s ``answer`` either way):
+
+    - given ``server``, the slot's fork server (``launch.ForkServer``) forks it once its own
+      imports are done, and it writes its answers to files beside its request, in ``folder`` (of
+      its own, outside the project: ``startup.probe_folder``; removed by ``close``): one import of
+      torch serves the probe and the trials;
+    - else ``python -m orchestrator.harness.probe``, a process of its own that prints ``PROBE
+      {json}`` and ``SMOKE {json}``, in a session of its own, which it kills if this process dies
+      (``ORCHESTRATE_PARENT_PID``)."""
 
     TIMEOUT_S = 300
 
     def __init__(self, spec: SweepSpec, smoke: dict[str, Any] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, server: Any = None, folder: Any = None) -> None:
         import os
+        import tempfile
+        from pathlib import Path
 
-        self.spec = spec
-        fixed = json.dumps(spec.fixed, default=str)
-        args = [sys.executable, "-m", "orchestrator.harness.probe", spec.experiment,
-                spec.device if "device" not in spec.space else "auto", fixed]
+        self.spec, self.server, self.asked_smoke = spec, server, smoke is not None
+        self._done = False
+        """Its last answer has been read: a forked probe then exits by itself."""
+        device = spec.device if "device" not in spec.space else "auto"
+        self._lines: list[str] = []
+        self._buffer = b""
+        self._ended = False
+        self._stderr = ""
+        if server is not None:
+            from orchestrator.harness.protocol import Kind, Order
+
+            self.folder = Path(folder)
+            self.request = self.folder / "request.json"
+            self.request.write_text(json.dumps({"experiment": spec.experiment, "device": device,
+                                                "fixed": spec.fixed, "smoke": smoke}, default=str))
+            self.child = server.fork(self.folder / "probe.log")
+            self.child.send(Order(Kind.PROBE, config=str(self.request)))
+            event("probe_start", forked=True)
+            return
+        args = [sys.executable, "-m", "orchestrator.harness.probe", spec.experiment, device,
+                json.dumps(spec.fixed, default=str)]
         if smoke is not None:
             args.append(json.dumps(smoke, default=str))
-        import tempfile
-
         self._err = tempfile.TemporaryFile()  # a pipe could fill up with a traceback and block the child
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._err,
                                      env={**child_env(), **(env or {}), PARENT_PID_ENV: str(os.getpid())},
                                      start_new_session=True)
         event("probe_start")
-        self._lines: list[str] = []
-        self._buffer = b""
-        self._stderr = ""
 
-    def _line(self, prefix: str, timeout_s: float, what: str) -> str | None:
-        """The child's line starting with ``prefix``, reading its output until it appears."""
-        import select
+    def _answer(self, name: str, timeout_s: float, what: str) -> dict[str, Any] | None:
+        """The probe's answer ``name`` (``probe``, ``smoke``), waited for; None if the probe ended
+        without it (``_stderr`` then holds its output)."""
         import time
 
-        import os
-
         deadline = time.monotonic() + timeout_s
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
         while True:
-            found = next((ln for ln in self._lines if ln.startswith(prefix)), None)
+            found, ended = self._forked(name) if self.server is not None else self._printed(name)
             if found is not None:
                 return found
+            if ended:
+                self._stderr = self._output() or "no output"
+                return None
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0:
                 self.close()
                 raise self.spec.error(("experiment",), f"{what} took more than {timeout_s:g} s")
-            chunk = os.read(fd, 65536)
-            if not chunk:  # the child ended without the line
-                self.proc.wait()
-                self._err.seek(0)
-                self._stderr = self._err.read().decode(errors="replace")
-                return None
-            *lines, self._buffer = (self._buffer + chunk).split(b"\n")
-            self._lines += [ln.decode(errors="replace") for ln in lines]
+            fd = self.server.status_fd if self.server is not None else self.proc.stdout.fileno()
+            if fd is None:  # the server's pipe closed: it is gone (reaped on the next look)
+                time.sleep(0.01)
+            elif select.select([fd], [], [], left)[0]:
+                self._take()
+
+    def _take(self) -> None:
+        """What the process said since the last look."""
+        import os
+
+        if self.server is not None:
+            self.server.read_status()
+            return
+        chunk = os.read(self.proc.stdout.fileno(), 65536)
+        if not chunk:  # the child ended
+            self.proc.wait()
+            self._ended = True
+        *lines, self._buffer = (self._buffer + chunk).split(b"\n")
+        self._lines += [ln.decode(errors="replace") for ln in lines]
+
+    def _printed(self, name: str) -> tuple[dict[str, Any] | None, bool]:
+        prefix = f"{name.upper()} "
+        line = next((ln for ln in self._lines if ln.startswith(prefix)), None)
+        return (json.loads(line[len(prefix):]) if line is not None else None), self._ended
+
+    def _forked(self, name: str) -> tuple[dict[str, Any] | None, bool]:
+        from orchestrator.harness.protocol import probe_answer
+
+        ended = self.child.reap()  # before the file: an answer is written before the exit
+        try:
+            with open(probe_answer(str(self.request), name)) as f:
+                return json.load(f), ended
+        except FileNotFoundError:
+            return None, ended
+
+    def _output(self) -> str:
+        """The probe's output (a forked one's log, else its server's: it died importing)."""
+        if self.server is None:
+            self._err.seek(0)
+            return self._err.read().decode(errors="replace")
+        for log in (self.folder / "probe.log", self.server.log_path):
+            try:
+                if text := log.read_text(errors="replace"):
+                    return text
+            except OSError:
+                pass
+        return ""
 
     def result(self) -> dict[str, Any]:
         """The probe's answer; a SpecError naming the spec's line when the module is unusable."""
-        line = self._line("PROBE ", self.TIMEOUT_S, "importing the experiment module (does it do "
-                          "work at import time?)")
-        if line is None:
+        result = self._answer("probe", self.TIMEOUT_S, "importing the experiment module (does it do "
+                              "work at import time?)")
+        event("probe_answered")
+        self._done = not self.asked_smoke
+        if result is None:
             tail = (self._stderr.strip().splitlines() or ["no output"])[-1]
             raise SpecError(f"checking the experiment module failed: {tail}", file=str(self.spec.path),
                             line=self.spec.line_of("experiment"), field="experiment")
-        result = json.loads(line[len("PROBE "):])
         if not result["ok"]:
             self.close()
             field = result.get("field")
@@ -95,12 +156,23 @@ class Probe:
     def smoke(self) -> dict[str, Any] | None:
         """The smoke step's answer (``{"ok": ..., "error": ..., "where": ...}``), None if it gave none."""
         limit = min(self.TIMEOUT_S, self.spec.trial.timeout_s)
-        line = self._line("SMOKE ", limit, "the smoke step (one training step of the smallest "
-                          "configuration, before any trial; skip it with --no-check)")
+        answer = self._answer("smoke", limit, "the smoke step (one training step of the smallest "
+                              "configuration, before any trial; skip it with --no-check)")
+        event("smoke_answered")
+        self._done = True
         self.close()
-        return json.loads(line[len("SMOKE "):]) if line is not None else None
+        return answer
 
     def close(self) -> None:
+        """The probe ends (killed if it still runs: a forked one is reaped by its server), and
+        its files are removed."""
+        if self.server is not None:
+            import shutil
+
+            if self.child.returncode is None and not self._done:
+                self.child.kill()
+            shutil.rmtree(self.folder, ignore_errors=True)
+            return
         if self.proc.poll() is None:
             import os
             import signal

@@ -1,8 +1,9 @@
 """``orchestrate SPEC``: check, open, recover, then drive the sweep loop and print its summary.
 
-Start-up overlaps its slow parts: the experiment probe (a subprocess that imports torch, and then
-runs the smoke step) starts first; Optuna and MLflow are imported while it works; nothing is
-written to disk before the spec, the storage URLs and the experiment have been checked.
+Start-up overlaps its slow parts (``startup.py``): the slot's fork server starts first and answers
+the experiment probe (one import of torch, which the trials then share), while MLflow and Optuna
+are imported; nothing is written to disk before the spec, the storage URLs and the experiment
+have been checked.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from orchestrator.launch import StopFlag
 from orchestrator.report.closing import command
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
+from orchestrator.sweep.startup import Startup, warm_imports
 from orchestrator.store.urls import Origins
+from orchestrator.timeline import event
 
 STOPPED = ("the sweep stopped: no trial was started after it, the trial(s) in flight run again when it resumes, "
            "and the study keeps every result told before it: run the same command once it can be written")
@@ -56,64 +59,26 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     guess = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else guess_device()
     guessed = make_plan(spec, guess)
     smoke = checks.smoke_params(spec, guessed) if check and (shared or not _has_ok_result(spec)) else None
-    probe = checks.Probe(spec, smoke, _probe_env(spec))
-    stop, runner = StopFlag(), None
+    stop = StopFlag()
+    start = Startup(spec, guessed, smoke, devices_flag, stop)  # the fork server answers the probe
     try:
+        probe = start.probe
         try:
-            import mlflow.tracking  # noqa: F401 - heavy imports, overlapped with the probe
-            import optuna  # noqa: F401
-
+            warm_imports()  # MLflow's and Optuna's, beside the probe's torch
             found = probe.result()
             checks.check_experiment_params(spec, found)
             device = found["device"]
             if device == "cuda":
                 checks.check_cuda_fraction(spec)
             plan = guessed if device == guess and "device" not in spec.space else make_plan(spec, device)
-            slots = _slots(spec, plan.device, devices_flag)
-            runner = _prewarmed(spec, plan, slots, stop)
             if smoke is not None:
                 _check_smoke(spec, probe.smoke())
         finally:
             probe.close()
+        slots, runner = start.ready(plan)  # the servers started with the probe, unless it found another device
         return _open_and_drive(spec, plan, found, slots, shared, export, retry, runner, stop, origins)
     finally:
-        if runner is not None:
-            runner.close()
-
-
-def _prewarmed(spec: SweepSpec, plan: Any, slots: list[Any], stop: Any) -> Any:
-    """The trial runner, its slots' fork servers already importing (torch: seconds) while the
-    smoke step runs and the stores open, when every trial will need the same environment (else
-    the first trial starts its own: a wrong guess would cost an import)."""
-    from orchestrator.search.space import shared_env
-    from orchestrator.launch import ProcessRunner
-
-    runner = ProcessRunner(slots, spec.experiment, Path("mlruns").resolve(), stop)
-    env = shared_env(plan)
-    if env is not None:
-        runner.prewarm(env)
-    return runner
-
-
-def _probe_env(spec: SweepSpec) -> dict[str, str]:
-    """The probe touches the device: on the study's first GPU slot, never on another's."""
-    if spec.devices and any(d.startswith("cuda") for d in spec.devices):
-        from orchestrator.launch.slots import list_gpus
-
-        gpus = list_gpus()
-        first = next((d for d in spec.devices if d.startswith("cuda")), "cuda")
-        index = int(first.split(":")[1]) if ":" in first else None
-        gpu = next((g for g in gpus if index is None or g.index == index), None)
-        if gpu is not None:
-            return {"CUDA_VISIBLE_DEVICES": gpu.uuid}
-    return {}
-
-
-def _slots(spec: SweepSpec, device: str, devices_flag: bool) -> list[Any]:
-    from orchestrator.launch.slots import flag_error, resolve_slots
-
-    fail = flag_error("--devices") if devices_flag else (lambda rule: spec.error(("devices",), rule))
-    return resolve_slots(spec.devices, device, fail)
+        start.close_runner()
 
 
 def _has_ok_result(spec: SweepSpec) -> bool:
@@ -178,6 +143,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                 parent = sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
                 if study.user_attrs.get("mlflow_parent_run_id") != parent:
                     study.set_user_attr("mlflow_parent_run_id", parent)
+            event("stores_opened")
             work_dir = trial_root(spec.name, uid)
             recovery = Recovery(study, sync, work_dir, shared, spec.search.grace_period_s, db)
             with lock:
@@ -196,6 +162,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                 heartbeat.track(sweep.running_trial_ids)
             result = _drive(spec, probe, study, sweep, slots, interrupted, queued)
             code = _finish(spec, study, tracker, recovery, sweep, result, origins, shared)
+            event("stores_closed")
             if export is not None and result.code == exits.OK:  # from the study: MLflow's records need not be there
                 from orchestrator.report.command import export_best
 
@@ -339,4 +306,6 @@ def _finish(spec: SweepSpec, study: Any, tracker: Any, recovery: Any, sweep: Any
         from orchestrator.sweep.loop import failure_line
 
         print(failure_line(result.failures, sweep.work_dir), file=sys.stderr)
+    sys.stdout.flush()
+    event("summary_printed")
     return code

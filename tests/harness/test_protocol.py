@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.harness.protocol import (GO, LEAVE, Kind, Order, Status, Word, decode_order, decode_status, encode_order,
-                                           encode_status)
+                                           encode_status, probe_answer)
 
 STATUSES = [
     (Status(Word.READY), "ready\n"),
@@ -43,6 +43,8 @@ ORDERS = [  # order, to a fork server?, line
     (LEAVE, False, "\n"),
     (Order(Kind.RUN, config="/t/trial-3/config.json", log="/t/trial-3/trial.log"), True,
      '{"fork": "/t/trial-3/config.json", "log": "/t/trial-3/trial.log"}\n'),
+    (Order(Kind.PROBE, config="/tmp/p/request.json", log="/tmp/p/probe.log"), True,
+     '{"probe": "/tmp/p/request.json", "log": "/tmp/p/probe.log"}\n'),
     (Order(Kind.GO, pid=4321), True, '{"go": 4321}\n'),
     (LEAVE, True, "\n"),
 ]
@@ -62,9 +64,15 @@ def test_eof_and_a_blank_line_mean_leave(server: bool) -> None:
 @pytest.mark.parametrize(("line", "message"), [
     ('{"go": "12"}', "not an order for a fork server"),
     ('{"fork": "/c.json"}', "not an order for a fork server"),
+    ('{"probe": "/r.json"}', "not an order for a fork server"),  # without its log
     ('["go", 12]', "not an order for a fork server"),
     ("go", "Expecting value"),  # a --serve order sent to a server
 ])
 def test_a_fork_server_refuses_a_line_that_is_no_order(line: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         decode_order(line, server=True)
+
+
+def test_a_probes_answers_go_beside_its_request() -> None:
+    assert probe_answer("/tmp/p/request.json", "probe") == "/tmp/p/request.json.probe.json"
+    assert probe_answer("/tmp/p/request.json", "smoke") == "/tmp/p/request.json.smoke.json"

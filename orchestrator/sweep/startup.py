@@ -1,0 +1,166 @@
+"""A sweep command's start-up, overlapped: the seconds before the first trial.
+
+What the first trial needs, and what can run beside what:
+
+- **one import of torch.** The slot's fork server starts at once, for the device the spec names
+  (``auto``: a guess made without torch, ``space.guess_device``), and once its imports are done it
+  forks the experiment's probe (``checks.Probe``: the module checked, the device resolved, then
+  the smoke step), then the trials. Before, the probe was a process of its own that imported
+  torch, and the server started only once it had answered: two imports of torch, one after the
+  other. Where the server cannot answer (no fork server: macOS or ``ORCHESTRATE_FORK=0``; a swept
+  device; trials that need different allocator environments; slots that cannot be resolved for
+  the guess) the probe is a process of its own, as before; a wrong guess is seen in the probe's
+  answer, and the servers are started again for the device it found.
+- **MLflow's and Optuna's imports** (seconds of CPU: MLflow imports pandas, FastAPI, its GenAI
+  modules), and those of what opening their stores needs, run in this process while the server
+  imports torch (``warm_imports``).
+- **nothing written before the experiment is checked**: the stores are opened (and a new
+  project's created) once the probe and the smoke step have answered (``run.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator.spec.load import SweepSpec
+from orchestrator.timeline import event
+
+
+class Startup:
+    """The probe and the trial runner, started together (see the module)."""
+
+    def __init__(self, spec: SweepSpec, guessed: Any, smoke: dict[str, Any] | None, devices_flag: bool,
+                 stop: Any) -> None:
+        """``guessed``: the plan for the guessed device; ``smoke``: the smoke step's parameters
+        (None: no smoke step); ``devices_flag``: the slots came from ``--devices``."""
+        from orchestrator.sweep import checks
+        from orchestrator.errors import SpecError
+
+        self.spec, self.guessed, self.devices_flag, self.stop = spec, guessed, devices_flag, stop
+        self.runner: Any = None
+        self.slots: list[Any] | None = None
+        server = None
+        if _server_can_answer(spec, guessed):
+            try:
+                self.slots = slots_for(spec, guessed.device, devices_flag)
+            except SpecError:  # said again, in its order, once the probe has named the device
+                self.slots = None
+            if self.slots is not None:
+                from orchestrator.search.space import shared_env
+
+                folder = probe_folder()
+                self.runner = new_runner(spec, self.slots, stop)
+                server = self.runner.prewarm(shared_env(guessed), folder / "server.log")
+        try:
+            if server is None:
+                self.close_runner()
+                self.probe = checks.Probe(spec, smoke, probe_env(spec))
+            else:
+                self.probe = checks.Probe(spec, smoke, server=server, folder=folder)
+        except BaseException:
+            self.close_runner()
+            raise
+
+    def ready(self, plan: Any) -> tuple[list[Any], Any]:
+        """The slots and the runner for ``plan`` (the device the probe found): the ones started
+        with the probe when the guess was right, else new ones."""
+        from orchestrator.search.space import shared_env
+
+        if self.runner is not None and plan.device == self.guessed.device and shared_env(plan) == shared_env(self.guessed):
+            return self.slots, self.runner  # type: ignore[return-value]
+        self.close_runner()
+        self.slots = slots_for(self.spec, plan.device, self.devices_flag)
+        self.runner = new_runner(self.spec, self.slots, self.stop)
+        env = shared_env(plan)
+        if env is not None:  # else the first trial starts its own (a wrong guess would cost an import)
+            self.runner.prewarm(env)
+        return self.slots, self.runner
+
+    def close_runner(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+            self.runner = None
+
+
+def _server_can_answer(spec: SweepSpec, guessed: Any) -> bool:
+    """Whether the slot's fork server can answer the probe (see the module)."""
+    from orchestrator.launch import fork_server_usable
+    from orchestrator.search.space import shared_env
+
+    return fork_server_usable() and "device" not in spec.space and shared_env(guessed) is not None
+
+
+PROBE_FOLDER = "orchestrate-probe-"
+
+
+def probe_folder() -> Path:
+    """A folder of this process's own, outside the project, for the forked probe's request and
+    answers and the server's output (``checks.Probe`` removes it); the ones that orchestrators
+    killed during their start-up left behind (their pid is in the name, and gone) are removed."""
+    import os
+    import shutil
+    import tempfile
+
+    for old in Path(tempfile.gettempdir()).glob(f"{PROBE_FOLDER}*-*"):
+        pid = old.name[len(PROBE_FOLDER):].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{PROBE_FOLDER}{os.getpid()}-"))
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
+def new_runner(spec: SweepSpec, slots: list[Any], stop: Any) -> Any:
+    from orchestrator.launch import ProcessRunner
+
+    return ProcessRunner(slots, spec.experiment, Path("mlruns").resolve(), stop)
+
+
+def slots_for(spec: SweepSpec, device: str, devices_flag: bool) -> list[Any]:
+    from orchestrator.launch.slots import flag_error, resolve_slots
+
+    fail = flag_error("--devices") if devices_flag else (lambda rule: spec.error(("devices",), rule))
+    return resolve_slots(spec.devices, device, fail)
+
+
+def probe_env(spec: SweepSpec) -> dict[str, str]:
+    """A probe of its own touches the device on the study's first GPU slot, never on another's."""
+    if spec.devices and any(d.startswith("cuda") for d in spec.devices):
+        from orchestrator.launch.slots import list_gpus
+
+        gpus = list_gpus()
+        first = next((d for d in spec.devices if d.startswith("cuda")), "cuda")
+        index = int(first.split(":")[1]) if ":" in first else None
+        gpu = next((g for g in gpus if index is None or g.index == index), None)
+        if gpu is not None:
+            return {"CUDA_VISIBLE_DEVICES": gpu.uuid}
+    return {}
+
+
+def warm_imports() -> None:
+    """What opening the stores and driving the sweep import, imported now, while the probe
+    works: MLflow's client and SQL store, Optuna's storage, the sweep's own modules."""
+    import alembic.command  # noqa: F401 - the stores' schema checks (both libraries use alembic)
+    import alembic.config  # noqa: F401
+    import mlflow.tracking  # noqa: F401
+    import optuna  # noqa: F401
+    import optuna.storages._rdb.models  # noqa: F401
+    import sqlalchemy.dialects.sqlite  # noqa: F401
+    import tqdm  # noqa: F401
+    from mlflow.entities import Metric, Param, RunTag  # noqa: F401
+    from mlflow.store.tracking import sqlalchemy_store, sqlalchemy_workspace_store  # noqa: F401
+
+    from orchestrator.store import recovery, templates  # noqa: F401
+    from orchestrator.sweep import loop  # noqa: F401
+    event("imports_done")
