@@ -33,10 +33,12 @@ Strategies:
 what a search sees is a measurement, not the truth (the band is judged on the recorded value).
 With ``--noise 0`` the shipped search is deterministic and every seed gives the same answer.
 
-Targets (issue 20), on every landscape: shipped ratio <= 0.22 and ratio_p90 <= 0.40; on GPU
-landscapes shipped time to band <= 0.8x Lightning's; the sweep ends itself with the band found
-in >= 95% of seeds at a median stop_ratio <= 0.40. Prints figures and PASS/FAIL lines; exits 0
-(``--check``: 1 when a target fails).
+Targets (``TARGETS``, issues #20 and #27), where the priors hold: shipped ratio <= 0.15 and
+ratio_p90 <= 0.40; on GPU landscapes time to band <= 0.5x Lightning's; the band measured before
+the stop in >= 95% of seeds at a median stop_ratio <= 0.40. On landscapes recorded to contradict
+a prior (``contradicts`` in landscapes.json; ``CONTRADICTING``): the band measured before the stop
+in >= 95% of seeds, ratio <= 0.30 and time to band <= 1.5x Lightning's. Prints figures and
+PASS/FAIL lines; exits 0 (``--check``: 1 when a target fails).
 """
 
 from __future__ import annotations

@@ -158,13 +158,17 @@ class Planner:
         return Decision(self.configs[self._best_candidate(model, open_, p_fit)], verdict, "improvement")
 
     # -- evidence before the stop: every value measured once --------------------------------------
+    def _measured_values(self, idx: list[int]) -> set[tuple[str, str]]:
+        """(parameter, value key) pairs of the configurations measured (and fitted)."""
+        return {pair for i in idx for pair in self.value_keys[i]}
+
     def _unseen(self, idx: list[int], open_: list[int], in_flight: set[str],
                 p_fit: np.ndarray) -> dict[tuple[str, str], list[int]]:
         """Values of a searched parameter (batch size aside: its trend is measured by the boundary
         search) that no configuration that fits has been measured with, and that some
         configuration left may still fit with: (name, value) -> the open configurations that
         would measure it (empty while one is in flight)."""
-        measured = {pair for i in idx for pair in self.value_keys[i]}
+        measured = self._measured_values(idx)
         flying = {pair for k in in_flight if k in self.index for pair in self.value_keys[self.index[k]]}
         out: dict[tuple[str, str], list[int]] = {}
         for i in open_:
@@ -251,7 +255,7 @@ class Planner:
 
     def _unmeasured_note(self, model: Model | None, idx: list[int], p_fit: np.ndarray) -> str:
         """For the stop line: each searched value never measured, and what the model says of it."""
-        measured = {pair for i in idx for pair in self.value_keys[i]}
+        measured = self._measured_values(idx)
         groups: dict[tuple[str, str], list[int]] = {}
         for i, pairs in enumerate(self.value_keys):
             for pair in pairs:
