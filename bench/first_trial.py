@@ -22,7 +22,9 @@ same round; last, when the prompt returned (the process was reaped), the CPU sec
 whole command (the orchestrator and every process it reaped), and the machine's load. Marks a
 checkout does not record are shown as ``-``. Each round also times, as a floor, the imports a
 trial needs in one process (the experiment, ``torch._dynamo``, which every torch optimizer's step
-imports, and ``torch.optim``: what the slot's fork server imports before the first trial).
+imports, and ``torch.optim``: what the slot's fork server imports before the first trial); "beyond
+the trial's imports and window" is, per round, the command's time less that floor and less the
+first trial's timed window: what the orchestrator and the trial's own start-up add.
 """
 
 from __future__ import annotations
@@ -62,8 +64,8 @@ MARKS = [  # (label, where: "cmd" first event, "cmd-last" last event, "trial" tr
     ("  its window opened", "trial", "window_start"),
     ("  its window closed", "trial", "window_end"),
     ("last trial finished (told)", "cmd-last", "told"),
+    ("stores closed (MLflow settled)", "cmd", "stores_closed"),
     ("summary printed", "cmd", "summary_printed"),
-    ("stores closed", "cmd", "stores_closed"),
     ("command's own end", "cmd", "exit"),
 ]
 
@@ -194,6 +196,11 @@ def main() -> None:
     for label, _, _ in MARKS:
         row(label, [cell(n, label) for n in codes])
     row("prompt returned (process reaped)", [cell(n, "prompt") for n in codes])
+    for name in codes:  # what is left beside the physical floor, round by round
+        for run, imp in zip(runs[name], imports_s):
+            if "  its window opened" in run and "  its window closed" in run:
+                run["beyond_floor"] = run["prompt"] - imp - (run["  its window closed"] - run["  its window opened"])
+    row("beyond the trial's imports and window", [cell(n, "beyond_floor") for n in codes])
     row("CPU s, the command and its processes", medians("cpu_s"))
     if all("orchestrator_cpu_s" in r for n in codes for r in runs[n]):
         row("CPU s, the orchestrator to its end", medians("orchestrator_cpu_s"))

@@ -162,7 +162,6 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                 heartbeat.track(sweep.running_trial_ids)
             result = _drive(spec, probe, study, sweep, slots, interrupted, queued)
             code = _finish(spec, study, tracker, recovery, sweep, result, origins, shared)
-            event("stores_closed")
             if export is not None and result.code == exits.OK:  # from the study: MLflow's records need not be there
                 from orchestrator.report.command import export_best
 
@@ -294,6 +293,7 @@ def _finish(spec: SweepSpec, study: Any, tracker: Any, recovery: Any, sweep: Any
     spent = trial_time_s(trials)
     records = settle(tracker, recovery, parent_close(spec, trials, sweep.target, result.stopped_because, result.status),
                      shared)
+    event("stores_closed")
     code = exits.STORE_DOWN if records.incomplete and result.code == exits.OK else result.code
     if result.code not in (exits.OK, exits.FAILED):
         if records.lines():

@@ -78,9 +78,9 @@ def test_sweep_records_everything_and_a_second_run_resumes(project: Path) -> Non
     # the command's marks, in order (bench/first_trial.py reads them)
     assert next(e for e in timeline if e["event"] == "probe_start").get("forked") is True
     order = ["process_start", "cli_start", "probe_start", "imports_done", "probe_answered", "smoke_answered",
-             "stores_opened", "loop_start", "summary_printed", "stores_closed", "exit"]
+             "stores_opened", "loop_start", "stores_closed", "summary_printed", "exit"]
     assert [n for n in names if n in order] == order, names
-    assert names.index("told", len(names) - names[::-1].index("start")) < names.index("summary_printed")
+    assert names.index("told", len(names) - names[::-1].index("start")) < names.index("stores_closed")
     by_batch = {}
     for t in records["results"]:
         by_batch.setdefault(t.params["batch_size"], []).append(t.user_attrs["status"])
