@@ -19,7 +19,10 @@ and the first trial's result file gives the trial's own marks (``harness/marks.p
 prints the median over rounds of the seconds since the command was started (this script's
 clock, before the process is spawned) and the median of their ratios to ``import torch`` in the
 same round; last, when the prompt returned (the process was reaped), the CPU seconds of the
-whole command (the orchestrator and every process it reaped), and the machine's load. Marks a
+whole command (the orchestrator and every process it reaped), and the machine's load. Then, per
+checkout, every trial's start-up phase by phase (its result's marks), pooled over the rounds, with
+its step time: where a sweep's ``startup_s`` goes, beside what ``bench/startup.py`` shows for one
+configuration. Marks a
 checkout does not record are shown as ``-``. Each round also times, as a floor, the imports a
 trial needs in one process (the experiment, ``torch._dynamo``, which every torch optimizer's step
 imports, and ``torch.optim``: what the slot's fork server imports before the first trial); "beyond
@@ -43,6 +46,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.harness import marks as MK  # noqa: E402 - standard library only (no torch)
 ONE_TRIAL = """\
 name: one_trial
 experiment: experiments.mlp
@@ -113,16 +119,35 @@ def run_command(code: Path, spec_text: str, keep: bool) -> dict[str, float]:
     exit_cpu = [e.get("cpu") for e in lines if e["event"] == "exit"]
     if exit_cpu and exit_cpu[0] is not None:
         out["orchestrator_cpu_s"] = exit_cpu[0]
-    startups = [json.loads(Path(p).read_text()).get("metrics", {}).get("startup_s")
-                for p in glob.glob(str(folder / "mlruns" / ".trials" / "*" / "trial-*" / "result.json"))]
+    results = [json.loads(Path(p).read_text())
+               for p in glob.glob(str(folder / "mlruns" / ".trials" / "*" / "trial-*" / "result.json"))]
+    startups = [r.get("metrics", {}).get("startup_s") for r in results]
     startups = [s for s in startups if s is not None]
     if startups:
         out["startup_s"] = statistics.median(startups)
         out["trials"] = len(startups)
+    out["phases"] = [trial_phases(r) for r in results if r.get("status") == "ok"]
     if not keep:
         import shutil
 
         shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+def trial_phases(result: dict) -> dict[str, float]:
+    """One trial's start-up, phase by phase (``harness/marks.py``), with its step time (the timed
+    window over its steps): where ``startup_s`` goes, and how much of it is the warm-up doing the
+    configuration's own steps."""
+    tl, metrics = result.get("timeline", {}), result.get("metrics", {})
+    warmups = sum(1 for k in tl if k.startswith("warmup_") and k[len("warmup_"):].isdigit())
+    marks = [m for m in MK.startup_marks(warmups) if m in tl]
+    out = {"forked -> device": tl[MK.DEVICE] - tl["forked"]} if "forked" in tl and MK.DEVICE in tl else {}
+    out.update({f"{a} -> {b}": tl[b] - tl[a] for a, b in zip(marks, marks[1:])})
+    steps, window = metrics.get("measure_steps_done"), metrics.get("measure_s")
+    if steps and window:
+        out["step (window / steps)"] = window / steps
+    if metrics.get("startup_s") is not None:
+        out["startup_s"] = metrics["startup_s"]
     return out
 
 
@@ -207,6 +232,14 @@ def main() -> None:
     if all("startup_s" in r for n in codes for r in runs[n]):
         row("trials startup_s (median over trials)", medians("startup_s", 3))
     print("(ratios: median over rounds of each figure over import torch's in the same round)")
+    for name in codes:
+        pooled = [p for run in runs[name] for p in run.get("phases", [])]
+        keys = list(dict.fromkeys(k for p in pooled for k in p))  # the marks' order
+        if pooled:
+            print(f"\n{name}: the trials' start-up phase by phase, median (min-max) over {len(pooled)} trials, s")
+            for k in keys:
+                values = [p[k] for p in pooled if k in p]
+                print(f"  {k:<34s} {statistics.median(values):8.3f} ({min(values):.3f}-{max(values):.3f})")
     if args.json:
         args.json.write_text(json.dumps({"import_torch_s": torch_s, "trial_imports_s": imports_s, "loads": loads,
                                          "runs": runs}, indent=1))
