@@ -221,3 +221,40 @@ def test_hf_vs_bert_runs_both_through_the_harness_and_pairs_them(tmp_path: Path)
     (point,) = json.loads(out_json.read_text())["points"]
     assert point["bert"][0]["status"] == point["hf"][0]["status"] == "ok" and len(point["ratios"]) == 1
     assert re.search(r"float32 +4 .* (within the noise|DIFFERENT)$", proc.stdout, re.M), proc.stdout
+
+
+@pytest.mark.long  # whole commands each way: a benchmark's own check, run with -m long
+def test_first_trial_bench_times_each_mark_of_a_whole_command_against_import_torch(tmp_path: Path) -> None:
+    """bench/first_trial.py, one round, a one-trial spec with a short window, a copy of this
+    checkout's code as the other side: every mark of the command has a figure for this checkout,
+    the marks come in the timeline's order, and the trial's phases add up to its startup_s."""
+    import json
+    import shutil
+
+    other = tmp_path / "copy"
+    for part in ("orchestrator", "experiments"):
+        shutil.copytree(ROOT / part, other / part, ignore=shutil.ignore_patterns("__pycache__"))
+    spec = tmp_path / "one.yaml"
+    spec.write_text("name: one\nexperiment: experiments.mlp\ndevice: cpu\nspace: {batch_size: [8]}\n"
+                    "trial: {warmup_steps: 2, measure_steps: 2, min_measure_s: 0.05, timeout_s: 120}\n")
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "first_trial.py"), "--rounds", "1", "--spec", str(spec),
+                          "--compare", str(other), "--json", str(tmp_path / "first.json")],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    seconds = []
+    for label in ("Python and the CLI imported", "probe asked for", "MLflow, Optuna imported", "probe answered",
+                  "smoke step answered", "stores opened", "sweep loop started", "first trial started",
+                  "  its window opened", "  its window closed", "last trial finished (told)",
+                  "stores closed (MLflow settled)", "summary printed", "command's own end",
+                  "prompt returned (process reaped)", "beyond the trial's imports and window"):
+        row = next(ln for ln in lines if ln.startswith(label + " ") or ln == label)
+        figures = row[len(label):].split()
+        assert len(figures) == 4 and figures[1].endswith("x") and figures[3].endswith("x"), row  # each side: s, ratio
+        seconds.append(float(figures[2]))
+    assert seconds[:-1] == sorted(seconds[:-1]), seconds  # the timeline's order (the last row is a difference)
+    report = json.loads((tmp_path / "first.json").read_text())
+    (run,) = report["runs"]["this checkout"]
+    (phases,) = run["phases"]
+    parts = [v for k, v in phases.items() if k not in ("forked -> device", "step (window / steps)", "startup_s")]
+    assert sum(parts) == pytest.approx(phases["startup_s"], abs=0.005)
