@@ -1,43 +1,101 @@
-"""Turn what a trial process left behind into exactly one status. Pure function, table-tested."""
+"""Turn what a trial process left behind into exactly one status. Pure function, table-tested.
+
+``Status`` is the one vocabulary of trial statuses: what ``classify`` returns, what the study
+records (``store/record.TrialRecord.status``), what MLflow's ``status`` tag and the reports show.
+Its values are the strings stored since the first version, so a study keeps reading the same."""
 
 from __future__ import annotations
 
 import json
 import signal
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-STATUSES = ("ok", "oom", "swapped", "timeout", "crashed", "error", "diverged", "interrupted")
-CHILD_STATUSES = ("ok", "oom", "swapped", "error", "diverged")
+
+class Status(str, Enum):
+    """A trial's status. A ``str`` (``Status.OK == "ok"``), written to the stores as its value."""
+
+    OK = "ok"
+    """Measured: the objective metric(s) were reported."""
+    OOM = "oom"
+    """Ran out of device memory."""
+    SWAPPED = "swapped"
+    """Fitted only by swapping (unified memory); its metrics are kept, it is not feasible."""
+    TIMEOUT = "timeout"
+    """No result within ``trial.timeout_s``; the process group was killed."""
+    CRASHED = "crashed"
+    """Killed by a signal without a result (SIGKILL: often the memory killer)."""
+    ERROR = "error"
+    """The user's code or environment failed; retried on the next invocation."""
+    DIVERGED = "diverged"
+    """The loss went non-finite."""
+    INTERRUPTED = "interrupted"
+    """Cut off (Ctrl-C, SIGTERM, a killed orchestrator); runs again on the next invocation."""
+    SKIPPED = "skipped"
+    """Not run: predicted out of memory from a configuration that needs no more memory."""
+    REPEAT = "repeat"
+    """Not run: answered from the configuration's recorded result (``repeat_of``)."""
+    DEFERRED = "deferred"
+    """Not run: the configuration is in flight elsewhere or failed in this run (``deferred_to``)."""
+    UNKNOWN = "unknown"
+    """Read only, never written: a stored status this version does not know (a newer version's)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+    @classmethod
+    def read(cls, stored: Any) -> Status | None:
+        """The status a store holds: None for none (a trial not told yet), ``UNKNOWN`` for a string
+        this version does not know."""
+        if stored is None:
+            return None
+        try:
+            return cls(stored)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+S = Status
+STATUSES = (S.OK, S.OOM, S.SWAPPED, S.TIMEOUT, S.CRASHED, S.ERROR, S.DIVERGED, S.INTERRUPTED)
+"""What ``classify`` can return."""
+CHILD_STATUSES = (S.OK, S.OOM, S.SWAPPED, S.ERROR, S.DIVERGED)
+"""What a trial's result file may say."""
+NOT_RUN = (S.SKIPPED, S.REPEAT, S.DEFERRED)
+"""Recorded without a process (``skipped`` is still a result; the other two never are)."""
 
 # What each status means to the study (one place, so the loop, the report and recovery agree):
-RESULT_STATUSES = ("ok", "oom", "swapped", "skipped", "timeout", "crashed", "diverged")
+RESULT_STATUSES = (S.OK, S.OOM, S.SWAPPED, S.SKIPPED, S.TIMEOUT, S.CRASHED, S.DIVERGED)
 """Final: they say something about the configuration, which is not run again (unless asked with
 ``--retry``) and counts toward ``n_trials``."""
-RETRIED = ("error",)
+RETRIED = (S.ERROR,)
 """Not final: the user's code or environment failed (an exception, a non-zero exit, an unreadable
 result). Retried once on each later invocation; never counts toward ``n_trials``."""
-RUN_AGAIN = ("interrupted",) + RETRIED
+RUN_AGAIN = (S.INTERRUPTED,) + RETRIED
 """A configuration whose last attempt ended so runs again on the next invocation (without
 ``--retry``): cut off, or failed in the user's code."""
-COUNTED_FAILURES = ("error", "timeout", "diverged")
+COUNTED_FAILURES = (S.ERROR, S.TIMEOUT, S.DIVERGED)
 """Failures that count toward ``search.max_failures`` (with crashes other than SIGKILL, see
 ``counts_as_failure``); running out of memory never does."""
-INFEASIBLE = ("oom", "swapped", "skipped", "crashed")
+INFEASIBLE = (S.OOM, S.SWAPPED, S.SKIPPED, S.CRASHED)
 """Told as PRUNED with a violated ``fits_in_memory`` constraint: no invented objective value."""
-MEMORY_BOUNDARY = ("oom", "swapped")
+MEMORY_BOUNDARY = (S.OOM, S.SWAPPED)
 """Evidence for OOM-aware skipping: a configuration that needs at least as much memory fails too."""
+NOT_FITTING = MEMORY_BOUNDARY + (S.SKIPPED,)
+"""A configuration that did not fit in memory: ran out, swapped, or was predicted to."""
 
 
-def counts_as_failure(status: str, result: dict[str, Any]) -> bool:
+def counts_as_failure(status: Status, result: dict[str, Any]) -> bool:
     """Whether a trial's outcome counts toward ``search.max_failures``: a SIGKILL is usually the
     memory killer (a boundary, like an OOM), any other crash is a failure."""
-    return status in COUNTED_FAILURES or (status == "crashed" and result.get("signal") != "SIGKILL")
+    return status in COUNTED_FAILURES or (status == S.CRASHED and result.get("signal") != "SIGKILL")
 
 
 @dataclass
 class Outcome:
-    status: str
+    status: Status
     detail: str | None = None
     result: dict[str, Any] = field(default_factory=dict)
 
@@ -58,25 +116,25 @@ def classify(returncode: int | None, result_text: str | None, *, timed_out: bool
              log_tail: str | None = None) -> Outcome:
     """``returncode`` is negative for a signal, as ``subprocess`` reports it."""
     if interrupted:
-        return Outcome("interrupted", "the orchestrator was stopped during this trial")
+        return Outcome(S.INTERRUPTED, "the orchestrator was stopped during this trial")
     if timed_out:
-        return Outcome("timeout", f"no result within timeout_s={timeout_s:g}; process group killed"
+        return Outcome(S.TIMEOUT, f"no result within timeout_s={timeout_s:g}; process group killed"
                        if timeout_s is not None else "timed out; process group killed")
     if result_text is not None:
         try:
             result = json.loads(result_text)
         except ValueError as exc:
-            return Outcome("error", f"the trial wrote an unreadable result file ({exc.__class__.__name__}: {exc})")
+            return Outcome(S.ERROR, f"the trial wrote an unreadable result file ({exc.__class__.__name__}: {exc})")
         if not isinstance(result, dict) or result.get("status") not in CHILD_STATUSES:
             got = result.get("status") if isinstance(result, dict) else type(result).__name__
-            return Outcome("error", f"the trial's result file has no valid status (got {got!r})")
-        return Outcome(result["status"], result.get("detail"), result)
+            return Outcome(S.ERROR, f"the trial's result file has no valid status (got {got!r})")
+        return Outcome(Status(result["status"]), result.get("detail"), result)
     if returncode is not None and returncode < 0:
         name = signal_name(-returncode)
         hint = " (on macOS usually the memory killer; on Linux possibly the OOM killer)" \
             if -returncode == signal.SIGKILL else ""
-        return Outcome("crashed", f"killed by {name}{hint}", {"signal": name})
+        return Outcome(S.CRASHED, f"killed by {name}{hint}", {"signal": name})
     if returncode:
         tail = f": {log_tail}" if log_tail else ""
-        return Outcome("error", f"exited with code {returncode} without a result{tail}")
-    return Outcome("error", "exited without writing a result")
+        return Outcome(S.ERROR, f"exited with code {returncode} without a result{tail}")
+    return Outcome(S.ERROR, "exited without writing a result")

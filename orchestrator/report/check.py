@@ -80,9 +80,9 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
     before its run and its folder, so nothing read is newer than the study it is compared with."""
     from orchestrator.report.command import open_study
     from orchestrator.store.repair import artifacts
-    from orchestrator.store.study import UID_ATTR
+    from orchestrator.store.studyrecord import StudyRecord
 
-    uid = study.user_attrs.get(UID_ATTR)
+    uid = StudyRecord.of(study).uid
     if uid is None:
         raise StudyError(f"study {spec.name!r} in {shown(absolute_uri(spec.storage))} was not created by orchestrate")
     client, experiment, parent, runs = _mlflow(spec, uid)

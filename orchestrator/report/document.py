@@ -21,6 +21,7 @@ from orchestrator.outcome import RESULT_STATUSES
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.report.summary import best_table, fmt_num, fmt_params
+from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.store.tracking import absolute_uri
 
 COUNTED = RESULT_STATUSES  # ok, oom, swapped, skipped, timeout, crashed, diverged
@@ -109,7 +110,7 @@ def device_of(spec: SweepSpec, study: Any, t: Any = None) -> str:
     """The device a trial ran on: its result file, its params, the study's plan, the spec."""
     applied = result_file(t).get("applied", {}) if t is not None else {}
     device = applied.get("device") or (t.params.get("device") if t is not None else None)
-    device = device or study.user_attrs.get("orchestrate.fingerprint", {}).get("device")
+    device = device or (StudyRecord.of(study).fingerprint or {}).get("device")
     if device in (None, "swept"):
         from orchestrator.search.space import guess_device
 

@@ -27,11 +27,12 @@ from orchestrator.store.urls import Origins
 def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
     """The lines to print for a study with nothing to run, or None (see the module)."""
     from orchestrator.report.closing import parent_close, summary, target_of, trial_time_s
-    from orchestrator.machine import MACHINE_ATTR, facts
+    from orchestrator.machine import facts
     from orchestrator.store.agreement import recorded
     from orchestrator.store.records import is_attempt, rank, results_of
     from orchestrator.search.space import config_key, fingerprint, guess_device, make_plan
-    from orchestrator.store.study import FINGERPRINT_ATTR, sqlite_path
+    from orchestrator.store.study import sqlite_path
+    from orchestrator.store.studyrecord import StudyRecord
     from orchestrator.store.studyread import read_study
     from orchestrator.store.tracking import absolute_uri
 
@@ -45,10 +46,11 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
         return None
     device = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else guess_device()
     plan = make_plan(spec, device)
-    stored = study.user_attrs.get(FINGERPRINT_ATTR)
+    attrs = StudyRecord.of(study)
+    stored = attrs.fingerprint
     if stored is None or stored != json.loads(json.dumps(fingerprint(spec, plan))):
         return None
-    machine = study.user_attrs.get(MACHINE_ATTR) or {}
+    machine = attrs.machine or {}
     if {k: machine.get(k) for k in ("devices", "torch_version", "device_names")} != facts(plan.devices):
         return None
     trials = study.trials

@@ -29,6 +29,7 @@ from orchestrator import metrics as M
 from orchestrator.errors import OrchestratorError, UsageParser, print_error
 from orchestrator.redact import child_env, first_line, has_secret, pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
+from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.store.tracking import absolute_uri, quiet_mlflow_logs
 
 HOST = "127.0.0.1"
@@ -165,7 +166,7 @@ class ParentRun:
                 [exp.experiment_id], filter_string=f"tags.role = 'sweep' and tags.study = '{spec.name}'",
                 order_by=["attributes.start_time ASC"])
             ids = [r.info.run_id for r in runs]
-            wanted = study.user_attrs.get("mlflow_parent_run_id")  # set by the sweep; exact
+            wanted = StudyRecord.of(study).parent_run_id  # set by the sweep; exact
             run_id = wanted if wanted in ids else None  # never another study's parent
             if run_id is None:
                 return cls(None, None, f"no parent run for study {spec.name!r} in {shown(uri)}; plots not logged")

@@ -8,7 +8,7 @@ terminal status (``runs.MLFLOW_STATUS``: ``FINISHED`` for ``ok``, ``oom``, ``swa
 the study holds (as MLflow is given them: ``logged_metrics``) and the files of its trial folder. A trial in flight (a live orchestrator runs it, or told it a
 moment ago and its writer thread is on it) is not compared. ``compare`` lists each
 ``Difference``; ``converge`` writes what they ask for. A study carries a mark
-(``study.RECORDED_ATTR``): how many trials MLflow held in full when last compared, and where; a
+(``studyrecord.RECORDED_ATTR``): how many trials MLflow held in full when last compared, and where; a
 finished study's command (``report.resume``) opens MLflow only when the mark does not match
 (``recorded``).
 """
@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 from orchestrator import metrics as M
 from orchestrator.store.records import run_metrics, run_tags, trace_tags
-from orchestrator.store.study import RECORDED_ATTR
+from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.store.runs import MLFLOW_STATUS, TERMINAL, logged_metrics, param_text
 
 KINDS = {  # kind -> what the line says is wrong, and whether writing MLflow from the study repairs it
@@ -209,7 +209,7 @@ def recorded(study: Any, tracking_uri: str) -> bool:
     from orchestrator.redact import shown
     from orchestrator.store.tracking import absolute_uri
 
-    mark = study.user_attrs.get(RECORDED_ATTR)
+    mark = StudyRecord.of(study).recorded
     uri = absolute_uri(tracking_uri)
     if not isinstance(mark, dict) or mark.get("tracking_uri") != shown(uri) or \
             mark.get("trials") != len(study.trials):

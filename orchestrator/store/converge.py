@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from orchestrator.redact import shown
 from orchestrator.store.agreement import Difference, compare, keeper, record_of
-from orchestrator.store.study import RECORDED_ATTR
+from orchestrator.store.studyrecord import write_study
 from orchestrator.store.writefault import StoreUnwritable
 
 
@@ -108,13 +108,13 @@ def _restored(tracker: Any, run_id: str) -> list[Any]:
 
 
 def mark(study: Any, tracking_uri: str, parent_id: str | None, trials: int) -> None:
-    """Set the study's mark (``study.RECORDED_ATTR``): MLflow holds all ``trials`` trials. A
+    """Set the study's mark (``studyrecord.RECORDED_ATTR``): MLflow holds all ``trials`` trials. A
     study that cannot take it stays unmarked: the next finished-study command compares again."""
     from orchestrator.store.tracking import absolute_uri
 
     try:
-        study.set_user_attr(RECORDED_ATTR, {"tracking_uri": shown(absolute_uri(tracking_uri)),
-                                            "parent_run_id": parent_id, "trials": trials})
+        write_study(study, recorded={"tracking_uri": shown(absolute_uri(tracking_uri)),
+                                     "parent_run_id": parent_id, "trials": trials})
     except StoreUnwritable:
         pass
 

@@ -25,21 +25,22 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
     from orchestrator.store.converge import mark
     from orchestrator.store.coordination import StudyLock, is_shared
     from orchestrator.store.recovery import Recovery
-    from orchestrator.store.study import UID_ATTR, load_study, study_lock
+    from orchestrator.store.study import load_study, study_lock
+    from orchestrator.store.studyrecord import StudyRecord, write_study
     from orchestrator.store.tracking import Tracker, absolute_uri
 
     shared = is_shared(spec.storage)
     with study_lock(spec.storage, spec.name):
         study = load_study(spec.storage, spec.name, spec.search.grace_period_s)
         tracker = Tracker(spec.tracking_uri, spec.name, _outage(spec))
-        uid = study.user_attrs[UID_ATTR]
+        uid = StudyRecord.of(study).uid
         if shared:  # other orchestrators may be running it: its parent run is theirs to close
             created = _find_parent(tracker, spec, uid)
         else:
             tracker.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
             created = True
-        if study.user_attrs.get("mlflow_parent_run_id") != tracker.parent_id:
-            study.set_user_attr("mlflow_parent_run_id", tracker.parent_id)
+        if StudyRecord.of(study).parent_run_id != tracker.parent_id:
+            write_study(study, parent_run_id=tracker.parent_id)
         recovery = Recovery(study, tracker, trial_root(spec.name, uid), shared, spec.search.grace_period_s)
         with StudyLock(spec.storage, spec.name):
             recovery.recover(artifacts=artifacts(tracker.client) if files else None)

@@ -16,13 +16,8 @@ from typing import Any, Callable, Iterator
 from orchestrator.errors import StudyError
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import SweepSpec
+from orchestrator.store.studyrecord import StudyRecord, write_study
 
-FINGERPRINT_ATTR = "orchestrate.fingerprint"
-UID_ATTR = "orchestrate.uid"  # tells a study from an earlier one of the same name (delete-study)
-RECORDED_ATTR = "orchestrate.recorded"
-"""``{"tracking_uri", "parent_run_id", "trials"}``: MLflow at ``tracking_uri`` held every one of
-the study's ``trials`` trials when it was last compared (``store.agreement``). A run that opens the
-study takes it away before it writes to MLflow, and sets it again once MLflow agrees at its end."""
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -247,23 +242,23 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
     stored_dirs = [d.name.lower() for d in study.directions]
     if stored_dirs != directions:
         raise _mismatch(spec, storage_url, f"objective directions: stored {stored_dirs}, spec {directions}")
-    attrs = study.user_attrs  # one read of the study's attributes
-    stored = attrs.get(FINGERPRINT_ATTR)
+    attrs = StudyRecord.of(study)  # one read of the study's attributes
+    stored = attrs.fingerprint
     if stored is None:
         if study.trials:
             raise _mismatch(spec, storage_url, "the study was not created by orchestrate")
-        study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
+        write_study(study, fingerprint=fingerprint)
     wanted = json.loads(json.dumps(fingerprint))  # as the storage gives it back (tuples -> lists)
-    if UID_ATTR not in attrs:
+    if attrs.uid is None:
         import uuid
 
-        study.set_user_attr(UID_ATTR, uuid.uuid4().hex)
+        write_study(study, uid=uuid.uuid4().hex)
     elif stored != wanted:
         diffs = [f"{k}: stored {json.dumps(stored.get(k))}, spec {json.dumps(wanted.get(k))}"
                  for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k)]
         raise _mismatch(spec, storage_url, "; ".join(diffs))
-    if attrs.get(RECORDED_ATTR) is not None:  # this run writes MLflow: it is compared again at its end
-        study.set_user_attr(RECORDED_ATTR, None)
+    if attrs.recorded is not None:  # this run writes MLflow: it is compared again at its end
+        write_study(study, recorded=None)
     return study
 
 

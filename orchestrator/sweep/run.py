@@ -122,7 +122,8 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
     from orchestrator.store.coordination import Heartbeat, StudyLock
     from orchestrator.store.recovery import Recovery
     from orchestrator.search.space import fingerprint
-    from orchestrator.store.study import UID_ATTR, open_study, study_lock
+    from orchestrator.store.study import open_study, study_lock
+    from orchestrator.store.studyrecord import StudyRecord, write_study
     from orchestrator.sweep.loop import Sweep
     from orchestrator.store.tracking import AsyncTracker, Tracker, absolute_uri
     from orchestrator.store.writefault import StoreUnwritable
@@ -138,11 +139,11 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                 sync = Tracker(spec.tracking_uri, spec.name, runs)
                 study = open_study(spec, spec.storage, fingerprint(spec, plan),
                                    worker=os.getpid() if shared else 0, outage=db)
-                uid = study.user_attrs[UID_ATTR]
+                uid = StudyRecord.of(study).uid
                 record_machine(study, plan, memory_limit(spec, plan, probe))
                 parent = sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
-                if study.user_attrs.get("mlflow_parent_run_id") != parent:
-                    study.set_user_attr("mlflow_parent_run_id", parent)
+                if StudyRecord.of(study).parent_run_id != parent:
+                    write_study(study, parent_run_id=parent)
             event("stores_opened")
             work_dir = trial_root(spec.name, uid)
             recovery = Recovery(study, sync, work_dir, shared, spec.search.grace_period_s, db)
@@ -199,11 +200,12 @@ def outages(spec: SweepSpec, stop: Any) -> tuple[Any, Any]:
 def record_machine(study: Any, plan: Any, limit_gib: float | None) -> None:
     """What the study runs on, for a later run of the finished study to check without a probe
     (``resume``)."""
-    from orchestrator.machine import MACHINE_ATTR, facts
+    from orchestrator.machine import facts
+    from orchestrator.store.studyrecord import StudyRecord, write_study
 
     now = {**facts(plan.devices), "memory_limit_gib": limit_gib}
-    if study.user_attrs.get(MACHINE_ATTR) != now:
-        study.set_user_attr(MACHINE_ATTR, now)
+    if StudyRecord.of(study).machine != now:
+        write_study(study, machine=now)
 
 
 def memory_limit(spec: SweepSpec, plan: Any, probe: dict[str, Any]) -> float | None:

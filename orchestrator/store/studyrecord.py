@@ -1,0 +1,56 @@
+"""A study's own record: what the orchestrator keeps in the study's user attributes.
+
+The only module that reads or writes a study's user attributes (``record`` does a trial's).
+``StudyRecord.of(study)`` reads them once (from an ``optuna.Study`` or a ``studyread.StoredStudy``);
+``write_study(study, ...)`` sets them by the record's field names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.machine import MACHINE_ATTR
+
+FINGERPRINT_ATTR = "orchestrate.fingerprint"
+UID_ATTR = "orchestrate.uid"  # tells a study from an earlier one of the same name (delete-study)
+RECORDED_ATTR = "orchestrate.recorded"
+"""``{"tracking_uri", "parent_run_id", "trials"}``: MLflow at ``tracking_uri`` held every one of
+the study's ``trials`` trials when it was last compared (``store.agreement``). A run that opens the
+study takes it away before it writes to MLflow, and sets it again once MLflow agrees at its end."""
+PARENT_RUN_ATTR = "mlflow_parent_run_id"
+
+KEYS = {"fingerprint": FINGERPRINT_ATTR, "uid": UID_ATTR, "machine": MACHINE_ATTR, "recorded": RECORDED_ATTR,
+        "parent_run_id": PARENT_RUN_ATTR}
+"""Each field of ``StudyRecord`` and the attribute that stores it."""
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    """A study's user attributes, typed. A field is None when the study has no such attribute."""
+
+    fingerprint: dict[str, Any] | None = None
+    """What the study searches (``space.fingerprint``); a resumed spec must match it."""
+    uid: str | None = None
+    """Tells the study from an earlier one of the same name; names its folder and MLflow runs."""
+    machine: dict[str, Any] | None = None
+    """What it runs on (``machine.facts`` and the memory limit), for ``resume``."""
+    recorded: dict[str, Any] | None = None
+    """The mark that MLflow holds every trial (``converge.mark``); None while a run writes."""
+    parent_run_id: str | None = None
+    """The study's MLflow parent run."""
+
+    @classmethod
+    def of(cls, study: Any) -> StudyRecord:
+        """The record of ``study``, read once (each read of an ``optuna.Study``'s is a query)."""
+        attrs = study.user_attrs
+        return cls(**{name: attrs.get(key) for name, key in KEYS.items()})
+
+
+def write_study(study: Any, **values: Any) -> None:
+    """Set the study's attributes ``values`` (names of ``StudyRecord``'s fields), in that order."""
+    wrong = [k for k in values if k not in KEYS]
+    if wrong:
+        raise TypeError(f"not fields of StudyRecord: {', '.join(wrong)} (fields: {', '.join(KEYS)})")
+    for name, value in values.items():
+        study.set_user_attr(KEYS[name], value)
