@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import OrchestratorError
+from orchestrator.outcome import Status
 from orchestrator.search.space import config_key
 
 INDEX = "landscapes.json"
 
 RESULT_COLUMNS = ("status", "samples_per_s", "peak_memory_gib", "duration_s")
-RECORDED_STATUSES = ("ok", "oom", "timeout", "crashed", "error", "diverged")
+RECORDED_STATUSES = (Status.OK, Status.OOM, Status.TIMEOUT, Status.CRASHED, Status.ERROR, Status.DIVERGED)
 
 
 class LandscapeError(OrchestratorError, ValueError):
@@ -78,7 +79,7 @@ class Landscape:
 
     def best_feasible(self) -> float:
         """The highest recorded ``samples_per_s`` of a trial that fitted in memory."""
-        values = [r.samples_per_s for r in self.rows.values() if r.status == "ok" and r.samples_per_s is not None]
+        values = [r.samples_per_s for r in self.rows.values() if r.status == Status.OK and r.samples_per_s is not None]
         if not values:
             raise LandscapeError(f"{self.path}: no configuration has status ok")
         return max(values)

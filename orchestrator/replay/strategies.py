@@ -22,7 +22,8 @@ from typing import Any, Callable
 
 from orchestrator.replay.landscape import Landscape
 from orchestrator.launch import Launched, StopFlag
-from orchestrator.outcome import Outcome
+from orchestrator.outcome import Outcome, Status
+from orchestrator.store import record
 
 REPLAY_PATH = Path("<replay>")
 
@@ -46,9 +47,10 @@ class ReplayLauncher:
             measured *= math.exp(self.rng.gauss(0.0, self.noise))
         metrics = {k: v for k, v in (("samples_per_s", measured),
                                       ("peak_memory_gib", row.peak_memory_gib)) if v is not None}
-        detail = None if row.status == "ok" else f"replayed from {self.landscape.path.name}: {row.status}"
-        return Launched(Outcome(row.status, detail, {"status": row.status, "metrics": metrics}),
-                        0 if row.status == "ok" else 1, row.duration_s, None, trial_dir / "trial.log")
+        ok = row.status == Status.OK
+        detail = None if ok else f"replayed from {self.landscape.path.name}: {row.status}"
+        return Launched(Outcome(Status(row.status), detail, {"status": row.status, "metrics": metrics}),
+                        0 if ok else 1, row.duration_s, None, trial_dir / "trial.log")
 
 
 class NullTracker:
@@ -149,7 +151,7 @@ class TrialRecord:
 
     @property
     def measured(self) -> bool:
-        return self.status != "skipped" and self.repeat_of is None
+        return self.status != Status.SKIPPED and self.repeat_of is None
 
 
 def landscape_spec(landscape: Landscape, name: str = "replay", device: str | None = None) -> dict[str, Any]:
@@ -216,14 +218,13 @@ def trial_records(study: Any, finished: dict[int, float] | None = None) -> list[
     out = []
     finished = finished or {}
     for t in study.get_trials(deepcopy=False):
-        attrs = t.user_attrs
-        status = attrs.get("status", "unknown")
-        repeat_of = attrs.get("repeat_of", attrs.get("deferred_to"))
-        ran = status not in ("skipped", "deferred") and repeat_of is None
-        sps = attrs.get("metrics", {}).get("samples_per_s") if ran and status == "ok" else None
+        rec = record.TrialRecord.of(t)
+        status = rec.status or Status.UNKNOWN
+        repeat_of = rec.repeat_of if rec.repeat_of is not None else rec.deferred_to
+        ran = status not in (Status.SKIPPED, Status.DEFERRED) and repeat_of is None
+        sps = rec.metrics.get("samples_per_s") if ran and status == Status.OK else None
         out.append(TrialRecord(t.number, dict(t.params), status, sps,
-                               float(attrs.get("duration_s", 0.0)) if ran else 0.0, repeat_of,
-                               finished.get(t.number)))
+                               float(rec.duration_s or 0.0) if ran else 0.0, repeat_of, finished.get(t.number)))
     return sorted(out, key=lambda r: (r.finished_at if r.finished_at is not None else 0.0, r.number))
 
 
@@ -245,9 +246,9 @@ def lightning_search(landscape: Landscape, batch: str = "batch_size", precision:
             params = {**others, batch: b, **({precision: p} if p is not None else {})}
             row = landscape.row(params)
             out.append(TrialRecord(len(out), {c: row.params[c] for c in landscape.columns}, row.status,
-                                   row.samples_per_s if row.status == "ok" else None, row.duration_s))
+                                   row.samples_per_s if row.status == Status.OK else None, row.duration_s))
             larger = [x for x in batches if x > b]
-            if row.status != "ok" or not larger:
+            if row.status != Status.OK or not larger:
                 break
             b = min(larger)
     return out
@@ -267,7 +268,7 @@ def lightning_pick(records: list[TrialRecord], precision: str | None = "dtype") 
     """"Then pick the fastest": among the largest fitting batch of each precision, the fastest."""
     largest: dict[Any, TrialRecord] = {}
     for r in records:
-        if r.status == "ok":
+        if r.status == Status.OK:
             largest[r.params.get(precision) if precision else None] = r  # doubling: the last ok is the largest
     candidates = [r for r in largest.values() if r.samples_per_s is not None]
     return max(candidates, key=lambda r: r.samples_per_s) if candidates else None  # type: ignore[arg-type,return-value]
@@ -294,7 +295,7 @@ def time_to_band(records: list[TrialRecord], threshold: float,
             continue
         trials += 1
         cost += r.cost_s
-        value = r.samples_per_s if truth is None else (truth(r) if r.status == "ok" else None)
-        if r.status == "ok" and value is not None and value >= threshold:
+        value = r.samples_per_s if truth is None else (truth(r) if r.status == Status.OK else None)
+        if r.status == Status.OK and value is not None and value >= threshold:
             return BandHit(trials, i + 1, cost)
     return None

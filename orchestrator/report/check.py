@@ -26,6 +26,7 @@ from orchestrator.errors import OrchestratorError, StudyError, UsageParser, prin
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec, load_spec
 from orchestrator.store.agreement import Difference, compare, trial_root
+from orchestrator.store.record import TrialRecord
 from orchestrator.store.tracking import absolute_uri
 
 SHOWN_PER_KIND = 20  # lines of one kind before "... and N more"
@@ -199,8 +200,8 @@ def _mlflow(spec: SweepSpec, uid: str) -> tuple[Any, Any, Any, dict[int, list[An
 def _folder_root(study: Any, name: str, uid: str) -> Path:
     """Where the study's trial folders are: as its trials name them, else under ``./mlruns``."""
     for t in study.trials:
-        if t.user_attrs.get("trial_dir"):
-            return Path(t.user_attrs["trial_dir"]).parent
+        if folder := TrialRecord.of(t).trial_dir:
+            return Path(folder).parent
     return trial_root(name, uid)
 
 

@@ -7,9 +7,11 @@ import shlex
 from typing import Any
 
 from orchestrator import metrics as M
+from orchestrator.outcome import NOT_FITTING
 from orchestrator.report.precision import cpu_flags, half_precision_note
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
+from orchestrator.store.record import TrialRecord, has_status, status_of
 from orchestrator.store.urls import Origins, command_flags, from_environment
 from orchestrator.report.summary import best_table, fmt_params, status_counts
 
@@ -26,7 +28,7 @@ def store_flags(spec: SweepSpec, origins: Origins = Origins()) -> list[str]:
 
 
 def trial_time_s(trials: list[Any]) -> float:
-    return sum(t.user_attrs.get(M.DURATION_S) or 0 for t in trials if "status" in t.user_attrs)
+    return sum(TrialRecord.of(t).duration_s or 0 for t in trials if has_status(t))
 
 
 def description(spec: SweepSpec, results: list[Any], best: list[Any], target: int, spent_s: float,
@@ -81,10 +83,10 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
     lines += best_table(spec, best)
     if best:
         b = best[0]
-        m = b.user_attrs.get("metrics", {})
+        m = TrialRecord.of(b).metrics
         lines.append(f"Best: trial {b.number}: {fmt_params(b.params)} -> "
                      f"{m.get(M.SAMPLES_PER_S, 0):,.1f} samples/s, peak {m.get(M.PEAK_MEMORY_GIB, 0):.2f} GiB")
-    elif results and all(t.user_attrs.get("status") in ("oom", "swapped", "skipped") for t in results):
+    elif results and all(status_of(t) in NOT_FITTING for t in results):
         lines.append("Nothing fit: every configuration ran out of memory (or swapped, or was predicted "
                      "to). That is the answer for this machine; try smaller batches, a lower precision "
                      "or activation checkpointing.")

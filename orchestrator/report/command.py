@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator import metrics as M
 from orchestrator.report.compare import compare_knob, comparison, device_advice, reference_for
 from orchestrator.errors import OrchestratorError, StudyError, UsageParser, print_error, silence_stdout
+from orchestrator.store.record import TrialRecord
 from orchestrator.store.records import rank, results_of
 from orchestrator.redact import shown
 from orchestrator.report.document import (best_lines, build_report, device_of, paste_command, pick_best, provenance,
@@ -161,7 +162,7 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
     t = pick_best(spec, best)
     device = device_of(spec, study, t)
     params = trial_params(make_plan(spec, device), t.params)
-    m = t.user_attrs.get("metrics", {})
+    m = TrialRecord.of(t).metrics
     name = (result_file(t).get("provenance") or {}).get("device_name")
     summary = (f"{spec.name} trial {t.number}: {fmt_num(m.get(M.SAMPLES_PER_S))} samples/s, peak "
                f"{fmt_num(m.get(M.PEAK_MEMORY_GIB), ' GiB', 2)} ({device}{', ' + name if name else ''})")

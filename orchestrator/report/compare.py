@@ -13,7 +13,8 @@ from typing import Any
 
 from orchestrator import metrics as M
 from orchestrator.errors import OrchestratorError
-from orchestrator.report.plotdata import pick, status
+from orchestrator.outcome import Status
+from orchestrator.report.plotdata import metric_of, pick, status
 from orchestrator.spec.load import SweepSpec
 
 
@@ -66,7 +67,7 @@ def comparison(trials: list[Any], knob: str = "device", reference: Any = None) -
                 row["cells"][v] = None
                 continue
             best = pick(by_value[v])
-            sps = best.user_attrs.get("metrics", {}).get(M.SAMPLES_PER_S) if status(best) == "ok" else None
+            sps = metric_of(best, M.SAMPLES_PER_S) if status(best) == Status.OK else None
             row["cells"][v] = {"trial": best.number, "status": status(best), "samples_per_s": sps, "speedup": None}
         base = row["cells"][ref]
         for v in values[1:]:
@@ -137,7 +138,7 @@ def device_advice(comp: dict[str, Any], best: Any) -> str | None:
     mine = best.params.get(knob)
     key = {k: best.params.get(k) for k in comp["params"]}
     row = next((r for r in comp["rows"] if r["params"] == key), None)
-    sps = (best.user_attrs.get("metrics") or {}).get(M.SAMPLES_PER_S)
+    sps = metric_of(best, M.SAMPLES_PER_S)
     if row is None or mine is None or not sps:
         return None
     parts = []

@@ -17,10 +17,11 @@ from orchestrator import metrics as M
 from orchestrator.clip import short_detail
 from orchestrator.report.compare import comparison_lines
 from orchestrator.harness import swap
-from orchestrator.outcome import RESULT_STATUSES
+from orchestrator.outcome import RESULT_STATUSES, Status
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.report.summary import best_table, fmt_num, fmt_params
+from orchestrator.store.record import TrialRecord, status_of
 from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.store.tracking import absolute_uri
 
@@ -37,14 +38,14 @@ def paste_command(spec: SweepSpec, *words: str) -> str:
 
 
 def trial_row(t: Any) -> dict[str, Any]:
-    attrs = t.user_attrs
+    rec = TrialRecord.of(t)
     return {"number": t.number, "state": t.state.name,
-            "status": attrs.get("status", t.state.name.lower()), "params": dict(t.params),
-            "values": list(t.values) if t.values else None, "metrics": attrs.get("metrics", {}),
-            "duration_s": attrs.get(M.DURATION_S), "detail": attrs.get("detail"),
-            "repeat_of": attrs.get("repeat_of"), "mlflow_run_id": attrs.get("mlflow_run_id"),
-            "processes": attrs.get("processes", 1), "neighbour_of": attrs.get("neighbour_of"),
-            "retry_of": attrs.get("retry_of"), "retry_reason": attrs.get("retry_reason"),
+            "status": rec.status_text if rec.status is not None else t.state.name.lower(), "params": dict(t.params),
+            "values": list(t.values) if t.values else None, "metrics": rec.metrics,
+            "duration_s": rec.duration_s, "detail": rec.detail,
+            "repeat_of": rec.repeat_of, "mlflow_run_id": rec.mlflow_run_id,
+            "processes": rec.process_count, "neighbour_of": rec.neighbour_of,
+            "retry_of": rec.retry_of, "retry_reason": rec.retry_reason,
             "mps_fallback_ops": _fallback_ops(t)}
 
 
@@ -65,7 +66,7 @@ def retry_note(r: dict[str, Any]) -> str:
     """The history part of a row's note: ``retry of #3 (it ended error)``, ``run again as #7``."""
     parts = []
     if r.get("retry_of") is not None:
-        parts.append(f"retry of #{r['retry_of']} (it ended {r.get('retry_reason') or 'interrupted'})")
+        parts.append(f"retry of #{r['retry_of']} (it ended {r.get('retry_reason') or Status.INTERRUPTED})")
     if r.get("retried_as") is not None:
         parts.append(f"run again as #{r['retried_as']}" + (f" (--retry {r['status']}), no longer a result"
                                                            if r["status"] in COUNTED else ""))
@@ -74,7 +75,7 @@ def retry_note(r: dict[str, Any]) -> str:
 
 def _fallback_ops(t: Any) -> list[str] | None:
     """Ops that fell back from MPS to the CPU (names from the result file; the count is a metric)."""
-    n = (t.user_attrs.get("metrics") or {}).get(M.MPS_FALLBACK_OPS)
+    n = TrialRecord.of(t).metrics.get(M.MPS_FALLBACK_OPS)
     if not n:
         return [] if n is not None else None
     ops = (result_file(t).get("info") or {}).get("mps_fallback_ops")
@@ -88,7 +89,7 @@ def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list
     comparison ``comp`` (``compare.comparison``) and ``prov`` (``provenance``: where it ran)."""
     trials = [t for t in snapshot if t.state.name != "WAITING"]
     multi = len(spec.objective.metrics) > 1
-    counts = Counter(t.user_attrs["status"] for t in results)
+    counts = Counter(status_of(t) for t in results)
     prov = prov or {}
     device, device_name = device_of(spec, study, next(iter(results), None)), prov.get("device_name")
     if "device" in spec.space:  # swept: no one device (nor its name) speaks for the study
@@ -97,9 +98,9 @@ def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list
         "study": spec.name, "storage": shown(absolute_uri(spec.storage)),
         "objective": [list(m) for m in spec.objective.metrics],
         "target": _target(spec, study), "trials": link_retries([trial_row(t) for t in trials]),
-        "results": len(results), "counts": {s: counts.get(s, 0) for s in COUNTED},
+        "results": len(results), "counts": {s.value: counts.get(s, 0) for s in COUNTED},
         "not_results": len(trials) - len(results),
-        "total_time_s": round(sum(t.user_attrs.get(M.DURATION_S) or 0 for t in trials), 3),
+        "total_time_s": round(sum(TrialRecord.of(t).duration_s or 0 for t in trials), 3),
         "best": trial_row(pick_best(spec, best)) if best else None,
         "pareto": [trial_row(t) for t in best] if multi else None,
         "comparison": comp, "device": device, "device_name": device_name, "torch_version": prov.get("torch_version"),
@@ -127,7 +128,7 @@ def _target(spec: SweepSpec, study: Any) -> int | None:
 
 
 def result_file(t: Any) -> dict[str, Any]:
-    folder = t.user_attrs.get("trial_dir") if t is not None else None
+    folder = TrialRecord.of(t).trial_dir if t is not None else None
     try:
         data = json.loads((Path(folder) / "result.json").read_text()) if folder else {}
     except (OSError, ValueError):
@@ -157,9 +158,9 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
              f"Study: {rep['storage']} (study {spec.name!r})", "", head]
     for r in rows:
         note = f"repeat of #{r['repeat_of']}, not a result" if r["repeat_of"] is not None else \
-            "not a result; its configuration runs again" if r["status"] == "interrupted" else \
-            swap_note(r["metrics"]) or _short(r["detail"] or "") if r["status"] == "swapped" else \
-            _short(r["detail"] or "") if r["status"] != "ok" else _ok_note(r)
+            "not a result; its configuration runs again" if r["status"] == Status.INTERRUPTED else \
+            swap_note(r["metrics"]) or _short(r["detail"] or "") if r["status"] == Status.SWAPPED else \
+            _short(r["detail"] or "") if r["status"] != Status.OK else _ok_note(r)
         history = retry_note(r)
         if history:
             note = f"{history}; {note}" if note else history
@@ -199,7 +200,7 @@ def swap_note(metrics: dict[str, Any]) -> str:
 def memory_pressure_lines(rows: list[dict[str, Any]]) -> list[str]:
     """After the table: trials that fit only by swapping, and trials in which ops fell back to the CPU."""
     out = []
-    swapped = [r for r in rows if r["status"] == "swapped" and r["repeat_of"] is None]
+    swapped = [r for r in rows if r["status"] == Status.SWAPPED and r["repeat_of"] is None]
     if swapped:
         out.append(f"Fits but swaps: {len(swapped)} trial(s) ({', '.join('#' + str(r['number']) for r in swapped)}) "
                    "fitted only by swapping during the timed window: recorded as swapped, infeasible like an OOM "
@@ -250,7 +251,7 @@ def best_lines(spec: SweepSpec, best: list[Any]) -> list[str]:
     out = ["Pareto front:" if multi else "Best feasible configurations:"] + best_table(spec, best)
     b = pick_best(spec, best)
     if b is not None:
-        m = b.user_attrs.get("metrics", {})
+        m = TrialRecord.of(b).metrics
         out.append(("Best on " + spec.objective.metrics[0][0] + " among the front: " if multi else "Best: ") +
                    f"trial {b.number}: {fmt_params(b.params)} -> {fmt_num(m.get(M.SAMPLES_PER_S))} samples/s, "
                    f"peak {fmt_num(m.get(M.PEAK_MEMORY_GIB), ' GiB', 2)}")
@@ -267,7 +268,7 @@ def top_markdown(spec: SweepSpec, ranked: list[Any], comp: dict[str, Any] | None
     out = [TOP_MARK, "", "| trial | " + " | ".join(names) + " | samples/s | peak GiB |",
            "|---" * (len(names) + 3) + "|"]
     for t in best:
-        m = t.user_attrs.get("metrics", {})
+        m = TrialRecord.of(t).metrics
         out.append(f"| {t.number} | " + " | ".join(str(t.params.get(k, "")) for k in names) +
                    f" | {fmt_num(m.get(M.SAMPLES_PER_S))} | {fmt_num(m.get(M.PEAK_MEMORY_GIB), digits=2)} |")
     if comp:

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import metrics as M
+from orchestrator.outcome import NOT_FITTING, Status
+from orchestrator.store.record import TrialRecord, status_of
 from orchestrator.store.records import is_feasible
 
 MAX_LINES = 8
-PRIORITY = ("oom", "swapped", "skipped", "crashed", "timeout", "error", "diverged")  # a cell's failure, worst first
-MEMORY_FAILURES = ("oom", "swapped", "skipped")  # what the boundary map marks as not fitting
-NOTES = {"oom": "OOM", "swapped": "swaps", "skipped": "skipped"}
+PRIORITY = NOT_FITTING + (Status.CRASHED, Status.TIMEOUT, Status.ERROR, Status.DIVERGED)  # a cell's failure, worst first
+MEMORY_FAILURES = NOT_FITTING  # what the boundary map marks as not fitting
+NOTES = {Status.OOM: "OOM", Status.SWAPPED: "swaps", Status.SKIPPED: "skipped"}
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,13 @@ class Layout:
 
 
 def status(t: Any) -> str:
-    return t.user_attrs.get("status", "?")
+    """The trial's status as plain text (``?``: none yet), for the plots' and the report's data."""
+    s = status_of(t)
+    return s.value if s is not None else "?"
+
+
+def metric_of(t: Any, name: str) -> Any:
+    return TrialRecord.of(t).metrics.get(name)
 
 
 def choose_layout(trials: list[Any]) -> Layout:
@@ -62,9 +70,9 @@ def label(params: dict[str, Any], knobs: tuple[str, ...]) -> str:
 
 def pick(cell: list[Any]) -> Any:
     """The trial a point stands for: the fastest ok one, else the worst failure."""
-    ok = [t for t in cell if status(t) == "ok" and t.user_attrs.get("metrics", {}).get(M.SAMPLES_PER_S) is not None]
+    ok = [t for t in cell if status(t) == Status.OK and metric_of(t, M.SAMPLES_PER_S) is not None]
     if ok:
-        return max(ok, key=lambda t: t.user_attrs["metrics"][M.SAMPLES_PER_S])
+        return max(ok, key=lambda t: metric_of(t, M.SAMPLES_PER_S))
     return min(cell, key=lambda t: PRIORITY.index(status(t)) if status(t) in PRIORITY else len(PRIORITY))
 
 
@@ -82,7 +90,7 @@ def metric_series(trials: list[Any], metric: str, layout: Layout | None = None
                   ) -> dict[str, list[tuple[Any, float | None, str]]]:
     """Line label -> [(x, the metric or None, status)]."""
     layout = layout or choose_layout(trials)
-    return {name: [(x, t.user_attrs.get("metrics", {}).get(metric) if status(t) == "ok" else None, status(t))
+    return {name: [(x, metric_of(t, metric) if status(t) == Status.OK else None, status(t))
                    for x, t in pts] for name, pts in points(trials, layout).items()}
 
 
@@ -111,8 +119,8 @@ def oom_grid(trials: list[Any], layout: Layout | None = None) -> dict[str, Any]:
                 continue
             best = pick(cell)
             bad = [t for t in cell if status(t) in MEMORY_FAILURES]
-            if status(best) == "ok":
-                values[r][c] = best.user_attrs["metrics"][M.SAMPLES_PER_S]
+            if status(best) == Status.OK:
+                values[r][c] = metric_of(best, M.SAMPLES_PER_S)
                 notes[r][c] = f"{len(bad)}/{len(cell)} OOM" if bad else ""
             else:
                 notes[r][c] = NOTES.get(status(best), "failed")

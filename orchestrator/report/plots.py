@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import metrics as M
+from orchestrator.outcome import Status
 from orchestrator.report.plotdata import (MEMORY_FAILURES, NOTES, choose_layout, history_series, metric_series, oom_grid,
                                    pareto_points)
 
 LINE_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
-MARKS = {"oom": ("X", "tab:red", "out of memory"), "swapped": ("D", "tab:orange", "fits but swaps"),
-         "skipped": ("^", "white", "skipped: predicted OOM, not run"),
+MARKS = {Status.OOM: ("X", "tab:red", "out of memory"), Status.SWAPPED: ("D", "tab:orange", "fits but swaps"),
+         Status.SKIPPED: ("^", "white", "skipped: predicted OOM, not run"),
          "failed": ("s", "0.45", "failed (crash, timeout, error, diverged)")}
 AXIS = {"batch_size": "micro-batch size (samples)", "grad_accum_steps": "gradient accumulation steps",
         "seq_len": "sequence length (tokens)", "effective_batch_size": "effective batch size (samples)",

@@ -9,6 +9,8 @@ import statistics
 from typing import Any
 
 from orchestrator import metrics as M
+from orchestrator.outcome import Status
+from orchestrator.store.record import TrialRecord
 
 MUCH_SLOWER = 2.0
 """Half precision is "much slower" when float32's throughput is at least this many times its own
@@ -34,11 +36,11 @@ def slowdowns(trials: list[Any]) -> dict[str, list[float]]:
     pair of ``ok`` trials whose other parameters are equal."""
     by_rest: dict[tuple, dict[str, float]] = {}
     for t in trials:
-        attrs = t.user_attrs
-        rate = (attrs.get("metrics") or {}).get(M.SAMPLES_PER_S)
-        if attrs.get("status") != "ok" or not rate or "dtype" not in t.params:
+        rec = TrialRecord.of(t)
+        rate = rec.metrics.get(M.SAMPLES_PER_S)
+        if rec.status != Status.OK or not rate or "dtype" not in t.params:
             continue
-        if not str(attrs.get("slot", t.params.get("device", ""))).startswith("cpu"):
+        if not str(rec.slot if rec.slot is not None else t.params.get("device", "")).startswith("cpu"):
             continue
         rest = tuple(sorted((k, str(v)) for k, v in t.params.items() if k != "dtype"))
         by_rest.setdefault(rest, {})[t.params["dtype"]] = rate

@@ -29,7 +29,8 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
     from orchestrator.report.closing import parent_close, summary, target_of, trial_time_s
     from orchestrator.machine import facts
     from orchestrator.store.agreement import recorded
-    from orchestrator.store.records import is_attempt, rank, results_of
+    from orchestrator.store.record import is_attempt, status_of
+    from orchestrator.store.records import rank, results_of
     from orchestrator.search.space import config_key, fingerprint, guess_device, make_plan
     from orchestrator.store.study import sqlite_path
     from orchestrator.store.studyrecord import StudyRecord
@@ -58,7 +59,7 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
         return None  # running (cut off: recovery) or queued
     results = results_of(trials)
     have = {config_key(t.params) for t in results}
-    if any(t.user_attrs.get("status") in RUN_AGAIN and config_key(t.params) not in have
+    if any(status_of(t) in RUN_AGAIN and config_key(t.params) not in have
            for t in trials if is_attempt(t) and t.params):
         return None  # retried on every invocation
     configs, target = target_of(spec, plan)

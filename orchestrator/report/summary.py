@@ -7,7 +7,9 @@ from typing import Any
 
 from orchestrator import metrics as M
 from orchestrator.clip import short_detail
+from orchestrator.outcome import Status
 from orchestrator.spec.load import Choice, Range, SweepSpec
+from orchestrator.store.record import TrialRecord, status_of
 
 
 DETAIL_WIDTH = 120
@@ -31,10 +33,10 @@ def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[s
             f"{fmt_num(metrics.get(M.SAMPLES_PER_S)):>10s} samples/s "
             f"{fmt_num(metrics.get(M.PEAK_MEMORY_GIB), ' GiB', 2):>10s} "
             f"{fmt_num(duration_s, ' s'):>8s}")
-    if status not in ("ok",) and detail:
+    if status != Status.OK and detail:
         line += f"  ({short_detail(detail, DETAIL_WIDTH)})"
     notes = []
-    if status == "ok" and metrics.get(M.SAMPLES_PER_S + "_spread") is not None:
+    if status == Status.OK and metrics.get(M.SAMPLES_PER_S + "_spread") is not None:
         notes.append(f"median of {repeats}, spread {metrics[M.SAMPLES_PER_S + '_spread']:.0%}")
     if neighbour_of is not None:
         notes.append(f"nearest unmeasured configuration to #{neighbour_of}, which the sampler proposed again")
@@ -42,7 +44,7 @@ def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[s
         notes.append(f"runs #{retry_of} again")
     if slot is not None:
         notes.append(f"on {slot}")
-    if notes and (status == "ok" or not detail):
+    if notes and (status == Status.OK or not detail):
         line += f"  ({'; '.join(notes)})"
     return line
 
@@ -57,8 +59,9 @@ def describe_dim(dim: Any) -> str:
 
 
 def status_counts(trials: list[Any]) -> str:
-    counts = Counter(t.user_attrs.get("status", "?") for t in trials)
-    order = ["ok", "oom", "swapped", "skipped", "timeout", "crashed", "error", "diverged", "interrupted"]
+    counts = Counter(status_of(t) or "?" for t in trials)
+    order = [Status.OK, Status.OOM, Status.SWAPPED, Status.SKIPPED, Status.TIMEOUT, Status.CRASHED, Status.ERROR,
+             Status.DIVERGED, Status.INTERRUPTED]
     return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s)) or "none yet"
 
 
@@ -70,7 +73,7 @@ def best_table(spec: SweepSpec, best: list[Any], limit: int = 5) -> list[str]:
     header = f"  {'rank':>4s} {'trial':>5s}  {'parameters':<60s} " + " ".join(f"{n:>16s}" for n in names) + f" {'peak GiB':>9s}"
     rows.append(header)
     for i, t in enumerate(best[:limit], 1):
-        metrics = t.user_attrs.get("metrics", {})
+        metrics = TrialRecord.of(t).metrics
         vals = " ".join(f"{fmt_num(v, digits=2):>16s}" for v in t.values)
         rows.append(f"  {i:>4d} {t.number:>5d}  {fmt_params(t.params):<60s} {vals} "
                     f"{fmt_num(metrics.get(M.PEAK_MEMORY_GIB), digits=2):>9s}")

@@ -27,6 +27,7 @@ from typing import Any
 
 from orchestrator import metrics as M
 from orchestrator.errors import OrchestratorError, UsageParser, print_error
+from orchestrator.outcome import Status
 from orchestrator.redact import child_env, first_line, has_secret, pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.studyrecord import StudyRecord
@@ -177,7 +178,7 @@ class ParentRun:
 
     def child_tags(self) -> dict[str, Any]:
         runs = self.client.search_runs([self.client.get_run(self.run_id).info.experiment_id], max_results=1,
-                                       filter_string=f"tags.mlflow.parentRunId = '{self.run_id}' and tags.status = 'ok'")
+                                       filter_string=f"tags.mlflow.parentRunId = '{self.run_id}' and tags.status = '{Status.OK}'")
         tags = runs[0].data.tags if runs else {}
         return {k: tags[k] for k in ("device_name", "torch_version") if tags.get(k)}
 

@@ -33,10 +33,12 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.outcome import NOT_FITTING, Status
 from orchestrator.search import surrogate as S
 from orchestrator.search.feasibility import FitIndex, Observed, fit_probabilities, scaling_dimension
 from orchestrator.search.priors import NOISE_FLOOR, encode, values_of
 from orchestrator.search.space import config_key, value_key
+from orchestrator.store.record import TrialRecord
 
 STOP_CHANCE = 0.05
 """The sweep ends when some configuration left beats the best by more than the band with at most
@@ -106,13 +108,12 @@ class Planner:
         for key, t in results.items():
             if key not in self.index:
                 continue
-            status = t.user_attrs.get("status")
-            metrics = t.user_attrs.get("metrics") or {}
-            if status in ("oom", "swapped", "skipped"):
+            rec = TrialRecord.of(t)
+            if rec.status in NOT_FITTING:
                 memory[key] = Observed(False)
-            elif status == "ok":
-                memory[key] = Observed(True, metrics.get("peak_memory_gib"))
-                value = t.values[0] if t.values else metrics.get(self.metric)
+            elif rec.status == Status.OK:
+                memory[key] = Observed(True, rec.metrics.get("peak_memory_gib"))
+                value = t.values[0] if t.values else rec.metrics.get(self.metric)
                 if value is not None and value > 0:
                     idx.append(self.index[key])
                     y.append(math.log(value) if self.maximize else -math.log(value))

@@ -22,9 +22,10 @@ from typing import Any, Callable
 
 from orchestrator.search.dominance import predicted_oom
 from orchestrator.faultpoints import reached
-from orchestrator.outcome import MEMORY_BOUNDARY, Outcome
+from orchestrator.outcome import MEMORY_BOUNDARY, Outcome, Status
 from orchestrator.search.planner import Planner, Verdict
-from orchestrator.store.records import is_attempt, results_of
+from orchestrator.store.record import enqueue, is_attempt, status_of, write
+from orchestrator.store.records import results_of
 from orchestrator.search.space import Plan, config_key, configurations, nearest, suggest
 from orchestrator.spec.load import SweepSpec
 from orchestrator.timeline import event
@@ -54,7 +55,7 @@ class View:
     def ooms(self) -> list[tuple[int, dict[str, Any]]]:
         """Configurations that ran out of memory (or swapped): the evidence for predicted OOMs."""
         return sorted((t.number, t.params) for t in self.results.values()
-                      if t.user_attrs.get("status") in MEMORY_BOUNDARY)
+                      if status_of(t) in MEMORY_BOUNDARY)
 
 
 @dataclass
@@ -149,7 +150,7 @@ class Proposer:
                             return WAIT  # their results may change the verdict
                         self.exhausted = decision.verdict.reason
                         return DONE
-                    self.study.enqueue_trial(decision.config, user_attrs={"chosen_by": decision.why})
+                    enqueue(self.study, decision.config, chosen_by=decision.why)
                 elif not v.queued:
                     forced = None
                     if self.spec.search.sampler == "grid":
@@ -174,7 +175,7 @@ class Proposer:
                 trial = self.study.ask()
                 self.heartbeat(trial)
                 if self.owner:
-                    trial.set_user_attr("orchestrator", self.owner)
+                    write(trial, orchestrator=self.owner)
                 reached("after_ask")
                 sampled = suggest(trial, self.plan)
                 event("ask_end", trial.number)
@@ -199,16 +200,14 @@ class Proposer:
         from optuna.trial import TrialState
 
         self.answered += 1
-        status = original.user_attrs.get("status")
-        trial.set_user_attr("repeat_of", original.number)
-        trial.set_user_attr("status", status)
+        write(trial, repeat_of=original.number, status=status_of(original))
         for k, val in original.constraints.items():
             trial.set_constraint(k, val)
         if original.state == TrialState.COMPLETE:
             self.study.tell(trial, original.values)
         else:
             self.study.tell(trial, state=original.state)
-        self.on_answer(trial, Outcome("repeat", f"same configuration as trial {original.number}; "
+        self.on_answer(trial, Outcome(Status.REPEAT, f"same configuration as trial {original.number}; "
                                                 "answered from the record, not run again"), original.number)
 
     def _answer_deferred(self, trial: Any, busy: int | None) -> None:
@@ -216,15 +215,13 @@ class Proposer:
         from optuna.trial import TrialState
 
         self.answered += 1
-        trial.set_user_attr("status", "deferred")
+        write(trial, status=Status.DEFERRED, deferred_to=busy if busy is not None else -1)
         if busy is not None:
-            trial.set_user_attr("deferred_to", busy)
             detail = f"same configuration as trial {busy}, which is running; not run twice"
         else:
-            trial.set_user_attr("deferred_to", -1)
             detail = "this configuration failed earlier in this run; it is retried on the next run"
         self.study.tell(trial, state=TrialState.FAIL)
-        self.on_answer(trial, Outcome("deferred", detail), busy)
+        self.on_answer(trial, Outcome(Status.DEFERRED, detail), busy)
 
     def _queue_neighbour(self, proposed: dict[str, Any], original: int | None, v: View) -> None:
         """Queue the nearest configuration that has no result, is not in flight and is not
@@ -238,7 +235,7 @@ class Proposer:
                 if not (self.spec.search.skip_predicted_oom and predicted_oom(c, ooms, order) is not None)]
         chosen = nearest(proposed, left, self.plan, self.rng)
         if chosen is not None:
-            self.study.enqueue_trial(chosen, user_attrs={"neighbour_of": original} if original is not None else None)
+            enqueue(self.study, chosen, **({"neighbour_of": original} if original is not None else {}))
             v.queued.add(config_key(chosen))
 
     def next_envs(self, n: int, env_of: Callable[[dict[str, Any]], dict[str, str]],

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from orchestrator import metrics as M
-from orchestrator.store.records import run_metrics, run_tags, trace_tags
+from orchestrator.outcome import Status
+from orchestrator.store.record import TrialRecord
+from orchestrator.store.records import run_metrics, run_tags, trial_trace_tags
 from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.store.runs import MLFLOW_STATUS, TERMINAL, logged_metrics, param_text
 
@@ -61,7 +63,9 @@ class Record:
     """The searched parameters, as MLflow params (the run may hold the fixed ones too)."""
     metrics: dict[str, float]
     """What the study holds, as logged; ``all_metrics`` adds the trial folder's."""
-    attrs: dict[str, Any]
+    trial: TrialRecord
+    trace: dict[str, str]
+    """The trial's attributes that are tags of its run (``records.TRACE_ATTRS``)."""
     trial_dir: Path
     processes: int
     searched: dict[str, Any]
@@ -75,13 +79,13 @@ class Record:
 
     @property
     def tags(self) -> dict[str, str]:
-        tags = run_tags(self.result, self.status, self.attrs.get("detail"))
-        tags.update(trace_tags(self.attrs))
+        tags = run_tags(self.result, self.status, self.trial.detail)
+        tags.update(self.trace)
         return tags
 
     @property
     def all_metrics(self) -> dict[str, float]:
-        return logged_metrics(run_metrics(dict(self.attrs.get("metrics") or {}), self.result, _extra(self.attrs)))
+        return logged_metrics(run_metrics(dict(self.trial.metrics), self.result, _extra(self.trial)))
 
     @property
     def all_params(self) -> dict[str, Any]:
@@ -97,16 +101,16 @@ class Record:
 def record_of(trial: Any, default_dir: Path) -> Record:
     """``trial``'s record (an Optuna ``FrozenTrial`` or a ``studyread.StoredTrial``);
     ``default_dir``: its folder when the study does not name one."""
-    attrs = trial.user_attrs
-    status = attrs.get("status", "interrupted")
+    rec = TrialRecord.of(trial)
+    status = rec.status_text or Status.INTERRUPTED.value
     return Record(trial.number, status, MLFLOW_STATUS.get(status, "FAILED"),
                   {k: param_text(v) for k, v in trial.params.items()},
-                  logged_metrics(run_metrics(dict(attrs.get("metrics") or {}), {}, _extra(attrs))), attrs,
-                  Path(attrs.get("trial_dir") or default_dir), int(attrs.get("processes", 1)), dict(trial.params))
+                  logged_metrics(run_metrics(dict(rec.metrics), {}, _extra(rec))), rec, trial_trace_tags(trial),
+                  Path(rec.trial_dir or default_dir), rec.process_count, dict(trial.params))
 
 
-def _extra(attrs: dict[str, Any]) -> dict[str, Any]:
-    return {k: attrs.get(k) for k in (M.DURATION_S, "process_peak_rss_gib")}
+def _extra(rec: TrialRecord) -> dict[str, Any]:
+    return {M.DURATION_S: rec.duration_s, "process_peak_rss_gib": rec.process_peak_rss_gib}
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,7 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
                                   "running it (cut off)", t.number))
             continue
         out += _compare_trial(record_of(t, default_dir(t.number)), runs.get(t.number, []),
-                              t.user_attrs.get("mlflow_run_id"), artifacts)
+                              TrialRecord.of(t).mlflow_run_id, artifacts)
     for number in sorted(set(runs) - numbers):
         ids = ", ".join(r.info.run_id for r in runs[number])
         out.append(Difference("orphan_run", f"MLflow run(s) {ids} tagged trial_number={number}: the study has "

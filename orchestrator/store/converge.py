@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from orchestrator.redact import shown
 from orchestrator.store.agreement import Difference, compare, keeper, record_of
+from orchestrator.store.record import TrialRecord
 from orchestrator.store.studyrecord import write_study
 from orchestrator.store.writefault import StoreUnwritable
 
@@ -58,7 +59,7 @@ def converge(tracker: Any, trials: list[Any], default_dir: Callable[[int], Path]
             if number in by_number:
                 trial = by_number[number]
                 _repair(tracker, record_of(trial, default_dir(number)), runs.get(number, []),
-                        trial.user_attrs.get("mlflow_run_id"), {d.kind for d in diffs})
+                        TrialRecord.of(trial).mlflow_run_id, {d.kind for d in diffs})
             else:  # a run of no trial
                 for run in runs.get(number, []):
                     tracker.client.delete_run(run.info.run_id)

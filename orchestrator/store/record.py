@@ -18,7 +18,8 @@ What is stored, by who writes it:
   - a trial cut off (``loop``, ``recovery``): ``status`` ``interrupted``, ``detail``.
 
 A status this version does not know (written by a newer one) reads as ``Status.UNKNOWN``: not a
-result, not run again, counted as ``unknown`` in reports. Keys it does not know are ignored.
+result, not run again, counted as ``unknown`` in the summary; ``status_text`` keeps the string for
+the report's rows and MLflow's tag. Attributes it does not know are ignored.
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ class TrialRecord:
     (or it was stored as null)."""
 
     status: Status | None = None
-    """None until the trial is told (in flight, queued)."""
+    """None until the trial is told (in flight, queued); ``UNKNOWN`` for a string this version
+    does not know."""
+    status_text: str | None = None
+    """The status as stored: ``status``'s value, or the unknown string itself (shown, and copied to
+    MLflow by a repair, as it is)."""
     metrics: dict[str, Any] = field(default_factory=dict)
     """The measured metrics by name (``metrics``), empty when none were."""
     detail: str | None = None
@@ -89,6 +94,7 @@ class TrialRecord:
         attrs = trial.user_attrs
         known = {k: v for k, v in attrs.items() if k in FIELDS}
         known["status"] = Status.read(attrs.get("status"))
+        known["status_text"] = attrs.get("status")
         known["metrics"] = attrs.get("metrics") or {}
         return cls(**known)
 
@@ -109,7 +115,8 @@ class TrialRecord:
         return getattr(self, name) is not None
 
 
-FIELDS = frozenset(f.name for f in fields(TrialRecord))
+FIELDS = frozenset(f.name for f in fields(TrialRecord)) - {"status_text"}
+"""The attributes a trial may have (``status_text`` is ``status`` as stored, not an attribute)."""
 
 
 def status_of(trial: Any) -> Status | None:

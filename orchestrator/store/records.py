@@ -13,17 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator import metrics as M
-from orchestrator.outcome import INFEASIBLE, RESULT_STATUSES, Outcome
+from orchestrator.outcome import INFEASIBLE, RESULT_STATUSES, Outcome, Status
 from orchestrator.search.space import config_key
 from orchestrator.spec.load import SweepSpec
+from orchestrator.store.record import attrs_of, is_attempt, status_of, write
 
 FIT_CONSTRAINT = "fits_in_memory"
-NOT_RESULTS = ("repeat_of", "deferred_to")  # user attributes of trials that ran nothing
-
-
-def is_attempt(trial: Any) -> bool:
-    """A trial that ran (or skipped) its configuration, as opposed to one answered from the record."""
-    return not any(k in trial.user_attrs for k in NOT_RESULTS)
 
 
 def results_of(trials: list[Any]) -> list[Any]:
@@ -32,7 +27,7 @@ def results_of(trials: list[Any]) -> list[Any]:
     orchestrator reading between the two writes sees a RUNNING trial (in flight, not a result)."""
     newest: dict[str, Any] = {}
     for t in sorted(trials, key=lambda t: t.number):
-        if t.user_attrs.get("status") in RESULT_STATUSES and t.state.is_finished() and is_attempt(t):
+        if status_of(t) in RESULT_STATUSES and t.state.is_finished() and is_attempt(t):
             newest[config_key(t.params)] = t
     return sorted(newest.values(), key=lambda t: t.number)
 
@@ -79,22 +74,22 @@ def _dominates(a: list[float], b: list[float], spec: SweepSpec) -> bool:
     return better
 
 
-def tell(study: Any, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[str, Any]) -> str:
+def tell(study: Any, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[str, Any]) -> Status:
     """Record a trial's outcome in Optuna; OOM and crashes are infeasible, never given a value.
-    Returns the status recorded (``ok`` without the objective metric(s) becomes ``error``)."""
+    ``extra``: more of the trial's ``record.TrialRecord`` fields. Returns the status recorded
+    (``ok`` without the objective metric(s) becomes ``error``)."""
     from optuna.trial import TrialState
 
     metrics = outcome.metrics
     status = outcome.status
-    values = objective_values(spec, metrics) if status == "ok" else None
+    values = objective_values(spec, metrics) if status == Status.OK else None
     attrs: dict[str, Any] = {"status": status, "metrics": metrics, **extra}
     if outcome.detail:
         attrs["detail"] = outcome.detail[:2000]
-    if status == "ok" and values is None:
-        status = attrs["status"] = "error"
+    if status == Status.OK and values is None:
+        status = attrs["status"] = Status.ERROR
         attrs["detail"] = "the trial did not report the objective metric(s)"
-    for k, v in attrs.items():
-        trial.set_user_attr(k, v)
+    write(trial, **attrs)
     if status in INFEASIBLE:
         trial.set_constraint(FIT_CONSTRAINT, 1.0)
         study.tell(trial, state=TrialState.PRUNED)
@@ -109,7 +104,7 @@ def tell(study: Any, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[
     return status
 
 
-def run_tags(outcome_result: dict[str, Any], status: str, detail: str | None) -> dict[str, str]:
+def run_tags(outcome_result: dict[str, Any], status: Status, detail: str | None) -> dict[str, str]:
     """MLflow tags of a trial's run, from its result file."""
     prov = outcome_result.get("provenance", {}) or {}
     tags = {"status": status, "device": outcome_result.get("applied", {}).get("device", ""),
@@ -146,3 +141,8 @@ TRACE_ATTRS = ("reason", "predicted_by", "repeat_of", "processes", "neighbour_of
 
 def trace_tags(attrs: dict[str, Any]) -> dict[str, str]:
     return {k: str(attrs[k]) for k in TRACE_ATTRS if k in attrs}
+
+
+def trial_trace_tags(trial: Any, extra: dict[str, Any] | None = None) -> dict[str, str]:
+    """``trace_tags`` of what the trial recorded, ``extra`` (not written yet) over it."""
+    return trace_tags({**attrs_of(trial, TRACE_ATTRS), **(extra or {})})

@@ -26,8 +26,9 @@ import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
-from orchestrator.outcome import RUN_AGAIN
-from orchestrator.store.records import is_attempt, results_of
+from orchestrator.outcome import RUN_AGAIN, Status
+from orchestrator.store.record import TrialRecord, enqueue, is_attempt, status_of, write
+from orchestrator.store.records import results_of
 from orchestrator.search.space import config_key
 
 INTERRUPTED_DETAIL = "the orchestrator died during this trial; its configuration is run again"
@@ -161,8 +162,7 @@ class Recovery:
         from optuna.trial import TrialState
 
         trial = optuna.trial.Trial(self.study, t._trial_id)
-        trial.set_user_attr("status", "interrupted")
-        trial.set_user_attr("detail", INTERRUPTED_DETAIL)
+        write(trial, status=Status.INTERRUPTED, detail=INTERRUPTED_DETAIL)
         self.study.tell(t.number, state=TrialState.FAIL)
 
     def _new_run(self, t: Any) -> Any:
@@ -193,19 +193,18 @@ class Recovery:
         for key, t in last_attempt.items():
             if key in busy:
                 continue
-            status = t.user_attrs.get("status", "interrupted")
+            status = status_of(t) or Status.INTERRUPTED
             if key in results:
-                if results[key].user_attrs.get("status") not in retry:
+                if status_of(results[key]) not in retry:
                     continue
-                t, status = results[key], results[key].user_attrs.get("status")
+                t, status = results[key], status_of(results[key])
                 superseded[key] = first_new
             elif status not in RUN_AGAIN:
                 continue
             params = t.params or t.system_attrs.get("fixed_params")
-            attrs = {"retry_of": t.number, "retry_reason": status}
-            if "neighbour_of" in t.user_attrs:
-                attrs["neighbour_of"] = t.user_attrs["neighbour_of"]
-            self.study.enqueue_trial(params, user_attrs=attrs)
+            neighbour_of = TrialRecord.of(t).neighbour_of
+            enqueue(self.study, params, retry_of=t.number, retry_reason=status,
+                    **({"neighbour_of": neighbour_of} if neighbour_of is not None else {}))
             busy.add(key)
             queued[status] = queued.get(status, 0) + 1
         return queued, superseded

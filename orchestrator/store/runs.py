@@ -9,11 +9,13 @@ import json
 import time
 from typing import Any
 
+from orchestrator.outcome import Status
+
 # A trial's MLflow run status. Out of memory, fits-but-swaps and predicted out of memory are results
 # (the configuration's answer, told by the `status` tag), so FINISHED, not MLflow's red failure mark;
 # a failure of the code or the process is FAILED; a trial cut off (it runs again) KILLED.
-MLFLOW_STATUS = {"ok": "FINISHED", "oom": "FINISHED", "swapped": "FINISHED", "skipped": "FINISHED",
-                 "interrupted": "KILLED"}  # every other status: FAILED
+MLFLOW_STATUS = {Status.OK: "FINISHED", Status.OOM: "FINISHED", Status.SWAPPED: "FINISHED", Status.SKIPPED: "FINISHED",
+                 Status.INTERRUPTED: "KILLED"}  # every other status: FAILED
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 

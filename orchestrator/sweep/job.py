@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.launch import Launched
-from orchestrator.outcome import Outcome
+from orchestrator.outcome import Outcome, Status
 from orchestrator.sweep.repeats import combine, repeat_path
 
 INTERRUPTED_DETAIL = "the orchestrator was stopped during this trial"
@@ -71,7 +71,7 @@ class Job:
                 self.state = State.RUNNING
         if self.state is State.RUNNING and self.handle.has_result:
             current = self.handle.launched()
-            if current.outcome.status == "ok" and len(self.runs) + 1 < self.repeats:
+            if current.outcome.status == Status.OK and len(self.runs) + 1 < self.repeats:
                 self.pending, self.state = current, State.REPEATING
             else:
                 self.runs.append(current)
@@ -80,7 +80,7 @@ class Job:
             self.runs.append(self.pending)  # type: ignore[arg-type]
             self.pending = None
             if stopping:  # stopped between repeats: start no process only to kill it
-                self.runs.append(Launched(Outcome("interrupted", INTERRUPTED_DETAIL), None, 0.0, None,
+                self.runs.append(Launched(Outcome(Status.INTERRUPTED, INTERRUPTED_DETAIL), None, 0.0, None,
                                           self.trial_dir / "trial.log"))
                 self.state = State.FINISHED
             else:
@@ -96,7 +96,7 @@ class Job:
         if self.state is State.RUNNING and self.handle.has_result:
             current = self.handle.launched()
             status = current.outcome.status
-            final = status != "interrupted" and (status != "ok" or len(self.runs) + 1 >= self.repeats)
+            final = status != Status.INTERRUPTED and (status != Status.OK or len(self.runs) + 1 >= self.repeats)
             if final:
                 self.runs.append(current)
                 self.state = State.FINISHED

@@ -26,10 +26,11 @@ from orchestrator import metrics as M
 from orchestrator.faultpoints import reached
 from orchestrator.sweep.job import INTERRUPTED_DETAIL, Job, State
 from orchestrator.launch import PRESTART, StopFlag
-from orchestrator.outcome import RESULT_STATUSES, Outcome
+from orchestrator.outcome import RESULT_STATUSES, Outcome, Status
 from orchestrator.search.planner import Verdict
 from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
-from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trace_tags
+from orchestrator.store.record import status_of, write
+from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags
 from orchestrator.store.agreement import trial_files
 from orchestrator.search.space import Plan, config_key, trial_params
 from orchestrator.spec.load import SweepSpec
@@ -224,7 +225,7 @@ class Sweep:
                               slot, run_ref, self.spec.trial.repeats)
 
     def _record_skip(self, trial: Any, run_ref: Any, device: str, predicted_by: int) -> None:
-        outcome = Outcome("skipped", f"predicted out of memory: needs at least as much memory as "
+        outcome = Outcome(Status.SKIPPED, f"predicted out of memory: needs at least as much memory as "
                           f"trial {predicted_by}, which ran out of memory (or swapped)", {})
         extra: dict[str, Any] = {"reason": "predicted_oom", "predicted_by": predicted_by}
         run_id = self.tracker.run_id(run_ref)
@@ -232,7 +233,7 @@ class Sweep:
             extra["mlflow_run_id"] = run_id
         tell(self.study, trial, self.spec, outcome, extra)
         reached("after_tell")
-        self.tracker.finish_trial(run_ref, "skipped", {}, {"device": device, "reason": "predicted_oom",
+        self.tracker.finish_trial(run_ref, Status.SKIPPED, {}, {"device": device, "reason": "predicted_oom",
                                   "predicted_by": str(predicted_by), "detail": outcome.detail}, [])
         self._on_result(trial, outcome, self.runner.now())
 
@@ -270,17 +271,17 @@ class Sweep:
             status = tell(self.study, trial, self.spec, outcome, extra)
         except UpdateFinishedTrialError:
             self.discarded.append(trial.number)
-            self.tracker.finish_trial(job.run_ref, "interrupted", {}, {
+            self.tracker.finish_trial(job.run_ref, Status.INTERRUPTED, {}, {
                 "detail": "another orchestrator declared this trial dead (no heartbeat within "
                           "search.grace_period_s); its result was discarded and the trial runs again"}, [])
             return None
         event("told", trial.number)
         reached("after_tell")
-        if status == "error":
+        if status == Status.ERROR:
             self.proposer.failed_here.add(config_key(job.sampled))
         tags = run_tags(outcome.result, status, outcome.detail)
         tags.setdefault("device", job.params["device"])
-        tags.update(trace_tags({**trial.user_attrs, **extra}))
+        tags.update(trial_trace_tags(trial, extra))
         if self.plan.not_applied and "not_applied" not in tags:
             tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in self.plan.not_applied.items())
         self.tracker.finish_trial(job.run_ref, status, run_metrics(outcome.metrics, outcome.result, extra),
@@ -292,10 +293,10 @@ class Sweep:
 
     def _answered(self, trial: Any, outcome: Outcome, original: int | None) -> None:
         """A proposal answered without a process (``proposer``): its MLflow run, then the line."""
-        key = "repeat_of" if outcome.status == "repeat" else "deferred_to"
+        key = "repeat_of" if outcome.status == Status.REPEAT else "deferred_to"
         tags = {key: str(original), "detail": outcome.detail or ""}
         ref = self.tracker.start_trial(trial.number, trial.params, tags)
-        self.tracker.finish_trial(ref, trial.user_attrs.get("status") or outcome.status, {}, tags, [])
+        self.tracker.finish_trial(ref, status_of(trial) or outcome.status, {}, tags, [])
         self._on_result(trial, outcome, self.runner.now())
 
     def _interrupted(self, elapsed: float) -> SweepResult:
@@ -314,14 +315,13 @@ class Sweep:
         for job in self.jobs.values():
             trial = job.trial
             try:
-                trial.set_user_attr("status", "interrupted")
-                trial.set_user_attr("detail", INTERRUPTED_DETAIL)
+                write(trial, status=Status.INTERRUPTED, detail=INTERRUPTED_DETAIL)
                 self.study.tell(trial, state=TrialState.FAIL)
             except UpdateFinishedTrialError:
                 continue
-            self.tracker.finish_trial(job.run_ref, "interrupted", {}, {"detail": INTERRUPTED_DETAIL},
+            self.tracker.finish_trial(job.run_ref, Status.INTERRUPTED, {}, {"detail": INTERRUPTED_DETAIL},
                                       trial_files(job.trial_dir) if job.started else [])
-            self._on_result(trial, Outcome("interrupted", INTERRUPTED_DETAIL), self.runner.now())
+            self._on_result(trial, Outcome(Status.INTERRUPTED, INTERRUPTED_DETAIL), self.runner.now())
         self.jobs.clear()
         signum = self.stop.signum or signal.SIGINT
         name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
@@ -340,7 +340,7 @@ def _link(trial: Any, run_id: str) -> None:
     from orchestrator.store.writefault import StoreUnwritable
 
     try:
-        trial.set_user_attr("mlflow_run_id", run_id)
+        write(trial, mlflow_run_id=run_id)
     except (UpdateFinishedTrialError, StoreUnwritable):  # the study's own write says so, in the loop
         pass
 

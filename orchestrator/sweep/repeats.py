@@ -24,7 +24,7 @@ from typing import Sequence
 
 from orchestrator.launch import Launched
 from orchestrator.metrics import SAMPLES_PER_S
-from orchestrator.outcome import Outcome
+from orchestrator.outcome import Outcome, Status
 
 
 def repeat_dir_name(k: int) -> str | None:
@@ -49,7 +49,7 @@ def combine(runs: Sequence[Launched], repeats: int, objective_metrics: Sequence[
     last = runs[-1]
     if repeats == 1 and len(runs) == 1:
         return last
-    if last.outcome.status != "ok":
+    if last.outcome.status != Status.OK:
         before = len(runs) - 1
         detail = last.outcome.detail
         if before:  # the configuration is on an edge: it fitted (or ran) before
@@ -72,4 +72,4 @@ def combine(runs: Sequence[Launched], repeats: int, objective_metrics: Sequence[
     first = runs[0].outcome.result
     result = {**first, "metrics": metrics, "repeats": repeats, "repeats_done": len(runs),
               "repeat_metrics": per_run}
-    return Launched(Outcome("ok", None, result), last.returncode, duration, peak_rss, runs[0].log_path)
+    return Launched(Outcome(Status.OK, None, result), last.returncode, duration, peak_rss, runs[0].log_path)

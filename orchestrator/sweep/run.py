@@ -222,8 +222,8 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Any, sweep: Any, slots
            interrupted: int, queued: dict[str, int]) -> Any:
     from tqdm import tqdm
 
-    from orchestrator import metrics as M
-    from orchestrator.outcome import RUN_AGAIN
+    from orchestrator.outcome import RUN_AGAIN, Status
+    from orchestrator.store.record import TrialRecord
     from orchestrator.store.records import result_trials
     from orchestrator.report.summary import trial_line
 
@@ -235,8 +235,8 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Any, sweep: Any, slots
     again = []
     if interrupted:
         again.append(f"{interrupted} interrupted trial(s) will run again")
-    if queued.get("error"):
-        again.append(f"{queued['error']} configuration(s) whose last trial ended 'error' will run again")
+    if queued.get(Status.ERROR):
+        again.append(f"{queued[Status.ERROR]} configuration(s) whose last trial ended '{Status.ERROR}' will run again")
     for status, count in queued.items():
         if status not in RUN_AGAIN:
             again.append(f"{count} '{status}' result(s) will run again (--retry)")
@@ -256,19 +256,18 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Any, sweep: Any, slots
 
     def on_result(trial: Any, outcome: Any, _now: float) -> None:
         # the live trial carries what was just told: no re-read of the whole study
-        attrs = trial.user_attrs
+        rec = TrialRecord.of(trial)
         bar.write(trial_line(trial.number, trial.params, outcome.status, outcome.metrics,
-                             attrs.get(M.DURATION_S), outcome.detail, attrs.get("processes", 1),
-                             attrs.get("neighbour_of"), attrs.get("slot") if len(slots) > 1 else None,
-                             attrs.get("retry_of")),
+                             rec.duration_s, outcome.detail, rec.process_count,
+                             rec.neighbour_of, rec.slot if len(slots) > 1 else None, rec.retry_of),
                   file=sys.stdout)
-        if outcome.status in ("repeat", "deferred", "interrupted"):
+        if outcome.status in (Status.REPEAT, Status.DEFERRED, Status.INTERRUPTED):
             return
         best = sweep.best  # ranked once by the sweep after this result
         if best:
             bar.set_postfix_str(f"best #{best[0].number}: " + ", ".join(
                 f"{m}={v:,.1f}" for (m, _), v in zip(spec.objective.metrics, best[0].values)))
-        if outcome.status != "error":
+        if outcome.status != Status.ERROR:
             bar.update(1)
 
     try:
