@@ -24,3 +24,14 @@ def test_no_orchestrator_module_is_over_400_lines() -> None:
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in (ROOT / "orchestrator").rglob("*.py")}
     assert len(sizes) > 30  # the package was found
     assert {p: n for p, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+RECORD_DOORS = {"orchestrator/store/record.py", "orchestrator/store/studyrecord.py", "orchestrator/store/studyread.py"}
+"""Issue #26: a trial's record (status, metrics, repeat links, ...) has one door. Only these read
+or write Optuna's user attributes by name: ``record`` a trial's, ``studyrecord`` a study's, and
+``studyread``'s ``StoredTrial``/``StoredStudy``, which hold them as Optuna's ``FrozenTrial`` does."""
+
+
+def test_at_most_three_orchestrator_modules_mention_user_attrs() -> None:
+    mention = {str(p.relative_to(ROOT)) for p in (ROOT / "orchestrator").rglob("*.py") if "user_attrs" in p.read_text()}
+    assert len(mention) <= 3 and mention <= RECORD_DOORS, sorted(mention - RECORD_DOORS)
