@@ -18,8 +18,8 @@ What is stored, by who writes it:
   - a trial cut off (``loop``, ``recovery``): ``status`` ``interrupted``, ``detail``.
 
 A status this version does not know (written by a newer one) reads as ``Status.UNKNOWN``: not a
-result, not run again, counted as ``unknown`` in the summary; ``status_text`` keeps the string for
-the report's rows and MLflow's tag. Attributes it does not know are ignored.
+result, not run again; ``status_text`` keeps the string for the report's rows and the MLflow tag
+a repair writes. Attributes it does not know are ignored.
 """
 
 from __future__ import annotations
