@@ -90,7 +90,7 @@ def run_trial(params: dict[str, Any], work: Path, name: str, timeout_s: float, e
               "trial": {"warmup_steps": steps[0], "measure_steps": steps[1], "min_measure_s": steps[2]}}
     launched = launch_trial(config, work / name, knobs.trial_env(params, params["device"]), timeout_s)
     o = launched.outcome
-    return {"status": o.status, "detail": o.detail, "metrics": o.metrics, "info": o.result.get("info", {}),
+    return {"status": str(o.status), "detail": o.detail, "metrics": o.metrics, "info": o.result.get("info", {}),
             "duration_s": round(launched.duration_s, 1), "log": str(launched.log_path)}
 
 
