@@ -59,7 +59,9 @@ def run(spec: Path, devices: str, log: Path | None) -> dict:
     from orchestrator.store.records import results_of
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    name = next(ln.split(":", 1)[1].strip() for ln in spec.read_text().splitlines() if ln.startswith("name:"))
+    import yaml
+
+    name = yaml.safe_load(spec.read_text())["name"]  # the study's name, not the line (a comment may follow it)
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{work}/mlruns/optuna.db")
     results = results_of(study.get_trials())
     trials = {config_key(t.params): t for t in results}

@@ -75,7 +75,7 @@ def test_devices_bench_alternates_rounds_and_prints_the_control(tmp_path: Path) 
     if len(cores) < 2:
         pytest.skip("needs two cores")
     spec = tmp_path / "devsmoke.yaml"
-    spec.write_text("name: devsmoke\nexperiment: experiments.mlp\ndevice: cpu\n"
+    spec.write_text("name: devsmoke   # a comment, as the headline has\nexperiment: experiments.mlp\ndevice: cpu\n"
                     "fixed: {in_features: 16, num_layers: 1, hidden_size: 32}\n"
                     "space: {batch_size: [8, 16]}\nsearch: {sampler: grid}\n"
                     "trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.0}\n")
