@@ -30,7 +30,8 @@ PRIORS: dict[str, Any] = {
     # By device: half precision pays on most GPU workloads, not on launch-bound ones. On CUDA the
     # spread is what the recorded landscapes show: half precision's median effect ranged from
     # -0.27 (a small BERT, a narrow MLP) to +1.56 (BERT-base). On CPUs the recorded Intel Xeon
-    # landscapes show +0.05 to +0.1; an AMD EPYC here runs bfloat16 several times slower. A
+    # landscapes show +0.05 to +0.1, the quiet AMD EPYC (avx512_bf16) +0.2 (bert_tiny_cpu_rlimit_
+    # r3_quiet); the same EPYC, loaded, was seen running bfloat16 5-9x slower. A
     # spread wide enough for that costs every CPU sweep its stop (0.37x to 0.40x of the grid's
     # time on bert_tiny_cpu_rlimit, seeds 0-2), and the stop rule's one look at every value
     # catches it from a measurement: the CPU spread stays at 0.3. No Mac landscape is recorded:
