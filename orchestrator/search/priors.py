@@ -62,7 +62,8 @@ def values_of(configs: list[dict[str, Any]], name: str) -> tuple[Any, ...]:
     return tuple(seen.values())
 
 
-def _ordered(values: tuple[Any, ...]) -> bool:
+def ordered(values: tuple[Any, ...]) -> bool:
+    """Whether a parameter's values are numbers with an order (booleans are categories)."""
     return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
@@ -98,7 +99,7 @@ def encode(configs: list[dict[str, Any]], names: list[str], values: dict[str, tu
     for name in names:
         vals = values[name]
         present = np.array([name in c for c in configs])
-        if _ordered(vals):
+        if ordered(vals):
             nums = [float(v) for v in vals]
             log = min(nums) > 0 and (name in LOG_DIMENSIONS or max(nums) / min(nums) >= 8)
             raw = np.array([float(c[name]) if name in c else min(nums) for c in configs])
