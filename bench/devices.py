@@ -55,16 +55,21 @@ def run(spec: Path, devices: str, log: Path | None) -> dict:
         sys.exit(f"devices: the sweep on {devices} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     import optuna
 
-    from orchestrator.store.records import results_of
     from orchestrator.search.space import config_key
+    from orchestrator.store.records import results_of
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    name = next(ln.split(":", 1)[1].strip() for ln in spec.read_text().splitlines() if ln.startswith("name:"))
+    import yaml
+
+    name = yaml.safe_load(spec.read_text())["name"]  # the study's name, not the line (a comment may follow it)
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{work}/mlruns/optuna.db")
-    trials = {config_key(t.params): t for t in results_of(study.get_trials())}
+    results = results_of(study.get_trials())
+    trials = {config_key(t.params): t for t in results}
+    stop = next((ln for ln in proc.stdout.splitlines() if ln.startswith("Stopped:")), None)
     starts = [t.user_attrs["started_at"] for t in trials.values() if t.user_attrs.get("started_at")]
     ends = [t.datetime_complete.timestamp() for t in trials.values() if t.datetime_complete]
-    return {"wall_s": wall, "loop_s": (max(ends) - min(starts)) if starts and ends else None, "trials": trials}
+    return {"wall_s": wall, "loop_s": (max(ends) - min(starts)) if starts and ends else None, "trials": trials,
+            "measured_twice": len(results) - len(trials), "stop": stop}
 
 
 def main() -> None:
@@ -98,11 +103,15 @@ def main() -> None:
           + (f", each trial the median of {args.repeats} processes" if args.repeats else ""))
     print(f"{'configuration':<60} {'status':>8} {'one':>10} {'several':>10} {'ratio':>6}  gpu")
     ratios, control = [], []
-    for key in sorted(ones[0]["trials"]):
-        a, b = ones[0]["trials"][key], manys[0]["trials"].get(key)
-        label = ", ".join(f"{k}={v}" for k, v in sorted(a.params.items()))
-        if b is None:
-            print(f"{label:<60} missing in the several-device sweep")
+    searched = any(set(r["trials"]) != set(ones[0]["trials"]) for r in ones + manys)
+    keys = sorted(set().union(*(r["trials"] for r in ones + manys)))
+    for key in keys:
+        a = next((r["trials"][key] for r in ones if key in r["trials"]), None)
+        b = next((r["trials"][key] for r in manys if key in r["trials"]), None)
+        label = ", ".join(f"{k}={v}" for k, v in sorted((a or b).params.items()))
+        if a is None or b is None:
+            if not searched:
+                print(f"{label:<60} missing in the {'several' if b is None else 'single'}-device sweep")
             continue
         ta, tb = throughput(ones, key), throughput(manys, key)
         where = f"{b.user_attrs.get('slot')} ({b.user_attrs.get('gpu_uuid', '')[:12]})"
@@ -123,19 +132,49 @@ def main() -> None:
         print(f"control, the {args.rounds} single-device rounds against each other (slowest / fastest): "
               f"min {min(control):.3f}, median {statistics.median(control):.3f}; "
               f"{sum(c < 0.97 for c in control)} of {len(control)} configurations moved more than 3% between them")
+    sweeps = [("one", r, o) for r, o in enumerate(ones, 1)] + [("several", r, m) for r, m in enumerate(manys, 1)]
+    bests = {}
+    for way, r, got in sweeps:
+        best = best_of(got["trials"], spec)
+        bests.setdefault(way, []).append(best)
+        label = ", ".join(f"{k}={v}" for k, v in sorted(best[0].items())) if best else "none"
+        print(f"round {r}, {way}: {len(got['trials'])} configurations measured, {got['measured_twice']} measured "
+              f"twice; best {label} -> {best[1]:,.1f}" if best else f"round {r}, {way}: no result")
+        if got["stop"]:
+            print(f"  {got['stop'][:200]}")
+    if bests.get("one") and bests.get("several") and all(bests["one"] + bests["several"]):
+        top_one = max(b[1] for b in bests["one"])
+        worst_several = min(b[1] for b in bests["several"])
+        print(f"best found: several's worst round {worst_several:,.1f} against one's best round {top_one:,.1f}: "
+              f"{worst_several / top_one:.3f} (target >= 0.99: {'PASS' if worst_several / top_one >= 0.99 else 'FAIL'}); "
+              f"measured twice: {sum(g['measured_twice'] for _, _, g in sweeps)} (target 0: "
+              f"{'PASS' if not any(g['measured_twice'] for _, _, g in sweeps) else 'FAIL'})")
     walls = {}
     for what in ("wall_s", "loop_s"):
         a, b = median_of(ones, what), median_of(manys, what)
         if a and b:
             walls[what] = (a, b)
             label = "command wall time" if what == "wall_s" else "trial loop (first start to last result)"
-            print(f"{label}: one {a:.1f} s, several {b:.1f} s, ratio {b / a:.2f}")
+            target = f" (target <= 0.60: {'PASS' if b / a <= 0.60 else 'FAIL'})" if what == "wall_s" else ""
+            print(f"{label}: one {a:.1f} s, several {b:.1f} s, ratio {b / a:.2f}{target}")
     if args.json:
         args.json.write_text(json.dumps({"ratios": ratios, "control": control, "rounds": args.rounds,
-                                         "walls": walls, "slots": slots}))
+                                         "walls": walls, "slots": slots,
+                                         "sweeps": [{"way": way, "round": r, "wall_s": g["wall_s"], "loop_s": g["loop_s"],
+                                                     "configurations": len(g["trials"]),
+                                                     "measured_twice": g["measured_twice"], "stop": g["stop"],
+                                                     "best": best_of(g["trials"], spec)} for way, r, g in sweeps]}))
 
 
-def throughput(runs: list[dict], key) -> float | None:  # noqa: ANN001
+def best_of(trials: dict, spec: Path) -> tuple[dict, float] | None:
+    """The best ok configuration of one sweep and its throughput (the spec's objective is maximized)."""
+    got = [(t.params, t.user_attrs.get("metrics", {}).get("samples_per_s")) for t in trials.values()
+           if t.user_attrs.get("status") == "ok"]
+    got = [g for g in got if g[1]]
+    return max(got, key=lambda g: g[1]) if got else None
+
+
+def throughput(runs: list[dict], key) -> float | None:
     """The configuration's median samples/s over the runs where it finished ok."""
     got = [t.user_attrs.get("metrics", {}).get("samples_per_s") for r in runs
            if (t := r["trials"].get(key)) is not None and t.user_attrs.get("status") == "ok"]

@@ -54,6 +54,9 @@
 #   bash docs/gpu/session.sh f1   seconds to the first trial (issue #29): the headline from an empty
 #                                 folder, mark by mark (bench/first_trial.py), 3 rounds against
 #                                 import torch, after one untimed run; about 5 minutes on an H100
+#   bash docs/gpu/session.sh m2   issue #31: the headline on both GPUs of a 2-GPU host (--devices cuda:0,cuda:1)
+#                                 against cuda:0 alone, each from an empty folder, alternating, twice each
+#                                 (bench/devices.py); about 5 minutes on 2 x H100
 #   bash docs/gpu/session.sh f2   the same, 2 rounds, side by side with the code before (main's
 #                                 orchestrator/ and experiments/ copied into .before_first_trial/:
 #                                 git archive main orchestrator experiments | tar -x -C .before_first_trial);
@@ -186,6 +189,11 @@ f2)
   step first_trial; rm -rf /tmp/before && cp -r .before_first_trial /tmp/before
   timeout 590 python3 bench/first_trial.py --spec sweeps/bert_memory.yaml --rounds 2 --compare /tmp/before \
       --json "$OUT/first_trial_compare.json" > "$OUT/first_trial_compare.log" 2>&1
+  ;;
+m2)
+  step warm; python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(2)]" > "$OUT/warm.log" 2>&1
+  step two-gpus; timeout 580 python3 bench/devices.py sweeps/bert_memory.yaml --one cuda:0 --many cuda:0,cuda:1 \
+      --rounds 2 --logs "$OUT/two_gpus" --json "$OUT/two_gpus.json" > "$OUT/two_gpus.log" 2>&1
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log

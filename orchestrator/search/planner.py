@@ -15,8 +15,9 @@ The priors order the search; measurements decide its stop. The first trials find
 boundary of the most promising group (the configurations the priors rank best, across batch
 sizes) by bisection on the batch, starting in the middle of the list. Then each trial is the one
 with the highest chance to fit and beat the best by more than the band. Every value of a searched
-parameter (batch size aside: the bisection measures its trend) gets one look before the sweep may
-end, unless no configuration with it can fit: the best measured configuration with that value
+parameter (batch size aside: the bisection measures its trend; for another numeric one, the values
+between two measured ones are interpolated) gets one look before the sweep may end, unless no
+configuration with it can fit: the best measured configuration with that value
 instead, so that only that parameter differs; the look comes once the likeliest candidate's
 chance is below ``COVER_BELOW``, and always before the stop. The sweep ends when the chance that
 some configuration left (not measured, not running, not proven too large) beats the best measured
@@ -35,8 +36,14 @@ import numpy as np
 
 from orchestrator.outcome import NOT_FITTING, Status
 from orchestrator.search import surrogate as S
-from orchestrator.search.feasibility import FitIndex, Observed, fit_probabilities, scaling_dimension
-from orchestrator.search.priors import NOISE_FLOOR, encode, values_of
+from orchestrator.search.feasibility import (
+    FitIndex,
+    Observed,
+    fit_probabilities,
+    scaling_dimension,
+)
+from orchestrator.search.mixture import Model
+from orchestrator.search.priors import NOISE_FLOOR, encode, ordered, values_of
 from orchestrator.search.space import config_key, value_key
 from orchestrator.store.record import TrialRecord
 
@@ -46,7 +53,6 @@ this probability."""
 COVER_BELOW = 0.3
 """Below this chance for the likeliest configuration left (to fit and beat the best by more than
 the band), a parameter value never measured gets its one look (and always before the stop)."""
-DRAWS = 2000
 REFIT_ALWAYS = 40
 LEAD_TIE = 0.05
 """Prior effects (log throughput) closer than this to the best do not decide the first column."""
@@ -90,6 +96,9 @@ class Planner:
         values = {n: values_of(configs, n) for n in names}
         self.searched = {n for n in names if len(values[n]) > 1}
         """The parameters whose values the stop rule needs measured (those that vary here)."""
+        self.ordered = {n for n in self.searched if ordered(values[n])}
+        """Of those, the numeric ones: a value between two measured ones counts as measured (the
+        model interpolates it from both sides), so only the ends need a look, not every value."""
         self.scaling = scaling_dimension(names, order, values)
         self.space, self.scaling_feature = encode(configs, names, values, metric, device if self.maximize else None,
                                                    self.scaling)
@@ -160,8 +169,15 @@ class Planner:
 
     # -- evidence before the stop: every value measured once --------------------------------------
     def _measured_values(self, idx: list[int]) -> set[tuple[str, str]]:
-        """(parameter, value key) pairs of the configurations measured (and fitted)."""
-        return {pair for i in idx for pair in self.value_keys[i]}
+        """(parameter, value key) pairs of the configurations measured (and fitted), with every
+        value of a numeric parameter that lies between two measured ones (``ordered``)."""
+        measured = {pair for i in idx for pair in self.value_keys[i]}
+        for name in self.ordered:
+            seen = [self.configs[i][name] for i in idx if name in self.configs[i]]
+            if seen:
+                low, high = min(seen), max(seen)
+                measured.update((name, value_key(name, v)) for v in self.values[name] if low < v < high)
+        return measured
 
     def _unseen(self, idx: list[int], open_: list[int], in_flight: set[str],
                 p_fit: np.ndarray) -> dict[tuple[str, str], list[int]]:
@@ -334,62 +350,6 @@ class Planner:
         done = chance < STOP_CHANCE
         return Verdict(done, chance, left, too_large, _reason(chance, left, too_large, self.band) if done else "",
                        lead=float(marginal.max()))
-
-
-class Model:
-    """The surrogate's weighted members (``surrogate.fit``) conditioned on the measurements, as one
-    model (each member factored once)."""
-
-    def __init__(self, space: S.Space, members: list[tuple[float, S.Hyper]], idx: np.ndarray, y: np.ndarray) -> None:
-        self.space, self.idx = space, idx
-        self.members = [(w, S.condition(space, idx, y, h)) for w, h in members]
-        self.cross = S.CrossCache(space, idx)
-        self.chances: tuple[tuple[int, ...], np.ndarray] | None = None
-        self.incumbent = -1
-        """The measured configuration with the highest predicted value."""
-
-    def mean(self, at: np.ndarray) -> np.ndarray:
-        return sum(w * S.posterior_mean(self.space, c, at, self.cross) for w, c in self.members)
-
-    def chance_above(self, ref: int, at: np.ndarray, threshold: float) -> np.ndarray:
-        """P(g(at) - g(ref) > threshold), one by one, under the mixture."""
-        out = np.zeros(len(at))
-        for w, c in self.members:
-            mean, sd = S.difference(self.space, c, ref, at, self.cross)
-            out += w * S.prob_above(mean, sd, threshold)
-        return out
-
-    def upper(self, ref: int, at: np.ndarray, z: float = 1.645) -> np.ndarray:
-        """The one-sided 95% bound of g(at) - g(ref), one by one, from the mixture's mean and spread."""
-        first, second = np.zeros(len(at)), np.zeros(len(at))
-        for w, c in self.members:
-            mean, sd = S.difference(self.space, c, ref, at, self.cross)
-            first += w * mean
-            second += w * (sd * sd + mean * mean)
-        return first + z * np.sqrt(np.clip(second - first * first, 0.0, None))
-
-    def expected_gain(self, ref: int, at: np.ndarray) -> np.ndarray:
-        out = np.zeros(len(at))
-        for w, c in self.members:
-            mean, sd = S.difference(self.space, c, ref, at, self.cross)
-            out += w * S.expected_improvement(mean, sd, 0.0)
-        return out
-
-    def chance_any_above(self, ref: int, at: np.ndarray, p_fit: np.ndarray, threshold: float) -> float:
-        """P(some configuration of ``at`` fits and beats ``ref`` by more than ``threshold``),
-        sampled from each member's joint posterior (fits drawn independently, which only errs
-        towards going on)."""
-        rng = np.random.default_rng(len(self.idx))  # the same study state gives the same verdict
-        normal = rng.standard_normal((len(at) + 1, DRAWS))  # shared by the members (common numbers)
-        misfit = np.where(rng.random((len(at), DRAWS)) < p_fit[:, None], 0.0, -np.inf)
-        total = 0.0
-        for w, c in self.members:
-            post = S.posterior(self.space, c, np.concatenate([[ref], at]), self.cross)
-            L = np.linalg.cholesky(post.cov + 1e-9 * np.eye(len(at) + 1))
-            draws = post.mean[:, None] + L @ normal
-            gain = (draws[1:] - draws[0] + misfit).max(axis=0)
-            total += w * float((gain > threshold).mean())
-        return total
 
 
 def _reason(chance: float, left: int, too_large: int, band: float, nothing_left: bool = False) -> str:

@@ -30,7 +30,8 @@ PRIORS: dict[str, Any] = {
     # By device: half precision pays on most GPU workloads, not on launch-bound ones. On CUDA the
     # spread is what the recorded landscapes show: half precision's median effect ranged from
     # -0.27 (a small BERT, a narrow MLP) to +1.56 (BERT-base). On CPUs the recorded Intel Xeon
-    # landscapes show +0.05 to +0.1; an AMD EPYC here runs bfloat16 several times slower. A
+    # landscapes show +0.05 to +0.1, the quiet AMD EPYC (avx512_bf16) +0.2 (bert_tiny_cpu_rlimit_
+    # r3_quiet); the same EPYC, loaded, was seen running bfloat16 5-9x slower. A
     # spread wide enough for that costs every CPU sweep its stop (0.37x to 0.40x of the grid's
     # time on bert_tiny_cpu_rlimit, seeds 0-2), and the stop rule's one look at every value
     # catches it from a measurement: the CPU spread stays at 0.3. No Mac landscape is recorded:
@@ -61,7 +62,8 @@ def values_of(configs: list[dict[str, Any]], name: str) -> tuple[Any, ...]:
     return tuple(seen.values())
 
 
-def _ordered(values: tuple[Any, ...]) -> bool:
+def ordered(values: tuple[Any, ...]) -> bool:
+    """Whether a parameter's values are numbers with an order (booleans are categories)."""
     return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
@@ -97,7 +99,7 @@ def encode(configs: list[dict[str, Any]], names: list[str], values: dict[str, tu
     for name in names:
         vals = values[name]
         present = np.array([name in c for c in configs])
-        if _ordered(vals):
+        if ordered(vals):
             nums = [float(v) for v in vals]
             log = min(nums) > 0 and (name in LOG_DIMENSIONS or max(nums) / min(nums) >= 8)
             raw = np.array([float(c[name]) if name in c else min(nums) for c in configs])

@@ -75,7 +75,7 @@ def test_devices_bench_alternates_rounds_and_prints_the_control(tmp_path: Path) 
     if len(cores) < 2:
         pytest.skip("needs two cores")
     spec = tmp_path / "devsmoke.yaml"
-    spec.write_text("name: devsmoke\nexperiment: experiments.mlp\ndevice: cpu\n"
+    spec.write_text("name: devsmoke   # a comment, as the headline has\nexperiment: experiments.mlp\ndevice: cpu\n"
                     "fixed: {in_features: 16, num_layers: 1, hidden_size: 32}\n"
                     "space: {batch_size: [8, 16]}\nsearch: {sampler: grid}\n"
                     "trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.0}\n")
@@ -89,11 +89,15 @@ def test_devices_bench_alternates_rounds_and_prints_the_control(tmp_path: Path) 
     assert "median of 2 alternating rounds each way, each trial the median of 2 processes" in out.stdout
     assert "batch_size=8" in out.stdout and "batch_size=16" in out.stdout
     assert "control, the 2 single-device rounds against each other" in out.stdout
+    assert out.stdout.count(" measured twice; best batch_size=") == 4 and "0 measured twice" in out.stdout
+    assert "best found: several's worst round" in out.stdout and "measured twice: 0 (target 0: PASS)" in out.stdout
     for log in ("one_1", "many_1", "one_2", "many_2"):  # the sweeps really ran two processes a trial
         assert (tmp_path / "logs" / f"{log}.log").read_text().count("(median of 2, spread") == 2, log
     got = json.loads((tmp_path / "d.json").read_text())
     assert len(got["ratios"]) == len(got["control"]) == 2 and all(r > 0 for r in got["ratios"])
     assert all(0 < c <= 1 for c in got["control"])
+    assert [(s["way"], s["round"], s["configurations"], s["measured_twice"]) for s in got["sweeps"]] == [
+        ("one", 1, 2, 0), ("one", 2, 2, 0), ("several", 1, 2, 0), ("several", 2, 2, 0)]
     assert set(got["walls"]) == {"wall_s", "loop_s"} and got["slots"] == [f"cpu:{cores[0]}", f"cpu:{cores[1]}"]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -218,3 +219,30 @@ def test_the_stop_line_names_what_was_never_measured(tmp_path: Path) -> None:
     for b in unmeasured:
         assert f"batch_size={b} (" in run.stopped_because
     assert "not measured: " in run.stopped_because and "of the best at 95%" in run.stopped_because
+
+
+def test_a_numeric_value_between_two_measured_ones_needs_no_look_of_its_own() -> None:
+    """Only the ends of a numeric parameter's measured range need a look: the values between two
+    measured ones are interpolated from both sides. A categorical value still needs its own."""
+    space = configs(batch_size=(16, 32, 64), width=tuple(range(1, 13)))
+    seen = {config_key({"batch_size": b, "width": 1}): result("ok", 1000.0 * b / (b + 24), 0.5 + b / 10)
+            for b in (16, 32, 64)}
+    d = planner(space, "cuda").decide(seen, set())
+    assert d.why == "coverage" and d.config["width"] == 12          # the other end, not the next value
+    seen[config_key({"batch_size": 64, "width": 12})] = result("ok", 1000.0 * 64 / 88, 6.9)
+    d = planner(space, "cuda").decide(seen, set())
+    assert d.why != "coverage"                                     # widths 2-11 lie between 1 and 12
+
+
+def test_a_parameter_with_many_numeric_values_is_not_swept_value_by_value(tmp_path: Path) -> None:
+    """40 hidden sizes (what ``bench/cluster.py`` searches): the sweep stops long before the grid,
+    with both ends of the range measured and the best found."""
+    rows = [{"batch_size": b, "hidden_size": h, "value": 1000.0 * b / (b + 24) * (1.0 + 0.2 * math.sin(h / 60.0))}
+            for b in (16, 32, 64) for h in range(8, 328, 8)]
+    land = landscape(tmp_path, "wide", "cpu", rows)
+    measured, run = stopped(land)
+    widths = {r.params["hidden_size"] for r in measured if r.status == "ok"}
+    assert run.stopped_because and "likely to beat the best" in run.stopped_because
+    assert {8, 320} <= widths and len(measured) <= len(rows) // 3, (len(measured), sorted(widths))
+    best = max(r.samples_per_s for r in measured if r.samples_per_s)
+    assert best >= 0.98 * land.best_feasible()
