@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from orchestrator.outcome import Status
+from orchestrator.outcome import INFEASIBLE, Status
 
 NOT_RESULTS = ("repeat_of", "deferred_to")
 """Attributes of trials that ran nothing (they answered a proposal from the record)."""
@@ -93,7 +93,7 @@ class TrialRecord:
         """The record of ``trial`` (anything with Optuna's ``user_attrs``)."""
         attrs = trial.user_attrs
         known = {k: v for k, v in attrs.items() if k in FIELDS}
-        known["status"] = Status.read(attrs.get("status"))
+        known["status"] = settled(Status.read(attrs.get("status")), trial)
         known["status_text"] = attrs.get("status")
         known["metrics"] = attrs.get("metrics") or {}
         return cls(**known)
@@ -121,7 +121,21 @@ FIELDS = frozenset(f.name for f in fields(TrialRecord)) - {"status_text"}
 
 def status_of(trial: Any) -> Status | None:
     """``TrialRecord.of(trial).status``, without reading the rest (for loops over every trial)."""
-    return Status.read(trial.user_attrs.get("status"))
+    return settled(Status.read(trial.user_attrs.get("status")), trial)
+
+
+def settled(status: Status | None, trial: Any) -> Status | None:
+    """The status, unless Optuna's final state contradicts it: then ``INTERRUPTED``. ``tell`` writes
+    the attributes, then the state (ok: COMPLETE; not fitting: PRUNED; the rest: FAIL). Another
+    orchestrator that declared the trial dead (no heartbeat, ``recovery.fail_stale``) writes
+    ``interrupted`` and then FAIL; when the trial's own tell wrote its attributes in between, the
+    trial is FAIL with the late ``ok``, and its result was discarded by its orchestrator (its
+    configuration runs again): it must not count as a result."""
+    state = getattr(trial, "state", None)
+    if status is None or status in (Status.UNKNOWN, Status.INTERRUPTED) or state is None or not state.is_finished():
+        return status
+    expected = "COMPLETE" if status is Status.OK else "PRUNED" if status in INFEASIBLE else "FAIL"
+    return status if state.name == expected else Status.INTERRUPTED
 
 
 def is_attempt(trial: Any) -> bool:

@@ -92,16 +92,28 @@ def tell(study: Any, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[
     write(trial, **attrs)
     if status in INFEASIBLE:
         trial.set_constraint(FIT_CONSTRAINT, 1.0)
-        study.tell(trial, state=TrialState.PRUNED)
+        _tell(study, trial, TrialState.PRUNED)
     elif values is None:
-        study.tell(trial, state=TrialState.FAIL)
+        _tell(study, trial, TrialState.FAIL)
     else:
         trial.set_constraint(FIT_CONSTRAINT, -1.0)
         for c in spec.objective.constraints:
             value = metrics.get(c.metric)
             trial.set_constraint(c.metric, c.violation(value) if value is not None else 1.0)
-        study.tell(trial, values)
+        _tell(study, trial, TrialState.COMPLETE, values)
     return status
+
+
+def _tell(study: Any, trial: Any, state: Any, values: list[float] | None = None) -> None:
+    """``study.tell``, raising ``UpdateFinishedTrialError`` (as a refused attribute write does) when
+    another orchestrator finished the trial first (``recovery.fail_stale``), whenever that landed:
+    Optuna's own ``tell`` says ``ValueError`` for a trial it finds finished."""
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    told = study.tell(trial, values, state=None if values is not None else state, skip_if_finished=True)
+    if told.state != state:
+        raise UpdateFinishedTrialError(f"trial {told.number} is {told.state.name}: another orchestrator "
+                                       "finished it first")
 
 
 def run_tags(outcome_result: dict[str, Any], status: Status, detail: str | None) -> dict[str, str]:

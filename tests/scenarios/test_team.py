@@ -68,10 +68,15 @@ def results(storage: str) -> list:
 
 
 def measured_once(trials: list) -> dict[int, int]:
-    """hidden_size -> how many trials measured it (ran a process to a result)."""
+    """hidden_size -> how many trials measured it (ran a process to a result): as the orchestrator
+    reads the record, so a trial another orchestrator declared dead while it was being told (FAIL,
+    with its late ``ok``) is not a result (``record.settled``)."""
+    from orchestrator.outcome import Status
+    from orchestrator.store.record import is_attempt, status_of
+
     out: dict[int, int] = {}
     for t in trials:
-        if t.user_attrs.get("status") == "ok" and "repeat_of" not in t.user_attrs:
+        if status_of(t) is Status.OK and is_attempt(t):
             out[t.params["hidden_size"]] = out.get(t.params["hidden_size"], 0) + 1
     return out
 

@@ -80,10 +80,15 @@ def test_a_trial_with_nothing_recorded_reads_as_empty(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("status", list(Status))
 def test_every_status_is_stored_as_its_string_and_read_back(tmp_path: Path, status: Status) -> None:
+    from optuna.trial import TrialState
+
     s = study(tmp_path)
     trial = s.ask()
     write(trial, status=status)
-    s.tell(trial, 1.0)
+    if status is Status.OK:  # the state ``records.tell`` gives each status
+        s.tell(trial, 1.0)
+    else:
+        s.tell(trial, state=TrialState.PRUNED if status in INFEASIBLE else TrialState.FAIL)
     [(key, value)] = stored_rows(tmp_path)
     assert (key, value) == ("status", json.dumps(status.value))
     read = s.get_trials()[0]
@@ -193,3 +198,30 @@ def test_every_field_of_a_study_round_trips(tmp_path: Path) -> None:
                             "mlflow_parent_run_id": "p1"}
     write_study(s, recorded=None)
     assert StudyRecord.of(s).recorded is None
+
+
+@pytest.mark.parametrize("late", [Status.OK, Status.OOM])
+def test_a_result_whose_trial_another_orchestrator_failed_reads_as_interrupted(tmp_path: Path, late: Status) -> None:
+    """The race behind a configuration measured twice in a shared study: orchestrator B declares
+    A's trial dead (``recovery.fail_stale``: ``interrupted``, then FAIL) while A's ``tell`` writes
+    its attributes (then its state, which the storage refuses). The trial is FAIL with A's late
+    status: it is not a result (A discarded it; the configuration runs again), and reads so."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    from orchestrator.store.records import _tell, results_of
+
+    s = study(tmp_path)
+    trial = s.ask({"x": __import__("optuna").distributions.IntDistribution(1, 4)})
+    storage, trial_id = s._storage, trial._trial_id
+    storage.set_trial_user_attr(trial_id, "status", "interrupted")           # B
+    write(trial, status=late, metrics={M.SAMPLES_PER_S: 9.0})               # A, in between
+    storage.set_trial_state_values(trial_id, state=TrialState.FAIL)         # B
+    with pytest.raises(UpdateFinishedTrialError):                           # A's state: refused,
+        _tell(s, trial, TrialState.COMPLETE, [9.0])                         # as its loop expects
+    read = s.get_trials()[0]
+    assert TrialRecord.of(read).status_text == late.value                    # as stored ...
+    assert status_of(read) is Status.INTERRUPTED is TrialRecord.of(read).status  # ... not a result
+    assert results_of([read]) == []
+    [stored] = read_study(f"sqlite:///{tmp_path / 'study.db'}", "s").trials
+    assert status_of(stored) is Status.INTERRUPTED
