@@ -97,14 +97,15 @@ class Recovery:
         hold the study's ``StudyLock``, so two orchestrators never fail the same trial; the storage
         still refuses a second FAIL (``UpdateFinishedTrialError``), which is not counted."""
         from optuna.exceptions import UpdateFinishedTrialError
-        from optuna.storages._heartbeat import is_heartbeat_enabled
         from optuna.trial import TrialState
 
-        storage = self.study._storage
-        if not is_heartbeat_enabled(storage) or self.excused():
+        from orchestrator.store.optuna_internals import heartbeat_enabled, stale_trial_ids, storage_of
+
+        storage = storage_of(self.study)
+        if not heartbeat_enabled(storage) or self.excused():
             return 0
         failed: list[Any] = []
-        for trial_id in storage._get_stale_trial_ids(self.study._study_id) + self._orphans():
+        for trial_id in stale_trial_ids(self.study) + self._orphans():
             try:
                 storage.set_trial_user_attr(trial_id, "status", "interrupted")
                 storage.set_trial_user_attr(trial_id, "detail", STALE_DETAIL)
@@ -128,12 +129,12 @@ class Recovery:
         """Whether heartbeats may be missing because of an outage, not a dead orchestrator: this
         orchestrator lost the database less than a grace period ago, or the server (re)started
         less than one ago (then nobody could write a heartbeat while it was down)."""
+        from orchestrator.store.optuna_internals import engine_of, storage_of
         from orchestrator.store.outage import server_started_at
-        from orchestrator.store.study import engine_of
 
         if self.outage is not None and self.outage.recently(self.grace_s):
             return True
-        engine = engine_of(self.study._storage)
+        engine = engine_of(storage_of(self.study))
         up = self.outage.call(server_started_at, engine) if self.outage is not None else server_started_at(engine)
         return up is not None and up < 2 * self.grace_s
 
@@ -143,13 +144,13 @@ class Recovery:
         connection), they would otherwise stay RUNNING forever (Optuna's stale check skips them)."""
         import time
 
-        from orchestrator.store.study import engine_of
+        from orchestrator.store.optuna_internals import engine_of, storage_of, study_id
 
-        engine = engine_of(self.study._storage)
+        engine = engine_of(storage_of(self.study))
         if engine is None:
             return []
-        silent = (self.outage.call(_silent_trials, engine, self.study._study_id) if self.outage is not None
-                  else _silent_trials(engine, self.study._study_id))
+        silent = (self.outage.call(_silent_trials, engine, study_id(self.study)) if self.outage is not None
+                  else _silent_trials(engine, study_id(self.study)))
         now = time.monotonic()
         self._silent = {i: self._silent.get(i, now) for i in silent}
         return [i for i, since in self._silent.items() if now - since >= self.grace_s]
@@ -157,10 +158,11 @@ class Recovery:
     def _end_interrupted(self, t: Any) -> None:
         """A trial cut off by a dead orchestrator: FAIL, status ``interrupted`` (its MLflow run is
         then KILLED by ``converge``)."""
-        import optuna
         from optuna.trial import TrialState
 
-        trial = optuna.trial.Trial(self.study, t._trial_id)
+        from orchestrator.store.optuna_internals import trial_of
+
+        trial = trial_of(self.study, t)
         trial.set_user_attr("status", "interrupted")
         trial.set_user_attr("detail", INTERRUPTED_DETAIL)
         self.study.tell(t.number, state=TrialState.FAIL)

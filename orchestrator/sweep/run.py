@@ -120,6 +120,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                     origins: Origins) -> int:
     from orchestrator.store.agreement import trial_root
     from orchestrator.store.coordination import Heartbeat, StudyLock
+    from orchestrator.store.optuna_internals import storage_of
     from orchestrator.store.recovery import Recovery
     from orchestrator.search.space import fingerprint
     from orchestrator.store.study import UID_ATTR, open_study, study_lock
@@ -152,7 +153,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
             tracker = AsyncTracker(sync)
             runner.open(work_dir)
             if shared:
-                heartbeat = Heartbeat(study._storage, max(1.0, spec.search.grace_period_s / 4))
+                heartbeat = Heartbeat(storage_of(study), max(1.0, spec.search.grace_period_s / 4))
             sweep = Sweep(spec, plan, study, tracker, work_dir, stop, runner, lock=lock,
                           recovery=recovery if shared else None, superseded=superseded,
                           heartbeat=heartbeat.beat_one if heartbeat else None,
