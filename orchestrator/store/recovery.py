@@ -145,12 +145,13 @@ class Recovery:
         import time
 
         from orchestrator.store.optuna_internals import engine_of, storage_of, study_id
+        from orchestrator.store.optuna_sql import silent_trial_ids
 
         engine = engine_of(storage_of(self.study))
         if engine is None:
             return []
-        silent = (self.outage.call(_silent_trials, engine, study_id(self.study)) if self.outage is not None
-                  else _silent_trials(engine, study_id(self.study)))
+        silent = (self.outage.call(silent_trial_ids, engine, study_id(self.study)) if self.outage is not None
+                  else silent_trial_ids(engine, study_id(self.study)))
         now = time.monotonic()
         self._silent = {i: self._silent.get(i, now) for i in silent}
         return [i for i, since in self._silent.items() if now - since >= self.grace_s]
@@ -211,14 +212,3 @@ class Recovery:
             busy.add(key)
             queued[status] = queued.get(status, 0) + 1
         return queued, superseded
-
-
-def _silent_trials(engine: Any, study_id: int) -> set[int]:
-    """RUNNING trials of the study without a row in Optuna's heartbeat table."""
-    import sqlalchemy
-
-    with engine.connect() as conn:
-        rows = conn.execute(sqlalchemy.text(
-            "SELECT t.trial_id FROM trials t LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
-            "WHERE t.study_id = :s AND t.state = 'RUNNING' AND h.trial_id IS NULL"), {"s": study_id})
-        return {r[0] for r in rows}
