@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import SweepSpec
 
