@@ -152,15 +152,12 @@ def _heartbeats(spec: SweepSpec, grace: datetime.timedelta) -> set[int]:
     Optuna's start times)."""
     import sqlalchemy
 
+    from orchestrator.store.optuna_sql import running_heartbeats
+
     args = {"options": "-c timezone=UTC"} if spec.storage.startswith("postgresql") else {}
     engine = sqlalchemy.create_engine(spec.storage, connect_args=args, poolclass=sqlalchemy.pool.NullPool)
     try:
-        with engine.connect() as conn:
-            server_now = conn.execute(sqlalchemy.text("SELECT CURRENT_TIMESTAMP")).scalar().replace(tzinfo=None)
-            rows = conn.execute(sqlalchemy.text(
-                "SELECT t.number, h.heartbeat, t.datetime_start FROM trials t "
-                "JOIN studies s ON s.study_id = t.study_id LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
-                "WHERE s.study_name = :n AND t.state = 'RUNNING'"), {"n": spec.name}).fetchall()
+        server_now, rows = running_heartbeats(engine, spec.name)
     except Exception as exc:  # noqa: BLE001 - one line, as every store error
         raise StudyError(f"storage {shown(spec.storage)}: {str(exc).splitlines()[0]}") from None
     finally:

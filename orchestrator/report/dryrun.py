@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import SweepSpec
 
@@ -71,20 +69,12 @@ def print_plan(spec: SweepSpec) -> None:
 
 def _progress(spec: SweepSpec) -> str:
     """How far an existing SQLite study is, read without creating or changing anything."""
+    from orchestrator.store.optuna_sql import trial_counts
     from orchestrator.store.study import sqlite_path
 
     path = sqlite_path(spec.storage)
-    if path is None or not path.is_file():
-        return "; the study does not exist yet"
-    try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
-        try:
-            row = con.execute(
-                "SELECT count(*) FROM trials t JOIN studies s ON s.study_id = t.study_id "
-                "WHERE s.study_name = ? AND t.state != 'WAITING'", (spec.name,)).fetchone()
-        finally:
-            con.close()
-    except sqlite3.Error:
+    counts = {} if path is None else trial_counts(path, spec.name)
+    if counts is None:
         return ""
-    return f"; the study exists with {row[0]} trials: a run resumes it" if row and row[0] else \
-        "; the study does not exist yet"
+    n = sum(count for state, count in counts.items() if state != "WAITING")
+    return f"; the study exists with {n} trials: a run resumes it" if n else "; the study does not exist yet"

@@ -143,7 +143,9 @@ class Heartbeat:
 
     def beat_one(self, trial: Any) -> None:
         """A trial just asked for: alive from its first moment."""
-        self.beat([trial._trial_id])
+        from orchestrator.store.optuna_internals import trial_id
+
+        self.beat([trial_id(trial)])
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

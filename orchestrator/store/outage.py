@@ -171,7 +171,10 @@ def retrying_storage(inner: Any, outage: Outage) -> Any:
     """``inner`` (an Optuna ``BaseStorage`` with heartbeats) with every call guarded."""
     from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
     from optuna.storages import BaseStorage
-    from optuna.storages._heartbeat import BaseHeartbeat
+
+    from orchestrator.store.optuna_internals import heartbeat_base
+
+    bases = (BaseStorage, heartbeat_base())
 
     def guarded(name: str) -> Callable[..., Any]:
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -212,12 +215,12 @@ def retrying_storage(inner: Any, outage: Outage) -> Any:
         target = getattr(self.inner, name)
         return (lambda *a, **k: self.outage.call(target, *a, **k)) if callable(target) else target
 
-    names = {n for base in (BaseStorage, BaseHeartbeat) for n in vars(base)
+    names = {n for base in bases for n in vars(base)
              if (not n.startswith("_") or n in base.__abstractmethods__) and callable(getattr(base, n))}
     namespace: dict[str, Any] = {n: guarded(n) for n in names}
     namespace.update(set_trial_state_values=set_trial_state_values, create_new_study=create_new_study,
                      __getattr__=getattr_, __doc__="Optuna's storage, each call through an Outage guard.")
-    storage = type("RetryingStorage", (BaseStorage, BaseHeartbeat), namespace)()
+    storage = type("RetryingStorage", bases, namespace)()
     storage.inner, storage.outage = inner, outage
     return storage
 

@@ -164,6 +164,14 @@ def write(trial: Any, **values: Any) -> None:
         trial.set_user_attr(k, _plain(v))
 
 
+def write_stored(storage: Any, trial_id: int, **values: Any) -> None:
+    """``write`` for a trial known only by its storage id (another orchestrator's, being failed
+    by ``recovery.fail_stale``)."""
+    _check(values)
+    for k, v in values.items():
+        storage.set_trial_user_attr(trial_id, k, _plain(v))
+
+
 def enqueue(study: Any, params: dict[str, Any], **values: Any) -> None:
     """Queue ``params`` in Optuna with the attributes ``values`` (``write``'s names); none: none."""
     _check(values)

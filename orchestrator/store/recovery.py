@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from orchestrator.outcome import RUN_AGAIN, Status
-from orchestrator.store.record import TrialRecord, enqueue, is_attempt, status_of, write
+from orchestrator.store.record import TrialRecord, enqueue, is_attempt, status_of, write, write_stored
 from orchestrator.store.records import results_of
 from orchestrator.search.space import config_key
 
@@ -98,17 +98,17 @@ class Recovery:
         hold the study's ``StudyLock``, so two orchestrators never fail the same trial; the storage
         still refuses a second FAIL (``UpdateFinishedTrialError``), which is not counted."""
         from optuna.exceptions import UpdateFinishedTrialError
-        from optuna.storages._heartbeat import is_heartbeat_enabled
         from optuna.trial import TrialState
 
-        storage = self.study._storage
-        if not is_heartbeat_enabled(storage) or self.excused():
+        from orchestrator.store.optuna_internals import heartbeat_enabled, stale_trial_ids, storage_of
+
+        storage = storage_of(self.study)
+        if not heartbeat_enabled(storage) or self.excused():
             return 0
         failed: list[Any] = []
-        for trial_id in storage._get_stale_trial_ids(self.study._study_id) + self._orphans():
+        for trial_id in stale_trial_ids(self.study) + self._orphans():
             try:
-                storage.set_trial_user_attr(trial_id, "status", "interrupted")
-                storage.set_trial_user_attr(trial_id, "detail", STALE_DETAIL)
+                write_stored(storage, trial_id, status=Status.INTERRUPTED, detail=STALE_DETAIL)
                 if storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
                     failed.append(storage.get_trial(trial_id))
             except UpdateFinishedTrialError:  # its orchestrator told it after all
@@ -120,7 +120,7 @@ class Recovery:
                 runs = self.tracker.trial_runs()
                 for t in failed:
                     for run in runs.get(t.number, []) or [self._new_run(t)]:
-                        self.tracker.finish_trial(run.info.run_id, "interrupted", {}, {"detail": STALE_DETAIL}, [])
+                        self.tracker.finish_trial(run.info.run_id, Status.INTERRUPTED, {}, {"detail": STALE_DETAIL}, [])
             except StoreUnwritable:
                 pass  # MLflow refuses (a full disk): a later converge writes these runs from the study
         return len(failed)
@@ -129,12 +129,12 @@ class Recovery:
         """Whether heartbeats may be missing because of an outage, not a dead orchestrator: this
         orchestrator lost the database less than a grace period ago, or the server (re)started
         less than one ago (then nobody could write a heartbeat while it was down)."""
+        from orchestrator.store.optuna_internals import engine_of, storage_of
         from orchestrator.store.outage import server_started_at
-        from orchestrator.store.study import engine_of
 
         if self.outage is not None and self.outage.recently(self.grace_s):
             return True
-        engine = engine_of(self.study._storage)
+        engine = engine_of(storage_of(self.study))
         up = self.outage.call(server_started_at, engine) if self.outage is not None else server_started_at(engine)
         return up is not None and up < 2 * self.grace_s
 
@@ -144,13 +144,14 @@ class Recovery:
         connection), they would otherwise stay RUNNING forever (Optuna's stale check skips them)."""
         import time
 
-        from orchestrator.store.study import engine_of
+        from orchestrator.store.optuna_internals import engine_of, storage_of, study_id
+        from orchestrator.store.optuna_sql import silent_trial_ids
 
-        engine = engine_of(self.study._storage)
+        engine = engine_of(storage_of(self.study))
         if engine is None:
             return []
-        silent = (self.outage.call(_silent_trials, engine, self.study._study_id) if self.outage is not None
-                  else _silent_trials(engine, self.study._study_id))
+        silent = (self.outage.call(silent_trial_ids, engine, study_id(self.study)) if self.outage is not None
+                  else silent_trial_ids(engine, study_id(self.study)))
         now = time.monotonic()
         self._silent = {i: self._silent.get(i, now) for i in silent}
         return [i for i, since in self._silent.items() if now - since >= self.grace_s]
@@ -158,10 +159,11 @@ class Recovery:
     def _end_interrupted(self, t: Any) -> None:
         """A trial cut off by a dead orchestrator: FAIL, status ``interrupted`` (its MLflow run is
         then KILLED by ``converge``)."""
-        import optuna
         from optuna.trial import TrialState
 
-        trial = optuna.trial.Trial(self.study, t._trial_id)
+        from orchestrator.store.optuna_internals import trial_of
+
+        trial = trial_of(self.study, t)
         write(trial, status=Status.INTERRUPTED, detail=INTERRUPTED_DETAIL)
         self.study.tell(t.number, state=TrialState.FAIL)
 
@@ -208,14 +210,3 @@ class Recovery:
             busy.add(key)
             queued[status] = queued.get(status, 0) + 1
         return queued, superseded
-
-
-def _silent_trials(engine: Any, study_id: int) -> set[int]:
-    """RUNNING trials of the study without a row in Optuna's heartbeat table."""
-    import sqlalchemy
-
-    with engine.connect() as conn:
-        rows = conn.execute(sqlalchemy.text(
-            "SELECT t.trial_id FROM trials t LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
-            "WHERE t.study_id = :s AND t.state = 'RUNNING' AND h.trial_id IS NULL"), {"s": study_id})
-        return {r[0] for r in rows}

@@ -312,16 +312,16 @@ def _storage(url: str, kwargs: dict[str, Any], outage: Any) -> Any:
     database (a lost connection is waited out), else a ``writefault.WriteGuard``; either way a
     write the store refuses (a full disk, say) comes out as one line (``StoreUnwritable``)."""
     import optuna
-    from optuna.storages._cached_storage import _CachedStorage
 
+    from orchestrator.store.optuna_internals import cached
     from orchestrator.store.outage import create, retrying_storage
     from orchestrator.store.writefault import WriteGuard, named, sqlite_folder
 
     if outage is None or url.startswith("sqlite"):
         guard = WriteGuard(named("the study's store", url), "study_write", sqlite_folder(url))
-        return retrying_storage(_CachedStorage(guard.call(optuna.storages.RDBStorage, url, **kwargs)), guard)
+        return retrying_storage(cached(guard.call(optuna.storages.RDBStorage, url, **kwargs)), guard)
     rdb = create(outage, optuna.storages.RDBStorage, url, **kwargs)
-    return retrying_storage(_CachedStorage(rdb), outage)
+    return retrying_storage(cached(rdb), outage)
 
 
 def _unwritable(url: str, exc: BaseException, default: Any = StudyError) -> Any:
@@ -333,15 +333,6 @@ def _unwritable(url: str, exc: BaseException, default: Any = StudyError) -> Any:
     if found is not None or default is None:
         return found
     return default(f"storage {shown(url)}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
-
-
-def engine_of(storage: Any) -> Any:
-    """The SQLAlchemy engine behind a study's storage (wrapped or not), or None."""
-    for _ in range(3):
-        if hasattr(storage, "engine"):
-            return storage.engine
-        storage = getattr(storage, "inner", None) or getattr(storage, "_backend", None)
-    return None
 
 
 def _mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:

@@ -102,7 +102,9 @@ class Sweep:
 
     def running_trial_ids(self) -> list[int]:
         """Optuna trial ids in flight here (for the heartbeat thread)."""
-        return [job.trial._trial_id for job in list(self.jobs.values())]
+        from orchestrator.store.optuna_internals import trial_id
+
+        return [trial_id(job.trial) for job in list(self.jobs.values())]
 
     # -- the loop -----------------------------------------------------------------------------------
     def run(self, on_result: Callable[[Any, Outcome, float], None],

@@ -84,24 +84,11 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
 def _has_ok_result(spec: SweepSpec) -> bool:
     """Whether an SQLite study already holds a measured result (read-only, creating nothing):
     then the experiment has worked before and the smoke step is skipped."""
-    import sqlite3
-
+    from orchestrator.store.optuna_sql import trial_counts
     from orchestrator.store.study import sqlite_path
 
     path = sqlite_path(spec.storage)
-    if path is None or not path.is_file():
-        return False
-    try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
-        try:
-            row = con.execute(
-                "SELECT count(*) FROM trials t JOIN studies s ON s.study_id = t.study_id "
-                "WHERE s.study_name = ? AND t.state = 'COMPLETE'", (spec.name,)).fetchone()
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return False
-    return bool(row and row[0])
+    return bool(path is not None and (trial_counts(path, spec.name) or {}).get("COMPLETE"))
 
 
 def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
@@ -120,6 +107,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                     origins: Origins) -> int:
     from orchestrator.store.agreement import trial_root
     from orchestrator.store.coordination import Heartbeat, StudyLock
+    from orchestrator.store.optuna_internals import storage_of
     from orchestrator.store.recovery import Recovery
     from orchestrator.search.space import fingerprint
     from orchestrator.store.study import open_study, study_lock
@@ -153,7 +141,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
             tracker = AsyncTracker(sync)
             runner.open(work_dir)
             if shared:
-                heartbeat = Heartbeat(study._storage, max(1.0, spec.search.grace_period_s / 4))
+                heartbeat = Heartbeat(storage_of(study), max(1.0, spec.search.grace_period_s / 4))
             sweep = Sweep(spec, plan, study, tracker, work_dir, stop, runner, lock=lock,
                           recovery=recovery if shared else None, superseded=superseded,
                           heartbeat=heartbeat.beat_one if heartbeat else None,

@@ -154,13 +154,14 @@ def warm_imports() -> None:
     import alembic.command  # noqa: F401 - the stores' schema checks (both libraries use alembic)
     import alembic.config  # noqa: F401
     import mlflow.tracking  # noqa: F401
-    import optuna  # noqa: F401
-    import optuna.storages._rdb.models  # noqa: F401
     import sqlalchemy.dialects.sqlite  # noqa: F401
     import tqdm  # noqa: F401
     from mlflow.entities import Metric, Param, RunTag  # noqa: F401
     from mlflow.store.tracking import sqlalchemy_store, sqlalchemy_workspace_store  # noqa: F401
 
     from orchestrator.store import recovery, templates  # noqa: F401
+    from orchestrator.store.optuna_internals import import_storage
     from orchestrator.sweep import loop  # noqa: F401
+
+    import_storage()  # Optuna and its storage's table models
     event("imports_done")

@@ -246,3 +246,12 @@ def assert_same_trials_or_frozen(read: list[Any], frozen: list[Any]) -> None:
     """Through Optuna the trials are Optuna's own."""
     assert [json.dumps([t.number, t.state.name, t.params, t.values, t.user_attrs]) for t in read] == \
         [json.dumps([t.number, t.state.name, t.params, t.values, t.user_attrs]) for t in frozen]
+
+
+def test_the_states_are_optunas() -> None:
+    """``TrialState`` stands in for Optuna's own enum (whose import would cost the reader its
+    speed): the same names, values and finished states, so that a new Optuna state fails here."""
+    from optuna.trial import TrialState as OptunaState
+
+    assert [(s.name, s.value, s.is_finished()) for s in TrialState] == [
+        (s.name, s.value, s.is_finished()) for s in OptunaState]
