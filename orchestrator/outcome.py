@@ -28,6 +28,12 @@ INFEASIBLE = ("oom", "swapped", "skipped", "crashed")
 MEMORY_BOUNDARY = ("oom", "swapped")
 """Evidence for OOM-aware skipping: a configuration that needs at least as much memory fails too."""
 
+# The detail of an ``interrupted`` trial, by who cut it off (both run again, ``RUN_AGAIN``):
+INTERRUPTED_DETAIL = "the orchestrator was stopped during this trial"
+"""Ctrl-C or SIGTERM: this orchestrator killed the trial and recorded it."""
+DIED_DETAIL = "the orchestrator died during this trial; its configuration is run again"
+"""A killed orchestrator left it RUNNING; the next start recorded it (``store/recovery``)."""
+
 
 def counts_as_failure(status: str, result: dict[str, Any]) -> bool:
     """Whether a trial's outcome counts toward ``search.max_failures``: a SIGKILL is usually the
@@ -58,7 +64,7 @@ def classify(returncode: int | None, result_text: str | None, *, timed_out: bool
              log_tail: str | None = None) -> Outcome:
     """``returncode`` is negative for a signal, as ``subprocess`` reports it."""
     if interrupted:
-        return Outcome("interrupted", "the orchestrator was stopped during this trial")
+        return Outcome("interrupted", INTERRUPTED_DETAIL)
     if timed_out:
         return Outcome("timeout", f"no result within timeout_s={timeout_s:g}; process group killed"
                        if timeout_s is not None else "timed out; process group killed")

@@ -26,11 +26,10 @@ import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
-from orchestrator.outcome import RUN_AGAIN
+from orchestrator.outcome import DIED_DETAIL, RUN_AGAIN
 from orchestrator.store.records import is_attempt, results_of
 from orchestrator.search.space import config_key
 
-INTERRUPTED_DETAIL = "the orchestrator died during this trial; its configuration is run again"
 STALE_DETAIL = ("its orchestrator stopped sending heartbeats (search.grace_period_s); "
                 "its configuration is run again")
 
@@ -162,7 +161,7 @@ class Recovery:
 
         trial = optuna.trial.Trial(self.study, t._trial_id)
         trial.set_user_attr("status", "interrupted")
-        trial.set_user_attr("detail", INTERRUPTED_DETAIL)
+        trial.set_user_attr("detail", DIED_DETAIL)
         self.study.tell(t.number, state=TrialState.FAIL)
 
     def _new_run(self, t: Any) -> Any:

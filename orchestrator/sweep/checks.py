@@ -187,15 +187,6 @@ class Probe:
         self._err.close()
 
 
-def probe_experiment(spec: SweepSpec) -> dict[str, Any]:
-    """``Probe(spec).result()``, waited for."""
-    probe = Probe(spec)
-    try:
-        return probe.result()
-    finally:
-        probe.close()
-
-
 SMOKE_BATCH = 2
 
 

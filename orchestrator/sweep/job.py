@@ -21,10 +21,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.launch import Launched
-from orchestrator.outcome import Outcome
+from orchestrator.outcome import INTERRUPTED_DETAIL, Outcome
 from orchestrator.sweep.repeats import combine, repeat_path
-
-INTERRUPTED_DETAIL = "the orchestrator was stopped during this trial"
 
 
 class State(enum.Enum):

@@ -24,9 +24,9 @@ from orchestrator import exits
 from orchestrator.spec import knobs
 from orchestrator import metrics as M
 from orchestrator.faultpoints import reached
-from orchestrator.sweep.job import INTERRUPTED_DETAIL, Job, State
+from orchestrator.sweep.job import Job, State
 from orchestrator.launch import PRESTART, StopFlag
-from orchestrator.outcome import RESULT_STATUSES, Outcome
+from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome
 from orchestrator.search.planner import Verdict
 from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
 from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trace_tags
