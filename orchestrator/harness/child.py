@@ -22,6 +22,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from orchestrator.errors import first_line
 from orchestrator.harness.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, Status,
                                            Word, decode_order, encode_status)
 
@@ -70,13 +71,6 @@ def write_result(path: str, result: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def last_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    body = lines[0] if lines else ""
-    return f"{type(exc).__name__}: {body}" if body else type(exc).__name__
-
-
 def run_config(config: dict[str, Any], timeline: dict[str, float],
                before_window: Callable[[], None] | None = None) -> None:
     """Run one trial and write its result file; every failure becomes a recorded status."""
@@ -102,7 +96,7 @@ def run_config(config: dict[str, Any], timeline: dict[str, float],
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a recorded status
         traceback.print_exc()
         oom = is_oom_exception(exc)
-        detail = last_line(exc)
+        detail = first_line(exc)
         if progress.phase == "compile" and not oom:
             detail = f"torch.compile failed on {device} (experimental there): {detail}"
         result = {"status": "oom" if oom else "error", "detail": detail,
@@ -117,7 +111,7 @@ def run_config(config: dict[str, Any], timeline: dict[str, float],
     try:
         result["provenance"] = backend.describe(backend.resolve(device))
     except Exception as exc:  # noqa: BLE001 - provenance must not hide the result
-        result["provenance"] = {"error": last_line(exc)}
+        result["provenance"] = {"error": first_line(exc)}
     result["placement"] = placement()
     import resource
 

@@ -31,6 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from orchestrator.errors import first_line
+
 UNCAPPED = ("cpu_memory_limit_gib", "memory_fraction")
 """Knobs that cap memory: left out, so a small step cannot fail for the cap's sake."""
 
@@ -60,7 +62,7 @@ def smoke_step(experiment: str, params: dict[str, Any], device: str) -> dict[str
         if isinstance(exc, KeyboardInterrupt):
             raise
         traceback.print_exc()
-        result = {"ok": False, "error": _last_line(exc), "oom": _is_oom(exc),
+        result = {"ok": False, "error": first_line(exc), "oom": _is_oom(exc),
                   "phase": progress.phase if progress is not None else "import",
                   "seconds": round(time.perf_counter() - started, 3)}
         result.update(locate(exc.__traceback__, experiment, built.get("workload")))
@@ -137,11 +139,6 @@ def _show(filename: str) -> str:
         return str(path.relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
-
-
-def _last_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def _is_oom(exc: BaseException) -> bool:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import exits
-from orchestrator.errors import OrchestratorError, StudyError, UsageParser, print_error
+from orchestrator.errors import OrchestratorError, StudyError, UsageParser, first_line, print_error
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec, load_spec
 from orchestrator.store.agreement import Difference, compare, trial_root
@@ -193,7 +193,7 @@ def _mlflow(spec: SweepSpec, uid: str) -> tuple[Any, Any, Any, dict[int, list[An
             return client, experiment, None, {}
         return client, experiment, parents[0], child_runs(client, experiment.experiment_id, parents[0].info.run_id)
     except MlflowException as exc:
-        raise StudyError(f"tracking_uri {shown(uri)}: {str(exc).splitlines()[0]}") from None
+        raise StudyError(f"tracking_uri {shown(uri)}: {first_line(exc, typed=False)}") from None
 
 
 def _folder_root(study: Any, name: str, uid: str) -> Path:

@@ -27,7 +27,8 @@ import time
 from typing import Any, Callable
 
 from orchestrator import exits
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import OrchestratorError, first_line
+from orchestrator.redact import scrub
 from orchestrator.store.writefault import unwritable
 
 BACKOFF_S = (0.5, 10.0)
@@ -127,7 +128,7 @@ class Outage:
             if now - self.down_since > self.limit_s:
                 self.gave_up = StoreDown(
                     f"{self.store} was unreachable for {now - self.down_since:.0f} s, more than "
-                    f"search.outage_s={self.limit_s:g} ({_first_line(exc)}); the study is saved: run the "
+                    f"search.outage_s={self.limit_s:g} ({scrub(first_line(exc))}); the study is saved: run the "
                     "same command to resume once it is back")
                 raise self.gave_up from None
 
@@ -158,13 +159,6 @@ def create(outage: Outage, fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
                 raise
             time.sleep(1.0 + attempt)
     raise AssertionError("unreachable")
-
-
-def _first_line(exc: BaseException) -> str:
-    from orchestrator.redact import scrub
-
-    text = str(exc).strip().splitlines()
-    return scrub(f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__)
 
 
 def retrying_storage(inner: Any, outage: Outage) -> Any:
