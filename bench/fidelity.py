@@ -30,6 +30,7 @@ from orchestrator.spec import knobs# noqa: E402
 from orchestrator.launch import SlotLauncher, fork_server_usable, wait_for_activity  # noqa: E402
 from orchestrator.search.space import configurations, make_plan, trial_params  # noqa: E402
 from orchestrator.spec.load import load_spec  # noqa: E402
+from orchestrator import trialdir  # noqa: E402
 
 
 def trial_config(spec, plan, sampled: dict, number: int) -> dict:  # noqa: ANN001
@@ -84,7 +85,7 @@ def main() -> None:
                 order = ("fresh", "pre-started") if (r + i) % 2 == 0 else ("pre-started", "fresh")
                 for way in order:
                     number += 1
-                    trial_dir = work / f"trial-{number:04d}"
+                    trial_dir = trialdir.folder(work, number)
                     if way == "fresh":  # nothing pre-started alive: the old launcher's situation
                         warm.close()
                         cold = SlotLauncher(spec.experiment, {}, None, work, None, prestart=0)

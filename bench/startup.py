@@ -48,6 +48,7 @@ from orchestrator.harness import marks as MK  # noqa: E402
 from orchestrator.launch import Host, SlotLauncher, wait_for_activity  # noqa: E402
 from orchestrator.search.space import configurations, make_plan, trial_params  # noqa: E402
 from orchestrator.spec.load import load_spec  # noqa: E402
+from orchestrator import trialdir  # noqa: E402
 
 PHASE_NAMES = {MK.DEVICE_READY: "device init", MK.LIMITS_APPLIED: "limits", MK.BUILT: "build",
                MK.WRAPPED: "checkpointing/compile", MK.OPTIMIZER_READY: "optimizer",
@@ -98,9 +99,9 @@ def run_trial(launcher: SlotLauncher, launchers: list[SlotLauncher], config: dic
             each.tick()
     outcome = run.launched().outcome
     if outcome.status != "ok":
-        log = (trial_dir / "trial.log").read_text(errors="replace")[-3000:]
+        log = (trial_dir / trialdir.LOG).read_text(errors="replace")[-3000:]
         raise SystemExit(f"startup: trial {config['trial_number']} ended {outcome.status}: {outcome.detail}\n{log}")
-    return json.loads((trial_dir / "result.json").read_text())
+    return json.loads((trial_dir / trialdir.RESULT).read_text())
 
 
 def start_servers(launchers: list[SlotLauncher], env: dict[str, str]) -> None:
@@ -226,7 +227,7 @@ def main() -> None:
             for name in names[r % len(names):] + names[:r % len(names)]:
                 number += 1
                 result = run_trial(launchers[name], list(launchers.values()),
-                                   trial_config(spec, params, number), work / f"trial-{number:04d}", env,
+                                   trial_config(spec, params, number), trialdir.folder(work, number), env,
                                    spec.trial.timeout_s)
                 results[name].append(result)
                 m = result["metrics"]

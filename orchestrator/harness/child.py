@@ -23,6 +23,7 @@ import traceback
 from typing import Any, Callable
 
 from orchestrator.errors import first_line
+from orchestrator.trialdir import partial
 from orchestrator.harness.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, Status,
                                            Word, decode_order, encode_status)
 
@@ -63,7 +64,7 @@ def pin_cores() -> None:
 
 
 def write_result(path: str, result: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
+    tmp = partial(path)
     with open(tmp, "w") as f:
         json.dump(result, f, indent=1, default=str)
         f.flush()

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from orchestrator import trialdir
 from orchestrator.harness.protocol import GO
 from orchestrator.launch.host import Host
 from orchestrator.launch.process import Interpreter, StopFlag, cpu_seconds
@@ -78,10 +79,10 @@ class SlotLauncher:
         """Run ``config`` now. The slot's previous process must have exited (``idle``)."""
         assert self.idle, "one trial at a time on a device slot"
         trial_dir.mkdir(parents=True, exist_ok=True)
-        for stale in (trial_dir / "result.json", trial_dir / "result.json.tmp"):
+        for stale in (trial_dir / trialdir.RESULT, Path(trialdir.partial(trial_dir / trialdir.RESULT))):
             stale.unlink(missing_ok=True)
         process = self.pool.take(self.full_env(env), [self.full_env(g) for g in (guesses or [env])],
-                                 trial_dir / "trial.log")
+                                 trial_dir / trialdir.LOG)
         previous = self.running.exited_at if self.running is not None else None
         self.running = ProcessRun(process, config, trial_dir, timeout_s, self.stop, previous)
         return self.running

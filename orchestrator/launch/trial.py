@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import trialdir
 from orchestrator.faultpoints import reached
 from orchestrator.harness.protocol import Kind, Order
 from orchestrator.launch.process import StopFlag, TrialProcess
@@ -51,8 +52,8 @@ class ProcessRun:
                  stop: StopFlag | None, slot_free_at: float | None = None) -> None:
         self.interp, self.trial_dir, self.timeout_s, self.stop = interp, trial_dir, timeout_s, stop
         self.trial = config.get("trial_number")
-        self.result_path = trial_dir / "result.json"
-        self.log_path = trial_dir / "trial.log"
+        self.result_path = trial_dir / trialdir.RESULT
+        self.log_path = trial_dir / trialdir.LOG
         self.timed_out = False
         self.spare_cpu_at_go: dict[int, float | None] | None = None
         """CPU seconds of each of the slot's pre-started interpreters when ``go`` was sent."""
@@ -64,7 +65,7 @@ class ProcessRun:
         self.started = time.monotonic()
         self.result_seen_at: float | None = None
         self.slot_free_at, self.exited_at = slot_free_at, None
-        config_path = trial_dir / "config.json"
+        config_path = trial_dir / trialdir.CONFIG
         config_path.write_text(json.dumps({**config, "result_path": str(self.result_path)}, indent=1,
                                           default=str))
         if interp.log_path != self.log_path:  # a pre-started interpreter: its log becomes the trial's

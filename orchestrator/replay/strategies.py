@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from orchestrator.replay.landscape import Landscape
 from orchestrator.launch import Launched, StopFlag
+from orchestrator import trialdir
 from orchestrator.outcome import Outcome
 
 REPLAY_PATH = Path("<replay>")
@@ -48,7 +49,7 @@ class ReplayLauncher:
                                       ("peak_memory_gib", row.peak_memory_gib)) if v is not None}
         detail = None if row.status == "ok" else f"replayed from {self.landscape.path.name}: {row.status}"
         return Launched(Outcome(row.status, detail, {"status": row.status, "metrics": metrics}),
-                        0 if row.status == "ok" else 1, row.duration_s, None, trial_dir / "trial.log")
+                        0 if row.status == "ok" else 1, row.duration_s, None, trial_dir / trialdir.LOG)
 
 
 class NullTracker:

@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator import exits
+from orchestrator import exits, trialdir
 from orchestrator.errors import OrchestratorError, StudyError, UsageParser, first_line, print_error
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec, load_spec
-from orchestrator.store.agreement import Difference, compare, trial_root
+from orchestrator.store.agreement import Difference, compare
 from orchestrator.store.tracking import absolute_uri
 
 SHOWN_PER_KIND = 20  # lines of one kind before "... and N more"
@@ -87,11 +87,10 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
         raise StudyError(f"study {spec.name!r} in {shown(absolute_uri(spec.storage))} was not created by orchestrate")
     client, experiment, parent, runs = _mlflow(spec, uid)
     root = _folder_root(study, spec.name, uid)
-    folders = {int(p.name[len("trial-"):]): p for p in (root.iterdir() if root.is_dir() else [])
-               if p.name.startswith("trial-") and p.name[len("trial-"):].isdigit()}
+    folders = {n: p for p in (root.iterdir() if root.is_dir() else []) if (n := trialdir.number_of(p)) is not None}
     study = open_study(spec)
     live, in_flight = _live(spec, study)
-    found = compare(study.trials, runs, lambda n: root / f"trial-{n:04d}", in_flight, folders,
+    found = compare(study.trials, runs, lambda n: trialdir.folder(root, n), in_flight, folders,
                     artifacts(client) if client is not None else None)
     if study.trials and parent is None:
         found.insert(0, Difference("parent", f"MLflow has no parent run for the study (tag study_uid={uid})"))
@@ -201,7 +200,7 @@ def _folder_root(study: Any, name: str, uid: str) -> Path:
     for t in study.trials:
         if t.user_attrs.get("trial_dir"):
             return Path(t.user_attrs["trial_dir"]).parent
-    return trial_root(name, uid)
+    return trialdir.root(name, uid)
 
 
 def _repair(spec: SweepSpec) -> int:

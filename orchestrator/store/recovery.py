@@ -26,6 +26,7 @@ import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
+from orchestrator import trialdir
 from orchestrator.outcome import DIED_DETAIL, RUN_AGAIN
 from orchestrator.store.records import is_attempt, results_of
 from orchestrator.search.space import config_key
@@ -48,7 +49,7 @@ class Recovery:
         """Trials whose MLflow record this run wrote or repaired from the study (``converge``)."""
 
     def trial_dir(self, number: int) -> Path:
-        return self.work_dir / f"trial-{number:04d}"
+        return trialdir.folder(self.work_dir, number)
 
     # -- at start ---------------------------------------------------------------------------------
     def recover(self, artifacts: Any = None) -> int:

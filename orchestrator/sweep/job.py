@@ -22,7 +22,8 @@ from typing import Any, Callable
 
 from orchestrator.launch import Launched
 from orchestrator.outcome import INTERRUPTED_DETAIL, Outcome
-from orchestrator.sweep.repeats import combine, repeat_path
+from orchestrator.sweep.repeats import combine
+from orchestrator.trialdir import LOG, repeat_path
 
 
 class State(enum.Enum):
@@ -79,7 +80,7 @@ class Job:
             self.pending = None
             if stopping:  # stopped between repeats: start no process only to kill it
                 self.runs.append(Launched(Outcome("interrupted", INTERRUPTED_DETAIL), None, 0.0, None,
-                                          self.trial_dir / "trial.log"))
+                                          self.trial_dir / LOG))
                 self.state = State.FINISHED
             else:
                 self.handle = start(self, repeat_path(self.trial_dir, len(self.runs) + 1))

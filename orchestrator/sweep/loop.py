@@ -30,11 +30,11 @@ from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome
 from orchestrator.search.planner import Verdict
 from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
 from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trace_tags
-from orchestrator.store.agreement import trial_files
 from orchestrator.search.space import Plan, config_key, trial_params
 from orchestrator.spec.load import SweepSpec
 from orchestrator.search.stoppolicy import Failures, StopPolicy
 from orchestrator.timeline import event
+from orchestrator import trialdir
 
 
 @dataclass
@@ -97,7 +97,7 @@ class Sweep:
         self._on_result: Callable[[Any, Outcome, float], None] = lambda *a: None
 
     def trial_dir(self, number: int) -> Path:
-        return self.work_dir / f"trial-{number:04d}"
+        return trialdir.folder(self.work_dir, number)
 
     def running_trial_ids(self) -> list[int]:
         """Optuna trial ids in flight here (for the heartbeat thread)."""
@@ -153,7 +153,7 @@ class Sweep:
 
     def _recorded(self, job: Job, outcome: Outcome) -> None:
         assert self._policy is not None
-        self._policy.record(outcome, self._best_value(), job.trial_dir / "trial.log")
+        self._policy.record(outcome, self._best_value(), job.trial_dir / trialdir.LOG)
         self._on_result(job.trial, outcome, self.runner.now())
 
     def _result(self, elapsed: float) -> SweepResult:
@@ -284,7 +284,7 @@ class Sweep:
         if self.plan.not_applied and "not_applied" not in tags:
             tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in self.plan.not_applied.items())
         self.tracker.finish_trial(job.run_ref, status, run_metrics(outcome.metrics, outcome.result, extra),
-                                  tags, trial_files(job.trial_dir, processes))
+                                  tags, trialdir.files(job.trial_dir, processes))
         reached("after_finish")
         if status in RESULT_STATUSES:
             self.best = rank(result_trials(self.study), self.spec)
@@ -320,7 +320,7 @@ class Sweep:
             except UpdateFinishedTrialError:
                 continue
             self.tracker.finish_trial(job.run_ref, "interrupted", {}, {"detail": INTERRUPTED_DETAIL},
-                                      trial_files(job.trial_dir) if job.started else [])
+                                      trialdir.files(job.trial_dir) if job.started else [])
             self._on_result(trial, Outcome("interrupted", INTERRUPTED_DETAIL), self.runner.now())
         self.jobs.clear()
         signum = self.stop.signum or signal.SIGINT

@@ -118,7 +118,7 @@ def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
 def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: list[Any], shared: bool,
                     export: Path | None, retry: tuple[str, ...], runner: Any, stop: Any,
                     origins: Origins) -> int:
-    from orchestrator.store.agreement import trial_root
+    from orchestrator import trialdir
     from orchestrator.store.coordination import Heartbeat, StudyLock
     from orchestrator.store.recovery import Recovery
     from orchestrator.search.space import fingerprint
@@ -144,7 +144,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                 if study.user_attrs.get("mlflow_parent_run_id") != parent:
                     study.set_user_attr("mlflow_parent_run_id", parent)
             event("stores_opened")
-            work_dir = trial_root(spec.name, uid)
+            work_dir = trialdir.root(spec.name, uid)
             recovery = Recovery(study, sync, work_dir, shared, spec.search.grace_period_s, db)
             with lock:
                 interrupted = recovery.recover()
