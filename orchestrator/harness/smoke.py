@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Any
 
 from orchestrator.errors import first_line
+from orchestrator.harness.protocol import TrialConfig, TrialSteps
 
 UNCAPPED = ("cpu_memory_limit_gib", "memory_fraction")
 """Knobs that cap memory: left out, so a small step cannot fail for the cap's sake."""
@@ -42,8 +43,8 @@ def smoke_step(experiment: str, params: dict[str, Any], device: str) -> dict[str
     started = time.perf_counter()
     params = {k: v for k, v in params.items() if k not in UNCAPPED}
     params.update(device=device, grad_accum_steps=1, compile=False)
-    config = {"experiment": experiment, "params": params, "allow_swap": True,
-              "trial": {"warmup_steps": 1, "measure_steps": 1, "min_measure_s": 0.0}}
+    config = TrialConfig(experiment, params, TrialSteps(warmup_steps=1, measure_steps=1, min_measure_s=0.0),
+                         allow_swap=True)
     built: dict[str, Any] = {}
     progress = None
     try:

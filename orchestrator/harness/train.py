@@ -22,6 +22,7 @@ from orchestrator.spec import knobs
 from orchestrator import metrics as M
 from orchestrator.harness import backend, fallback, swap
 from orchestrator.harness import marks as MK
+from orchestrator.harness.protocol import TrialConfig
 from orchestrator.harness.workload import Workload
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -112,7 +113,7 @@ def accumulate(model: torch.nn.Module, loss_fn: Callable, batches: Any, k: int,
     return total / k
 
 
-def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
+def run(config: TrialConfig, progress: Progress) -> dict[str, Any]:
     """Run one trial; return its metrics and what was applied. Raises on any failure.
 
     A trial that fitted but swapped during its timed window (``swap.swapped``) also returns
@@ -123,14 +124,14 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
         return _measure(config, progress, fell_back)
 
 
-def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.FallbackLog) -> dict[str, Any]:
+def _measure(config: TrialConfig, progress: Progress, fell_back: fallback.FallbackLog) -> dict[str, Any]:
     started = progress.mark(MK.DEVICE)  # the trial's start: startup_s counts from here
-    params = dict(config["params"])
-    settings = config["trial"]
+    params = dict(config.params)
+    settings = config.trial
     swap_start = swap.read_swap()  # before anything of the trial's: swap already used is not its doing
     device = backend.resolve(params.get("device", "auto"))
     applied: dict[str, Any] = {"device": device}
-    not_applied = dict(config.get("not_applied", {}))
+    not_applied = dict(config.not_applied)
     for name in params:
         if not knobs.applies(name, device) and name not in not_applied:
             not_applied[name] = f"read on {'/'.join(sorted(knobs.KNOBS[name].devices))} only; ignored on {device}"
@@ -143,7 +144,7 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
     torch.manual_seed(seed)
 
     progress.phase = "build"
-    module = importlib.import_module(config["experiment"])
+    module = importlib.import_module(config.experiment)
     workload: Workload = module.build(params, torch.device(device))
     progress.mark(MK.BUILT)
     model = workload.model
@@ -195,7 +196,7 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
     backend.warn_every_fallback(device, True)  # every op that falls back to the CPU is heard
     first_loss = None
     step_ends: list[Any] = []  # when each step's work ended: read after the synchronize below, no sync added
-    for i in range(settings["warmup_steps"]):
+    for i in range(settings.warmup_steps):
         progress.step = i
         loss = train_step()
         step_ends.append(backend.step_marker(device))
@@ -221,7 +222,7 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
     marks: list[Any] = []
     driver_peak = 0
     losses: list[torch.Tensor] = []
-    min_steps, min_s = settings["measure_steps"], settings["min_measure_s"]
+    min_steps, min_s = settings.measure_steps, settings.min_measure_s
     t0 = time.perf_counter()
     if use_events:
         start = torch.cuda.Event(enable_timing=True)
@@ -298,7 +299,7 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
         info["mps_fallback_ops"] = list(fell_back.ops)
     out = {"finite": finite, "metrics": result_metrics, "applied": applied,
            "not_applied": not_applied, "info": info, "device": device}
-    if finite and swap.swapped(figures) and not config.get("allow_swap", False):
+    if finite and swap.swapped(figures) and not config.allow_swap:
         out.update(status="swapped", detail=swap.describe(figures, result_metrics[M.SAMPLES_PER_S]))
     return out
 

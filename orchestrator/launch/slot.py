@@ -11,10 +11,10 @@ from __future__ import annotations
 import select
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from orchestrator import trialdir
-from orchestrator.harness.protocol import GO
+from orchestrator.harness.protocol import GO, TrialConfig
 from orchestrator.launch.host import Host
 from orchestrator.launch.process import Interpreter, StopFlag, cpu_seconds
 from orchestrator.launch.spares import PRESTART, SparePool
@@ -74,7 +74,7 @@ class SlotLauncher:
         """Start the slot's fork server before its first trial is known (``SparePool.prewarm``)."""
         return self.pool.prewarm(self.full_env(env), log_path)
 
-    def start(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+    def start(self, config: TrialConfig, trial_dir: Path, env: dict[str, str], timeout_s: float,
               guesses: list[dict[str, str]] | None = None) -> ProcessRun:
         """Run ``config`` now. The slot's previous process must have exited (``idle``)."""
         assert self.idle, "one trial at a time on a device slot"
@@ -145,10 +145,10 @@ def wait_for_activity(launchers: Iterable[SlotLauncher], timeout_s: float = POLL
         time.sleep(0.001)
 
 
-def launch_trial(config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+def launch_trial(config: TrialConfig, trial_dir: Path, env: dict[str, str], timeout_s: float,
                  stop: StopFlag | None = None) -> Launched:
     """Run ``config`` in a fresh process and wait for it to exit (no pre-started interpreter)."""
-    launcher = SlotLauncher(config["experiment"], {}, None, trial_dir, stop, prestart=0)
+    launcher = SlotLauncher(config.experiment, {}, None, trial_dir, stop, prestart=0)
     run = launcher.start(config, trial_dir, env, timeout_s)
     try:
         while not run.exited:

@@ -9,17 +9,15 @@ interpreters (``Host``). A process that has written its result has ``EXIT_GRACE_
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from orchestrator import trialdir
 from orchestrator.faultpoints import reached
-from orchestrator.harness.protocol import Kind, Order
+from orchestrator.harness.protocol import Kind, Order, TrialConfig, encode_config
 from orchestrator.launch.process import StopFlag, TrialProcess
 from orchestrator.outcome import Outcome, classify
 from orchestrator.timeline import event
@@ -48,10 +46,10 @@ class Launched:
 class ProcessRun:
     """One configuration running in one ``TrialProcess``; ``poll`` it until ``exited``."""
 
-    def __init__(self, interp: TrialProcess, config: dict[str, Any], trial_dir: Path, timeout_s: float,
+    def __init__(self, interp: TrialProcess, config: TrialConfig, trial_dir: Path, timeout_s: float,
                  stop: StopFlag | None, slot_free_at: float | None = None) -> None:
         self.interp, self.trial_dir, self.timeout_s, self.stop = interp, trial_dir, timeout_s, stop
-        self.trial = config.get("trial_number")
+        self.trial = config.trial_number
         self.result_path = trial_dir / trialdir.RESULT
         self.log_path = trial_dir / trialdir.LOG
         self.timed_out = False
@@ -66,8 +64,7 @@ class ProcessRun:
         self.result_seen_at: float | None = None
         self.slot_free_at, self.exited_at = slot_free_at, None
         config_path = trial_dir / trialdir.CONFIG
-        config_path.write_text(json.dumps({**config, "result_path": str(self.result_path)}, indent=1,
-                                          default=str))
+        config_path.write_text(encode_config(replace(config, result_path=str(self.result_path))))
         if interp.log_path != self.log_path:  # a pre-started interpreter: its log becomes the trial's
             try:
                 os.replace(interp.log_path, self.log_path)

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from orchestrator.replay.landscape import Landscape
 from orchestrator.launch import Launched, StopFlag
 from orchestrator import trialdir
+from orchestrator.harness.protocol import TrialConfig
 from orchestrator.outcome import Outcome
 
 REPLAY_PATH = Path("<replay>")
@@ -38,9 +39,9 @@ class ReplayLauncher:
         self.rng = random.Random(seed)
         self.calls: list[dict[str, Any]] = []
 
-    def __call__(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+    def __call__(self, config: TrialConfig, trial_dir: Path, env: dict[str, str], timeout_s: float,
                  stop: StopFlag | None = None) -> Launched:
-        row = self.landscape.row(config["params"])
+        row = self.landscape.row(config.params)
         self.calls.append({c: row.params[c] for c in self.landscape.columns})
         measured = row.samples_per_s
         if measured is not None and self.noise:
@@ -116,7 +117,7 @@ class ReplayRunner:
         run = self.running.get(i)
         return run is None or run.exited
 
-    def start(self, i: int, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+    def start(self, i: int, config: TrialConfig, trial_dir: Path, env: dict[str, str], timeout_s: float,
               guesses: list[dict[str, str]]) -> _ReplayRun:
         run = _ReplayRun(self, self.launcher(config, trial_dir, env, timeout_s, None), self.clock)
         self.running[i] = run

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator.harness.protocol import TrialConfig
 from orchestrator.launch import Launched
 from orchestrator.outcome import INTERRUPTED_DETAIL, Outcome
 from orchestrator.sweep.repeats import combine
@@ -44,7 +45,7 @@ class Job:
     trial: Any
     sampled: dict[str, Any]
     params: dict[str, Any]
-    config: dict[str, Any]
+    config: TrialConfig
     env: dict[str, str]
     trial_dir: Path
     slot: int

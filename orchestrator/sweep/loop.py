@@ -25,6 +25,7 @@ from orchestrator.spec import knobs
 from orchestrator import metrics as M
 from orchestrator.faultpoints import reached
 from orchestrator.sweep.job import Job, State
+from orchestrator.harness.protocol import TrialConfig, TrialSteps
 from orchestrator.launch import PRESTART, StopFlag
 from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome
 from orchestrator.search.planner import Verdict
@@ -209,16 +210,10 @@ class Sweep:
         if proposal.predicted_by is not None:
             self._record_skip(trial, run_ref, device, proposal.predicted_by)
             return
-        config = {
-            "experiment": self.spec.experiment,
-            "trial_number": trial.number,
-            "params": params,
-            "not_applied": dict(self.plan.not_applied),
-            "allow_swap": self.spec.search.allow_swap,
-            "trial": {"warmup_steps": self.spec.trial.warmup_steps,
-                      "measure_steps": self.spec.trial.measure_steps,
-                      "min_measure_s": self.spec.trial.min_measure_s},
-        }
+        steps = self.spec.trial
+        config = TrialConfig(self.spec.experiment, params,
+                             TrialSteps(steps.warmup_steps, steps.measure_steps, steps.min_measure_s),
+                             trial.number, dict(self.plan.not_applied), self.spec.search.allow_swap)
         env = knobs.trial_env(params, device)
         self.jobs[slot] = Job(trial, proposal.sampled, params, config, env, self.trial_dir(trial.number),
                               slot, run_ref, self.spec.trial.repeats)
