@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Iterable
 
 from orchestrator import trialdir
-from orchestrator.harness.protocol import GO, TrialConfig
+from orchestrator.harness.protocol import TrialConfig
 from orchestrator.launch.host import Host
-from orchestrator.launch.process import Interpreter, StopFlag, cpu_seconds
+from orchestrator.launch.process import Interpreter, StopFlag
 from orchestrator.launch.spares import PRESTART, SparePool
 from orchestrator.launch.trial import Launched, ProcessRun
-from orchestrator.timeline import event
 
 POLL_S = 0.05
 
@@ -101,17 +100,8 @@ class SlotLauncher:
         if run is None:
             return
         run.poll()
-        if run.interp.at_window and run.spare_cpu_at_go is None:
-            if not self.host.importing() and not self.host.pending():
-                run.spare_cpu_at_go = {s.pid: cpu_seconds(s.pid) for s in self.spares}
-                if run.window_seen_at is not None:
-                    run.gate_wait_s = time.monotonic() - run.window_seen_at
-                run.interp.send(GO)
-        if run.has_result and run.spare_cpu_at_go is not None and run.spare_cpu_in_window is None:
-            used = [cpu_seconds(pid) - before for pid, before in run.spare_cpu_at_go.items()
-                    if before is not None and cpu_seconds(pid) is not None]
-            run.spare_cpu_in_window = sum(used)  # type: ignore[arg-type]
-            event("spare_cpu", run.trial, seconds=run.spare_cpu_in_window, spares=len(used))
+        if run.held and not self.host.importing() and not self.host.pending():
+            run.go(list(self.spares))
 
     def fds(self) -> list[int]:
         out = self.pool.fds()

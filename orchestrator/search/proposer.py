@@ -241,6 +241,10 @@ class Proposer:
             self.study.enqueue_trial(chosen, user_attrs={"neighbour_of": original} if original is not None else None)
             v.queued.add(config_key(chosen))
 
+    def failed(self, sampled: dict[str, Any]) -> None:
+        """A configuration failed (status error) in this invocation: it is not tried again in it."""
+        self.failed_here.add(config_key(sampled))
+
     def next_envs(self, n: int, env_of: Callable[[dict[str, Any]], dict[str, str]],
                   current: dict[str, str]) -> list[dict[str, str]]:
         """Environments the next ``n`` trials will probably need (for pre-started interpreters):

@@ -272,7 +272,7 @@ class Sweep:
         event("told", trial.number)
         reached("after_tell")
         if status == "error":
-            self.proposer.failed_here.add(config_key(job.sampled))
+            self.proposer.failed(job.sampled)
         tags = run_tags(outcome.result, status, outcome.detail)
         tags.setdefault("device", job.params["device"])
         tags.update(trace_tags({**trial.user_attrs, **extra}))
