@@ -14,6 +14,7 @@ from orchestrator.launch.process import StopFlag
 from orchestrator.launch.slot import SlotLauncher, wait_for_activity
 from orchestrator.launch.spares import PRESTART
 from orchestrator.launch.slots import Slot
+from orchestrator.launch.trial import ProcessRun
 
 
 class ProcessRunner:
@@ -43,7 +44,7 @@ class ProcessRunner:
         return self.launchers[i].idle
 
     def start(self, i: int, config: TrialConfig, trial_dir: Path, env: dict[str, str], timeout_s: float,
-              guesses: list[dict[str, str]]) -> Any:
+              guesses: list[dict[str, str]]) -> ProcessRun:
         return self.launchers[i].start(config, trial_dir, env, timeout_s, guesses)
 
     def wait(self, timeout_s: float) -> None:

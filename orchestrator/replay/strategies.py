@@ -66,7 +66,7 @@ class NullTracker:
                     on_created: Any = None) -> str:
         return f"replay-{number}"
 
-    def finish_trial(self, run_ref: str, status: str, metrics: dict[str, float], tags: dict[str, str],
+    def finish_trial(self, ref: str, status: str, metrics: dict[str, float], tags: dict[str, str],
                      files: list[tuple[Path, str | None]]) -> None:
         return None
 

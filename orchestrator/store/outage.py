@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from orchestrator import exits
 from orchestrator.errors import OrchestratorError, first_line
@@ -69,12 +69,23 @@ def _sqlite_lock(text: str) -> bool:
     return "database is locked" in text or "no such table" in text
 
 
+class Stopping(Protocol):
+    """What an outage's wait reads of the sweep's ``launch.StopFlag`` (the store wing does not
+    import the launcher): whether Ctrl-C or SIGTERM came, and which."""
+
+    signum: int | None
+
+    @property
+    def tripped(self) -> bool:
+        """A signal came: stop waiting."""
+
+
 class Outage:
     """Retries a store's calls through a lost connection for up to ``limit_s`` (see the module).
     One per store; thread-safe (the heartbeat and the MLflow writer threads use it too)."""
 
     def __init__(self, store: str, limit_s: float, sleep: Callable[[float], None] = time.sleep,
-                 stop: Any = None) -> None:
+                 stop: Stopping | None = None) -> None:
         """``store``: how the one-line error names it (a URL already masked: ``redact.shown``);
         ``stop``: the sweep's ``launch.StopFlag``: Ctrl-C ends the wait."""
         self.store, self.limit_s, self.sleep, self.stop = store, limit_s, sleep, stop

@@ -24,20 +24,27 @@ from __future__ import annotations
 
 import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from orchestrator import trialdir
 from orchestrator.outcome import DIED_DETAIL, RUN_AGAIN
 from orchestrator.store.records import is_attempt, results_of
 from orchestrator.search.space import config_key
 
+if TYPE_CHECKING:
+    from optuna.study import Study
+    from optuna.trial import FrozenTrial
+
+    from orchestrator.store.outage import Outage
+    from orchestrator.store.tracking import Tracker
+
 STALE_DETAIL = ("its orchestrator stopped sending heartbeats (search.grace_period_s); "
                 "its configuration is run again")
 
 
 class Recovery:
-    def __init__(self, study: Any, tracker: Any, work_dir: Path, shared: bool, grace_s: float,
-                 outage: Any = None) -> None:
+    def __init__(self, study: Study, tracker: Tracker, work_dir: Path, shared: bool, grace_s: float,
+                 outage: Outage | None = None) -> None:
         """``tracker``: the synchronous ``tracking.Tracker`` (recovery runs before the loop, and
         between its trials from the main thread); ``outage``: the study database's
         ``outage.Outage`` guard (an outage excuses missed heartbeats, ``fail_stale``)."""
@@ -154,7 +161,7 @@ class Recovery:
         self._silent = {i: self._silent.get(i, now) for i in silent}
         return [i for i, since in self._silent.items() if now - since >= self.grace_s]
 
-    def _end_interrupted(self, t: Any) -> None:
+    def _end_interrupted(self, t: FrozenTrial) -> None:
         """A trial cut off by a dead orchestrator: FAIL, status ``interrupted`` (its MLflow run is
         then KILLED by ``converge``)."""
         import optuna
@@ -165,7 +172,7 @@ class Recovery:
         trial.set_user_attr("detail", DIED_DETAIL)
         self.study.tell(t.number, state=TrialState.FAIL)
 
-    def _new_run(self, t: Any) -> Any:
+    def _new_run(self, t: FrozenTrial) -> Any:
         run_id = self.tracker.start_trial(t.number, t.params, {})
         return self.tracker.client.get_run(run_id)
 

@@ -24,6 +24,7 @@ from orchestrator.harness.protocol import TrialConfig
 from orchestrator.launch import Launched
 from orchestrator.outcome import INTERRUPTED_DETAIL, Outcome
 from orchestrator.sweep.repeats import combine
+from orchestrator.sweep.seams import TrialRun
 from orchestrator.trialdir import LOG, repeat_path
 
 
@@ -54,12 +55,12 @@ class Job:
     state: State = State.PROPOSED
     runs: list[Launched] = field(default_factory=list)
     """Each finished process's outcome, in order."""
-    handle: Any = None
+    handle: TrialRun | None = None
     """The running process (``launch.ProcessRun`` or a replayed one)."""
     pending: Launched | None = None
     """REPEATING: the last process's result, counted once that process has exited."""
 
-    def advance(self, idle: bool, start: Callable[["Job", Path], Any], stopping: bool = False) -> State:
+    def advance(self, idle: bool, start: Callable[["Job", Path], TrialRun], stopping: bool = False) -> State:
         """Move on as far as the processes allow. ``idle``: the slot has no process; ``start(job,
         folder)`` starts the next process (a repeat's folder is ``repeat-<k>``); ``stopping``:
         Ctrl-C came, so no new process starts."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from orchestrator import exits
 from orchestrator.spec import knobs
@@ -31,11 +31,18 @@ from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome
 from orchestrator.search.planner import Verdict
 from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
 from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trace_tags
-from orchestrator.search.space import Plan, config_key, trial_params
+from orchestrator.search.space import Plan, trial_params
 from orchestrator.spec.load import SweepSpec
 from orchestrator.search.stoppolicy import Failures, StopPolicy
+from orchestrator.sweep.seams import Runner, TrialRun, TrialTracker
 from orchestrator.timeline import event
 from orchestrator import trialdir
+
+if TYPE_CHECKING:
+    from optuna.study import Study
+
+    from orchestrator.store.coordination import StudyLock
+    from orchestrator.store.recovery import Recovery
 
 
 @dataclass
@@ -70,9 +77,9 @@ class Sweep:
     """One invocation of ``orchestrate SPEC``: run until the study is complete (``run.py`` repairs
     what a killed orchestrator left first: ``recovery.Recovery``)."""
 
-    def __init__(self, spec: SweepSpec, plan: Plan, study: Any, tracker: Any, work_dir: Path,
-                 stop: StopFlag, runner: Any, neighbours: bool = True, lock: Any = None,
-                 recovery: Any = None, superseded: dict[str, int] | None = None,
+    def __init__(self, spec: SweepSpec, plan: Plan, study: Study, tracker: TrialTracker, work_dir: Path,
+                 stop: StopFlag, runner: Runner, neighbours: bool = True, lock: StudyLock | None = None,
+                 recovery: Recovery | None = None, superseded: dict[str, int] | None = None,
                  heartbeat: Callable[[Any], None] | None = None, owner: str | None = None,
                  memory_limit_gib: float | None = None) -> None:
         """``tracker``: ``tracking.AsyncTracker`` (or ``replay.NullTracker``); ``runner``:
@@ -231,7 +238,7 @@ class Sweep:
                                   "predicted_by": str(predicted_by), "detail": outcome.detail}, [])
         self._on_result(trial, outcome, self.runner.now())
 
-    def _start(self, job: Job, folder: Path) -> Any:
+    def _start(self, job: Job, folder: Path) -> TrialRun:
         """Step 3: the job's next process, on its slot."""
         guesses = self.proposer.next_envs(
             PRESTART, lambda c: knobs.trial_env(trial_params(self.plan, c), job.params["device"]), job.env)
