@@ -149,7 +149,7 @@ class Trial:
     not_applied: dict[str, str]
     started: float
     """``perf_counter`` at the trial's start (``startup_s`` counts from here)."""
-    swap_start: Any
+    swap_start: swap.SwapSample
     """Swap before anything of the trial's: swap already used is not its doing."""
 
 
@@ -159,7 +159,7 @@ class Warm:
 
     loss_first: float
     startup_s: float
-    swap_warmup: Any
+    swap_warmup: swap.SwapSample
 
 
 @dataclass
@@ -172,8 +172,8 @@ class Window:
     """A step-end mark each (CUDA: events; elsewhere: ``perf_counter``), the window's start first."""
     losses: list[torch.Tensor]
     driver_peak: int
-    swap_window: Any
-    swap_end: Any
+    swap_window: swap.SwapSample
+    swap_end: swap.SwapSample
 
 
 def set_up(config: TrialConfig, progress: Progress) -> Trial:
