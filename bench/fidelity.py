@@ -30,23 +30,25 @@ from orchestrator.spec import knobs# noqa: E402
 from orchestrator.launch import SlotLauncher, fork_server_usable, wait_for_activity  # noqa: E402
 from orchestrator.search.space import configurations, make_plan, trial_params  # noqa: E402
 from orchestrator.spec.load import load_spec  # noqa: E402
+from orchestrator import trialdir  # noqa: E402
+from orchestrator.harness.protocol import TrialConfig, config_of  # noqa: E402
 
 
-def trial_config(spec, plan, sampled: dict, number: int) -> dict:  # noqa: ANN001
-    return {"experiment": spec.experiment, "trial_number": number, "params": trial_params(plan, sampled),
+def trial_config(spec, plan, sampled: dict, number: int) -> TrialConfig:  # noqa: ANN001
+    return config_of({"experiment": spec.experiment, "trial_number": number, "params": trial_params(plan, sampled),
             "not_applied": dict(plan.not_applied), "allow_swap": True,
             "trial": {"warmup_steps": spec.trial.warmup_steps, "measure_steps": spec.trial.measure_steps,
-                      "min_measure_s": spec.trial.min_measure_s}}
+                      "min_measure_s": spec.trial.min_measure_s}})
 
 
-def run_one(launcher: SlotLauncher, config: dict, trial_dir: Path, env: dict, timeout_s: float) -> dict:
+def run_one(launcher: SlotLauncher, config: TrialConfig, trial_dir: Path, env: dict, timeout_s: float) -> dict:
     run = launcher.start(config, trial_dir, env, timeout_s, [env])
     while not run.exited:
         wait_for_activity([launcher])
         launcher.tick()
     outcome = run.launched().outcome
     if outcome.status != "ok":
-        raise SystemExit(f"fidelity: trial {config['params']} ended {outcome.status}: {outcome.detail}")
+        raise SystemExit(f"fidelity: trial {config.params} ended {outcome.status}: {outcome.detail}")
     return {"samples_per_s": outcome.metrics["samples_per_s"], "spare_cpu": run.spare_cpu_in_window}
 
 
@@ -80,11 +82,11 @@ def main() -> None:
         for r in range(args.rounds):
             for i, sampled in enumerate(chosen):
                 config = trial_config(spec, plan, sampled, number)
-                env = knobs.trial_env(config["params"], args.device)
+                env = knobs.trial_env(config.params, args.device)
                 order = ("fresh", "pre-started") if (r + i) % 2 == 0 else ("pre-started", "fresh")
                 for way in order:
                     number += 1
-                    trial_dir = work / f"trial-{number:04d}"
+                    trial_dir = trialdir.folder(work, number)
                     if way == "fresh":  # nothing pre-started alive: the old launcher's situation
                         warm.close()
                         cold = SlotLauncher(spec.experiment, {}, None, work, None, prestart=0)

@@ -108,7 +108,8 @@ def agreement(project: Path, name: str) -> list[str]:
     MLflow agrees or only lags), and how many it lags by, as a last item ``lag:N``."""
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.store.agreement import compare, trial_root
+    from orchestrator import trialdir
+    from orchestrator.store.agreement import compare
     from orchestrator.store.studyread import read_study
     from orchestrator.store.runs import child_runs
 
@@ -123,8 +124,8 @@ def agreement(project: Path, name: str) -> list[str]:
         parents = [] if exp is None else client.search_runs(
             [exp.experiment_id], f"tags.role = 'sweep' and tags.study_uid = '{uid}'", max_results=1)
         runs = child_runs(client, exp.experiment_id, parents[0].info.run_id) if parents else {}
-    root = project / "mlruns" / ".trials" / trial_root(name, uid).name
-    found = compare(study.trials, runs, lambda n: root / f"trial-{n:04d}")
+    root = project / "mlruns" / ".trials" / trialdir.root(name, uid).name
+    found = compare(study.trials, runs, lambda n: trialdir.folder(root, n))
     wrong = [f"{name}: after a kill, {d.text}" for d in found if d.kind not in LAG]
     return wrong + [f"lag:{sum(d.kind in LAG for d in found)}"]
 

@@ -48,6 +48,8 @@ from orchestrator.harness import marks as MK  # noqa: E402
 from orchestrator.launch import Host, SlotLauncher, wait_for_activity  # noqa: E402
 from orchestrator.search.space import configurations, make_plan, trial_params  # noqa: E402
 from orchestrator.spec.load import load_spec  # noqa: E402
+from orchestrator import trialdir  # noqa: E402
+from orchestrator.harness.protocol import TrialConfig, config_of  # noqa: E402
 
 PHASE_NAMES = {MK.DEVICE_READY: "device init", MK.LIMITS_APPLIED: "limits", MK.BUILT: "build",
                MK.WRAPPED: "checkpointing/compile", MK.OPTIMIZER_READY: "optimizer",
@@ -81,15 +83,15 @@ def figures(result: dict[str, Any], warmup_steps: int) -> dict[str, float | None
     return out
 
 
-def trial_config(spec: Any, params: dict[str, Any], number: int) -> dict[str, Any]:
-    """The configuration a sweep sends its trial (``sweep.py``'s ``_prepare``)."""
-    return {"experiment": spec.experiment, "trial_number": number, "params": params,
+def trial_config(spec: Any, params: dict[str, Any], number: int) -> TrialConfig:
+    """The configuration a sweep sends its trial (``sweep/loop.py``'s ``_prepare``)."""
+    return config_of({"experiment": spec.experiment, "trial_number": number, "params": params,
             "not_applied": {}, "allow_swap": True,
             "trial": {"warmup_steps": spec.trial.warmup_steps, "measure_steps": spec.trial.measure_steps,
-                      "min_measure_s": spec.trial.min_measure_s}}
+                      "min_measure_s": spec.trial.min_measure_s}})
 
 
-def run_trial(launcher: SlotLauncher, launchers: list[SlotLauncher], config: dict[str, Any],
+def run_trial(launcher: SlotLauncher, launchers: list[SlotLauncher], config: TrialConfig,
               trial_dir: Path, env: dict[str, str], timeout_s: float) -> dict[str, Any]:
     run = launcher.start(config, trial_dir, env, timeout_s, [env])
     while not run.exited:
@@ -98,9 +100,9 @@ def run_trial(launcher: SlotLauncher, launchers: list[SlotLauncher], config: dic
             each.tick()
     outcome = run.launched().outcome
     if outcome.status != "ok":
-        log = (trial_dir / "trial.log").read_text(errors="replace")[-3000:]
-        raise SystemExit(f"startup: trial {config['trial_number']} ended {outcome.status}: {outcome.detail}\n{log}")
-    return json.loads((trial_dir / "result.json").read_text())
+        log = (trial_dir / trialdir.LOG).read_text(errors="replace")[-3000:]
+        raise SystemExit(f"startup: trial {config.trial_number} ended {outcome.status}: {outcome.detail}\n{log}")
+    return json.loads((trial_dir / trialdir.RESULT).read_text())
 
 
 def start_servers(launchers: list[SlotLauncher], env: dict[str, str]) -> None:
@@ -226,7 +228,7 @@ def main() -> None:
             for name in names[r % len(names):] + names[:r % len(names)]:
                 number += 1
                 result = run_trial(launchers[name], list(launchers.values()),
-                                   trial_config(spec, params, number), work / f"trial-{number:04d}", env,
+                                   trial_config(spec, params, number), trialdir.folder(work, number), env,
                                    spec.trial.timeout_s)
                 results[name].append(result)
                 m = result["metrics"]

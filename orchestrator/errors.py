@@ -1,4 +1,5 @@
-"""Exceptions the orchestrator raises on purpose. The CLI turns each into one stderr line."""
+"""Exceptions the orchestrator raises on purpose. The CLI turns each into one stderr line.
+``first_line`` is how any exception is shown in one line, on both sides of the process boundary."""
 
 from __future__ import annotations
 
@@ -54,6 +55,17 @@ def one_line(text: str) -> str:
     message quoting a value such as ``"my\\nsweep"`` stays one line, and a terminal gets no escape
     sequences from a spec."""
     return text if text.isprintable() else "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def first_line(exc: BaseException, typed: bool = True) -> str:
+    """An exception in one line: its type and its message's first non-blank line
+    (``"ValueError: bad value"``), or its type alone when it has no message. ``typed=False``: the
+    line alone, for a message that names what failed itself. Standard library only: the harness
+    writes it into a trial's result, the orchestrator into its own one-line errors."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {lines[0]}" if typed else lines[0]
 
 
 def print_error(exc: OrchestratorError) -> int:

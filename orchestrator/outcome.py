@@ -86,6 +86,12 @@ MEMORY_BOUNDARY = (S.OOM, S.SWAPPED)
 NOT_FITTING = MEMORY_BOUNDARY + (S.SKIPPED,)
 """A configuration that did not fit in memory: ran out, swapped, or was predicted to."""
 
+# The detail of an ``interrupted`` trial, by who cut it off (both run again, ``RUN_AGAIN``):
+INTERRUPTED_DETAIL = "the orchestrator was stopped during this trial"
+"""Ctrl-C or SIGTERM: this orchestrator killed the trial and recorded it."""
+DIED_DETAIL = "the orchestrator died during this trial; its configuration is run again"
+"""A killed orchestrator left it RUNNING; the next start recorded it (``store/recovery``)."""
+
 
 def counts_as_failure(status: Status, result: dict[str, Any]) -> bool:
     """Whether a trial's outcome counts toward ``search.max_failures``: a SIGKILL is usually the
@@ -116,7 +122,7 @@ def classify(returncode: int | None, result_text: str | None, *, timed_out: bool
              log_tail: str | None = None) -> Outcome:
     """``returncode`` is negative for a signal, as ``subprocess`` reports it."""
     if interrupted:
-        return Outcome(S.INTERRUPTED, "the orchestrator was stopped during this trial")
+        return Outcome(S.INTERRUPTED, INTERRUPTED_DETAIL)
     if timed_out:
         return Outcome(S.TIMEOUT, f"no result within timeout_s={timeout_s:g}; process group killed"
                        if timeout_s is not None else "timed out; process group killed")

@@ -23,6 +23,8 @@ import sys
 from typing import Any, Iterable, TextIO
 from urllib.parse import unquote
 
+from orchestrator import errors
+
 MASK = "***"
 SECRET_QUERY_KEYS = frozenset({"password", "passwd", "pwd", "sslpassword", "token", "access_token",
                                "api_key", "apikey", "secret", "client_secret"})
@@ -99,9 +101,9 @@ def has_secret(url: str) -> bool:
 
 
 def first_line(exc: BaseException, url: str) -> str:
-    """An error's first line for a one-line message about ``url``, with ``url``'s secrets in it
-    masked (a driver or library may quote the URL it was given)."""
-    text = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+    """An error's first line (``errors.first_line``, without its type) for a one-line message
+    about ``url``, with ``url``'s secrets in it masked (a driver or library may quote the URL it was given)."""
+    text = errors.first_line(exc, typed=False)
     for secret in secrets_in(url):
         text = text.replace(secret, MASK)
     return text

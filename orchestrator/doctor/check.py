@@ -84,10 +84,10 @@ def run_trial(params: dict[str, Any], work: Path, name: str, timeout_s: float, e
               steps: tuple[int, int, float]) -> dict[str, Any]:
     """One real trial through the sweep's launcher; its status, detail, metrics and info."""
     from orchestrator.spec import knobs
+    from orchestrator.harness.protocol import TrialConfig, TrialSteps
     from orchestrator.launch import launch_trial
 
-    config = {"experiment": experiment, "params": params, "not_applied": {}, "allow_swap": True,
-              "trial": {"warmup_steps": steps[0], "measure_steps": steps[1], "min_measure_s": steps[2]}}
+    config = TrialConfig(experiment, params, TrialSteps(*steps), allow_swap=True)
     launched = launch_trial(config, work / name, knobs.trial_env(params, params["device"]), timeout_s)
     o = launched.outcome
     return {"status": str(o.status), "detail": o.detail, "metrics": o.metrics, "info": o.result.get("info", {}),

@@ -1,8 +1,8 @@
 """The trial process's own side: what ``python -m orchestrator.harness`` runs (the entry,
 ``__main__.py``, only dispatches here).
 
-A trial runs in a process of its own and writes its result as JSON to ``config["result_path"]``
-(atomically). The process exits 0 whenever it could write a result; the status lives in the file.
+A trial runs in a process of its own, given a ``protocol.TrialConfig``, and writes its
+``protocol.TrialResult`` to the config's ``result_path`` (atomically). The process exits 0 whenever it could write a result; the status lives in the file.
 Anything else (a signal, a crash before the result is written) is classified by the orchestrator.
 Three ways in: ``main`` (one trial, started cold from a config file), ``serve`` (a pre-started
 interpreter, given its configuration on stdin) and the fork server's children
@@ -13,7 +13,6 @@ orchestrator starts (``probe``, ``doctor``).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -22,8 +21,11 @@ import time
 import traceback
 from typing import Any, Callable
 
+from orchestrator.errors import first_line
+from orchestrator.trialdir import partial
 from orchestrator.harness.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, Status,
-                                           Word, decode_order, encode_status)
+                                           TrialConfig, TrialResult, Word, decode_config, decode_order,
+                                           encode_result, encode_status)
 
 
 def watch_parent(interval_s: float = 0.5, thread: bool = True) -> None:
@@ -61,23 +63,22 @@ def pin_cores() -> None:
         os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
 
 
-def write_result(path: str, result: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
+def write_result(path: str, result: TrialResult) -> None:
+    """The trial's result, written atomically (``encode_result``)."""
+    write_atomically(path, encode_result(result))
+
+
+def write_atomically(path: str, text: str) -> None:
+    """``text`` to ``path``, under another name first, then renamed (a reader never sees half)."""
+    tmp = partial(path)
     with open(tmp, "w") as f:
-        json.dump(result, f, indent=1, default=str)
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
-def last_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    body = lines[0] if lines else ""
-    return f"{type(exc).__name__}: {body}" if body else type(exc).__name__
-
-
-def run_config(config: dict[str, Any], timeline: dict[str, float],
+def run_config(config: TrialConfig, timeline: dict[str, float],
                before_window: Callable[[], None] | None = None) -> None:
     """Run one trial and write its result file; every failure becomes a recorded status."""
     # Imported here so that a broken torch install is reported as this trial's error.
@@ -85,46 +86,46 @@ def run_config(config: dict[str, Any], timeline: dict[str, float],
     from orchestrator.harness.oom import is_oom_exception
 
     timeline.setdefault("imports_done", time.time())
-    os.environ["ORCHESTRATE_RESULT_PATH"] = config["result_path"]  # for experiments that report themselves
+    assert config.result_path is not None, "the launcher gives every trial its result's path"
+    os.environ["ORCHESTRATE_RESULT_PATH"] = config.result_path  # for experiments that report themselves
     progress = train.Progress(before_window)
-    result: dict[str, Any]
-    device = config["params"].get("device", "auto")
+    result: TrialResult
+    device = config.params.get("device", "auto")
     try:
         out = train.run(config, progress)
         device = out["device"]
         status = out.get("status", "ok") if out["finite"] else "diverged"
-        result = {"status": status, "metrics": out["metrics"], "applied": out["applied"],
-                  "not_applied": out["not_applied"], "info": out["info"]}
+        result = TrialResult(status, metrics=out["metrics"], applied=out["applied"], not_applied=out["not_applied"],
+                             info=out["info"])
         if status == "diverged":
-            result["detail"] = "the loss became NaN or infinite"
+            result.detail = "the loss became NaN or infinite"
         elif out.get("detail"):
-            result["detail"] = out["detail"]
+            result.detail = out["detail"]
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a recorded status
         traceback.print_exc()
         oom = is_oom_exception(exc)
-        detail = last_line(exc)
+        detail = first_line(exc)
         if progress.phase == "compile" and not oom:
             detail = f"torch.compile failed on {device} (experimental there): {detail}"
-        result = {"status": "oom" if oom else "error", "detail": detail,
-                  "phase": progress.phase, "step": progress.step}
+        result = TrialResult("oom" if oom else "error", detail, phase=progress.phase, step=progress.step)
         del exc
         try:
             device = backend.resolve(device)
             if oom:
-                result["memory_at_failure"] = backend.memory_now(device)
+                result.memory_at_failure = backend.memory_now(device)
         except Exception:  # noqa: BLE001
             pass
     try:
-        result["provenance"] = backend.describe(backend.resolve(device))
+        result.provenance = backend.describe(backend.resolve(device))
     except Exception as exc:  # noqa: BLE001 - provenance must not hide the result
-        result["provenance"] = {"error": last_line(exc)}
-    result["placement"] = placement()
+        result.provenance = {"error": first_line(exc)}
+    result.placement = placement()
     import resource
 
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    result["process_peak_rss_gib"] = maxrss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
-    result["timeline"] = {**timeline, **progress.marks, "result_written": time.time()}
-    write_result(config["result_path"], result)
+    result.process_peak_rss_gib = maxrss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
+    result.timeline = {**timeline, **progress.marks, "result_written": time.time()}
+    write_result(config.result_path, result)
 
 
 def placement() -> dict[str, Any]:
@@ -146,11 +147,11 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m orchestrator.harness {SERVE_FLAG} EXPERIMENT", file=sys.stderr)
         return 2
     with open(argv[1]) as f:
-        config = json.load(f)
-    if config.get("watch_parent", True):
+        config = decode_config(f.read())
+    if config.watch_parent:
         watch_parent()
     pin_cores()
-    preload(config["experiment"])  # what a pre-started interpreter has loaded: not the trial's start-up
+    preload(config.experiment)  # what a pre-started interpreter has loaded: not the trial's start-up
     timeline["imports_done"] = time.time()
     run_config(config, timeline)
     return 0
@@ -188,7 +189,7 @@ def run_given(config_path: str, status: Any, timeline: dict[str, Any], pid: int 
     (``protocol.py``)."""
     timeline["config_received"] = time.time()
     with open(config_path) as f:
-        config = json.load(f)
+        config = decode_config(f.read())
 
     def gate() -> None:
         status.write(encode_status(Status(Word.WINDOW, pid)))

@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Any
 
+from orchestrator.errors import first_line
 from orchestrator.harness import swap
 from orchestrator.harness.child import watch_parent
 
@@ -69,11 +70,6 @@ def proc_translated() -> bool | None:
         return None
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 def mps_facts(torch: Any) -> dict[str, Any]:
     """Built? available? why not? and, where available, the recommended working set (bytes)."""
     mps: dict[str, Any] = {"built": bool(torch.backends.mps.is_built()), "available": False}
@@ -86,7 +82,7 @@ def mps_facts(torch: Any) -> dict[str, Any]:
             torch.empty(1, device="mps")
             mps["why_not"] = "torch.backends.mps.is_available() is False"
         except Exception as exc:  # noqa: BLE001
-            mps["why_not"] = _first_line(exc)
+            mps["why_not"] = first_line(exc)
         return mps
     for key, call in (("name", "get_name"), ("gpu_cores", "get_core_count")):
         try:
@@ -96,7 +92,7 @@ def mps_facts(torch: Any) -> dict[str, Any]:
     try:  # builds the allocator, which parses PYTORCH_MPS_*_WATERMARK_RATIO: a bad value raises here
         mps["recommended_max_memory_bytes"] = int(torch.mps.recommended_max_memory())
     except Exception as exc:  # noqa: BLE001
-        mps["allocator_error"] = _first_line(exc)
+        mps["allocator_error"] = first_line(exc)
     return mps
 
 
@@ -112,7 +108,7 @@ def cuda_facts(torch: Any) -> dict[str, Any]:
             torch.cuda.init()
             cuda["why_not"] = "torch.cuda.is_available() is False"
         except Exception as exc:  # noqa: BLE001
-            cuda["why_not"] = _first_line(exc)
+            cuda["why_not"] = first_line(exc)
         return cuda
     for i in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(i)

@@ -145,7 +145,7 @@ def _probe(request_path: str, status: TextIO) -> int:
     (``protocol.probe_answer``) and then said (``PID result``)."""
     import json
 
-    from orchestrator.harness.child import write_result
+    from orchestrator.harness.child import write_atomically
     from orchestrator.harness.probe import answer
 
     watch_parent()  # the server: if it dies (with the orchestrator), so does the probe
@@ -153,7 +153,7 @@ def _probe(request_path: str, status: TextIO) -> int:
         request = json.load(f)
 
     def say(name: str, out: dict[str, Any]) -> None:
-        write_result(probe_answer(request_path, name), out)
+        write_atomically(probe_answer(request_path, name), json.dumps(out, indent=1, default=str))
         status.write(encode_status(Status(Word.RESULT, os.getpid())))
 
     answer(request["experiment"], request["device"], request["fixed"], request.get("smoke"), say)

@@ -2,7 +2,7 @@
 
 Each mark is the wall-clock time (``time.time()``, comparable with the orchestrator's events and
 the process's own ``main``/``forked``/``config_received``) at which ``harness/train.py``'s
-``_measure`` reached a point, in this order:
+phases (``set_up``, ``warm_up``, ``timed_window``) reached a point, in this order:
 
 - ``device``: the trial starts (its configuration is read); ``startup_s`` counts from here;
 - ``device_ready``: the device is initialised (CUDA: the runtime and the context, created by the

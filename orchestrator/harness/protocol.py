@@ -23,13 +23,18 @@ process whose death it must not outlive: ``child.watch_parent``) and, on a CPU s
   it has reaped one (its memory is free) the server
   says ``PID exited CODE MAXRSS_KIB``: the exit code as ``os.waitstatus_to_exitcode`` gives it
   (negative: killed by that signal) and the peak RSS as ``wait4`` reports it (KiB on Linux).
+
+Two files besides, in the trial's folder (``orchestrator/trialdir.py``): the orchestrator writes
+the trial's configuration (``TrialConfig``, ``config.json``) and the trial writes its result
+(``TrialResult``, ``result.json``). Each is a dataclass here with its ``encode_`` and ``decode_``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 SERVE_FLAG = "--serve"
 FORK_SERVER_FLAG = "--fork-server"
@@ -160,3 +165,129 @@ def probe_answer(request: str, name: str) -> str:
     the request at ``request``: beside it (written under another name, then renamed)."""
     assert name in PROBE_ANSWERS, name
     return f"{request}.{name}.json"
+
+
+# -- the trial's two files ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrialSteps:
+    """How long the trial measures (the spec's ``trial`` section)."""
+
+    warmup_steps: int
+    """Steps run, unmeasured, before the timed window."""
+    measure_steps: int
+    """The timed window's least number of steps."""
+    min_measure_s: float
+    """The timed window's least length, in seconds."""
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """What a trial process is given to run (``config.json``)."""
+
+    experiment: str
+    """The experiment's module (``build(params, device)``: ``harness/workload.py``)."""
+    params: dict[str, Any]
+    """Every parameter the trial runs with, fixed and searched, ``device`` resolved."""
+    trial: TrialSteps
+    trial_number: int | None = None
+    """The study's trial number (None: a trial outside a study, e.g. ``doctor --check``'s)."""
+    not_applied: dict[str, str] = field(default_factory=dict)
+    """Knobs that do not apply on this device, and why (the trial adds those it finds itself)."""
+    allow_swap: bool = False
+    """A trial that swapped in its window keeps ``ok`` (else it is ``swapped``)."""
+    result_path: str | None = None
+    """Where the trial writes its ``TrialResult`` (the launcher sets it beside the config)."""
+    watch_parent: bool = True
+    """A cold trial (``python -m orchestrator.harness CONFIG.json``) dies with its parent."""
+
+
+def encode_config(config: TrialConfig) -> str:
+    """``config.json``'s text: the keys in the order the launcher has always written them."""
+    data: dict[str, Any] = {"experiment": config.experiment}
+    if config.trial_number is not None:
+        data["trial_number"] = config.trial_number
+    data.update(params=config.params, not_applied=config.not_applied, allow_swap=config.allow_swap,
+                trial={"warmup_steps": config.trial.warmup_steps, "measure_steps": config.trial.measure_steps,
+                       "min_measure_s": config.trial.min_measure_s})
+    if config.result_path is not None:
+        data["result_path"] = config.result_path
+    if not config.watch_parent:
+        data["watch_parent"] = False
+    return json.dumps(data, indent=1, default=str)
+
+
+def config_of(data: dict[str, Any]) -> TrialConfig:
+    """A ``TrialConfig`` from ``config.json``'s parsed JSON (or a dict written as it is)."""
+    steps = data["trial"]
+    return TrialConfig(data["experiment"], dict(data["params"]),
+                       TrialSteps(steps["warmup_steps"], steps["measure_steps"], steps["min_measure_s"]),
+                       data.get("trial_number"), dict(data.get("not_applied") or {}),
+                       bool(data.get("allow_swap", False)), data.get("result_path"),
+                       bool(data.get("watch_parent", True)))
+
+
+def decode_config(text: str) -> TrialConfig:
+    """``config.json``'s text as a ``TrialConfig``."""
+    return config_of(json.loads(text))
+
+
+@dataclass
+class TrialResult:
+    """What a trial process leaves in ``result.json``: a status and what it measured, or where it
+    failed. The process exits 0 whenever it wrote one; ``outcome.classify`` reads it."""
+
+    status: str
+    """``ok``, ``oom``, ``swapped``, ``error`` or ``diverged`` (``outcome.CHILD_STATUSES``)."""
+    detail: str | None = None
+    """One line on what went wrong (or why it swapped)."""
+    metrics: dict[str, Any] | None = None
+    """A measured trial's figures (``metrics.py``'s names); None: it failed before them."""
+    applied: dict[str, Any] | None = None
+    """A measured trial: the knobs as really used."""
+    not_applied: dict[str, str] | None = None
+    """A measured trial: the knobs that did not apply, and why."""
+    info: dict[str, Any] | None = None
+    """A measured trial: what the experiment reported about itself."""
+    phase: str | None = None
+    """A failed trial: the phase it failed in (``setup``, ``build``, ``compile``, ``warmup``, ``measure``)."""
+    step: int | None = None
+    """A failed trial: the step of that phase."""
+    memory_at_failure: dict[str, Any] | None = None
+    """An out-of-memory trial: the device's memory when it failed."""
+    provenance: dict[str, Any] = field(default_factory=dict)
+    """The device, torch and machine it ran on (``backend.describe``), or ``{"error": ...}``."""
+    placement: dict[str, Any] = field(default_factory=dict)
+    """The GPU it was given and the cores it could use."""
+    process_peak_rss_gib: float | None = None
+    """The process's own peak resident set, read as it wrote the result."""
+    timeline: dict[str, float] = field(default_factory=dict)
+    """Wall-clock marks of its life (``harness/marks.py``)."""
+
+    @property
+    def measured(self) -> bool:
+        return self.metrics is not None
+
+
+_MEASURED = ("status", "metrics", "applied", "not_applied", "info", "detail")
+_FAILED = ("status", "detail", "phase", "step", "memory_at_failure")
+_TAIL = ("provenance", "placement", "process_peak_rss_gib", "timeline")
+
+
+def encode_result(result: TrialResult) -> str:
+    """``result.json``'s text: a measured trial's keys, or a failed one's, in the order the trial
+    has always written them (a key whose value is None is left out, but for the tail's)."""
+    head = _MEASURED if result.measured else _FAILED
+    data = {k: getattr(result, k) for k in head if getattr(result, k) is not None}
+    data.update({k: getattr(result, k) for k in _TAIL})
+    return json.dumps(data, indent=1, default=str)
+
+
+def decode_result(text: str) -> TrialResult:
+    """``result.json``'s text as a ``TrialResult``; ``ValueError`` for text that is no result."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get("status"), str):
+        raise ValueError("a trial's result is a JSON object with a status")
+    known = set(_MEASURED + _FAILED + _TAIL)
+    return TrialResult(**{k: v for k, v in data.items() if k in known})

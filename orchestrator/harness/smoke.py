@@ -31,6 +31,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from orchestrator.errors import first_line
+from orchestrator.harness.protocol import TrialConfig, TrialSteps
+
 UNCAPPED = ("cpu_memory_limit_gib", "memory_fraction")
 """Knobs that cap memory: left out, so a small step cannot fail for the cap's sake."""
 
@@ -40,8 +43,8 @@ def smoke_step(experiment: str, params: dict[str, Any], device: str) -> dict[str
     started = time.perf_counter()
     params = {k: v for k, v in params.items() if k not in UNCAPPED}
     params.update(device=device, grad_accum_steps=1, compile=False)
-    config = {"experiment": experiment, "params": params, "allow_swap": True,
-              "trial": {"warmup_steps": 1, "measure_steps": 1, "min_measure_s": 0.0}}
+    config = TrialConfig(experiment, params, TrialSteps(warmup_steps=1, measure_steps=1, min_measure_s=0.0),
+                         allow_swap=True)
     built: dict[str, Any] = {}
     progress = None
     try:
@@ -60,7 +63,7 @@ def smoke_step(experiment: str, params: dict[str, Any], device: str) -> dict[str
         if isinstance(exc, KeyboardInterrupt):
             raise
         traceback.print_exc()
-        result = {"ok": False, "error": _last_line(exc), "oom": _is_oom(exc),
+        result = {"ok": False, "error": first_line(exc), "oom": _is_oom(exc),
                   "phase": progress.phase if progress is not None else "import",
                   "seconds": round(time.perf_counter() - started, 3)}
         result.update(locate(exc.__traceback__, experiment, built.get("workload")))
@@ -137,11 +140,6 @@ def _show(filename: str) -> str:
         return str(path.relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
-
-
-def _last_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def _is_oom(exc: BaseException) -> bool:

@@ -1,9 +1,10 @@
 """The measured training loop: one trial's warm-up and timed window, with every memory knob.
 
-Reads top to bottom: initialise the device -> set limits -> build the workload -> apply knobs ->
-optimizer -> warm up -> timed window (synchronized at both ends) -> figures, marking each point
-in the result's timeline (``harness/marks.py``). Raises on failure; ``__main__`` turns that into a
-status.
+Reads top to bottom, a function per phase (``_measure`` calls them in order): ``set_up``
+(initialise the device -> set limits -> build the workload -> apply knobs -> optimizer),
+``warm_up``, ``timed_window`` (synchronized at both ends) and ``figures``, marking each point in
+the result's timeline (``harness/marks.py``). Raises on failure; ``child.run_config`` turns that
+into a status.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import importlib
 import math
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -22,6 +24,7 @@ from orchestrator.spec import knobs
 from orchestrator import metrics as M
 from orchestrator.harness import backend, fallback, swap
 from orchestrator.harness import marks as MK
+from orchestrator.harness.protocol import TrialConfig
 from orchestrator.harness.workload import Workload
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -112,7 +115,7 @@ def accumulate(model: torch.nn.Module, loss_fn: Callable, batches: Any, k: int,
     return total / k
 
 
-def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
+def run(config: TrialConfig, progress: Progress) -> dict[str, Any]:
     """Run one trial; return its metrics and what was applied. Raises on any failure.
 
     A trial that fitted but swapped during its timed window (``swap.swapped``) also returns
@@ -123,14 +126,64 @@ def run(config: dict[str, Any], progress: Progress) -> dict[str, Any]:
         return _measure(config, progress, fell_back)
 
 
-def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.FallbackLog) -> dict[str, Any]:
+def _measure(config: TrialConfig, progress: Progress, fell_back: fallback.FallbackLog) -> dict[str, Any]:
+    """The trial, phase by phase: each phase a function below, in the order they run."""
+    trial = set_up(config, progress)
+    warm = warm_up(trial, config.trial.warmup_steps, progress)
+    window = timed_window(trial, config.trial.measure_steps, config.trial.min_measure_s, progress)
+    return figures(trial, warm, window, fell_back, config.allow_swap)
+
+
+@dataclass
+class Trial:
+    """What the set-up made: the workload on its device, with the knobs applied, and its step."""
+
+    device: str
+    params: dict[str, Any]
+    workload: Workload
+    step: Callable[[], torch.Tensor]
+    """One optimizer step over ``grad_accum_steps`` micro-batches; the mean loss, on the device."""
+    samples_per_step: int
+    empty_every: int
+    applied: dict[str, Any]
+    not_applied: dict[str, str]
+    started: float
+    """``perf_counter`` at the trial's start (``startup_s`` counts from here)."""
+    swap_start: swap.SwapSample
+    """Swap before anything of the trial's: swap already used is not its doing."""
+
+
+@dataclass
+class Warm:
+    """What the warm-up left: its first loss and the start-up's length."""
+
+    loss_first: float
+    startup_s: float
+    swap_warmup: swap.SwapSample
+
+
+@dataclass
+class Window:
+    """What the timed window measured, read after its closing synchronize."""
+
+    steps: int
+    elapsed: float
+    marks: list[Any]
+    """A step-end mark each (CUDA: events; elsewhere: ``perf_counter``), the window's start first."""
+    losses: list[torch.Tensor]
+    driver_peak: int
+    swap_window: swap.SwapSample
+    swap_end: swap.SwapSample
+
+
+def set_up(config: TrialConfig, progress: Progress) -> Trial:
+    """The device, the limits, the workload, the knobs, the optimizer: everything before step 1."""
     started = progress.mark(MK.DEVICE)  # the trial's start: startup_s counts from here
-    params = dict(config["params"])
-    settings = config["trial"]
+    params = dict(config.params)
     swap_start = swap.read_swap()  # before anything of the trial's: swap already used is not its doing
     device = backend.resolve(params.get("device", "auto"))
     applied: dict[str, Any] = {"device": device}
-    not_applied = dict(config.get("not_applied", {}))
+    not_applied = dict(config.not_applied)
     for name in params:
         if not knobs.applies(name, device) and name not in not_applied:
             not_applied[name] = f"read on {'/'.join(sorted(knobs.KNOBS[name].devices))} only; ignored on {device}"
@@ -143,7 +196,7 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
     torch.manual_seed(seed)
 
     progress.phase = "build"
-    module = importlib.import_module(config["experiment"])
+    module = importlib.import_module(config.experiment)
     workload: Workload = module.build(params, torch.device(device))
     progress.mark(MK.BUILT)
     model = workload.model
@@ -190,12 +243,19 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
         optimizer.zero_grad(set_to_none=set_to_none)
         return loss
 
-    # Warm-up: allocations, optimizer state, autotuning and compilation happen here, unmeasured.
-    progress.phase = "compile" if params.get("compile") else "warmup"
+    return Trial(device, params, workload, train_step, batch_size * accum, empty_every, applied, not_applied,
+                 started, swap_start)
+
+
+def warm_up(trial: Trial, warmup_steps: int, progress: Progress) -> Warm:
+    """Allocations, optimizer state, autotuning and compilation happen here, unmeasured; ends
+    with the device idle, then waits at the host's gate (``progress.before_window``)."""
+    device, train_step, empty_every = trial.device, trial.step, trial.empty_every
+    progress.phase = "compile" if trial.params.get("compile") else "warmup"
     backend.warn_every_fallback(device, True)  # every op that falls back to the CPU is heard
     first_loss = None
     step_ends: list[Any] = []  # when each step's work ended: read after the synchronize below, no sync added
-    for i in range(settings["warmup_steps"]):
+    for i in range(warmup_steps):
         progress.step = i
         loss = train_step()
         step_ends.append(backend.step_marker(device))
@@ -208,11 +268,16 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
     backend.synchronize(device)  # sync point: the window starts with an idle device
     for i, at in enumerate(backend.marker_times(step_ends, time.time()), 1):
         progress.marks[MK.warmup_step(i)] = at
-    startup_s = progress.mark(MK.WARMUP_DONE) - started  # the gate's wait below is not the trial's start-up
+    startup_s = progress.mark(MK.WARMUP_DONE) - trial.started  # the gate's wait below is not the trial's start-up
     swap_warmup = swap.read_swap()
     progress.before_window()
+    return Warm(loss_first, startup_s, swap_warmup)
 
-    # Timed window: at least measure_steps steps and at least min_measure_s seconds.
+
+def timed_window(trial: Trial, min_steps: int, min_s: float, progress: Progress) -> Window:
+    """At least ``min_steps`` steps and at least ``min_s`` seconds, synchronized at both ends;
+    peak memory counted from its start. Nothing else runs in it."""
+    device, train_step, empty_every = trial.device, trial.step, trial.empty_every
     progress.phase = "measure"
     swap_window = swap.read_swap()  # after the gate: swap while waiting there is nobody's
     progress.mark(MK.WINDOW_START)
@@ -221,7 +286,6 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
     marks: list[Any] = []
     driver_peak = 0
     losses: list[torch.Tensor] = []
-    min_steps, min_s = settings["measure_steps"], settings["min_measure_s"]
     t0 = time.perf_counter()
     if use_events:
         start = torch.cuda.Event(enable_timing=True)
@@ -251,16 +315,24 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
     elapsed = time.perf_counter() - t0
     progress.mark(MK.WINDOW_END)
     swap_end = swap.read_swap()
+    return Window(step, elapsed, marks, losses, driver_peak, swap_window, swap_end)
 
-    if use_events:
+
+def figures(trial: Trial, warm: Warm, window: Window, fell_back: fallback.FallbackLog,
+            allow_swap: bool) -> dict[str, Any]:
+    """The window's figures, read from the device after it: throughput with its spread, step
+    times, loss, peak memory, swap; and whether the trial swapped (unless ``allow_swap``)."""
+    device, params, workload, step, elapsed = trial.device, trial.params, trial.workload, window.steps, window.elapsed
+    marks = window.marks
+    if device == "cuda":
         step_ms = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
     else:
         step_ms = [(b - a) * 1000 for a, b in zip(marks, marks[1:])]
-    window_losses = torch.stack(losses).float()
+    window_losses = torch.stack(window.losses).float()
     mean_loss = window_losses.mean().item()  # after the window: deliberate host read
-    finite = bool(torch.isfinite(window_losses).all().item()) and math.isfinite(loss_first)
+    finite = bool(torch.isfinite(window_losses).all().item()) and math.isfinite(warm.loss_first)
 
-    samples_per_step = batch_size * accum
+    samples_per_step = trial.samples_per_step
     result_metrics: dict[str, float | None] = {
         M.SAMPLES_PER_S: samples_per_step * step / elapsed,
         M.TOKENS_PER_S: (samples_per_step * step * workload.tokens_per_sample / elapsed
@@ -269,23 +341,23 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
         M.STEP_TIME_MS_P90: _percentile(step_ms, 0.9),
         M.THROUGHPUT_CV: _subwindow_cv(step_ms),
         M.LOSS: mean_loss,
-        M.LOSS_FIRST: loss_first,
+        M.LOSS_FIRST: warm.loss_first,
         M.MEASURE_S: elapsed,
         M.MEASURE_STEPS: float(step),
-        M.STARTUP_S: startup_s,
+        M.STARTUP_S: warm.startup_s,
     }
     peaks = backend.peak_stats(device)
     result_metrics.update(peaks)
     if device == "cuda":
         result_metrics[M.PEAK_MEMORY_GIB] = peaks[M.PEAK_RESERVED_GIB]
     elif device == "mps":
-        result_metrics[M.PEAK_DRIVER_GIB] = driver_peak / backend.GIB
-        result_metrics[M.PEAK_MEMORY_GIB] = driver_peak / backend.GIB
+        result_metrics[M.PEAK_DRIVER_GIB] = window.driver_peak / backend.GIB
+        result_metrics[M.PEAK_MEMORY_GIB] = window.driver_peak / backend.GIB
     else:
         result_metrics[M.PEAK_MEMORY_GIB] = peaks[M.PEAK_RSS_GIB]
 
-    figures = swap.swap_figures(swap_start, swap_warmup, swap_window, swap_end)
-    result_metrics.update(figures)
+    swapping = swap.swap_figures(trial.swap_start, warm.swap_warmup, window.swap_window, window.swap_end)
+    result_metrics.update(swapping)
 
     info = dict(workload.info)
     if device == "mps":
@@ -296,10 +368,10 @@ def _measure(config: dict[str, Any], progress: Progress, fell_back: fallback.Fal
     if device == "mps" or fell_back.ops:
         result_metrics[M.MPS_FALLBACK_OPS] = float(len(fell_back.ops))
         info["mps_fallback_ops"] = list(fell_back.ops)
-    out = {"finite": finite, "metrics": result_metrics, "applied": applied,
-           "not_applied": not_applied, "info": info, "device": device}
-    if finite and swap.swapped(figures) and not config.get("allow_swap", False):
-        out.update(status="swapped", detail=swap.describe(figures, result_metrics[M.SAMPLES_PER_S]))
+    out = {"finite": finite, "metrics": result_metrics, "applied": trial.applied,
+           "not_applied": trial.not_applied, "info": info, "device": device}
+    if finite and swap.swapped(swapping) and not allow_swap:
+        out.update(status="swapped", detail=swap.describe(swapping, result_metrics[M.SAMPLES_PER_S]))
     return out
 
 

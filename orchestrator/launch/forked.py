@@ -52,15 +52,10 @@ class ForkServer(Interpreter):
             self.asked.pop(0).forked(status.pid)
             return
         trial = self.trials.get(status.pid)
-        if trial is None:
-            return
-        if status.word is Word.WINDOW:
-            trial.at_window = True
-        elif status.word is Word.RESULT:
-            trial.result_ready = True
-        elif status.word is Word.EXITED:
-            trial.exited(status.code, status.maxrss_kib)  # type: ignore[arg-type]
-            del self.trials[status.pid]
+        if trial is not None:
+            trial.heard(status)
+            if status.word is Word.EXITED:
+                del self.trials[status.pid]
 
     def discard(self) -> None:
         for trial in list(self.trials.values()) + self.asked:
@@ -92,6 +87,15 @@ class Forked(TrialProcess):
             self.stop.pgids.add(pid)
         if self._kill_when_forked or (self.stop is not None and self.stop.tripped):
             self.kill()
+
+    def heard(self, status: Status) -> None:
+        """What its server said of it: at its window, its result written, or reaped."""
+        if status.word is Word.WINDOW:
+            self.at_window = True
+        elif status.word is Word.RESULT:
+            self.result_ready = True
+        elif status.word is Word.EXITED:
+            self.exited(status.code, status.maxrss_kib)  # type: ignore[arg-type]
 
     def exited(self, code: int, maxrss_kib: int) -> None:
         self.returncode = code

@@ -47,5 +47,4 @@ class Host:
         return any(launcher.pending for launcher in self.launchers)
 
     def in_window(self) -> bool:
-        return any(launcher.running is not None and launcher.running.spare_cpu_at_go is not None
-                   and not launcher.running.has_result for launcher in self.launchers)
+        return any(launcher.running is not None and launcher.running.in_window for launcher in self.launchers)

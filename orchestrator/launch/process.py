@@ -21,8 +21,9 @@ from typing import Any, Protocol
 from orchestrator.harness.protocol import (CPU_CORES_ENV, LEAVE, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Order,
                                            Status, Word, decode_status, encode_order)
 from orchestrator.timeline import event
+from orchestrator.trialdir import SPARES
 
-SPARES_DIR = ".interpreters"
+SPARES_DIR = SPARES
 """Where, in the study's trial folder, a pre-started process keeps its log until it has a trial."""
 
 

@@ -8,11 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.harness.protocol import TrialConfig
 from orchestrator.launch.host import Host
 from orchestrator.launch.process import StopFlag
 from orchestrator.launch.slot import SlotLauncher, wait_for_activity
 from orchestrator.launch.spares import PRESTART
 from orchestrator.launch.slots import Slot
+from orchestrator.launch.trial import ProcessRun
 
 
 class ProcessRunner:
@@ -41,8 +43,8 @@ class ProcessRunner:
     def idle(self, i: int) -> bool:
         return self.launchers[i].idle
 
-    def start(self, i: int, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
-              guesses: list[dict[str, str]]) -> Any:
+    def start(self, i: int, config: TrialConfig, trial_dir: Path, env: dict[str, str], timeout_s: float,
+              guesses: list[dict[str, str]]) -> ProcessRun:
         return self.launchers[i].start(config, trial_dir, env, timeout_s, guesses)
 
     def wait(self, timeout_s: float) -> None:

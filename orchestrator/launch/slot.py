@@ -11,14 +11,14 @@ from __future__ import annotations
 import select
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
-from orchestrator.harness.protocol import GO
+from orchestrator import trialdir
+from orchestrator.harness.protocol import TrialConfig
 from orchestrator.launch.host import Host
-from orchestrator.launch.process import Interpreter, StopFlag, cpu_seconds
+from orchestrator.launch.process import Interpreter, StopFlag
 from orchestrator.launch.spares import PRESTART, SparePool
 from orchestrator.launch.trial import Launched, ProcessRun
-from orchestrator.timeline import event
 
 POLL_S = 0.05
 
@@ -73,15 +73,15 @@ class SlotLauncher:
         """Start the slot's fork server before its first trial is known (``SparePool.prewarm``)."""
         return self.pool.prewarm(self.full_env(env), log_path)
 
-    def start(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+    def start(self, config: TrialConfig, trial_dir: Path, env: dict[str, str], timeout_s: float,
               guesses: list[dict[str, str]] | None = None) -> ProcessRun:
         """Run ``config`` now. The slot's previous process must have exited (``idle``)."""
         assert self.idle, "one trial at a time on a device slot"
         trial_dir.mkdir(parents=True, exist_ok=True)
-        for stale in (trial_dir / "result.json", trial_dir / "result.json.tmp"):
+        for stale in (trial_dir / trialdir.RESULT, Path(trialdir.partial(trial_dir / trialdir.RESULT))):
             stale.unlink(missing_ok=True)
         process = self.pool.take(self.full_env(env), [self.full_env(g) for g in (guesses or [env])],
-                                 trial_dir / "trial.log")
+                                 trial_dir / trialdir.LOG)
         previous = self.running.exited_at if self.running is not None else None
         self.running = ProcessRun(process, config, trial_dir, timeout_s, self.stop, previous)
         return self.running
@@ -100,17 +100,8 @@ class SlotLauncher:
         if run is None:
             return
         run.poll()
-        if run.interp.at_window and run.spare_cpu_at_go is None:
-            if not self.host.importing() and not self.host.pending():
-                run.spare_cpu_at_go = {s.pid: cpu_seconds(s.pid) for s in self.spares}
-                if run.window_seen_at is not None:
-                    run.gate_wait_s = time.monotonic() - run.window_seen_at
-                run.interp.send(GO)
-        if run.has_result and run.spare_cpu_at_go is not None and run.spare_cpu_in_window is None:
-            used = [cpu_seconds(pid) - before for pid, before in run.spare_cpu_at_go.items()
-                    if before is not None and cpu_seconds(pid) is not None]
-            run.spare_cpu_in_window = sum(used)  # type: ignore[arg-type]
-            event("spare_cpu", run.trial, seconds=run.spare_cpu_in_window, spares=len(used))
+        if run.held and not self.host.importing() and not self.host.pending():
+            run.go(list(self.spares))
 
     def fds(self) -> list[int]:
         out = self.pool.fds()
@@ -144,10 +135,10 @@ def wait_for_activity(launchers: Iterable[SlotLauncher], timeout_s: float = POLL
         time.sleep(0.001)
 
 
-def launch_trial(config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+def launch_trial(config: TrialConfig, trial_dir: Path, env: dict[str, str], timeout_s: float,
                  stop: StopFlag | None = None) -> Launched:
     """Run ``config`` in a fresh process and wait for it to exit (no pre-started interpreter)."""
-    launcher = SlotLauncher(config["experiment"], {}, None, trial_dir, stop, prestart=0)
+    launcher = SlotLauncher(config.experiment, {}, None, trial_dir, stop, prestart=0)
     run = launcher.start(config, trial_dir, env, timeout_s)
     try:
         while not run.exited:

@@ -5,21 +5,28 @@ A trial's ``timeout_s`` is its process's own time. Not counted: the wait for its
 imports (a pre-started interpreter or a fork server still importing: seconds on a busy machine,
 up to ``IMPORT_GRACE_S``), and the time it is held at its window for the host's other
 interpreters (``Host``). A process that has written its result has ``EXIT_GRACE_S`` to exit.
+
+A run's life, as ``Phase`` names it (``ProcessRun.poll`` moves it; the slot's gate calls ``go``):
+
+    IMPORTING --imports done--> SETTING_UP --says window--> HELD --go--> MEASURING --result--> RESULT
+        (any but RESULT) --timeout_s of its own time--> TIMED_OUT (killed)
+
+Whether its process has exited (reaped: its memory is free) is the process's own fact: ``exited``.
 """
 
 from __future__ import annotations
 
-import json
+import enum
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
+from orchestrator import trialdir
 from orchestrator.faultpoints import reached
-from orchestrator.harness.protocol import Kind, Order
-from orchestrator.launch.process import StopFlag, TrialProcess
+from orchestrator.harness.protocol import GO, Kind, Order, TrialConfig, encode_config
+from orchestrator.launch.process import StopFlag, TrialProcess, cpu_seconds
 from orchestrator.outcome import Outcome, classify
 from orchestrator.timeline import event
 
@@ -44,29 +51,45 @@ class Launched:
     """Wall clock when the slot's previous process had exited (None: the slot's first trial)."""
 
 
+class Phase(enum.Enum):
+    """Where a ``ProcessRun`` is in its life (see the module's picture)."""
+
+    IMPORTING = "importing"
+    """Its process is still importing: not the trial's time (up to ``IMPORT_GRACE_S``)."""
+    SETTING_UP = "setting_up"
+    """Its own time: the device, the build, the warm-up."""
+    HELD = "held"
+    """At its window, held until the host's gate allows it (``go``): not the trial's time."""
+    MEASURING = "measuring"
+    """Given ``go``: its timed window runs."""
+    RESULT = "result"
+    """Its result file is written; it has ``EXIT_GRACE_S`` to exit."""
+    TIMED_OUT = "timed_out"
+    """It used up ``timeout_s`` of its own time without a result, and was killed."""
+
+
 class ProcessRun:
     """One configuration running in one ``TrialProcess``; ``poll`` it until ``exited``."""
 
-    def __init__(self, interp: TrialProcess, config: dict[str, Any], trial_dir: Path, timeout_s: float,
+    def __init__(self, interp: TrialProcess, config: TrialConfig, trial_dir: Path, timeout_s: float,
                  stop: StopFlag | None, slot_free_at: float | None = None) -> None:
         self.interp, self.trial_dir, self.timeout_s, self.stop = interp, trial_dir, timeout_s, stop
-        self.trial = config.get("trial_number")
-        self.result_path = trial_dir / "result.json"
-        self.log_path = trial_dir / "trial.log"
-        self.timed_out = False
-        self.spare_cpu_at_go: dict[int, float | None] | None = None
-        """CPU seconds of each of the slot's pre-started interpreters when ``go`` was sent."""
-        self.spare_cpu_in_window: float | None = None
-        """CPU seconds the slot's pre-started interpreters used from ``go`` to the result: ~0."""
-        self.window_seen_at: float | None = None
+        self.trial = config.trial_number
+        self.result_path = trial_dir / trialdir.RESULT
+        self.log_path = trial_dir / trialdir.LOG
+        self.started = time.monotonic()
+        self.phase = Phase.IMPORTING
+        self.since = self.started
+        """When (monotonic) it entered its phase."""
         self.gate_wait_s = 0.0
         """Time held before the window for the slot's interpreters: not the trial's (nor its timeout's)."""
-        self.started = time.monotonic()
-        self.result_seen_at: float | None = None
+        self.spare_cpu_in_window: float | None = None
+        """CPU seconds the slot's pre-started interpreters used from ``go`` to the result: ~0."""
+        self._spare_cpu_at_go: dict[int, float | None] | None = None
+        """CPU seconds of each of the slot's pre-started interpreters when ``go`` was sent."""
         self.slot_free_at, self.exited_at = slot_free_at, None
-        config_path = trial_dir / "config.json"
-        config_path.write_text(json.dumps({**config, "result_path": str(self.result_path)}, indent=1,
-                                          default=str))
+        config_path = trial_dir / trialdir.CONFIG
+        config_path.write_text(encode_config(replace(config, result_path=str(self.result_path))))
         if interp.log_path != self.log_path:  # a pre-started interpreter: its log becomes the trial's
             try:
                 os.replace(interp.log_path, self.log_path)
@@ -87,25 +110,69 @@ class ProcessRun:
         """The result file is written (the process may still be exiting)."""
         return self.interp.result_ready or self.exited
 
+    @property
+    def timed_out(self) -> bool:
+        return self.phase is Phase.TIMED_OUT
+
+    @property
+    def held(self) -> bool:
+        """It waits at its window for ``go``."""
+        return self.phase is Phase.HELD
+
+    @property
+    def in_window(self) -> bool:
+        """Its timed window runs (``go`` given, no result yet)."""
+        return self.phase is Phase.MEASURING and not self.has_result
+
+    def _enter(self, phase: Phase, now: float) -> None:
+        self.phase, self.since = phase, now
+
     def poll(self) -> None:
+        """Take what its process said, and move on: the one method that moves a run's phase
+        (but ``go``, which the slot's gate gives)."""
         self.interp.read_status()
         if self.interp.reap():
             if self.exited_at is None:
                 self.exited_at = time.time()
                 event("exited", self.trial)
+            self._count_spares()
             return
         now = time.monotonic()
-        if self.interp.result_ready and self.result_seen_at is None:
-            self.result_seen_at = now
-        if not self.timed_out and self.interp.at_window and self.window_seen_at is None:
-            self.window_seen_at = now
-        held = now - self.window_seen_at if self.window_seen_at is not None and self.spare_cpu_at_go is None else 0.0
-        if not self.timed_out and now - self.started - self.gate_wait_s - held - self.import_wait(now) > self.timeout_s \
-                and not self.interp.result_ready:
-            self.timed_out = True
+        if self.phase is Phase.IMPORTING and self.interp.running_since is not None:
+            self._enter(Phase.SETTING_UP, now)
+        if self.interp.result_ready and self.phase not in (Phase.RESULT, Phase.TIMED_OUT):
+            self._enter(Phase.RESULT, now)
+        if self.phase in (Phase.IMPORTING, Phase.SETTING_UP) and self.interp.at_window:
+            self._enter(Phase.HELD, now)
+        held = now - self.since if self.phase is Phase.HELD else 0.0
+        if self.phase not in (Phase.RESULT, Phase.TIMED_OUT) and \
+                now - self.started - self.gate_wait_s - held - self.import_wait(now) > self.timeout_s:
+            self._enter(Phase.TIMED_OUT, now)
             self.interp.kill()
-        if self.result_seen_at is not None and now - self.result_seen_at > EXIT_GRACE_S:
+        if self.phase is Phase.RESULT and now - self.since > EXIT_GRACE_S:
             self.interp.kill()
+        if self.interp.result_ready:
+            self._count_spares()
+
+    def go(self, spares: list[TrialProcess]) -> None:
+        """HELD: the host's gate allows its window (``Host``): the time held stops counting
+        against it, the ``spares``' CPU is read (their use in the window: ``spare_cpu_in_window``)
+        and it is told ``go``."""
+        assert self.phase is Phase.HELD, self.phase
+        self._spare_cpu_at_go = {s.pid: cpu_seconds(s.pid) for s in spares if s.pid is not None}
+        now = time.monotonic()
+        self.gate_wait_s = now - self.since
+        self._enter(Phase.MEASURING, now)
+        self.interp.send(GO)
+
+    def _count_spares(self) -> None:
+        """At the result (or the exit) after ``go``: the CPU the slot's spares used in the window."""
+        if self._spare_cpu_at_go is None or self.spare_cpu_in_window is not None:
+            return
+        used = [cpu_seconds(pid) - before for pid, before in self._spare_cpu_at_go.items()
+                if before is not None and cpu_seconds(pid) is not None]
+        self.spare_cpu_in_window = sum(used)  # type: ignore[arg-type]
+        event("spare_cpu", self.trial, seconds=self.spare_cpu_in_window, spares=len(used))
 
     def import_wait(self, now: float) -> float:
         """Seconds this trial waited for its process's imports (not its own time), at most

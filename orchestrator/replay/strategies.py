@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 from orchestrator.replay.landscape import Landscape
 from orchestrator.launch import Launched, StopFlag
+from orchestrator import trialdir
+from orchestrator.harness.protocol import TrialConfig
 from orchestrator.outcome import Outcome, Status
 from orchestrator.store import record
 
@@ -38,9 +40,9 @@ class ReplayLauncher:
         self.rng = random.Random(seed)
         self.calls: list[dict[str, Any]] = []
 
-    def __call__(self, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+    def __call__(self, config: TrialConfig, trial_dir: Path, env: dict[str, str], timeout_s: float,
                  stop: StopFlag | None = None) -> Launched:
-        row = self.landscape.row(config["params"])
+        row = self.landscape.row(config.params)
         self.calls.append({c: row.params[c] for c in self.landscape.columns})
         measured = row.samples_per_s
         if measured is not None and self.noise:
@@ -50,7 +52,7 @@ class ReplayLauncher:
         ok = row.status == Status.OK
         detail = None if ok else f"replayed from {self.landscape.path.name}: {row.status}"
         return Launched(Outcome(Status(row.status), detail, {"status": row.status, "metrics": metrics}),
-                        0 if ok else 1, row.duration_s, None, trial_dir / "trial.log")
+                        0 if ok else 1, row.duration_s, None, trial_dir / trialdir.LOG)
 
 
 class NullTracker:
@@ -66,7 +68,7 @@ class NullTracker:
                     on_created: Any = None) -> str:
         return f"replay-{number}"
 
-    def finish_trial(self, run_ref: str, status: str, metrics: dict[str, float], tags: dict[str, str],
+    def finish_trial(self, ref: str, status: str, metrics: dict[str, float], tags: dict[str, str],
                      files: list[tuple[Path, str | None]]) -> None:
         return None
 
@@ -117,7 +119,7 @@ class ReplayRunner:
         run = self.running.get(i)
         return run is None or run.exited
 
-    def start(self, i: int, config: dict[str, Any], trial_dir: Path, env: dict[str, str], timeout_s: float,
+    def start(self, i: int, config: TrialConfig, trial_dir: Path, env: dict[str, str], timeout_s: float,
               guesses: list[dict[str, str]]) -> _ReplayRun:
         run = _ReplayRun(self, self.launcher(config, trial_dir, env, timeout_s, None), self.clock)
         self.running[i] = run

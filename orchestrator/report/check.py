@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator import exits
-from orchestrator.errors import OrchestratorError, StudyError, UsageParser, print_error
+from orchestrator import exits, trialdir
+from orchestrator.errors import OrchestratorError, StudyError, UsageParser, first_line, print_error
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec, load_spec
-from orchestrator.store.agreement import Difference, compare, trial_root
+from orchestrator.store.agreement import Difference, compare
 from orchestrator.store.record import TrialRecord
 from orchestrator.store.tracking import absolute_uri
 
@@ -88,11 +88,10 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
         raise StudyError(f"study {spec.name!r} in {shown(absolute_uri(spec.storage))} was not created by orchestrate")
     client, experiment, parent, runs = _mlflow(spec, uid)
     root = _folder_root(study, spec.name, uid)
-    folders = {int(p.name[len("trial-"):]): p for p in (root.iterdir() if root.is_dir() else [])
-               if p.name.startswith("trial-") and p.name[len("trial-"):].isdigit()}
+    folders = {n: p for p in (root.iterdir() if root.is_dir() else []) if (n := trialdir.number_of(p)) is not None}
     study = open_study(spec)
     live, in_flight = _live(spec, study)
-    found = compare(study.trials, runs, lambda n: root / f"trial-{n:04d}", in_flight, folders,
+    found = compare(study.trials, runs, lambda n: trialdir.folder(root, n), in_flight, folders,
                     artifacts(client) if client is not None else None)
     if study.trials and parent is None:
         found.insert(0, Difference("parent", f"MLflow has no parent run for the study (tag study_uid={uid})"))
@@ -191,7 +190,7 @@ def _mlflow(spec: SweepSpec, uid: str) -> tuple[Any, Any, Any, dict[int, list[An
             return client, experiment, None, {}
         return client, experiment, parents[0], child_runs(client, experiment.experiment_id, parents[0].info.run_id)
     except MlflowException as exc:
-        raise StudyError(f"tracking_uri {shown(uri)}: {str(exc).splitlines()[0]}") from None
+        raise StudyError(f"tracking_uri {shown(uri)}: {first_line(exc, typed=False)}") from None
 
 
 def _folder_root(study: Any, name: str, uid: str) -> Path:
@@ -199,7 +198,7 @@ def _folder_root(study: Any, name: str, uid: str) -> Path:
     for t in study.trials:
         if folder := TrialRecord.of(t).trial_dir:
             return Path(folder).parent
-    return trial_root(name, uid)
+    return trialdir.root(name, uid)
 
 
 def _repair(spec: SweepSpec) -> int:

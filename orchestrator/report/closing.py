@@ -4,7 +4,7 @@ The same for a sweep that just ran and for a finished study's command run again 
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
 from orchestrator.outcome import NOT_FITTING
@@ -14,6 +14,9 @@ from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepS
 from orchestrator.store.record import TrialRecord, has_status, status_of
 from orchestrator.store.urls import Origins, command_flags, from_environment
 from orchestrator.report.summary import best_table, fmt_params, status_counts
+
+if TYPE_CHECKING:
+    from orchestrator.search.space import Plan
 
 
 def command(*args: Any) -> str:
@@ -44,7 +47,7 @@ def description(spec: SweepSpec, results: list[Any], best: list[Any], target: in
     return "\n\n".join(out)
 
 
-def target_of(spec: SweepSpec, plan: Any) -> tuple[list[dict[str, Any]] | None, int]:
+def target_of(spec: SweepSpec, plan: Plan) -> tuple[list[dict[str, Any]] | None, int]:
     """The plan's configurations (None: a continuous space) and how many results the study's
     budget asks for."""
     from orchestrator.search.space import configurations

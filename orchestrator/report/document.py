@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import metrics as M
+from orchestrator import trialdir
 from orchestrator.clip import short_detail
 from orchestrator.report.compare import comparison_lines
 from orchestrator.harness import swap
@@ -130,7 +131,7 @@ def _target(spec: SweepSpec, study: Any) -> int | None:
 def result_file(t: Any) -> dict[str, Any]:
     folder = TrialRecord.of(t).trial_dir if t is not None else None
     try:
-        data = json.loads((Path(folder) / "result.json").read_text()) if folder else {}
+        data = json.loads((Path(folder) / trialdir.RESULT).read_text()) if folder else {}
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -16,12 +16,15 @@ repairs, and prints the same summary.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import StudyError
 from orchestrator.outcome import RUN_AGAIN
 from orchestrator.spec.load import SweepSpec
 from orchestrator.store.urls import Origins
+
+if TYPE_CHECKING:
+    from orchestrator.search.space import Plan
 
 
 def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
@@ -85,7 +88,7 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
                              stopped is not None, origins) + repaired
 
 
-def _verdict(spec: SweepSpec, plan: Any, configs: list[dict[str, Any]] | None, results: list[Any],
+def _verdict(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | None, results: list[Any],
              memory_limit_gib: float | None) -> str | None:
     """Why the ``auto`` search is done with these results (None: it is not, or it does not apply)."""
     from orchestrator.search.planner import Planner

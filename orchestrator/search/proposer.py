@@ -17,8 +17,9 @@ Neither runs a process nor counts toward ``n_trials``.
 from __future__ import annotations
 
 import random
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from orchestrator.search.dominance import predicted_oom
 from orchestrator.faultpoints import reached
@@ -29,6 +30,9 @@ from orchestrator.store.records import results_of
 from orchestrator.search.space import Plan, config_key, configurations, nearest, suggest
 from orchestrator.spec.load import SweepSpec
 from orchestrator.timeline import event
+
+if TYPE_CHECKING:
+    from optuna.study import Study
 
 MAX_REPEATED_PROPOSALS = 10  # answered proposals in a row before one is forced (or the space is done)
 MODEL_BASED = ("tpe", "nsga2")  # samplers whose re-proposal of a measured point means "exploit it"
@@ -66,7 +70,8 @@ class Proposal:
 
 
 class Proposer:
-    def __init__(self, spec: SweepSpec, plan: Plan, study: Any, lock: Any, on_answer: Callable[..., None],
+    def __init__(self, spec: SweepSpec, plan: Plan, study: Study, lock: AbstractContextManager[Any],
+                 on_answer: Callable[..., None],
                  heartbeat: Callable[[Any], None] = lambda trial: None, neighbours: bool = True,
                  memory_limit_gib: float | None = None, superseded: dict[str, int] | None = None,
                  owner: str | None = None) -> None:
@@ -237,6 +242,10 @@ class Proposer:
         if chosen is not None:
             enqueue(self.study, chosen, **({"neighbour_of": original} if original is not None else {}))
             v.queued.add(config_key(chosen))
+
+    def failed(self, sampled: dict[str, Any]) -> None:
+        """A configuration failed (status error) in this invocation: it is not tried again in it."""
+        self.failed_here.add(config_key(sampled))
 
     def next_envs(self, n: int, env_of: Callable[[dict[str, Any]], dict[str, str]],
                   current: dict[str, str]) -> list[dict[str, str]]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from orchestrator import metrics as M
+from orchestrator import trialdir
 from orchestrator.outcome import Status
 from orchestrator.store.record import TrialRecord
 from orchestrator.store.records import run_metrics, run_tags, trial_trace_tags
@@ -33,22 +34,6 @@ KINDS = {  # kind -> what the line says is wrong, and whether writing MLflow fro
     "metric": True, "param": True, "files": True, "orphan_run": True, "parent": True,
     "cut_off": True, "folder": False,
 }
-
-
-def trial_root(name: str, uid: str) -> Path:
-    """The folder of a study's trial folders, under the working directory's ``mlruns/``."""
-    return (Path("mlruns") / ".trials" / f"{name}-{uid[:8]}").resolve()
-
-
-def trial_files(trial_dir: Path, processes: int = 1) -> list[tuple[Path, str | None]]:
-    """A trial's files and the MLflow artifact folder of each (repeat k > 1 in ``repeat-<k>/``)."""
-    from orchestrator.sweep.repeats import repeat_dir_name, repeat_path
-
-    out: list[tuple[Path, str | None]] = []
-    for k in range(1, processes + 1):
-        out += [(repeat_path(trial_dir, k) / name, repeat_dir_name(k))
-                for name in ("trial.log", "result.json", "config.json")]
-    return out
 
 
 @dataclass(frozen=True)
@@ -73,9 +58,7 @@ class Record:
     @cached_property
     def result(self) -> dict[str, Any]:
         """The deciding process's result file."""
-        from orchestrator.sweep.repeats import repeat_path
-
-        return _read_json(repeat_path(self.trial_dir, self.processes) / "result.json")
+        return _read_json(trialdir.repeat_path(self.trial_dir, self.processes) / trialdir.RESULT)
 
     @property
     def tags(self) -> dict[str, str]:
@@ -90,12 +73,12 @@ class Record:
     @property
     def all_params(self) -> dict[str, Any]:
         """The run's parameters as the sweep logs them (the fixed ones too, from ``config.json``)."""
-        return dict(_read_json(self.trial_dir / "config.json").get("params") or {}) or dict(self.searched)
+        return dict(_read_json(self.trial_dir / trialdir.CONFIG).get("params") or {}) or dict(self.searched)
 
     @property
     def files(self) -> list[tuple[Path, str | None]]:
         """The files of the trial's folder that exist, with their artifact folder."""
-        return [(p, folder) for p, folder in trial_files(self.trial_dir, self.processes) if p.is_file()]
+        return [(p, folder) for p, folder in trialdir.files(self.trial_dir, self.processes) if p.is_file()]
 
 
 def record_of(trial: Any, default_dir: Path) -> Record:

@@ -24,10 +24,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from orchestrator import exits
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import OrchestratorError, first_line
+from orchestrator.redact import scrub
 from orchestrator.store.writefault import unwritable
 
 BACKOFF_S = (0.5, 10.0)
@@ -68,12 +69,23 @@ def _sqlite_lock(text: str) -> bool:
     return "database is locked" in text or "no such table" in text
 
 
+class Stopping(Protocol):
+    """What an outage's wait reads of the sweep's ``launch.StopFlag`` (the store wing does not
+    import the launcher): whether Ctrl-C or SIGTERM came, and which."""
+
+    signum: int | None
+
+    @property
+    def tripped(self) -> bool:
+        """A signal came: stop waiting."""
+
+
 class Outage:
     """Retries a store's calls through a lost connection for up to ``limit_s`` (see the module).
     One per store; thread-safe (the heartbeat and the MLflow writer threads use it too)."""
 
     def __init__(self, store: str, limit_s: float, sleep: Callable[[float], None] = time.sleep,
-                 stop: Any = None) -> None:
+                 stop: Stopping | None = None) -> None:
         """``store``: how the one-line error names it (a URL already masked: ``redact.shown``);
         ``stop``: the sweep's ``launch.StopFlag``: Ctrl-C ends the wait."""
         self.store, self.limit_s, self.sleep, self.stop = store, limit_s, sleep, stop
@@ -127,7 +139,7 @@ class Outage:
             if now - self.down_since > self.limit_s:
                 self.gave_up = StoreDown(
                     f"{self.store} was unreachable for {now - self.down_since:.0f} s, more than "
-                    f"search.outage_s={self.limit_s:g} ({_first_line(exc)}); the study is saved: run the "
+                    f"search.outage_s={self.limit_s:g} ({scrub(first_line(exc))}); the study is saved: run the "
                     "same command to resume once it is back")
                 raise self.gave_up from None
 
@@ -158,13 +170,6 @@ def create(outage: Outage, fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
                 raise
             time.sleep(1.0 + attempt)
     raise AssertionError("unreachable")
-
-
-def _first_line(exc: BaseException) -> str:
-    from orchestrator.redact import scrub
-
-    text = str(exc).strip().splitlines()
-    return scrub(f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__)
 
 
 def retrying_storage(inner: Any, outage: Outage) -> Any:

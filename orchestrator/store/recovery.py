@@ -24,21 +24,28 @@ from __future__ import annotations
 
 import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from orchestrator.outcome import RUN_AGAIN, Status
+from orchestrator import trialdir
+from orchestrator.outcome import DIED_DETAIL, RUN_AGAIN, Status
 from orchestrator.store.record import TrialRecord, enqueue, is_attempt, status_of, write, write_stored
 from orchestrator.store.records import results_of
 from orchestrator.search.space import config_key
 
-INTERRUPTED_DETAIL = "the orchestrator died during this trial; its configuration is run again"
+if TYPE_CHECKING:
+    from optuna.study import Study
+    from optuna.trial import FrozenTrial
+
+    from orchestrator.store.outage import Outage
+    from orchestrator.store.tracking import Tracker
+
 STALE_DETAIL = ("its orchestrator stopped sending heartbeats (search.grace_period_s); "
                 "its configuration is run again")
 
 
 class Recovery:
-    def __init__(self, study: Any, tracker: Any, work_dir: Path, shared: bool, grace_s: float,
-                 outage: Any = None) -> None:
+    def __init__(self, study: Study, tracker: Tracker, work_dir: Path, shared: bool, grace_s: float,
+                 outage: Outage | None = None) -> None:
         """``tracker``: the synchronous ``tracking.Tracker`` (recovery runs before the loop, and
         between its trials from the main thread); ``outage``: the study database's
         ``outage.Outage`` guard (an outage excuses missed heartbeats, ``fail_stale``)."""
@@ -50,7 +57,7 @@ class Recovery:
         """Trials whose MLflow record this run wrote or repaired from the study (``converge``)."""
 
     def trial_dir(self, number: int) -> Path:
-        return self.work_dir / f"trial-{number:04d}"
+        return trialdir.folder(self.work_dir, number)
 
     # -- at start ---------------------------------------------------------------------------------
     def recover(self, artifacts: Any = None) -> int:
@@ -156,7 +163,7 @@ class Recovery:
         self._silent = {i: self._silent.get(i, now) for i in silent}
         return [i for i, since in self._silent.items() if now - since >= self.grace_s]
 
-    def _end_interrupted(self, t: Any) -> None:
+    def _end_interrupted(self, t: FrozenTrial) -> None:
         """A trial cut off by a dead orchestrator: FAIL, status ``interrupted`` (its MLflow run is
         then KILLED by ``converge``)."""
         from optuna.trial import TrialState
@@ -164,10 +171,10 @@ class Recovery:
         from orchestrator.store.optuna_internals import trial_of
 
         trial = trial_of(self.study, t)
-        write(trial, status=Status.INTERRUPTED, detail=INTERRUPTED_DETAIL)
+        write(trial, status=Status.INTERRUPTED, detail=DIED_DETAIL)
         self.study.tell(t.number, state=TrialState.FAIL)
 
-    def _new_run(self, t: Any) -> Any:
+    def _new_run(self, t: FrozenTrial) -> Any:
         run_id = self.tracker.start_trial(t.number, t.params, {})
         return self.tracker.client.get_run(run_id)
 

@@ -21,7 +21,7 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
     run's files too (a call to MLflow per run and folder). An SQLite study is locked
     meanwhile (a sweep running on it refuses, as a second sweep does: ``study.study_lock``).
     Raises ``writefault.StoreUnwritable`` when MLflow still refuses a write."""
-    from orchestrator.store.agreement import trial_root
+    from orchestrator import trialdir
     from orchestrator.store.converge import mark
     from orchestrator.store.coordination import StudyLock, is_shared
     from orchestrator.store.recovery import Recovery
@@ -41,7 +41,7 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
             created = True
         if StudyRecord.of(study).parent_run_id != tracker.parent_id:
             write_study(study, parent_run_id=tracker.parent_id)
-        recovery = Recovery(study, tracker, trial_root(spec.name, uid), shared, spec.search.grace_period_s)
+        recovery = Recovery(study, tracker, trialdir.root(spec.name, uid), shared, spec.search.grace_period_s)
         with StudyLock(spec.storage, spec.name):
             recovery.recover(artifacts=artifacts(tracker.client) if files else None)
         if created:

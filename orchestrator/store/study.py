@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from orchestrator.errors import StudyError
+from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import SweepSpec
 from orchestrator.store.studyrecord import StudyRecord, write_study
@@ -54,8 +54,7 @@ def check_url_opens(url: str, what: str) -> None:
         with engine.connect():
             pass
     except Exception as exc:  # noqa: BLE001 - any driver error means the URL cannot be used
-        raise StudyError(f"{what} {shown(url)}: cannot connect ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+        raise StudyError(f"{what} {shown(url)}: cannot connect ({first_line(exc)})") from None
 
 
 def create_sqlite_atomically(url: str, init: Callable[[str], None]) -> None:
@@ -228,7 +227,7 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
         study = optuna.create_study(study_name=spec.name, storage=storage, directions=directions,
                                     sampler=make_sampler(spec, n_existing, worker), load_if_exists=True)
     except SQLAlchemyError as exc:
-        msg = str(exc).splitlines()[0]
+        msg = first_line(exc, typed=False)
         if "locked" in msg:
             raise _unwritable(storage_url, exc).with_outcome(
                 "another program holds a write lock; close it (an open optuna-dashboard?) and retry") from None
@@ -237,7 +236,7 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
         raise StudyError(f"storage {shown(storage_url)}: {msg}; the file may be corrupt: move it aside to "
                          "start a new study") from None
     except (RuntimeError, ValueError) as exc:  # e.g. a schema from an unknown Optuna version
-        raise StudyError(f"storage {shown(storage_url)}: {str(exc).splitlines()[0]}") from None
+        raise StudyError(f"storage {shown(storage_url)}: {first_line(exc, typed=False)}") from None
 
     stored_dirs = [d.name.lower() for d in study.directions]
     if stored_dirs != directions:
@@ -332,7 +331,7 @@ def _unwritable(url: str, exc: BaseException, default: Any = StudyError) -> Any:
     found = unwritable(named("the study's store", url), exc, sqlite_folder(url))
     if found is not None or default is None:
         return found
-    return default(f"storage {shown(url)}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    return default(f"storage {shown(url)}: {first_line(exc, typed=False)}")
 
 
 def _mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:

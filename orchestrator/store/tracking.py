@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import StudyError
+from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
 from orchestrator.store.runs import MLFLOW_STATUS, child_runs, metric_batch, param_text
 
@@ -153,7 +153,7 @@ class Tracker:
             else:
                 exp_id = exp.experiment_id
         except MlflowException as exc:
-            raise StudyError(f"tracking_uri {shown(self.uri)}: cannot open the MLflow store: {str(exc).splitlines()[0]}") from None
+            raise StudyError(f"tracking_uri {shown(self.uri)}: cannot open the MLflow store: {first_line(exc, typed=False)}") from None
         self.experiment_id = exp_id
         self.parent_id: str | None = None
 
@@ -304,7 +304,7 @@ class AsyncTracker:
                 elif isinstance(exc, StoreUnwritable) and self.refused is None:
                     self.refused = exc
                 self.missing.add(ref.number)
-                self.failed.append(f"trial {ref.number}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                self.failed.append(f"trial {ref.number}: {first_line(exc)}")
             finally:
                 if kind == "start":
                     ref.done.set()

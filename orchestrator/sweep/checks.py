@@ -7,13 +7,16 @@ import json
 import select
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import SpecError
 from orchestrator.redact import child_env
 from orchestrator.harness.protocol import PARENT_PID_ENV
 from orchestrator.spec.load import SweepSpec
 from orchestrator.timeline import event
+
+if TYPE_CHECKING:
+    from orchestrator.search.space import Plan
 
 
 class Probe:
@@ -187,19 +190,10 @@ class Probe:
         self._err.close()
 
 
-def probe_experiment(spec: SweepSpec) -> dict[str, Any]:
-    """``Probe(spec).result()``, waited for."""
-    probe = Probe(spec)
-    try:
-        return probe.result()
-    finally:
-        probe.close()
-
-
 SMOKE_BATCH = 2
 
 
-def smoke_params(spec: SweepSpec, plan: Any) -> dict[str, Any]:
+def smoke_params(spec: SweepSpec, plan: Plan) -> dict[str, Any]:
     """The configuration the smoke step runs: the plan's first, with a batch of at most 2 (the
     smallest if smaller), one micro-batch per step, no memory caps and no compile: it checks the
     experiment's code in seconds, not the knobs or the memory (a sweep of batches of thousands

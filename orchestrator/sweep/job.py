@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator.harness.protocol import TrialConfig
 from orchestrator.launch import Launched
-from orchestrator.outcome import Outcome, Status
-from orchestrator.sweep.repeats import combine, repeat_path
-
-INTERRUPTED_DETAIL = "the orchestrator was stopped during this trial"
+from orchestrator.outcome import INTERRUPTED_DETAIL, Outcome, Status
+from orchestrator.sweep.repeats import combine
+from orchestrator.sweep.seams import TrialRun
+from orchestrator.trialdir import LOG, repeat_path
 
 
 class State(enum.Enum):
@@ -45,7 +46,7 @@ class Job:
     trial: Any
     sampled: dict[str, Any]
     params: dict[str, Any]
-    config: dict[str, Any]
+    config: TrialConfig
     env: dict[str, str]
     trial_dir: Path
     slot: int
@@ -54,12 +55,12 @@ class Job:
     state: State = State.PROPOSED
     runs: list[Launched] = field(default_factory=list)
     """Each finished process's outcome, in order."""
-    handle: Any = None
+    handle: TrialRun | None = None
     """The running process (``launch.ProcessRun`` or a replayed one)."""
     pending: Launched | None = None
     """REPEATING: the last process's result, counted once that process has exited."""
 
-    def advance(self, idle: bool, start: Callable[["Job", Path], Any], stopping: bool = False) -> State:
+    def advance(self, idle: bool, start: Callable[["Job", Path], TrialRun], stopping: bool = False) -> State:
         """Move on as far as the processes allow. ``idle``: the slot has no process; ``start(job,
         folder)`` starts the next process (a repeat's folder is ``repeat-<k>``); ``stopping``:
         Ctrl-C came, so no new process starts."""
@@ -81,7 +82,7 @@ class Job:
             self.pending = None
             if stopping:  # stopped between repeats: start no process only to kill it
                 self.runs.append(Launched(Outcome(Status.INTERRUPTED, INTERRUPTED_DETAIL), None, 0.0, None,
-                                          self.trial_dir / "trial.log"))
+                                          self.trial_dir / LOG))
                 self.state = State.FINISHED
             else:
                 self.handle = start(self, repeat_path(self.trial_dir, len(self.runs) + 1))

@@ -18,24 +18,32 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from orchestrator import exits
 from orchestrator.spec import knobs
 from orchestrator import metrics as M
 from orchestrator.faultpoints import reached
-from orchestrator.sweep.job import INTERRUPTED_DETAIL, Job, State
+from orchestrator.sweep.job import Job, State
+from orchestrator.harness.protocol import TrialConfig, TrialSteps
 from orchestrator.launch import PRESTART, StopFlag
-from orchestrator.outcome import RESULT_STATUSES, Outcome, Status
+from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome, Status
 from orchestrator.search.planner import Verdict
 from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
 from orchestrator.store.record import status_of, write
 from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags
-from orchestrator.store.agreement import trial_files
-from orchestrator.search.space import Plan, config_key, trial_params
+from orchestrator.search.space import Plan, trial_params
 from orchestrator.spec.load import SweepSpec
 from orchestrator.search.stoppolicy import Failures, StopPolicy
+from orchestrator.sweep.seams import Runner, TrialRun, TrialTracker
 from orchestrator.timeline import event
+from orchestrator import trialdir
+
+if TYPE_CHECKING:
+    from optuna.study import Study
+
+    from orchestrator.store.coordination import StudyLock
+    from orchestrator.store.recovery import Recovery
 
 
 @dataclass
@@ -70,9 +78,9 @@ class Sweep:
     """One invocation of ``orchestrate SPEC``: run until the study is complete (``run.py`` repairs
     what a killed orchestrator left first: ``recovery.Recovery``)."""
 
-    def __init__(self, spec: SweepSpec, plan: Plan, study: Any, tracker: Any, work_dir: Path,
-                 stop: StopFlag, runner: Any, neighbours: bool = True, lock: Any = None,
-                 recovery: Any = None, superseded: dict[str, int] | None = None,
+    def __init__(self, spec: SweepSpec, plan: Plan, study: Study, tracker: TrialTracker, work_dir: Path,
+                 stop: StopFlag, runner: Runner, neighbours: bool = True, lock: StudyLock | None = None,
+                 recovery: Recovery | None = None, superseded: dict[str, int] | None = None,
                  heartbeat: Callable[[Any], None] | None = None, owner: str | None = None,
                  memory_limit_gib: float | None = None) -> None:
         """``tracker``: ``tracking.AsyncTracker`` (or ``replay.NullTracker``); ``runner``:
@@ -98,7 +106,7 @@ class Sweep:
         self._on_result: Callable[[Any, Outcome, float], None] = lambda *a: None
 
     def trial_dir(self, number: int) -> Path:
-        return self.work_dir / f"trial-{number:04d}"
+        return trialdir.folder(self.work_dir, number)
 
     def running_trial_ids(self) -> list[int]:
         """Optuna trial ids in flight here (for the heartbeat thread)."""
@@ -156,7 +164,7 @@ class Sweep:
 
     def _recorded(self, job: Job, outcome: Outcome) -> None:
         assert self._policy is not None
-        self._policy.record(outcome, self._best_value(), job.trial_dir / "trial.log")
+        self._policy.record(outcome, self._best_value(), job.trial_dir / trialdir.LOG)
         self._on_result(job.trial, outcome, self.runner.now())
 
     def _result(self, elapsed: float) -> SweepResult:
@@ -212,16 +220,10 @@ class Sweep:
         if proposal.predicted_by is not None:
             self._record_skip(trial, run_ref, device, proposal.predicted_by)
             return
-        config = {
-            "experiment": self.spec.experiment,
-            "trial_number": trial.number,
-            "params": params,
-            "not_applied": dict(self.plan.not_applied),
-            "allow_swap": self.spec.search.allow_swap,
-            "trial": {"warmup_steps": self.spec.trial.warmup_steps,
-                      "measure_steps": self.spec.trial.measure_steps,
-                      "min_measure_s": self.spec.trial.min_measure_s},
-        }
+        steps = self.spec.trial
+        config = TrialConfig(self.spec.experiment, params,
+                             TrialSteps(steps.warmup_steps, steps.measure_steps, steps.min_measure_s),
+                             trial.number, dict(self.plan.not_applied), self.spec.search.allow_swap)
         env = knobs.trial_env(params, device)
         self.jobs[slot] = Job(trial, proposal.sampled, params, config, env, self.trial_dir(trial.number),
                               slot, run_ref, self.spec.trial.repeats)
@@ -239,7 +241,7 @@ class Sweep:
                                   "predicted_by": str(predicted_by), "detail": outcome.detail}, [])
         self._on_result(trial, outcome, self.runner.now())
 
-    def _start(self, job: Job, folder: Path) -> Any:
+    def _start(self, job: Job, folder: Path) -> TrialRun:
         """Step 3: the job's next process, on its slot."""
         guesses = self.proposer.next_envs(
             PRESTART, lambda c: knobs.trial_env(trial_params(self.plan, c), job.params["device"]), job.env)
@@ -280,14 +282,14 @@ class Sweep:
         event("told", trial.number)
         reached("after_tell")
         if status == Status.ERROR:
-            self.proposer.failed_here.add(config_key(job.sampled))
+            self.proposer.failed(job.sampled)
         tags = run_tags(outcome.result, status, outcome.detail)
         tags.setdefault("device", job.params["device"])
         tags.update(trial_trace_tags(trial, extra))
         if self.plan.not_applied and "not_applied" not in tags:
             tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in self.plan.not_applied.items())
         self.tracker.finish_trial(job.run_ref, status, run_metrics(outcome.metrics, outcome.result, extra),
-                                  tags, trial_files(job.trial_dir, processes))
+                                  tags, trialdir.files(job.trial_dir, processes))
         reached("after_finish")
         if status in RESULT_STATUSES:
             self.best = rank(result_trials(self.study), self.spec)
@@ -322,7 +324,7 @@ class Sweep:
             except UpdateFinishedTrialError:
                 continue
             self.tracker.finish_trial(job.run_ref, Status.INTERRUPTED, {}, {"detail": INTERRUPTED_DETAIL},
-                                      trial_files(job.trial_dir) if job.started else [])
+                                      trialdir.files(job.trial_dir) if job.started else [])
             self._on_result(trial, Outcome(Status.INTERRUPTED, INTERRUPTED_DETAIL), self.runner.now())
         self.jobs.clear()
         signum = self.stop.signum or signal.SIGINT

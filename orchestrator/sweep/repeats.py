@@ -19,24 +19,11 @@ Rules:
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 from typing import Sequence
 
 from orchestrator.launch import Launched
 from orchestrator.metrics import SAMPLES_PER_S
 from orchestrator.outcome import Outcome, Status
-
-
-def repeat_dir_name(k: int) -> str | None:
-    """Where repeat ``k`` (1-based) writes its files, relative to the trial folder: the first in
-    the trial folder itself (as without repeats), the others in ``repeat-<k>/``."""
-    return None if k == 1 else f"repeat-{k}"
-
-
-def repeat_path(trial_dir: Path, k: int) -> Path:
-    """The folder repeat ``k`` (1-based) runs in."""
-    sub = repeat_dir_name(k)
-    return trial_dir / sub if sub else trial_dir
 
 
 def combine(runs: Sequence[Launched], repeats: int, objective_metrics: Sequence[str]) -> Launched:

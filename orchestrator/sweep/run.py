@@ -13,7 +13,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import exits
 from orchestrator.errors import SpecError, StudyError
@@ -24,6 +24,18 @@ from orchestrator.spec.load import SweepSpec
 from orchestrator.sweep.startup import Startup, warm_imports
 from orchestrator.store.urls import Origins
 from orchestrator.timeline import event
+
+if TYPE_CHECKING:
+    from optuna.study import Study
+
+    from orchestrator.launch import ProcessRunner
+    from orchestrator.launch.slots import Slot
+    from orchestrator.outcome import Outcome
+    from orchestrator.search.space import Plan
+    from orchestrator.store.outage import Outage
+    from orchestrator.store.recovery import Recovery
+    from orchestrator.store.tracking import AsyncTracker
+    from orchestrator.sweep.loop import Sweep, SweepResult
 
 STOPPED = ("the sweep stopped: no trial was started after it, the trial(s) in flight run again when it resumes, "
            "and the study keeps every result told before it: run the same command once it can be written")
@@ -102,10 +114,10 @@ def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
                      + " (fix the experiment, or skip this check with --no-check)")
 
 
-def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: list[Any], shared: bool,
-                    export: Path | None, retry: tuple[str, ...], runner: Any, stop: Any,
+def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: list[Slot], shared: bool,
+                    export: Path | None, retry: tuple[str, ...], runner: ProcessRunner, stop: StopFlag,
                     origins: Origins) -> int:
-    from orchestrator.store.agreement import trial_root
+    from orchestrator import trialdir
     from orchestrator.store.coordination import Heartbeat, StudyLock
     from orchestrator.store.optuna_internals import storage_of
     from orchestrator.store.recovery import Recovery
@@ -133,7 +145,7 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
                 if StudyRecord.of(study).parent_run_id != parent:
                     write_study(study, parent_run_id=parent)
             event("stores_opened")
-            work_dir = trial_root(spec.name, uid)
+            work_dir = trialdir.root(spec.name, uid)
             recovery = Recovery(study, sync, work_dir, shared, spec.search.grace_period_s, db)
             with lock:
                 interrupted = recovery.recover()
@@ -173,19 +185,19 @@ def _open_and_drive(spec: SweepSpec, plan: Any, probe: dict[str, Any], slots: li
             signal.signal(s, handler)
 
 
-def outages(spec: SweepSpec, stop: Any) -> tuple[Any, Any]:
+def outages(spec: SweepSpec, stop: StopFlag) -> tuple[Outage | None, Outage | None]:
     """The ``outage.Outage`` guards of the study's database and the tracking store: a lost
     connection to a server is waited out for ``search.outage_s`` (a local SQLite file needs none)."""
     from orchestrator.store.outage import Outage
 
-    def guard(url: str, what: str) -> Any:
+    def guard(url: str, what: str) -> Outage | None:
         if url.startswith("sqlite"):
             return None
         return Outage(f"the {what} {shown(url)}", spec.search.outage_s, stop=stop)
     return guard(spec.storage, "study's database"), guard(spec.tracking_uri, "tracking store")
 
 
-def record_machine(study: Any, plan: Any, limit_gib: float | None) -> None:
+def record_machine(study: Study, plan: Plan, limit_gib: float | None) -> None:
     """What the study runs on, for a later run of the finished study to check without a probe
     (``resume``)."""
     from orchestrator.machine import facts
@@ -196,7 +208,7 @@ def record_machine(study: Any, plan: Any, limit_gib: float | None) -> None:
         write_study(study, machine=now)
 
 
-def memory_limit(spec: SweepSpec, plan: Any, probe: dict[str, Any]) -> float | None:
+def memory_limit(spec: SweepSpec, plan: Plan, probe: dict[str, Any]) -> float | None:
     """What one trial may use on the device, in GiB, where the probe knows it: a CUDA GPU's memory
     times a fixed ``memory_fraction`` (a swept fraction, or another device: learned from the
     trials instead, ``feasibility``)."""
@@ -206,8 +218,8 @@ def memory_limit(spec: SweepSpec, plan: Any, probe: dict[str, Any]) -> float | N
     return float(total) * float(plan.fixed.get("memory_fraction", 1.0))
 
 
-def _drive(spec: SweepSpec, probe: dict[str, Any], study: Any, sweep: Any, slots: list[Any],
-           interrupted: int, queued: dict[str, int]) -> Any:
+def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, slots: list[Slot],
+           interrupted: int, queued: dict[str, int]) -> SweepResult:
     from tqdm import tqdm
 
     from orchestrator.outcome import RUN_AGAIN, Status
@@ -242,7 +254,7 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Any, sweep: Any, slots
     bar = tqdm(total=sweep.target, initial=max(0, done), unit="trial", dynamic_ncols=True, file=sys.stderr,
                disable=None)
 
-    def on_result(trial: Any, outcome: Any, _now: float) -> None:
+    def on_result(trial: Any, outcome: Outcome, _now: float) -> None:
         # the live trial carries what was just told: no re-read of the whole study
         rec = TrialRecord.of(trial)
         bar.write(trial_line(trial.number, trial.params, outcome.status, outcome.metrics,
@@ -268,8 +280,8 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Any, sweep: Any, slots
     return result
 
 
-def _finish(spec: SweepSpec, study: Any, tracker: Any, recovery: Any, sweep: Any, result: Any, origins: Origins,
-            shared: bool) -> int:
+def _finish(spec: SweepSpec, study: Study, tracker: AsyncTracker, recovery: Recovery, sweep: Sweep,
+            result: SweepResult, origins: Origins, shared: bool) -> int:
     """The summary, once MLflow has what it can take (``converge.settle``); the exit code: 75
     when MLflow still lacks records (nothing ends with 0 while a result is missing from a store)."""
     from orchestrator.report.closing import parent_close, summary, trial_time_s

@@ -21,25 +21,30 @@ What the first trial needs, and what can run beside what:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.spec.load import SweepSpec
 from orchestrator.timeline import event
+
+if TYPE_CHECKING:
+    from orchestrator.launch import ProcessRunner, StopFlag
+    from orchestrator.launch.slots import Slot
+    from orchestrator.search.space import Plan
 
 
 class Startup:
     """The probe and the trial runner, started together (see the module)."""
 
-    def __init__(self, spec: SweepSpec, guessed: Any, smoke: dict[str, Any] | None, devices_flag: bool,
-                 stop: Any) -> None:
+    def __init__(self, spec: SweepSpec, guessed: Plan, smoke: dict[str, Any] | None, devices_flag: bool,
+                 stop: StopFlag) -> None:
         """``guessed``: the plan for the guessed device; ``smoke``: the smoke step's parameters
         (None: no smoke step); ``devices_flag``: the slots came from ``--devices``."""
         from orchestrator.sweep import checks
         from orchestrator.errors import SpecError
 
         self.spec, self.guessed, self.devices_flag, self.stop = spec, guessed, devices_flag, stop
-        self.runner: Any = None
-        self.slots: list[Any] | None = None
+        self.runner: ProcessRunner | None = None
+        self.slots: list[Slot] | None = None
         server = None
         if _server_can_answer(spec, guessed):
             try:
@@ -62,7 +67,7 @@ class Startup:
             self.close_runner()
             raise
 
-    def ready(self, plan: Any) -> tuple[list[Any], Any]:
+    def ready(self, plan: Plan) -> tuple[list[Slot], ProcessRunner]:
         """The slots and the runner for ``plan`` (the device the probe found): the ones started
         with the probe when the guess was right, else new ones."""
         from orchestrator.search.space import shared_env
@@ -83,7 +88,7 @@ class Startup:
             self.runner = None
 
 
-def _server_can_answer(spec: SweepSpec, guessed: Any) -> bool:
+def _server_can_answer(spec: SweepSpec, guessed: Plan) -> bool:
     """Whether the slot's fork server can answer the probe (see the module)."""
     from orchestrator.launch import fork_server_usable
     from orchestrator.search.space import shared_env
@@ -121,13 +126,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def new_runner(spec: SweepSpec, slots: list[Any], stop: Any) -> Any:
+def new_runner(spec: SweepSpec, slots: list[Slot], stop: StopFlag) -> ProcessRunner:
     from orchestrator.launch import ProcessRunner
 
     return ProcessRunner(slots, spec.experiment, Path("mlruns").resolve(), stop)
 
 
-def slots_for(spec: SweepSpec, device: str, devices_flag: bool) -> list[Any]:
+def slots_for(spec: SweepSpec, device: str, devices_flag: bool) -> list[Slot]:
     from orchestrator.launch.slots import flag_error, resolve_slots
 
     fail = flag_error("--devices") if devices_flag else (lambda rule: spec.error(("devices",), rule))

@@ -16,6 +16,7 @@ import torch
 
 from orchestrator.spec import knobs
 from orchestrator.harness import backend
+from orchestrator.harness.protocol import config_of
 
 pytestmark = pytest.mark.contract
 
@@ -223,7 +224,7 @@ def test_contract_a_trial_records_the_ops_that_fell_back(recwarn: pytest.Warning
     config = {"experiment": "fixtures.fallback_experiment", "not_applied": {},
               "params": {"device": "cpu", "batch_size": 4},
               "trial": {"warmup_steps": 2, "measure_steps": 2, "min_measure_s": 0.0}}
-    out = train.run(config, train.Progress())
+    out = train.run(config_of(config), train.Progress())
     assert out["info"]["mps_fallback_ops"] == list(OPS)
     assert out["metrics"][M.MPS_FALLBACK_OPS] == 2.0
     shown = [str(w.message) for w in recwarn]  # what reaches the trial's log
@@ -239,5 +240,5 @@ def test_no_fallback_metric_off_mps_without_fallbacks() -> None:
     config = {"experiment": "experiments.mlp", "not_applied": {},
               "params": {"device": "cpu", "batch_size": 8, "hidden_size": 16, "num_layers": 1},
               "trial": {"warmup_steps": 1, "measure_steps": 1, "min_measure_s": 0.0}}
-    out = train.run(config, train.Progress())
+    out = train.run(config_of(config), train.Progress())
     assert M.MPS_FALLBACK_OPS not in out["metrics"] and "mps_fallback_ops" not in out["info"]

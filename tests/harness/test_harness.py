@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from orchestrator.harness import marks, train
+from orchestrator.harness.protocol import config_of
 from orchestrator.harness.workload import Workload
 from orchestrator.launch import launch_trial
 
@@ -26,7 +27,7 @@ def run(params: dict[str, Any], settings: dict[str, Any] = FAST, experiment: str
         not_applied: dict[str, str] | None = None) -> dict[str, Any]:
     config = {"experiment": experiment, "params": {**TINY, **params}, "trial": settings,
               "not_applied": not_applied or {}}
-    return train.run(config, train.Progress())
+    return train.run(config_of(config), train.Progress())
 
 
 # Each knob, once, on the tiny preset; `applied` says what was really used.
@@ -79,7 +80,7 @@ def test_the_start_up_is_marked_in_order_and_startup_s_is_its_span() -> None:
     progress = train.Progress()
     config = {"experiment": "experiments.bert", "params": TINY, "not_applied": {},
               "trial": {**FAST, "warmup_steps": 3}}
-    out = train.run(config, progress)
+    out = train.run(config_of(config), progress)
     names = marks.startup_marks(3)
     assert names == ("device", "device_ready", "limits_applied", "built", "wrapped", "optimizer_ready",
                      "warmup_1", "warmup_2", "warmup_3", "warmup_done")
@@ -109,8 +110,8 @@ def test_each_start_up_phase_is_timed_where_it_happens(monkeypatch: pytest.Monke
 
     monkeypatch.setitem(sys.modules, "slow_workload", types.SimpleNamespace(build=build))
     progress = train.Progress()
-    train.run({"experiment": "slow_workload", "params": TINY, "not_applied": {},
-               "trial": {**FAST, "warmup_steps": 2}}, progress)
+    train.run(config_of({"experiment": "slow_workload", "params": TINY, "not_applied": {},
+                         "trial": {**FAST, "warmup_steps": 2}}), progress)
     m = progress.marks
     assert m["built"] - m["limits_applied"] >= 0.3
     assert m["warmup_1"] - m["optimizer_ready"] >= 0.2
@@ -195,7 +196,7 @@ def test_a_second_experiment_uses_the_same_contract() -> None:
 def test_a_real_cpu_oom_under_cpu_memory_limit_is_classified_oom(tmp_path: Path) -> None:
     config = {"experiment": "experiments.bert", "trial": FAST,
               "params": {**TINY, "batch_size": 4096, "seq_len": 128, "cpu_memory_limit_gib": 1.0}}
-    launched = launch_trial(config, tmp_path, {}, timeout_s=120)
+    launched = launch_trial(config_of(config), tmp_path, {}, timeout_s=120)
     result = launched.outcome.result
     assert launched.outcome.status == "oom", (launched.outcome.detail, launched.log_path.read_text()[-2000:])
     assert "DefaultCPUAllocator" in launched.outcome.detail
@@ -204,12 +205,12 @@ def test_a_real_cpu_oom_under_cpu_memory_limit_is_classified_oom(tmp_path: Path)
     assert launched.peak_rss_gib is not None and launched.peak_rss_gib < 1.5
     # the same batch with the limit lifted fits: the OOM was the limit's doing
     small = {**config, "params": {**config["params"], "batch_size": 8}}
-    assert launch_trial(small, tmp_path / "small", {}, timeout_s=120).outcome.status == "ok"
+    assert launch_trial(config_of(small), tmp_path / "small", {}, timeout_s=120).outcome.status == "ok"
 
 
 @pytest.mark.slow
 def test_compile_knob(tmp_path: Path) -> None:
     config = {"experiment": "experiments.bert", "trial": FAST, "params": {**TINY, "compile": True}}
-    launched = launch_trial(config, tmp_path, {}, timeout_s=280)
+    launched = launch_trial(config_of(config), tmp_path, {}, timeout_s=280)
     assert launched.outcome.status == "ok", launched.log_path.read_text()[-3000:]
     assert launched.outcome.result["applied"]["compile"] is True

@@ -76,3 +76,67 @@ def test_a_fork_server_refuses_a_line_that_is_no_order(line: str, message: str) 
 def test_a_probes_answers_go_beside_its_request() -> None:
     assert probe_answer("/tmp/p/request.json", "probe") == "/tmp/p/request.json.probe.json"
     assert probe_answer("/tmp/p/request.json", "smoke") == "/tmp/p/request.json.smoke.json"
+
+
+# -- the trial's two files: the same bytes as the dicts the two sides wrote before they were typed ----
+
+STEPS = {"warmup_steps": 2, "measure_steps": 5, "min_measure_s": 0.5}
+SWEEP_CONFIG = {"experiment": "experiments.mlp", "trial_number": 7, "params": {"device": "cpu", "batch_size": 8},
+                "not_applied": {"compile": "cpu: no"}, "allow_swap": False, "trial": STEPS}
+DOCTOR_CONFIG = {"experiment": "experiments.mlp", "params": {"device": "cpu", "batch_size": 8}, "not_applied": {},
+                 "allow_swap": True, "trial": STEPS}
+
+
+@pytest.mark.parametrize("old", [SWEEP_CONFIG, DOCTOR_CONFIG], ids=["sweep", "doctor-check"])
+def test_a_config_is_written_as_the_launcher_wrote_it_and_read_back(old: dict) -> None:
+    import dataclasses
+    import json
+
+    from orchestrator.harness.protocol import config_of, decode_config, encode_config
+
+    config = dataclasses.replace(config_of(old), result_path="/t/result.json")
+    text = encode_config(config)
+    assert text == json.dumps({**old, "result_path": "/t/result.json"}, indent=1, default=str)
+    assert decode_config(text) == config
+    assert config.trial.min_measure_s == 0.5 and config.watch_parent
+
+
+def test_a_cold_config_that_does_not_watch_its_parent_says_so() -> None:
+    import json
+
+    from orchestrator.harness.protocol import config_of, decode_config, encode_config
+
+    config = config_of({**DOCTOR_CONFIG, "result_path": "r", "watch_parent": False})
+    assert json.loads(encode_config(config))["watch_parent"] is False
+    assert decode_config(encode_config(config)) == config
+
+
+MEASURED = {"status": "swapped", "metrics": {"samples_per_s": 10.0}, "applied": {"device": "cpu"},
+            "not_applied": {}, "info": {}, "detail": "fits but swaps",
+            "provenance": {"device": "cpu"}, "placement": {"cpu_cores": 2}, "process_peak_rss_gib": 0.5,
+            "timeline": {"main": 1.0}}
+FAILED = {"status": "oom", "detail": "RuntimeError: out of memory", "phase": "warmup", "step": 0,
+          "memory_at_failure": {"rss_gib": 1.0}, "provenance": {"error": "x"}, "placement": {},
+          "process_peak_rss_gib": 1.0, "timeline": {}}
+ERROR = {"status": "error", "detail": "ValueError: bad", "phase": "build", "step": 0, "provenance": {},
+         "placement": {}, "process_peak_rss_gib": None, "timeline": {}}
+OK = {k: v for k, v in MEASURED.items() if k != "detail"} | {"status": "ok"}
+
+
+@pytest.mark.parametrize("old", [MEASURED, OK, FAILED, ERROR], ids=["swapped", "ok", "oom", "error"])
+def test_a_result_is_written_as_the_trial_wrote_it_and_read_back(old: dict) -> None:
+    import json
+
+    from orchestrator.harness.protocol import decode_result, encode_result
+
+    result = decode_result(json.dumps(old))
+    assert encode_result(result) == json.dumps(old, indent=1, default=str)
+    assert result.measured == ("metrics" in old)
+
+
+@pytest.mark.parametrize("text", ["[]", '{"metrics": {}}', '{"status": 3}', "not json"])
+def test_text_that_is_no_result_is_refused(text: str) -> None:
+    from orchestrator.harness.protocol import decode_result
+
+    with pytest.raises(ValueError):
+        decode_result(text)

@@ -15,6 +15,7 @@ import pytest
 from fixtures import swap_counters as rec
 from orchestrator import metrics as M
 from orchestrator.harness import swap
+from orchestrator.harness.protocol import config_of
 from orchestrator.harness.swap import GIB, SwapSample
 
 LINUX = os.path.exists("/proc/vmstat")
@@ -102,7 +103,7 @@ def test_a_real_trial_records_its_swap_figures_as_zeros_not_missing() -> None:
     config = {"experiment": "experiments.mlp", "not_applied": {},
               "params": {"device": "cpu", "batch_size": 64, "hidden_size": 64, "num_layers": 1},
               "trial": {"warmup_steps": 1, "measure_steps": 2, "min_measure_s": 0.0}}
-    out = train.run(config, train.Progress())
+    out = train.run(config_of(config), train.Progress())
     figures = {k: out["metrics"][k] for k in M.SWAP_METRICS}
     assert all(isinstance(v, float) for v in figures.values()), figures
     assert "status" not in out  # a trial that did not swap is an ordinary ok
@@ -117,7 +118,7 @@ def test_a_real_trial_process_writes_the_figures_to_its_result(tmp_path: Path) -
     config = {"experiment": "experiments.mlp", "not_applied": {}, "allow_swap": False,
               "params": {"device": "cpu", "batch_size": 64, "hidden_size": 64, "num_layers": 1},
               "trial": {"warmup_steps": 1, "measure_steps": 2, "min_measure_s": 0.0}}
-    launched = launch_trial(config, tmp_path / "t", {}, 120)
+    launched = launch_trial(config_of(config), tmp_path / "t", {}, 120)
     assert launched.outcome.status == "ok", launched.outcome.detail
     result = json.loads((tmp_path / "t" / "result.json").read_text())
     assert set(M.SWAP_METRICS) <= set(result["metrics"])
@@ -245,7 +246,7 @@ def test_contract_a_trial_that_swapped_returns_status_swapped(monkeypatch: pytes
     for allow in (False, True):
         queue = list(readings)
         monkeypatch.setattr(swap, "read_swap", lambda: queue.pop(0))
-        out = train.run({**config, "allow_swap": allow}, train.Progress())
+        out = train.run(config_of({**config, "allow_swap": allow}), train.Progress())
         assert not queue  # read exactly four times
         assert out["metrics"][M.SWAP_OUT_GIB] == pytest.approx(2.185, abs=1e-3)
         assert out["metrics"][M.SAMPLES_PER_S] > 0

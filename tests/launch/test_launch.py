@@ -14,10 +14,12 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from orchestrator.harness.protocol import config_of
 from orchestrator.launch import (ForkServer, Forked, Host, Interpreter, SlotLauncher, TrialProcess, cpu_seconds, launch_trial,
                                  wait_for_activity)
 
@@ -30,16 +32,16 @@ LINUX = sys.platform.startswith("linux")
 def fork(request: pytest.FixtureRequest) -> bool:
     return request.param
 
-CONFIG = {"experiment": "experiments.mlp", "not_applied": {},
-          "params": {"device": "cpu", "batch_size": 8, "in_features": 8, "hidden_size": 16, "num_layers": 1},
-          "trial": {"warmup_steps": 1, "measure_steps": 3, "min_measure_s": 0.3}}
+CONFIG = config_of({"experiment": "experiments.mlp", "not_applied": {},
+                   "params": {"device": "cpu", "batch_size": 8, "in_features": 8, "hidden_size": 16, "num_layers": 1},
+                   "trial": {"warmup_steps": 1, "measure_steps": 3, "min_measure_s": 0.3}})
 
 
 def run_to_end(launcher: SlotLauncher, number: int, trial_dir: Path, env: dict[str, str]) -> dict:
     while not launcher.idle:
         wait_for_activity([launcher])
         launcher.tick()
-    run = launcher.start({**CONFIG, "trial_number": number}, trial_dir, env, 120, [env])
+    run = launcher.start(replace(CONFIG, trial_number=number), trial_dir, env, 120, [env])
     while not run.exited:
         wait_for_activity([launcher])
         launcher.tick()
@@ -99,7 +101,7 @@ def test_the_window_waits_until_the_slots_interpreters_are_idle(tmp_path: Path, 
     launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=2, fork=fork)
     readies: list[float] = []
     try:
-        run = launcher.start({**CONFIG, "trial_number": 0}, tmp_path / "t0", {}, 120, [{}])
+        run = launcher.start(replace(CONFIG, trial_number=0), tmp_path / "t0", {}, 120, [{}])
         launcher.tick()  # spares start at the first tick with no window running on the host
         spares = list(launcher.spares)
         assert len(spares) == (1 if fork else 2)
@@ -122,7 +124,7 @@ def test_a_window_waits_for_interpreters_importing_on_another_slot(tmp_path: Pat
     first = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=0, host=host, fork=fork)
     other = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=0, host=host, fork=fork)
     try:
-        run = first.start({**CONFIG, "trial_number": 0}, tmp_path / "t0", {}, 120, [{}])
+        run = first.start(replace(CONFIG, trial_number=0), tmp_path / "t0", {}, 120, [{}])
         other.pending = [{}, {}]
         readies: dict[int, float] = {}
         while not run.exited:
@@ -155,7 +157,7 @@ def test_the_next_trial_gets_its_configuration_only_after_the_previous_process_e
 
 
 def test_launch_trial_still_runs_one_cold_trial(tmp_path: Path) -> None:
-    launched = launch_trial({**CONFIG}, tmp_path / "cold", {}, 120)
+    launched = launch_trial(CONFIG, tmp_path / "cold", {}, 120)
     assert launched.outcome.status == "ok" and launched.peak_rss_gib and launched.duration_s > 0
     assert list((tmp_path / "cold").iterdir())
 
@@ -179,7 +181,7 @@ def test_forked_trials_are_processes_of_their_own_and_die_with_their_server(tmp_
             assert run.launched().peak_rss_gib > 0.05  # torch is loaded in it: real figures from wait4
             assert result["timeline"]["imports_done"] < result["timeline"]["forked"]
         assert launcher.spares == [server] and server.returncode is None  # one import for all of them
-        run = launcher.start({**CONFIG, "trial_number": 3, "trial": {**CONFIG["trial"], "min_measure_s": 60}},
+        run = launcher.start(replace(CONFIG, trial_number=3, trial=replace(CONFIG.trial, min_measure_s=60)),
                              tmp_path / "t3", {}, 120, [{}])
         while run.interp.pid is None or not run.interp.at_window:
             wait_for_activity([launcher])
@@ -209,7 +211,7 @@ def test_a_trials_timeout_does_not_count_the_wait_for_imports(tmp_path: Path, fo
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(root), os.environ.get("PYTHONPATH", "")]))
     launcher = SlotLauncher("slowimport", {}, None, tmp_path, None, prestart=1, fork=fork)
     try:
-        config = {**CONFIG, "experiment": "slowimport", "trial_number": 0}
+        config = replace(CONFIG, experiment="slowimport", trial_number=0)
         run = launcher.start(config, tmp_path / "t0", {}, 3.0, [{}])
         while not run.exited:
             wait_for_activity([launcher])

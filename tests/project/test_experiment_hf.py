@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers", reason="the hf extra is not i
 from conftest import check_records, orchestrate, write_spec  # noqa: E402
 from experiments import bert, hf  # noqa: E402
 from orchestrator.harness import train  # noqa: E402
+from orchestrator.harness.protocol import config_of  # noqa: E402
 
 CPU = torch.device("cpu")
 TINY = {  # two layers, width 32, vocabulary 64: a training step takes milliseconds
@@ -180,7 +181,7 @@ def test_a_trial_through_the_harness_checkpoints_and_measures() -> None:
               "params": {**tiny("gpt2"), "device": "cpu", "batch_size": 4, "dtype": "bfloat16",
                          "activation_checkpointing": True, "grad_accum_steps": 2},
               "trial": {"warmup_steps": 1, "measure_steps": 3, "min_measure_s": 0.0}}
-    out = train.run(config, train.Progress())
+    out = train.run(config_of(config), train.Progress())
     assert out["finite"] and out["applied"]["activation_checkpointing"] is True
     assert out["applied"]["dtype"] == "autocast bfloat16" and "activation_checkpointing" not in out["not_applied"]
     assert out["metrics"]["samples_per_s"] > 0 and out["metrics"]["tokens_per_s"] == pytest.approx(

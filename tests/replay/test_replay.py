@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.harness.protocol import TrialConfig, TrialSteps
 from orchestrator.replay.landscape import LandscapeError, load_landscape
 from orchestrator.replay.strategies import (NullTracker, ReplayLauncher, TrialRecord,
                                  landscape_spec, lightning_pick, lightning_search,
@@ -75,16 +76,20 @@ def test_bad_tables_are_refused_with_the_row(tmp_path: Path, text: str, message:
     assert message in str(info.value)
 
 
+def _config(params: dict) -> TrialConfig:
+    """What the sweep sends a trial (the replay reads its parameters alone)."""
+    return TrialConfig("experiments.bert", params, TrialSteps(warmup_steps=1, measure_steps=1, min_measure_s=0.0))
+
+
 def test_the_launcher_answers_a_recorded_row_and_touches_no_disk(small: Path, tmp_path: Path) -> None:
     launcher = ReplayLauncher(load_landscape(small))
-    config = {"experiment": "experiments.bert",
-              "params": {"batch_size": 32, "dtype": "bfloat16", "device": "cpu", "model": "tiny"}}
+    config = _config({"batch_size": 32, "dtype": "bfloat16", "device": "cpu", "model": "tiny"})
     trial_dir = tmp_path / "trial-0000"
     launched = launcher(config, trial_dir, {}, 60.0, None)
     assert launched.outcome.status == "ok"
     assert launched.outcome.metrics == {"samples_per_s": 210.0, "peak_memory_gib": 1.5}
     assert launched.duration_s == 3.5
-    oom = launcher({"params": {"batch_size": 64, "dtype": "float32", "device": "cpu"}}, trial_dir, {}, 60.0)
+    oom = launcher(_config({"batch_size": 64, "dtype": "float32", "device": "cpu"}), trial_dir, {}, 60.0)
     assert (oom.outcome.status, oom.outcome.metrics, oom.duration_s) == ("oom", {}, 1.0)
     assert not trial_dir.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["small.csv"]
     assert launcher.calls == [{"batch_size": 32, "dtype": "bfloat16"}, {"batch_size": 64, "dtype": "float32"}]
@@ -93,9 +98,9 @@ def test_the_launcher_answers_a_recorded_row_and_touches_no_disk(small: Path, tm
 def test_an_unknown_configuration_is_an_error(small: Path, tmp_path: Path) -> None:
     launcher = ReplayLauncher(load_landscape(small))
     with pytest.raises(LandscapeError, match=r"no recorded result for \{'batch_size': 48, 'dtype': 'float32'\}"):
-        launcher({"params": {"batch_size": 48, "dtype": "float32"}}, tmp_path / "t", {}, 60.0)
+        launcher(_config({"batch_size": 48, "dtype": "float32"}), tmp_path / "t", {}, 60.0)
     with pytest.raises(LandscapeError, match=r"lacks the landscape's column\(s\) dtype"):
-        launcher({"params": {"batch_size": 16}}, tmp_path / "t", {}, 60.0)
+        launcher(_config({"batch_size": 16}), tmp_path / "t", {}, 60.0)
 
 
 def test_the_null_tracker_answers_what_the_sweep_asks() -> None:

@@ -23,7 +23,8 @@ def project(seeded_project: Path) -> Path:
 
 from orchestrator.launch import Launched
 from orchestrator.outcome import Outcome
-from orchestrator.sweep.repeats import combine, repeat_dir_name
+from orchestrator.sweep.repeats import combine
+from orchestrator.trialdir import repeat_dir_name
 
 
 def ok(samples: float, peak: float, duration: float = 2.0, rss: float | None = 0.5) -> Launched:
