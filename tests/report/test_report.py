@@ -303,7 +303,9 @@ def fake(number: int, batch: int, dtype: str, status: str, sps: float | None = N
     if sps is not None:
         t = create_trial(params=params, distributions=dists, value=sps, user_attrs=attrs)
     else:
-        t = create_trial(params=params, distributions=dists, state=TrialState.PRUNED if status in ("oom", "skipped")
+        from orchestrator.outcome import INFEASIBLE  # the state records.tell gives each status
+
+        t = create_trial(params=params, distributions=dists, state=TrialState.PRUNED if status in INFEASIBLE
                          else TrialState.FAIL, user_attrs=attrs)
     t.number = number
     return t
