@@ -48,7 +48,7 @@ class SpyRunner(replay.ReplayRunner):
     def start(self, i, config, *args, **kwargs):  # noqa: ANN001, ANN201
         assert self.idle(i), f"slot {i} started while its trial was running"
         running = sum(not r.exited for j, r in self.running.items() if j != i)
-        SpyRunner.starts.append((self.clock, i, running + 1, dict(config["params"])))
+        SpyRunner.starts.append((self.clock, i, running + 1, dict(config.params)))  # a TrialConfig
         return super().start(i, config, *args, **kwargs)
 
 
