@@ -16,7 +16,8 @@ import pytest
 
 pytest_plugins = ["servers"]  # tests/servers.py: real PostgreSQL and mlflow server fixtures
 
-# Two test workers share the CI machine's two cores: one intra-op thread per torch process (the
+# Three test workers share the CI machine's two cores (the tests mostly wait on their processes):
+# one intra-op thread per torch process (the
 # tests' trials, probes, fork servers) instead of one per core each. The suite's correctness
 # checks do not depend on it (throughput is the benchmarks' business, bench/); it saves ~7% of the
 # suite's time (10:53 against 11:41 and 11:43, the same machine, one evening). A value the caller

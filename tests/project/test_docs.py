@@ -44,7 +44,7 @@ def test_the_readme_s_test_command_is_the_one_ci_runs() -> None:
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
     assert ci[-1] == readme
     assert "'.[test,docs]'" in readme  # the docs extra: the build below runs in CI
-    quoted = [line for page in DOCS.rglob("*.md") for line in page.read_text().splitlines() if "pytest -n 2" in line]
+    quoted = [line for page in DOCS.rglob("*.md") for line in page.read_text().splitlines() if "pytest -n 3" in line]
     assert quoted and set(quoted) == {readme}  # the pages quote the same command
 
 
