@@ -28,6 +28,20 @@ ROOT = Path(__file__).resolve().parents[1]
 ORCHESTRATE = str(Path(sys.executable).with_name("orchestrate"))
 
 
+def bench_module(name: str) -> Any:
+    """``bench/<name>.py`` imported once as the module ``bench_<name>`` (the benches are scripts,
+    not a package; registered before it runs, so its dataclasses can look their module up)."""
+    import importlib.util
+
+    key = f"bench_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, ROOT / "bench" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[key] = module
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules[key]
+
+
 def write_spec(directory: Path, text: str, name: str = "spec.yaml") -> Path:
     path = directory / name
     path.write_text(textwrap.dedent(text).lstrip())

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import bench_module
 
 import orchestrator.replay.strategies as replay
 from orchestrator.replay.landscape import load_landscape
@@ -32,12 +31,7 @@ batch_size,dtype,status,samples_per_s,peak_memory_gib,duration_s
 
 
 def load_scale() -> Any:
-    if "bench_scale" not in sys.modules:  # registered first: its dataclasses look their module up
-        spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "scale.py")
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules["bench_scale"] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules["bench_scale"]
+    return bench_module("scale")
 
 
 class SpyRunner(replay.ReplayRunner):

@@ -3,7 +3,6 @@ hand, and one real traced run of ``orchestrate SPEC`` on this checkout."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -11,18 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import bench_module
 
 ROOT = Path(__file__).resolve().parents[2]
 TOP = {"cli", "outcome"}
 
 
 def _walk_module() -> Any:
-    if "bench_walk" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_walk", ROOT / "bench" / "walk.py")
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules["bench_walk"] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules["bench_walk"]
+    return bench_module("walk")
 
 
 @pytest.mark.parametrize("path, expected", [

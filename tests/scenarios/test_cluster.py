@@ -3,7 +3,6 @@ study lock. The long run (16 orchestrators, 200 configurations) is the benchmark
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,17 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import bench_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_cluster() -> Any:
-    if "bench_cluster" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_cluster", ROOT / "bench" / "cluster.py")
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules["bench_cluster"] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules["bench_cluster"]
+    return bench_module("cluster")
 
 
 @pytest.mark.slow

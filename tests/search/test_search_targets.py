@@ -10,13 +10,12 @@ band measured in every seed.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import bench_module
 
 ROOT = Path(__file__).resolve().parents[2]
 LANDSCAPES = sorted((ROOT / "bench" / "landscapes").glob("*.csv"))
@@ -24,12 +23,7 @@ SEEDS = range(3)
 
 
 def bench() -> Any:
-    if "bench_search_efficiency" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_search_efficiency", ROOT / "bench" / "search_efficiency.py")
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules["bench_search_efficiency"] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules["bench_search_efficiency"]
+    return bench_module("search_efficiency")
 
 
 def test_there_are_eight_landscapes_five_on_a_gpu() -> None:
