@@ -169,8 +169,8 @@ class ProcessRun:
         """At the result (or the exit) after ``go``: the CPU the slot's spares used in the window."""
         if self._spare_cpu_at_go is None or self.spare_cpu_in_window is not None:
             return
-        used = [cpu_seconds(pid) - before for pid, before in self._spare_cpu_at_go.items()
-                if before is not None and cpu_seconds(pid) is not None]
+        used = [now - before for pid, before in self._spare_cpu_at_go.items()
+                if before is not None and (now := cpu_seconds(pid)) is not None]
         self.spare_cpu_in_window = sum(used)  # type: ignore[arg-type]
         event("spare_cpu", self.trial, seconds=self.spare_cpu_in_window, spares=len(used))
 
