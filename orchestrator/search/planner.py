@@ -42,10 +42,10 @@ from orchestrator.search.feasibility import (
     fit_probabilities,
     scaling_dimension,
 )
+from orchestrator.search.keys import config_key, value_key
 from orchestrator.search.mixture import Model
 from orchestrator.search.priors import NOISE_FLOOR, encode, ordered, values_of
-from orchestrator.search.space import config_key, value_key
-from orchestrator.store.record import TrialRecord
+from orchestrator.store.record import metrics_of, status_of
 
 STOP_CHANCE = 0.05
 """The sweep ends when some configuration left beats the best by more than the band with at most
@@ -117,12 +117,13 @@ class Planner:
         for key, t in results.items():
             if key not in self.index:
                 continue
-            rec = TrialRecord.of(t)
-            if rec.status in NOT_FITTING:
+            status = status_of(t)
+            if status in NOT_FITTING:
                 memory[key] = Observed(False)
-            elif rec.status == Status.OK:
-                memory[key] = Observed(True, rec.metrics.get("peak_memory_gib"))
-                value = t.values[0] if t.values else rec.metrics.get(self.metric)
+            elif status == Status.OK:
+                metrics = metrics_of(t)
+                memory[key] = Observed(True, metrics.get("peak_memory_gib"))
+                value = t.values[0] if t.values else metrics.get(self.metric)
                 if value is not None and value > 0:
                     idx.append(self.index[key])
                     y.append(math.log(value) if self.maximize else -math.log(value))

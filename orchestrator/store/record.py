@@ -124,6 +124,11 @@ def status_of(trial: Any) -> Status | None:
     return settled(Status.read(trial.user_attrs.get("status")), trial)
 
 
+def metrics_of(trial: Any) -> dict[str, Any]:
+    """``TrialRecord.of(trial).metrics``, without reading the rest."""
+    return trial.user_attrs.get("metrics") or {}
+
+
 def settled(status: Status | None, trial: Any) -> Status | None:
     """The status, unless Optuna's final state contradicts it: then ``INTERRUPTED``. ``tell`` writes
     the attributes, then the state (ok: COMPLETE; not fitting: PRUNED; the rest: FAIL). Another
