@@ -92,7 +92,7 @@ def _verdict(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | None, 
              memory_limit_gib: float | None) -> str | None:
     """Why the ``auto`` search is done with these results (None: it is not, or it does not apply)."""
     from orchestrator.search.planner import Planner
-    from orchestrator.search.space import config_key
+    from orchestrator.search.keys import config_key
     from orchestrator.store.study import planned
 
     if not configs or not planned(spec) or spec.search.stop != "auto":

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from orchestrator.search.dominance import DominanceIndex
-from orchestrator.search.space import config_key
+from orchestrator.search.keys import config_key
 
 SPREAD = 0.06
 """Relative error of a line's prediction (peaks are read off allocators that round up)."""

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.search import surrogate as S
-from orchestrator.search.space import value_key
+from orchestrator.search.keys import value_key
 
 THROUGHPUT = ("samples_per_s", "tokens_per_s")
 LOG_DIMENSIONS = ("batch_size", "effective_batch_size", "grad_accum_steps", "seq_len", "num_workers")

@@ -14,7 +14,7 @@ from typing import Any
 
 from orchestrator import metrics as M
 from orchestrator.outcome import INFEASIBLE, RESULT_STATUSES, Outcome, Status
-from orchestrator.search.space import config_key
+from orchestrator.search.keys import config_key
 from orchestrator.spec.load import SweepSpec
 from orchestrator.store.record import attrs_of, is_attempt, status_of, write
 
