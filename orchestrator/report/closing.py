@@ -63,8 +63,13 @@ def parent_close(spec: SweepSpec, trials: list[Any], target: int, stopped_becaus
     from orchestrator.store.records import rank, results_of
 
     results = results_of(trials)
-    best = rank(results, spec)
-    return status, description(spec, results, best, target, trial_time_s(trials), stopped_because), {
+    return closed_with(spec, results, rank(results, spec), trial_time_s(trials), target, stopped_because, status)
+
+
+def closed_with(spec: SweepSpec, results: list[Any], best: list[Any], spent_s: float, target: int,
+                stopped_because: str | None, status: str) -> tuple[str, str, dict[str, float]]:
+    """``parent_close`` from the study's results and best, read already."""
+    return status, description(spec, results, best, target, spent_s, stopped_because), {
         "trials_done": len(results), "best_" + spec.objective.metrics[0][0]: best[0].values[0] if best else float("nan")}
 
 

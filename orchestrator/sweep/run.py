@@ -139,10 +139,11 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
                 sync = Tracker(spec.tracking_uri, spec.name, runs)
                 study = open_study(spec, spec.storage, fingerprint(spec, plan),
                                    worker=os.getpid() if shared else 0, outage=db)
-                uid = StudyRecord.of(study).uid
-                record_machine(study, plan, memory_limit(spec, plan, probe))
+                recorded = StudyRecord.of(study)  # one read of the study's attributes
+                uid = recorded.uid
+                record_machine(study, plan, memory_limit(spec, plan, probe), recorded.machine)
                 parent = sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
-                if StudyRecord.of(study).parent_run_id != parent:
+                if recorded.parent_run_id != parent:
                     write_study(study, parent_run_id=parent)
             event("stores_opened")
             work_dir = trialdir.root(spec.name, uid)
@@ -197,14 +198,14 @@ def outages(spec: SweepSpec, stop: StopFlag) -> tuple[Outage | None, Outage | No
     return guard(spec.storage, "study's database"), guard(spec.tracking_uri, "tracking store")
 
 
-def record_machine(study: Study, plan: Plan, limit_gib: float | None) -> None:
+def record_machine(study: Study, plan: Plan, limit_gib: float | None, recorded: dict[str, Any] | None) -> None:
     """What the study runs on, for a later run of the finished study to check without a probe
-    (``resume``)."""
+    (``resume``); ``recorded``: what the study holds now."""
     from orchestrator.machine import facts
-    from orchestrator.store.studyrecord import StudyRecord, write_study
+    from orchestrator.store.studyrecord import write_study
 
     now = {**facts(plan.devices), "memory_limit_gib": limit_gib}
-    if StudyRecord.of(study).machine != now:
+    if recorded != now:
         write_study(study, machine=now)
 
 
@@ -284,16 +285,16 @@ def _finish(spec: SweepSpec, study: Study, tracker: AsyncTracker, recovery: Reco
             result: SweepResult, origins: Origins, shared: bool) -> int:
     """The summary, once MLflow has what it can take (``converge.settle``); the exit code: 75
     when MLflow still lacks records (nothing ends with 0 while a result is missing from a store)."""
-    from orchestrator.report.closing import parent_close, summary, trial_time_s
+    from orchestrator.report.closing import closed_with, summary, trial_time_s
     from orchestrator.store.converge import settle
-    from orchestrator.store.records import rank, result_trials
+    from orchestrator.store.records import rank, results_of
 
-    results = result_trials(study)
+    trials = study.get_trials(deepcopy=False)  # one read of the study for the summary and the parent run
+    results = results_of(trials)
     best = rank(results, spec)
-    trials = study.get_trials(deepcopy=False)
     spent = trial_time_s(trials)
-    records = settle(tracker, recovery, parent_close(spec, trials, sweep.target, result.stopped_because, result.status),
-                     shared)
+    records = settle(tracker, recovery,
+                     closed_with(spec, results, best, spent, sweep.target, result.stopped_because, result.status), shared)
     event("stores_closed")
     code = exits.STORE_DOWN if records.incomplete and result.code == exits.OK else result.code
     if result.code not in (exits.OK, exits.FAILED):
