@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
+
+from orchestrator.harness.protocol import TrialResult, decode_result
 
 
 class Status(str, Enum):
@@ -93,21 +95,31 @@ DIED_DETAIL = "the orchestrator died during this trial; its configuration is run
 """A killed orchestrator left it RUNNING; the next start recorded it (``store/recovery``)."""
 
 
-def counts_as_failure(status: Status, result: dict[str, Any]) -> bool:
-    """Whether a trial's outcome counts toward ``search.max_failures``: a SIGKILL is usually the
-    memory killer (a boundary, like an OOM), any other crash is a failure."""
-    return status in COUNTED_FAILURES or (status == S.CRASHED and result.get("signal") != "SIGKILL")
-
-
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
+    """A trial's one status, with what its process wrote (``result.json``, decoded) and what the
+    orchestrator saw itself (the signal that killed it; the repeats that made it)."""
+
     status: Status
     detail: str | None = None
-    result: dict[str, Any] = field(default_factory=dict)
+    result: TrialResult | None = None
+    """What the trial process wrote; None when it wrote nothing readable (or never ran)."""
+    signal: str | None = None
+    """``crashed``: the name of the signal that killed the process."""
+    processes: int = 1
+    """How many processes measured it (``trial.repeats``; fewer when a repeat failed)."""
+    repeat_metrics: tuple[dict[str, float], ...] = ()
+    """With repeats, all ``ok``: each process's metrics, in the order they ran."""
 
     @property
     def metrics(self) -> dict[str, float]:
-        return {k: v for k, v in self.result.get("metrics", {}).items() if isinstance(v, (int, float))}
+        got = (self.result.metrics if self.result is not None else None) or {}
+        return {k: v for k, v in got.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    def counts_as_failure(self) -> bool:
+        """Whether it counts toward ``search.max_failures``: a SIGKILL is usually the memory killer
+        (a boundary, like an OOM), any other crash is a failure."""
+        return self.status in COUNTED_FAILURES or (self.status == S.CRASHED and self.signal != "SIGKILL")
 
 
 def signal_name(signum: int) -> str:
@@ -128,18 +140,19 @@ def classify(returncode: int | None, result_text: str | None, *, timed_out: bool
                        if timeout_s is not None else "timed out; process group killed")
     if result_text is not None:
         try:
-            result = json.loads(result_text)
-        except ValueError as exc:
+            result = decode_result(result_text)
+        except json.JSONDecodeError as exc:
             return Outcome(S.ERROR, f"the trial wrote an unreadable result file ({exc.__class__.__name__}: {exc})")
-        if not isinstance(result, dict) or result.get("status") not in CHILD_STATUSES:
-            got = result.get("status") if isinstance(result, dict) else type(result).__name__
-            return Outcome(S.ERROR, f"the trial's result file has no valid status (got {got!r})")
-        return Outcome(Status(result["status"]), result.get("detail"), result)
+        except ValueError as exc:  # JSON, but not an object with a status
+            return Outcome(S.ERROR, f"the trial's result file has no valid status ({exc})")
+        if result.status not in CHILD_STATUSES:
+            return Outcome(S.ERROR, f"the trial's result file has no valid status (got {result.status!r})")
+        return Outcome(Status(result.status), result.detail, result)
     if returncode is not None and returncode < 0:
         name = signal_name(-returncode)
         hint = " (on macOS usually the memory killer; on Linux possibly the OOM killer)" \
             if -returncode == signal.SIGKILL else ""
-        return Outcome(S.CRASHED, f"killed by {name}{hint}", {"signal": name})
+        return Outcome(S.CRASHED, f"killed by {name}{hint}", signal=name)
     if returncode:
         tail = f": {log_tail}" if log_tail else ""
         return Outcome(S.ERROR, f"exited with code {returncode} without a result{tail}")

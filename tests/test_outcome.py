@@ -43,7 +43,7 @@ def test_classify(returncode, text, flags, status, detail) -> None:  # noqa: ANN
 
 
 def test_crash_records_the_signal_name() -> None:
-    assert classify(-signal.SIGSEGV, None).result["signal"] == "SIGSEGV"
+    assert classify(-signal.SIGSEGV, None).signal == "SIGSEGV"
 
 
 def test_metrics_keep_numbers_only() -> None:

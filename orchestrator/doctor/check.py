@@ -90,7 +90,7 @@ def run_trial(params: dict[str, Any], work: Path, name: str, timeout_s: float, e
     config = TrialConfig(experiment, params, TrialSteps(*steps), allow_swap=True)
     launched = launch_trial(config, work / name, knobs.trial_env(params, params["device"]), timeout_s)
     o = launched.outcome
-    return {"status": str(o.status), "detail": o.detail, "metrics": o.metrics, "info": o.result.get("info", {}),
+    return {"status": str(o.status), "detail": o.detail, "metrics": o.metrics, "info": (o.result.info if o.result else None) or {},
             "duration_s": round(launched.duration_s, 1), "log": str(launched.log_path)}
 
 

@@ -195,7 +195,7 @@ class ProcessRun:
         maxrss = rusage.ru_maxrss if rusage is not None else None
         peak = None if not maxrss else maxrss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
         if peak is None:  # told before the process was reaped: its own reading, taken at the result
-            peak = outcome.result.get("process_peak_rss_gib")
+            peak = outcome.result.process_peak_rss_gib if outcome.result is not None else None
         end = time.monotonic()
         return Launched(outcome, rc, end - self.started - self.gate_wait_s, peak, self.log_path, self.started_at, self.slot_free_at)
 

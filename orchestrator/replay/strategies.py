@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator.harness.protocol import TrialResult
 from orchestrator.replay.landscape import Landscape
 from orchestrator.launch import Launched, StopFlag
 from orchestrator import trialdir
@@ -51,7 +52,7 @@ class ReplayLauncher:
                                       ("peak_memory_gib", row.peak_memory_gib)) if v is not None}
         ok = row.status == Status.OK
         detail = None if ok else f"replayed from {self.landscape.path.name}: {row.status}"
-        return Launched(Outcome(Status(row.status), detail, {"status": row.status, "metrics": metrics}),
+        return Launched(Outcome(Status(row.status), detail, TrialResult(row.status, metrics=metrics)),
                         0 if ok else 1, row.duration_s, None, trial_dir / trialdir.LOG)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from orchestrator.clip import clip
 from orchestrator.errors import FailureBudgetExceeded
-from orchestrator.outcome import Outcome, counts_as_failure
+from orchestrator.outcome import Outcome
 from orchestrator.spec.model import SearchSettings
 
 
@@ -48,7 +48,7 @@ class StopPolicy:
         """A trial's final outcome, and the best objective value after it."""
         self.since_best = 0 if best is not None and best != self.best else self.since_best + 1
         self.best = best
-        if not counts_as_failure(outcome.status, outcome.result):
+        if not outcome.counts_as_failure():
             return
         f = self.failures
         f.count += 1

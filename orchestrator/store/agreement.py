@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 
 from orchestrator import metrics as M
 from orchestrator import trialdir
+from orchestrator.harness.protocol import TrialResult, decode_result
 from orchestrator.outcome import Status
 from orchestrator.store.record import TrialRecord
 from orchestrator.store.records import run_metrics, run_tags, trial_trace_tags
@@ -56,9 +57,12 @@ class Record:
     searched: dict[str, Any]
 
     @cached_property
-    def result(self) -> dict[str, Any]:
-        """The deciding process's result file."""
-        return _read_json(trialdir.repeat_path(self.trial_dir, self.processes) / trialdir.RESULT)
+    def result(self) -> TrialResult | None:
+        """The deciding process's result file; None where it is missing or unreadable."""
+        try:
+            return decode_result((trialdir.repeat_path(self.trial_dir, self.processes) / trialdir.RESULT).read_text())
+        except (OSError, ValueError, TypeError):
+            return None
 
     @property
     def tags(self) -> dict[str, str]:
@@ -88,7 +92,7 @@ def record_of(trial: Any, default_dir: Path) -> Record:
     status = rec.status_text or Status.INTERRUPTED.value
     return Record(trial.number, status, MLFLOW_STATUS.get(status, "FAILED"),
                   {k: param_text(v) for k, v in trial.params.items()},
-                  logged_metrics(run_metrics(dict(rec.metrics), {}, _extra(rec))), rec, trial_trace_tags(trial),
+                  logged_metrics(run_metrics(dict(rec.metrics), None, _extra(rec))), rec, trial_trace_tags(trial),
                   Path(rec.trial_dir or default_dir), rec.process_count, dict(trial.params))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator import metrics as M
+from orchestrator.harness.protocol import TrialResult
 from orchestrator.outcome import INFEASIBLE, RESULT_STATUSES, Outcome, Status
 from orchestrator.search.keys import config_key
 from orchestrator.spec.load import SweepSpec
@@ -116,31 +117,34 @@ def _tell(study: Any, trial: Any, state: Any, values: list[float] | None = None)
                                        "finished it first")
 
 
-def run_tags(outcome_result: dict[str, Any], status: Status, detail: str | None) -> dict[str, str]:
-    """MLflow tags of a trial's run, from its result file."""
-    prov = outcome_result.get("provenance", {}) or {}
-    tags = {"status": status, "device": outcome_result.get("applied", {}).get("device", ""),
+def run_tags(result: TrialResult | None, status: Status, detail: str | None,
+             signal: str | None = None) -> dict[str, str]:
+    """MLflow tags of a trial's run: the recorded ``status``, and what its result file says."""
+    result = result or TrialResult(str(status))
+    prov = result.provenance or {}
+    tags = {"status": status, "device": (result.applied or {}).get("device", ""),
             "device_name": prov.get("device_name", ""), "torch_version": prov.get("torch_version", "")}
     if detail:
         tags["detail"] = detail
-    if outcome_result.get("not_applied"):
-        tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in outcome_result["not_applied"].items())
-    if "phase" in outcome_result:
-        tags["failed_in"] = f"{outcome_result['phase']} step {outcome_result.get('step')}"
-    if "signal" in outcome_result:
-        tags["signal"] = outcome_result["signal"]
-    fell_back = (outcome_result.get("info") or {}).get("mps_fallback_ops")
+    if result.not_applied:
+        tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in result.not_applied.items())
+    if result.phase is not None:
+        tags["failed_in"] = f"{result.phase} step {result.step}"
+    if signal:
+        tags["signal"] = signal
+    fell_back = (result.info or {}).get("mps_fallback_ops")
     if fell_back:
         tags["mps_fallback_ops"] = ", ".join(map(str, fell_back))[:5000]
     return {k: str(v) for k, v in tags.items() if v not in (None, "")}
 
 
-def run_metrics(trial_metrics: dict[str, float], result: dict[str, Any], extra: dict[str, Any]) -> dict[str, float]:
+def run_metrics(trial_metrics: dict[str, float], result: TrialResult | None,
+                extra: dict[str, Any]) -> dict[str, float]:
     out = dict(trial_metrics)
     for k in (M.DURATION_S, "process_peak_rss_gib"):
         if extra.get(k) is not None:
             out[k] = extra[k]
-    for k, v in (result.get("memory_at_failure") or {}).items():
+    for k, v in ((result.memory_at_failure if result is not None else None) or {}).items():
         if isinstance(v, (int, float)):
             out[f"at_oom_{k}"] = v
     return out

@@ -15,6 +15,7 @@ life in between is a ``job.Job``; when to stop proposing is the ``stoppolicy.Sto
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,7 +231,7 @@ class Sweep:
 
     def _record_skip(self, trial: Any, run_ref: Any, device: str, predicted_by: int) -> None:
         outcome = Outcome(Status.SKIPPED, f"predicted out of memory: needs at least as much memory as "
-                          f"trial {predicted_by}, which ran out of memory (or swapped)", {})
+                          f"trial {predicted_by}, which ran out of memory (or swapped)")
         extra: dict[str, Any] = {"reason": "predicted_oom", "predicted_by": predicted_by}
         run_id = self.tracker.run_id(run_ref)
         if run_id:
@@ -261,11 +262,11 @@ class Sweep:
         if first.started_at is not None:
             extra["started_at"] = round(first.started_at, 3)
             extra["slot_free_at"] = None if first.slot_free_at is None else round(first.slot_free_at, 3)
-        processes = int(outcome.result.get("repeats_done", 1))
+        processes = outcome.processes
         if job.repeats > 1:
             extra["processes"] = processes
-            if "repeat_metrics" in outcome.result:
-                extra["repeat_metrics"] = outcome.result["repeat_metrics"]
+            if outcome.repeat_metrics:
+                extra["repeat_metrics"] = list(outcome.repeat_metrics)
         if job.env:
             extra["env"] = job.env
         run_id = self.tracker.run_id(job.run_ref, wait=False)  # MLflow stays off the critical path
@@ -283,7 +284,7 @@ class Sweep:
         reached("after_tell")
         if status == Status.ERROR:
             self.proposer.failed(job.sampled)
-        tags = run_tags(outcome.result, status, outcome.detail)
+        tags = run_tags(outcome.result, status, outcome.detail, outcome.signal)
         tags.setdefault("device", job.params["device"])
         tags.update(trial_trace_tags(trial, extra))
         if self.plan.not_applied and "not_applied" not in tags:
@@ -293,7 +294,7 @@ class Sweep:
         reached("after_finish")
         if status in RESULT_STATUSES:
             self.best = rank(result_trials(self.study), self.spec)
-        return Outcome(status, outcome.detail, outcome.result)
+        return dataclasses.replace(outcome, status=status)
 
     def _answered(self, trial: Any, outcome: Outcome, original: int | None) -> None:
         """A proposal answered without a process (``proposer``): its MLflow run, then the line."""

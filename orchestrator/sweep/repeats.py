@@ -18,9 +18,11 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from typing import Sequence
 
+from orchestrator.harness.protocol import TrialResult
 from orchestrator.launch import Launched
 from orchestrator.metrics import SAMPLES_PER_S
 from orchestrator.outcome import Outcome, Status
@@ -42,9 +44,8 @@ def combine(runs: Sequence[Launched], repeats: int, objective_metrics: Sequence[
         if before:  # the configuration is on an edge: it fitted (or ran) before
             detail = (f"repeat {len(runs)} of {repeats}: {detail or last.outcome.status} "
                       f"(repeat{'s 1-' + str(before) if before > 1 else ' 1'} ran ok)")
-        result = {**last.outcome.result, "repeats_done": len(runs), "repeats": repeats}
-        return Launched(Outcome(last.outcome.status, detail, result), last.returncode, duration,
-                        peak_rss, last.log_path)
+        outcome = dataclasses.replace(last.outcome, detail=detail, processes=len(runs))
+        return Launched(outcome, last.returncode, duration, peak_rss, last.log_path)
     per_run = [r.outcome.metrics for r in runs]
     names = [n for n in per_run[0] if all(n in m for m in per_run)]
     metrics: dict[str, float] = {}
@@ -56,7 +57,7 @@ def combine(runs: Sequence[Launched], repeats: int, objective_metrics: Sequence[
         middle = statistics.median(values) if len(values) == len(runs) else 0
         if middle:
             metrics[f"{name}_spread"] = (max(values) - min(values)) / abs(middle)
-    first = runs[0].outcome.result
-    result = {**first, "metrics": metrics, "repeats": repeats, "repeats_done": len(runs),
-              "repeat_metrics": per_run}
-    return Launched(Outcome(Status.OK, None, result), last.returncode, duration, peak_rss, runs[0].log_path)
+    first = runs[0].outcome.result or TrialResult(Status.OK.value)
+    outcome = Outcome(Status.OK, None, dataclasses.replace(first, metrics=metrics), processes=len(runs),
+                      repeat_metrics=tuple(per_run))
+    return Launched(outcome, last.returncode, duration, peak_rss, runs[0].log_path)

@@ -200,8 +200,8 @@ def test_a_real_cpu_oom_under_cpu_memory_limit_is_classified_oom(tmp_path: Path)
     result = launched.outcome.result
     assert launched.outcome.status == "oom", (launched.outcome.detail, launched.log_path.read_text()[-2000:])
     assert "DefaultCPUAllocator" in launched.outcome.detail
-    assert result["phase"] in ("warmup", "measure") and isinstance(result["step"], int)
-    assert result["memory_at_failure"]["rss_gib"] > 0
+    assert result.phase in ("warmup", "measure") and isinstance(result.step, int)
+    assert result.memory_at_failure["rss_gib"] > 0
     assert launched.peak_rss_gib is not None and launched.peak_rss_gib < 1.5
     # the same batch with the limit lifted fits: the OOM was the limit's doing
     small = {**config, "params": {**config["params"], "batch_size": 8}}
@@ -213,4 +213,15 @@ def test_compile_knob(tmp_path: Path) -> None:
     config = {"experiment": "experiments.bert", "trial": FAST, "params": {**TINY, "compile": True}}
     launched = launch_trial(config_of(config), tmp_path, {}, timeout_s=280)
     assert launched.outcome.status == "ok", launched.log_path.read_text()[-3000:]
-    assert launched.outcome.result["applied"]["compile"] is True
+    assert launched.outcome.result.applied["compile"] is True
+
+
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="an x86 CPU with AVX2")
+def test_cpu_isa_caps_the_trial_process_kernels(tmp_path: Path) -> None:
+    from orchestrator.spec import knobs
+
+    params = {"batch_size": 8, "cpu_isa": "avx2", "device": "cpu"}
+    config = {"experiment": "experiments.mlp", "trial": FAST, "params": params}
+    launched = launch_trial(config_of(config), tmp_path, knobs.trial_env(params, "cpu"), timeout_s=120)
+    assert launched.outcome.status == "ok", launched.log_path.read_text()[-2000:]
+    assert launched.outcome.result.applied["cpu_isa"] == "avx2 (ATen kernels: AVX2)"

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.harness.protocol import TrialResult
 from orchestrator import metrics as M
 from orchestrator.outcome import (CHILD_STATUSES, INFEASIBLE, RESULT_STATUSES, RUN_AGAIN, STATUSES, Outcome, Status,
                                   classify)
@@ -173,8 +174,8 @@ def test_tell_stores_what_it_stored_before_the_record(tmp_path: Path) -> None:
     extra = {M.DURATION_S: 1.5, "trial_dir": "/t/trial-0000", "process_peak_rss_gib": None, "slot": "cpu",
              "host": "box", "started_at": 0.5, "slot_free_at": None, "mlflow_run_id": "r1"}
     ok, failed = s.ask(), s.ask()
-    assert tell(s, ok, spec, Outcome(Status.OK, None, {"metrics": {M.SAMPLES_PER_S: 10.0}}), extra) is Status.OK
-    assert tell(s, failed, spec, Outcome(Status.OK, "no metric", {"metrics": {}}), {}) is Status.ERROR
+    assert tell(s, ok, spec, Outcome(Status.OK, None, TrialResult("ok", metrics={M.SAMPLES_PER_S: 10.0})), extra) is Status.OK
+    assert tell(s, failed, spec, Outcome(Status.OK, "no metric", TrialResult("ok", metrics={})), {}) is Status.ERROR
     assert stored_rows(tmp_path) == [
         ("status", '"ok"'), ("metrics", '{"samples_per_s": 10.0}'), ("duration_s", "1.5"),
         ("trial_dir", '"/t/trial-0000"'), ("process_peak_rss_gib", "null"), ("slot", '"cpu"'), ("host", '"box"'),

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.harness.protocol import TrialResult
 from orchestrator.sweep.job import Job, State
 from orchestrator.launch import Launched
 from orchestrator.outcome import Outcome
@@ -23,7 +24,7 @@ class Handle:
 
     def launched(self) -> Launched:
         metrics = {"samples_per_s": self.value} if self.status == "ok" else {}
-        return Launched(Outcome(self.status, None, {"status": self.status, "metrics": metrics}), 0, 1.0, None,
+        return Launched(Outcome(self.status, None, TrialResult(self.status, metrics=metrics)), 0, 1.0, None,
                         Path("trial.log"))
 
     def poll(self) -> None:
@@ -112,7 +113,7 @@ def test_the_policy_counts_failures_patience_and_time() -> None:
     policy = StopPolicy(SearchSettings(max_failures=1, patience=2, timeout_min=1.0), 0.0, None, Path("/w"))
     assert policy.proposing(10.0)
     policy.record(Outcome("error", "boom"), 5.0, Path("/w/t0/trial.log"))
-    policy.record(Outcome("crashed", "killed", {"signal": "SIGKILL"}), 5.0, Path("/w/t1/trial.log"))  # a memory kill
+    policy.record(Outcome("crashed", "killed", signal="SIGKILL"), 5.0, Path("/w/t1/trial.log"))  # a memory kill
     assert policy.failures.count == 1 and policy.budget_error is None and policy.proposing(10.0)
     policy.record(Outcome("timeout", "slow"), 5.0, Path("/w/t2/trial.log"))
     assert policy.budget_error is not None and not policy.proposing(10.0)

@@ -21,6 +21,7 @@ def project(seeded_project: Path) -> Path:
     return seeded_project
 
 
+from orchestrator.harness.protocol import TrialResult
 from orchestrator.launch import Launched
 from orchestrator.outcome import Outcome
 from orchestrator.sweep.repeats import combine
@@ -29,12 +30,12 @@ from orchestrator.trialdir import repeat_dir_name
 
 def ok(samples: float, peak: float, duration: float = 2.0, rss: float | None = 0.5) -> Launched:
     metrics = {"samples_per_s": samples, "peak_memory_gib": peak, "loss": samples / 100}
-    return Launched(Outcome("ok", None, {"status": "ok", "metrics": metrics, "provenance": {"device": "cpu"}}),
+    return Launched(Outcome("ok", None, TrialResult("ok", metrics=metrics, provenance={"device": "cpu"})),
                     0, duration, rss, Path(f"/t/{samples}/trial.log"))
 
 
 def failed(status: str, detail: str, duration: float = 1.0) -> Launched:
-    return Launched(Outcome(status, detail, {"status": status}), 1, duration, 0.9, Path("/t/f/trial.log"))
+    return Launched(Outcome(status, detail, TrialResult(status)), 1, duration, 0.9, Path("/t/f/trial.log"))
 
 
 def test_one_run_is_passed_through_unchanged() -> None:
@@ -51,8 +52,8 @@ def test_all_ok_median_metrics_largest_peak_summed_cost() -> None:
     assert m["peak_memory_gib"] == 0.46                                            # the largest
     assert m["samples_per_s_spread"] == pytest.approx((1255 - 922) / 991)
     assert out.duration_s == pytest.approx(8.7) and out.peak_rss_gib == 0.7
-    assert out.outcome.result["repeats_done"] == 3 and len(out.outcome.result["repeat_metrics"]) == 3
-    assert out.outcome.result["provenance"] == {"device": "cpu"}
+    assert out.outcome.processes == 3 and len(out.outcome.repeat_metrics) == 3
+    assert out.outcome.result.provenance == {"device": "cpu"}
 
 
 def test_spread_for_samples_per_s_and_every_objective_metric_is_relative_to_the_median() -> None:
@@ -81,7 +82,7 @@ def test_the_first_repeat_that_is_not_ok_decides(runs: list[Launched], status: s
     out = combine(runs, 3, ["samples_per_s"])
     assert out.outcome.status == status and out.outcome.detail == detail
     assert out.duration_s == pytest.approx(sum(r.duration_s for r in runs))
-    assert out.outcome.result["repeats_done"] == len(runs)
+    assert out.outcome.processes == len(runs)
 
 
 def test_repeat_folders() -> None:
