@@ -57,6 +57,8 @@ def apply_limits(params: dict[str, Any], device: str, applied: dict[str, Any]) -
     if "cpu_memory_limit_gib" in params and device == "cpu":
         backend.limit_cpu_memory(params["cpu_memory_limit_gib"])
         applied["cpu_memory_limit_gib"] = params["cpu_memory_limit_gib"]
+    if "cpu_isa" in params and device == "cpu":  # set in the environment (knobs.trial_env); ATen's answer
+        applied["cpu_isa"] = f"{params['cpu_isa']} (ATen kernels: {torch.backends.cpu.get_cpu_capability()})"
 
 
 def wrap_checkpointing(blocks: Any) -> int:

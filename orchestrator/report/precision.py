@@ -17,6 +17,8 @@ MUCH_SLOWER = 2.0
 (the median over pairs of configurations equal but for ``dtype``)."""
 NATIVE = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16", "amx_fp16")}
 """The CPU flags of native instructions for each half precision: vector, then matrix (AMX)."""
+NATIVE_ISAS = {"bfloat16": ("avx512_core_bf16", "avx512_core_amx"), "float16": ()}
+"""The ``cpu_isa`` caps (``spec/knobs.CPU_ISAS``) that keep each half precision's instructions."""
 
 
 def cpu_flags(path: str = "/proc/cpuinfo") -> set[str] | None:
@@ -62,7 +64,11 @@ def half_precision_note(trials: list[Any], flags: set[str] | None) -> str | None
     half = max(slow, key=slow.get)
     n = len(slowdowns(trials)[half])
     vector, matrix = NATIVE[half]
-    if flags is None:
+    caps = {str(t.params["cpu_isa"]) for t in trials if "cpu_isa" in t.params}
+    if caps and not caps & set(NATIVE_ISAS[half]):
+        why = (f"the trials capped PyTorch's CPU kernels at {', '.join(sorted(caps))} (cpu_isa), which has no "
+               f"native {half} instructions, so autocast emulates it")
+    elif flags is None:
         why = f"this CPU may have no native {half} instructions (its flags could not be read), so autocast emulates it"
     elif matrix in flags:
         why = (f"this CPU has {matrix}, so the likely cause is a model too small for its matrix units to pay "

@@ -16,6 +16,11 @@ ALL = frozenset(DEVICES)
 DTYPES = ("float32", "float16", "bfloat16")
 OPTIMIZERS = ("adamw", "adamw_fused", "adamw_foreach", "adamw_forloop", "sgd")
 ZERO_GRAD = ("set_to_none", "zero_fill")
+CPU_ISAS = ("avx2", "avx512_core", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx")
+"""x86 instruction sets to cap PyTorch's CPU kernels at (oneDNN's names, oldest first): avx2 as on
+most laptops and desktops before 2022, avx512_core_vnni as on a Cascade Lake Xeon, both without
+bfloat16 instructions; avx512_core_bf16 (Cooper Lake, Zen 4) and avx512_core_amx (Sapphire Rapids)
+with them. A cap above what the CPU has changes nothing."""
 
 
 def is_int(v: Any) -> bool:
@@ -125,6 +130,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          doc="CUDA caching-allocator settings"),
     Knob("cpu_memory_limit_gib", "float", _positive_number("cpu_memory_limit_gib"),
          frozenset({"cpu"}), doc="RLIMIT_DATA for the trial process: a real CPU out-of-memory"),
+    Knob("cpu_isa", "choice", _one_of(CPU_ISAS, "cpu_isa"), frozenset({"cpu"}), env="ONEDNN_MAX_CPU_ISA",
+         doc="cap the instruction set of PyTorch's CPU kernels, to train as on an older CPU"),
 )}
 
 # MPS refuses a low watermark above the high one (unless high is 0.0: no cap); its defaults on
@@ -147,7 +154,7 @@ def mps_watermarks(high: float | None, low: float | None) -> tuple[float | None,
     return high, low
 
 
-ENV_KNOBS = ("mps_high_watermark_ratio", "mps_low_watermark_ratio", "mps_fallback", "cuda_alloc_conf")
+ENV_KNOBS = ("mps_high_watermark_ratio", "mps_low_watermark_ratio", "mps_fallback", "cuda_alloc_conf", "cpu_isa")
 """The knobs ``trial_env`` turns into environment variables."""
 
 
@@ -165,4 +172,8 @@ def trial_env(params: dict[str, Any], device: str) -> dict[str, str]:
             env["PYTORCH_ENABLE_MPS_FALLBACK"] = "1" if params["mps_fallback"] else "0"
     if device == "cuda" and "cuda_alloc_conf" in params:
         env["PYTORCH_CUDA_ALLOC_CONF"] = str(params["cuda_alloc_conf"])
+    if device == "cpu" and "cpu_isa" in params:
+        isa = str(params["cpu_isa"])
+        env["ONEDNN_MAX_CPU_ISA"] = isa.upper()   # matrix products and convolutions (oneDNN)
+        env["ATEN_CPU_CAPABILITY"] = "avx2" if isa == "avx2" else "avx512"  # ATen's vectorized kernels
     return env

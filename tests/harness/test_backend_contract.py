@@ -163,6 +163,9 @@ ENV_CASES = [
      {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
     ({"cuda_alloc_conf": "expandable_segments:True"}, "mps", {}),
     ({"batch_size": 8}, "cpu", {}),
+    ({"cpu_isa": "avx2"}, "cpu", {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}),
+    ({"cpu_isa": "avx512_core_vnni"}, "cpu", {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI", "ATEN_CPU_CAPABILITY": "avx512"}),
+    ({"cpu_isa": "avx2"}, "cuda", {}),
 ]
 
 

@@ -13,15 +13,18 @@ from conftest import write_spec
 from orchestrator.report.precision import cpu_flags, half_precision_note, slowdowns
 
 
-def trial(number: int, dtype: str, rate: float | None, batch: int = 8, status: str = "ok", slot: str = "cpu") -> Any:
+def trial(number: int, dtype: str, rate: float | None, batch: int = 8, status: str = "ok", slot: str = "cpu",
+          isa: str | None = None) -> Any:
     import optuna
     from optuna.distributions import CategoricalDistribution
 
     attrs = {"status": status, "slot": slot, "metrics": {"samples_per_s": rate} if rate else {}}
+    capped = {"cpu_isa": isa} if isa else {}
     return optuna.trial.create_trial(
-        params={"batch_size": batch, "dtype": dtype},
+        params={"batch_size": batch, "dtype": dtype, **capped},
         distributions={"batch_size": CategoricalDistribution([8, 16]),
-                       "dtype": CategoricalDistribution(["float32", "bfloat16", "float16"])},
+                       "dtype": CategoricalDistribution(["float32", "bfloat16", "float16"]),
+                       **({"cpu_isa": CategoricalDistribution([isa])} if isa else {})},
         value=rate if status == "ok" else None, user_attrs=attrs,
         state=optuna.trial.TrialState.COMPLETE if status == "ok" else optuna.trial.TrialState.PRUNED)
 
@@ -46,6 +49,14 @@ TAIL = "A GPU, or a CPU with native support, can rank them the other way."
     ([trial(0, "float32", 300.0), trial(1, "bfloat16", 200.0), trial(2, "float16", 50.0)], {"avx512_bf16"},
      "Note: float16 trained 6.0x slower than float32 on this CPU (one pair of configurations): this CPU has no native "
      f"float16 instructions (neither avx512_fp16 nor amx_fp16 in its flags), so autocast emulates it. {TAIL}"),
+    # a cpu_isa cap without the precision's instructions is the reason, whatever the CPU has
+    ([trial(0, "float32", 600.0, isa="avx2"), trial(1, "bfloat16", 100.0, isa="avx2")], {"avx512_bf16", "amx_bf16"},
+     "Note: bfloat16 trained 6.0x slower than float32 on this CPU (one pair of configurations): the trials capped "
+     f"PyTorch's CPU kernels at avx2 (cpu_isa), which has no native bfloat16 instructions, so autocast emulates it. {TAIL}"),
+    ([trial(0, "float32", 600.0, isa="avx512_core_amx"), trial(1, "bfloat16", 100.0, isa="avx512_core_amx")],
+     {"avx512_bf16", "amx_bf16"}, "Note: bfloat16 trained 6.0x slower than float32 on this CPU (one pair of "
+     "configurations): this CPU has amx_bf16, so the likely cause is a model too small for its matrix units to pay "
+     f"for autocast's conversions at every op. {TAIL}"),
     ([trial(0, "float32", 300.0), trial(1, "bfloat16", 160.0)], set(), None),  # 1.9x: not "much"
     ([trial(0, "float32", 300.0), trial(1, "bfloat16", 400.0)], set(), None),  # faster
     ([trial(0, "float32", 600.0, slot="cuda:0"), trial(1, "bfloat16", 100.0, slot="cuda:0")], set(), None),  # a GPU
