@@ -44,6 +44,35 @@ def cpu_model() -> str:
     return _sysctl("machdep.cpu.brand_string") or platform.processor() or platform.machine()
 
 
+HALF_FLAGS = {"bfloat16": ("avx512_bf16", "amx_bf16", "bf16"), "float16": ("avx512_fp16", "amx_fp16", "fphp")}
+"""The CPU flags of each half precision's instructions: x86 vector, x86 matrix (AMX), Arm."""
+ISA_KEEPS = {"bfloat16": ("avx512_core_bf16", "avx512_core_amx"), "float16": ()}
+"""The ``cpu_isa`` caps (``spec/knobs.CPU_ISAS``) that keep each half precision's instructions."""
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> set[str] | None:
+    """The first CPU's flags, or None where they cannot be read (not Linux)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def native_half(flags: set[str] | None, cpu_isa: str | None = None) -> frozenset[str] | None:
+    """The half precisions a CPU trial has instructions for: by the CPU's ``flags``, and under a
+    ``cpu_isa`` cap only those the cap keeps; None where the flags are unknown."""
+    if flags is None:
+        return None
+    have = {half for half, names in HALF_FLAGS.items() if flags & set(names)}
+    if cpu_isa is not None:
+        have &= {half for half, caps in ISA_KEEPS.items() if cpu_isa in caps}
+    return frozenset(have)
+
+
 def _sysctl(key: str) -> str | None:
     try:
         out = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, timeout=5)

@@ -43,6 +43,8 @@
 #                                 expected fastest), a deep MLP under a cap (checkpointing expected to win)
 #                                 and a wide MLP (accumulation expected to win)
 #   bash docs/gpu/session.sh z1   issue #27: the deep MLP at a tighter cap (checkpointing expected to win)
+#   bash docs/gpu/session.sh z2   issue #27: two more checkpointing landscapes, a 32-layer MLP at caps of
+#                                 2.2% and 1.8%, to judge search changes on more than one (about 4 minutes)
 #   bash docs/gpu/session.sh z    issue #27's final check, after the search changed: the headline from an empty
 #                                 folder and again, and the launch-bound MLP spec (float32 fastest) run for real
 #   bash docs/gpu/session.sh x    issue #30: experiments.hf's BERT-base (transformers' BertForMaskedLM
@@ -163,6 +165,10 @@ y)
   ;;
 z1)
   landscape mlp_deep_ckpt_tight mlp_deep_ckpt_tight_h100_cap0017
+  ;;
+z2)
+  landscape mlp_deep32_ckpt_cap022 mlp_deep32_ckpt_h100_cap022
+  landscape mlp_deep32_ckpt_cap018 mlp_deep32_ckpt_h100_cap018
   ;;
 z)
   step headline; R=$PWD; d=$(mktemp -d); cd "$d"

@@ -56,6 +56,10 @@ class Landscape:
     contradicts: str | None = None
     """The search's prior this landscape was recorded to contradict (``landscapes.json``), if any:
     the benchmark holds such landscapes to their own targets."""
+    native_half: frozenset[str] | None = None
+    """A CPU landscape: the half precisions its trials had instructions for (``landscapes.json``'s
+    ``native_half``, read off the CPU's flags and ``cpu_isa``), as a real run tells the planner;
+    None where not recorded."""
 
     def values(self, column: str) -> tuple[Any, ...]:
         """A column's distinct values in order of first appearance (for a table written from a
@@ -140,8 +144,9 @@ def load_landscape(csv_path: str | Path) -> Landscape:
         rows[key] = Row(params, raw["status"], _number(raw["samples_per_s"], f"{line}: samples_per_s"),
                         _number(raw["peak_memory_gib"], f"{line}: peak_memory_gib"), duration)
     about = _index(path).get(path.name, {})
+    native = about.get("native_half")
     return Landscape(path, columns, rows, about.get("device", "cpu"), about.get("memory_limit_gib"),
-                     about.get("contradicts"))
+                     about.get("contradicts"), None if native is None else frozenset(native))
 
 
 def _index(path: Path) -> dict[str, Any]:

@@ -209,7 +209,8 @@ def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip:
                                 sampler=sampler if sampler is not None else make_sampler(spec, 0))
     runner = ReplayRunner(launcher or ReplayLauncher(landscape, noise, seed), slots)
     sweep = Sweep(spec, plan, study, NullTracker(), REPLAY_PATH, StopFlag(), runner,  # type: ignore[arg-type]
-                  neighbours=neighbours, memory_limit_gib=landscape.memory_limit_gib)
+                  neighbours=neighbours, memory_limit_gib=landscape.memory_limit_gib,
+                  native_half=landscape.native_half)
     finished: dict[int, float] = {}
     result = sweep.run(lambda trial, outcome, now: finished.__setitem__(trial.number, now))
     return Replayed(trial_records(study, finished), result.stopped_because, runner.clock)

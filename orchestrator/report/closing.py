@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
 from orchestrator.outcome import NOT_FITTING
-from orchestrator.report.precision import cpu_flags, half_precision_note
+from orchestrator.machine import cpu_flags
+from orchestrator.report.precision import half_precision_note
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.record import TrialRecord, has_status, status_of

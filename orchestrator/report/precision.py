@@ -1,7 +1,7 @@
 """The summary's one line when half precision trained much slower than float32 on a CPU, with the
 likely reason read from the CPU's flags: a result that differs from a GPU's (or another CPU's)
 ranking should say why. Pure functions over the study's trials; the flags come from
-``/proc/cpuinfo`` (Linux) and are None elsewhere."""
+``/proc/cpuinfo`` (Linux, ``machine.cpu_flags``) and are None elsewhere."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import statistics
 from typing import Any
 
 from orchestrator import metrics as M
+from orchestrator.machine import ISA_KEEPS
 from orchestrator.outcome import Status
 from orchestrator.store.record import TrialRecord
 
@@ -17,20 +18,6 @@ MUCH_SLOWER = 2.0
 (the median over pairs of configurations equal but for ``dtype``)."""
 NATIVE = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16", "amx_fp16")}
 """The CPU flags of native instructions for each half precision: vector, then matrix (AMX)."""
-NATIVE_ISAS = {"bfloat16": ("avx512_core_bf16", "avx512_core_amx"), "float16": ()}
-"""The ``cpu_isa`` caps (``spec/knobs.CPU_ISAS``) that keep each half precision's instructions."""
-
-
-def cpu_flags(path: str = "/proc/cpuinfo") -> set[str] | None:
-    """The first CPU's flags, or None where they cannot be read (not Linux)."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return None
 
 
 def slowdowns(trials: list[Any]) -> dict[str, list[float]]:
@@ -65,7 +52,7 @@ def half_precision_note(trials: list[Any], flags: set[str] | None) -> str | None
     n = len(slowdowns(trials)[half])
     vector, matrix = NATIVE[half]
     caps = {str(t.params["cpu_isa"]) for t in trials if "cpu_isa" in t.params}
-    if caps and not caps & set(NATIVE_ISAS[half]):
+    if caps and not caps & set(ISA_KEEPS[half]):
         why = (f"the trials capped PyTorch's CPU kernels at {', '.join(sorted(caps))} (cpu_isa), which has no "
                f"native {half} instructions, so autocast emulates it")
     elif flags is None:

@@ -66,7 +66,9 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
            for t in trials if is_attempt(t) and t.params):
         return None  # retried on every invocation
     configs, target = target_of(spec, plan)
-    stopped = _verdict(spec, plan, configs, results, machine.get("memory_limit_gib")) if len(results) < target else None
+    native = machine.get("native_half")
+    stopped = _verdict(spec, plan, configs, results, machine.get("memory_limit_gib"),
+                       None if native is None else frozenset(native)) if len(results) < target else None
     if len(results) < target and stopped is None:
         return None
     repaired = []
@@ -89,7 +91,7 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
 
 
 def _verdict(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | None, results: list[Any],
-             memory_limit_gib: float | None) -> str | None:
+             memory_limit_gib: float | None, native_half: frozenset[str] | None) -> str | None:
     """Why the ``auto`` search is done with these results (None: it is not, or it does not apply)."""
     from orchestrator.search.planner import Planner
     from orchestrator.search.keys import config_key
@@ -99,6 +101,6 @@ def _verdict(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | None, 
         return None
     (metric, direction), = spec.objective.metrics
     planner = Planner(configs, plan.searched, metric, direction, plan.device, spec.search.memory_order,
-                      spec.search.band, memory_limit_gib)
+                      spec.search.band, memory_limit_gib, native_half)
     decision = planner.decide({config_key(t.params): t for t in results}, set())
     return decision.verdict.reason if decision.config is None else None

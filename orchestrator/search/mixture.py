@@ -24,6 +24,8 @@ class Model:
         self.cross = S.CrossCache(space, idx)
         self.chances: tuple[tuple[int, ...], np.ndarray] | None = None
         self.incumbent = -1
+        self.offset = 0.0
+        """The mean of the measured log objective, which ``mean`` is centred on."""
         """The measured configuration with the highest predicted value."""
 
     def mean(self, at: np.ndarray) -> np.ndarray:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.outcome import NOT_FITTING, Status
+from orchestrator.search import cost
 from orchestrator.search import surrogate as S
 from orchestrator.search.feasibility import (
     FitIndex,
@@ -44,8 +45,9 @@ from orchestrator.search.feasibility import (
 )
 from orchestrator.search.keys import config_key, value_key
 from orchestrator.search.mixture import Model
-from orchestrator.search.priors import NOISE_FLOOR, encode, ordered, values_of
-from orchestrator.store.record import metrics_of, status_of
+from orchestrator.search.priors import NOISE_FLOOR, THROUGHPUT, encode, ordered, values_of
+from orchestrator.metrics import DURATION_S
+from orchestrator.store.record import attrs_of, metrics_of, status_of
 
 STOP_CHANCE = 0.05
 """The sweep ends when some configuration left beats the best by more than the band with at most
@@ -84,9 +86,11 @@ class Decision:
 
 class Planner:
     def __init__(self, configs: list[dict[str, Any]], searched: dict[str, Any], metric: str, direction: str,
-                 device: str, order: dict[str, Any], band: float = 0.02, cap_gib: float | None = None) -> None:
+                 device: str, order: dict[str, Any], band: float = 0.02, cap_gib: float | None = None,
+                 native_half: frozenset[str] | None = None) -> None:
         """``configs``: every configuration of the space, in spec order; ``searched``: the plan's
-        dimensions (``space.Plan.searched``); ``device``: the resolved device (``swept``: several)."""
+        dimensions (``space.Plan.searched``); ``device``: the resolved device (``swept``: several);
+        ``native_half``: on a CPU, the half precisions it has instructions for (None: unknown)."""
         self.configs, self.keys = configs, [config_key(c) for c in configs]
         self.index = {k: i for i, k in enumerate(self.keys)}
         self.metric, self.maximize = metric, direction == "maximize"
@@ -101,7 +105,7 @@ class Planner:
         model interpolates it from both sides), so only the ends need a look, not every value."""
         self.scaling = scaling_dimension(names, order, values)
         self.space, self.scaling_feature = encode(configs, names, values, metric, device if self.maximize else None,
-                                                   self.scaling)
+                                                   self.scaling, native_half)
         self.noise_floor = NOISE_FLOOR.get(device, max(NOISE_FLOOR.values()))
         self._fitted: tuple[int, list[tuple[float, S.Hyper]]] | None = None
         self.values = values
@@ -109,11 +113,14 @@ class Planner:
         self.value_keys = [[(n, value_key(n, v)) for n, v in c.items()] for c in configs]
         """Per configuration, its (parameter, value key) pairs: what the stop rule's looks count."""
         self._lead: list[int] | None = None
+        self._durations: dict[int, float] = {}
+        """Measured configurations' trial seconds (``cost``), read with the observations."""
 
     # -- what the study holds ---------------------------------------------------------------------
     def _observations(self, results: dict[str, Any]) -> tuple[dict[str, Observed], list[int], list[float]]:
         memory: dict[str, Observed] = {}
         idx, y = [], []
+        self._durations: dict[int, float] = {}
         for key, t in results.items():
             if key not in self.index:
                 continue
@@ -127,6 +134,9 @@ class Planner:
                 if value is not None and value > 0:
                     idx.append(self.index[key])
                     y.append(math.log(value) if self.maximize else -math.log(value))
+                    duration = attrs_of(t, (DURATION_S,)).get(DURATION_S)
+                    if isinstance(duration, (int, float)) and duration > 0:
+                        self._durations[self.index[key]] = float(duration)
         return memory, idx, y
 
     def decide(self, results: dict[str, Any], in_flight: set[str], stop: bool = True) -> Decision:
@@ -252,11 +262,13 @@ class Planner:
     def _look(self, model: Model | None, looks: list[tuple[str, list[int]]], p_fit: np.ndarray) -> int:
         """The one look to take: for each unseen value, the best measured configuration with that
         value instead (a paired comparison: only that parameter differs), else the configuration
-        with the highest expected throughput counting an OOM as none; of those, the value with
+        with the highest expected throughput counting an OOM as none, among those predicted to
+        cost at most ``cost.LOOK_COST`` times the cheapest that likely fits; of those, the value with
         the highest upper bound first (the likeliest to change the answer)."""
         picks = []
         incumbent = self.configs[model.incumbent] if model is not None else None
         for name, group in looks:
+            group = self._affordable(model, group, p_fit)
             g = np.array(group)
             if incumbent is not None:
                 paired = self.index.get(config_key({**incumbent, name: self.configs[group[0]][name]}))
@@ -270,6 +282,18 @@ class Planner:
             else:
                 picks.append((float(model.upper(model.incumbent, np.array([best]))[0]), best))
         return max(picks, key=lambda p: p[0])[1]
+
+    def _affordable(self, model: Model | None, group: list[int], p_fit: np.ndarray) -> list[int]:
+        """Of ``group``, what a look may cost (``cost.affordable``)."""
+        if model is None or self.scaling is None or not self.maximize or self.metric not in THROUGHPUT:
+            return group
+        def work(i: list[int]) -> np.ndarray:  # a step's samples over the predicted throughput
+            step = [float(self.configs[j].get(self.scaling, 1)) * float(self.configs[j].get("grad_accum_steps", 1))
+                    for j in i]
+            return np.array(step) / np.exp(model.mean(np.array(i)) + model.offset)
+        measured = list(self._durations)
+        line = cost.fit(work(measured), np.array([self._durations[i] for i in measured])) if measured else None
+        return group if line is None else cost.affordable(group, line[0] + line[1] * work(group), p_fit[group] >= 0.5)
 
     def _unmeasured_note(self, model: Model | None, idx: list[int], p_fit: np.ndarray) -> str:
         """For the stop line: each searched value never measured, and what the model says of it."""
@@ -285,6 +309,8 @@ class Planner:
             fits = [i for i in members if p_fit[i] > 0.0]
             if not fits:
                 notes.append(f"{name}={value} (does not fit)")
+            elif max(p_fit[i] for i in fits) < 0.05:  # as the verdict counts it: too_large
+                notes.append(f"{name}={value} (predicted not to fit)")
             elif model is not None:
                 upper = float(np.exp(model.upper(model.incumbent, np.array(fits)).max()))
                 notes.append(f"{name}={value} (predicted <= {upper:.2f}x of the best at 95%)")
@@ -302,7 +328,7 @@ class Planner:
         if len(running):  # what is running counts as measured at its predicted value (kriging believer)
             model = Model(self.space, members, np.concatenate([i, running]),
                           np.concatenate([yc, model.mean(running)]))
-        model.incumbent = incumbent
+        model.incumbent, model.offset = incumbent, float(np.mean(y))
         return model
 
     def _members(self, i: np.ndarray, yc: np.ndarray) -> list[tuple[float, S.Hyper]]:

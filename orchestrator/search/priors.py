@@ -29,19 +29,23 @@ PRIORS: dict[str, Any] = {
     "compile": {True: (0.10, 0.30), False: (0.0, 0.30)},
     # By device: half precision pays on most GPU workloads, not on launch-bound ones. On CUDA the
     # spread is what the recorded landscapes show: half precision's median effect ranged from
-    # -0.27 (a small BERT, a narrow MLP) to +1.56 (BERT-base). On CPUs the recorded Intel Xeon
-    # landscapes show +0.05 to +0.1, the quiet AMD EPYC (avx512_bf16) +0.2 (bert_tiny_cpu_rlimit_
-    # r3_quiet); the same EPYC, loaded, was seen running bfloat16 5-9x slower. A
-    # spread wide enough for that costs every CPU sweep its stop (0.37x to 0.40x of the grid's
-    # time on bert_tiny_cpu_rlimit, seeds 0-2), and the stop rule's one look at every value
-    # catches it from a measurement: the CPU spread stays at 0.3. No Mac landscape is recorded:
-    # MPS gets 0.5, between the two.
+    # -0.27 (a small BERT, a narrow MLP) to +1.56 (BERT-base). On CPUs with bfloat16 instructions
+    # (or where the flags are unknown) the recorded Intel Xeon landscapes show +0.05 to +0.1, the
+    # quiet AMD EPYC (avx512_bf16) +0.2 (bert_tiny_cpu_rlimit_r3_quiet). A spread wide enough for
+    # a CPU without them costs every CPU sweep its stop (0.37x to 0.40x of the grid's time on
+    # bert_tiny_cpu_rlimit, seeds 0-2): such a CPU gets ``EMULATED_BF16`` instead, from its flags
+    # (``Planner``'s ``native_half``). No Mac landscape is recorded: MPS gets 0.5, between the two.
     "dtype": {
         "cuda": {"float32": (0.0, 0.6), "float16": (0.6, 0.6), "bfloat16": (0.6, 0.6)},
         "mps": {"float32": (0.0, 0.5), "float16": (0.2, 0.5), "bfloat16": (0.1, 0.5)},
         "cpu": {"float32": (0.0, 0.3), "float16": (-0.5, 0.3), "bfloat16": (0.0, 0.3)},
     },
 }
+EMULATED_BF16 = (-1.0, 0.8)
+"""bfloat16 on a CPU without bfloat16 instructions (no avx512_bf16 or amx_bf16, or capped below
+them with ``cpu_isa``): autocast emulates it. The tiny BERT here capped at AVX2 trained 7.3x slower
+than float32 (-2.0, bert_tiny_cpu_avx2_r3), capped at AVX512_CORE_VNNI (a Cascade Lake's) 0.77x
+(-0.26, two configurations)."""
 CURVATURE = (-0.02, 0.04)
 """Throughput saturates as the batch grows (per-step overheads are paid once per step): the log of
 throughput is concave in the log of the batch. Per doubling squared, about the middle of the list."""
@@ -67,10 +71,15 @@ def ordered(values: tuple[Any, ...]) -> bool:
     return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
-def _prior(name: str, value: Any, metric: str, device: str | None) -> tuple[float, float]:
-    """(mean, spread) of one categorical value's effect; see ``PRIORS``."""
+def _prior(name: str, value: Any, metric: str, device: str | None,
+           native_half: frozenset[str] | None = None) -> tuple[float, float]:
+    """(mean, spread) of one categorical value's effect; see ``PRIORS``. ``native_half``: on a
+    CPU, the half precisions it has instructions for (None: not known)."""
     if device is None or metric not in THROUGHPUT:
         return UNKNOWN_CATEGORICAL
+    if (name, value, device) == ("dtype", "bfloat16", "cpu") and native_half is not None \
+            and "bfloat16" not in native_half:
+        return EMULATED_BF16
     rule = PRIORS.get(name)
     if name == "dtype" and isinstance(rule, dict):
         rule = rule.get(device)
@@ -89,7 +98,8 @@ def _slope(name: str, metric: str, device: str | None, log: bool) -> tuple[float
 
 
 def encode(configs: list[dict[str, Any]], names: list[str], values: dict[str, tuple], metric: str,
-            device: str | None, scaling: str | None) -> tuple[S.Space, int]:
+           device: str | None, scaling: str | None,
+           native_half: frozenset[str] | None = None) -> tuple[S.Space, int]:
     """Features, priors and kernel coordinates of every configuration (see ``surrogate``). A
     parameter absent from a configuration (another device's knob) is a value of its own."""
     n = len(configs)
@@ -124,7 +134,7 @@ def encode(configs: list[dict[str, Any]], names: list[str], values: dict[str, tu
             c_columns.append(code)
             for j, v in enumerate(vals):
                 columns.append((code == j).astype(float))
-                mean, sd = _prior(name, v, metric, device)
+                mean, sd = _prior(name, v, metric, device, native_half)
                 means.append(mean)
                 sds.append(sd)
     H = np.column_stack(columns)

@@ -74,11 +74,13 @@ class Proposer:
                  on_answer: Callable[..., None],
                  heartbeat: Callable[[Any], None] = lambda trial: None, neighbours: bool = True,
                  memory_limit_gib: float | None = None, superseded: dict[str, int] | None = None,
+                 native_half: frozenset[str] | None = None,
                  owner: str | None = None) -> None:
         """``on_answer(trial, outcome, original_number)`` records a proposal answered without a
         process (an MLflow run and a printed line); ``heartbeat(trial)`` marks a new trial alive;
         ``memory_limit_gib``: what a trial may use on the device, where known (the planner's
-        memory model, ``feasibility``); ``superseded``: config key -> trial number below which its
+        memory model, ``feasibility``); ``native_half``: the CPU's half precisions with
+        instructions (``machine.native_half``; the planner's dtype prior); ``superseded``: config key -> trial number below which its
         result does not count (``--retry``, ``recovery.retry_queue``); ``owner``: ``host:pid`` of
         this orchestrator, recorded on each trial it asks for when several share the study (user
         attribute ``orchestrator``: who is running a RUNNING trial)."""
@@ -91,7 +93,7 @@ class Proposer:
         if planned(spec) and self.configs:
             (metric, direction), = spec.objective.metrics
             self.planner = Planner(self.configs, plan.searched, metric, direction, plan.device,
-                                   spec.search.memory_order, spec.search.band, memory_limit_gib)
+                                   spec.search.memory_order, spec.search.band, memory_limit_gib, native_half)
         self.verdict: Verdict | None = None
         """The planner's last word on whether the search is done (``auto`` sampler)."""
         self.strays: list[int] = []

@@ -83,19 +83,21 @@ class Sweep:
                  stop: StopFlag, runner: Runner, neighbours: bool = True, lock: StudyLock | None = None,
                  recovery: Recovery | None = None, superseded: dict[str, int] | None = None,
                  heartbeat: Callable[[Any], None] | None = None, owner: str | None = None,
-                 memory_limit_gib: float | None = None) -> None:
+                 memory_limit_gib: float | None = None, native_half: frozenset[str] | None = None) -> None:
         """``tracker``: ``tracking.AsyncTracker`` (or ``replay.NullTracker``); ``runner``:
         ``ProcessRunner`` (or ``replay.ReplayRunner``, which answers from a recorded table on a
         simulated clock); ``lock``: ``coordination.StudyLock``; ``recovery``: a
         ``recovery.Recovery`` that fails other orchestrators' stale trials (server databases);
-        ``superseded``, ``heartbeat``, ``owner``, ``memory_limit_gib``: the ``Proposer``'s."""
+        ``superseded``, ``heartbeat``, ``owner``, ``memory_limit_gib``, ``native_half``: the
+        ``Proposer``'s."""
         import contextlib
 
         self.spec, self.plan, self.study, self.tracker = spec, plan, study, tracker
         self.work_dir, self.stop, self.runner, self.recovery = work_dir, stop, runner, recovery
         self.proposer = Proposer(spec, plan, study, lock or contextlib.nullcontext(), self._answered,
                                  heartbeat=heartbeat or (lambda trial: None), neighbours=neighbours,
-                                 memory_limit_gib=memory_limit_gib, superseded=superseded, owner=owner)
+                                 memory_limit_gib=memory_limit_gib, superseded=superseded, owner=owner,
+                                 native_half=native_half)
         self.target = self.proposer.target
         self.configs = self.proposer.configs
         self.best: list[Any] = []

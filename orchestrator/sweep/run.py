@@ -159,7 +159,7 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
                           recovery=recovery if shared else None, superseded=superseded,
                           heartbeat=heartbeat.beat_one if heartbeat else None,
                           owner=f"{socket.gethostname()}:{os.getpid()}" if shared else None,
-                          memory_limit_gib=memory_limit(spec, plan, probe))
+                          memory_limit_gib=memory_limit(spec, plan, probe), native_half=native_half_of(plan))
             if heartbeat is not None:
                 heartbeat.track(sweep.running_trial_ids)
             result = _drive(spec, probe, study, sweep, slots, interrupted, queued)
@@ -205,8 +205,21 @@ def record_machine(study: Study, plan: Plan, limit_gib: float | None, recorded: 
     from orchestrator.store.studyrecord import write_study
 
     now = {**facts(plan.devices), "memory_limit_gib": limit_gib}
+    native = native_half_of(plan)
+    if native is not None:
+        now["native_half"] = sorted(native)
     if recorded != now:
         write_study(study, machine=now)
+
+
+def native_half_of(plan: Plan) -> frozenset[str] | None:
+    """On a CPU, the half precisions its trials have instructions for (the planner's dtype prior):
+    from the CPU's flags and a fixed ``cpu_isa`` cap; None elsewhere, or with ``cpu_isa`` swept."""
+    from orchestrator.machine import cpu_flags, native_half
+
+    if plan.device != "cpu" or "cpu_isa" in plan.searched:
+        return None
+    return native_half(cpu_flags(), plan.fixed.get("cpu_isa"))
 
 
 def memory_limit(spec: SweepSpec, plan: Plan, probe: dict[str, Any]) -> float | None:

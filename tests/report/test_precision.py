@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from conftest import write_spec
-from orchestrator.report.precision import cpu_flags, half_precision_note, slowdowns
+from orchestrator.machine import cpu_flags
+from orchestrator.report.precision import half_precision_note, slowdowns
 
 
 def trial(number: int, dtype: str, rate: float | None, batch: int = 8, status: str = "ok", slot: str = "cpu",

@@ -30,9 +30,11 @@ def planner(space: list[dict[str, Any]], device: str) -> Planner:
     return Planner(space, {}, "samples_per_s", "maximize", device, dict(DEFAULT_ORDER))
 
 
-def result(status: str, value: float | None = None, peak: float | None = None) -> Any:
-    return SimpleNamespace(user_attrs={"status": status, "metrics": {"samples_per_s": value, "peak_memory_gib": peak}},
-                           values=[value] if status == "ok" else None)
+def result(status: str, value: float | None = None, peak: float | None = None, duration: float | None = None) -> Any:
+    attrs = {"status": status, "metrics": {"samples_per_s": value, "peak_memory_gib": peak}}
+    if duration is not None:
+        attrs["duration_s"] = duration
+    return SimpleNamespace(user_attrs=attrs, values=[value] if status == "ok" else None)
 
 
 @pytest.mark.parametrize("device, dtypes, dtype", [("cuda", ("float32", "bfloat16"), "bfloat16"),
@@ -246,3 +248,45 @@ def test_a_parameter_with_many_numeric_values_is_not_swept_value_by_value(tmp_pa
     assert {8, 320} <= widths and len(measured) <= len(rows) // 3, (len(measured), sorted(widths))
     best = max(r.samples_per_s for r in measured if r.samples_per_s)
     assert best >= 0.98 * land.best_feasible()
+
+
+@pytest.mark.parametrize("native, dtype", [(frozenset(), "float32"), (frozenset({"bfloat16"}), "bfloat16"),
+                                           (None, "bfloat16")])
+def test_on_a_cpu_without_bfloat16_instructions_float32_leads(native: frozenset | None, dtype: str) -> None:
+    """The CPU's flags (``machine.native_half``) set bfloat16's prior: emulated (no avx512_bf16,
+    amx_bf16 or Arm bf16, or capped below them with ``cpu_isa``), it is expected slower and
+    float32 leads; with the instructions, or where the flags are unknown, they tie and bfloat16
+    leads on memory."""
+    space = configs(batch_size=BATCHES, dtype=("float32", "bfloat16"))
+    p = Planner(space, {}, "samples_per_s", "maximize", "cpu", dict(DEFAULT_ORDER), native_half=native)
+    assert p.decide({}, set()).config == {"batch_size": 64, "dtype": dtype}
+
+
+def test_a_slow_values_look_goes_to_a_small_batch() -> None:
+    """The one look at an unmeasured value goes where it costs least when the paired configuration
+    (the best batch) is predicted to cost more than ``LOOK_COST`` times that: trial time grows with
+    the samples of a step over the throughput, fitted on the measured trials' durations."""
+    space = configs(batch_size=(8, 16, 32, 64, 128, 256), dtype=("float32", "bfloat16"))
+    seen = {config_key({"batch_size": b, "dtype": "float32"}): result("ok", 700.0 + b / 8, 0.3 + b / 400, 0.5 + 7 * b / 700)
+            for b in (8, 16, 32, 64, 128, 256)}
+    p = Planner(space, {}, "samples_per_s", "maximize", "cpu", dict(DEFAULT_ORDER), native_half=frozenset())
+    d = p.decide(seen, set())
+    assert d.why == "coverage" and d.config["dtype"] == "bfloat16" and d.config["batch_size"] <= 32
+    for r in seen.values():  # the same trials, each taking as long: no cost to tell them apart
+        r.user_attrs["duration_s"] = 2.0
+    d = Planner(space, {}, "samples_per_s", "maximize", "cpu", dict(DEFAULT_ORDER), native_half=frozenset()).decide(seen, set())
+    assert d.why == "coverage" and d.config["dtype"] == "bfloat16" and d.config["batch_size"] == 256  # paired with the best
+
+
+def test_on_the_cpu_capped_at_avx2_the_sweep_finds_float32_and_looks_at_bfloat16_cheaply() -> None:
+    """The landscape recorded here with ``cpu_isa: avx2`` (bfloat16 7.3x slower): the sweep reaches
+    the best (float32) and its one bfloat16 trial is at a batch of at most 32, not the 256 that
+    cost 18 s a trial before the look was placed by cost."""
+    land = load_landscape(Path(__file__).resolve().parents[2] / "bench" / "landscapes" / "bert_tiny_cpu_avx2_r3.csv")
+    assert land.native_half == frozenset()
+    for seed in range(3):
+        run = replay_run({**landscape_spec(land), "search": {}}, land, seed=seed, skip=True, noise=0.02)
+        measured = [r for r in run.records if r.measured and r.status == "ok"]
+        assert max(r.samples_per_s for r in measured) >= 0.98 * land.best_feasible() * 0.95
+        bf16 = [r.params["batch_size"] for r in measured if r.params["dtype"] == "bfloat16"]
+        assert bf16 and bf16[0] <= 32, bf16

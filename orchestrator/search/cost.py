@@ -1,0 +1,39 @@
+"""What a trial will cost, in seconds, predicted from the trials measured so far, and where the one
+look at an unmeasured value may go by it. Pure functions.
+
+A trial's time is a fixed part (start-up, warm-up, exit) plus its steps; a step's time is its
+samples over the throughput. So durations are fitted as ``fixed + slope * work``, ``work`` being
+a step's samples over the throughput, and a candidate's work is predicted from the model's
+throughput. On a GPU the fixed part dominates (1.4-1.7 s a trial on the recorded H100
+landscapes, whatever the batch); on a CPU the steps do, and a slow value's steps most:
+bfloat16 without its instructions cost 18 s a trial at batch 256, 0.7 s at batch 8.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LOOK_COST = 2.0
+"""A look goes to the best measured configuration with the unseen value instead (paired), unless
+that is predicted to cost more than this many times the cheapest configuration with the value
+that likely fits: then to the best of those within this factor."""
+
+
+def fit(work: np.ndarray, durations: np.ndarray) -> tuple[float, float] | None:
+    """(fixed seconds, seconds per unit of work) by least squares; None without two trials of
+    different work, or where more work did not take longer (no cost to tell candidates apart)."""
+    if len(work) < 2 or np.ptp(work) <= 0:
+        return None
+    slope = float(np.cov(work, durations, bias=True)[0, 1] / np.var(work))
+    if slope <= 0:
+        return None
+    return max(0.0, float(durations.mean() - slope * work.mean())), slope
+
+
+def affordable(group: list[int], predicted: np.ndarray, likely: np.ndarray) -> list[int]:
+    """The members of ``group`` predicted to cost at most ``LOOK_COST`` times the cheapest one that
+    likely fits (``likely``, per member); all of it when none likely fits."""
+    if not likely.any():
+        return group
+    cheapest = float(predicted[likely].min())
+    return [i for i, c in zip(group, predicted) if c <= LOOK_COST * cheapest]

@@ -1,0 +1,32 @@
+"""Trial cost from measured durations, and where a look may go by it (``search/cost.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orchestrator.search import cost
+
+
+def test_fit_recovers_the_fixed_part_and_the_seconds_per_unit_of_work() -> None:
+    work = np.array([0.1, 0.2, 0.4, 0.8])
+    assert cost.fit(work, 0.5 + 7.0 * work) == pytest.approx((0.5, 7.0))
+
+
+@pytest.mark.parametrize("work, durations", [
+    ([0.1], [1.0]),                       # one trial: no line
+    ([0.2, 0.2], [1.0, 2.0]),             # the same work: no slope to fit
+    ([0.1, 0.4], [2.0, 2.0]),             # more work did not take longer (a GPU's fixed cost)
+    ([0.1, 0.4], [3.0, 1.0]),
+])
+def test_no_cost_where_trials_cannot_be_told_apart(work: list[float], durations: list[float]) -> None:
+    assert cost.fit(np.array(work), np.array(durations)) is None
+
+
+def test_affordable_keeps_what_costs_at_most_twice_the_cheapest_that_likely_fits() -> None:
+    group = [10, 11, 12, 13]
+    predicted = np.array([0.5, 0.9, 1.1, 8.0])
+    assert cost.affordable(group, predicted, np.array([True, True, True, True])) == [10, 11]
+    # the cheapest likely to fit sets the bar, not one that likely runs out of memory
+    assert cost.affordable(group, predicted, np.array([False, False, True, True])) == [10, 11, 12]
+    assert cost.affordable(group, predicted, np.array([False] * 4)) == group
