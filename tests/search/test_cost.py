@@ -23,9 +23,10 @@ def test_no_cost_where_trials_cannot_be_told_apart(work: list[float], durations:
     assert cost.fit(np.array(work), np.array(durations)) is None
 
 
-def test_affordable_keeps_what_costs_at_most_twice_the_cheapest_that_likely_fits() -> None:
+def test_affordable_keeps_what_costs_at_most_look_cost_times_the_cheapest_that_likely_fits() -> None:
+    assert cost.LOOK_COST == 4.0
     group = [10, 11, 12, 13]
-    predicted = np.array([0.5, 0.9, 1.1, 8.0])
+    predicted = np.array([0.5, 1.8, 2.2, 9.5])
     assert cost.affordable(group, predicted, np.array([True, True, True, True])) == [10, 11]
     # the cheapest likely to fit sets the bar, not one that likely runs out of memory
     assert cost.affordable(group, predicted, np.array([False, False, True, True])) == [10, 11, 12]
