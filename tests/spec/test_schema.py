@@ -318,4 +318,6 @@ def test_the_schema_accepts_every_mutated_spec_the_loader_accepts() -> None:
         one()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    assert seen["loaded"] >= 30 and seen["refused by both"] >= 30, seen
+    # both well away from empty (the split moves with the shipped specs the fuzzer mutates: 63/29
+    # with 3 more landscape specs, from 30+/30+)
+    assert seen["loaded"] >= 20 and seen["refused by both"] >= 20, seen
