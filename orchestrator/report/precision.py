@@ -43,18 +43,21 @@ def slowdowns(trials: list[Any]) -> dict[str, list[float]]:
 
 def half_precision_note(trials: list[Any], flags: set[str] | None) -> str | None:
     """One line when a half precision ran at least ``MUCH_SLOWER`` times slower than float32 on
-    the CPU (the slowest such precision), with the likely reason; None otherwise."""
-    found = {half: statistics.median(r) for half, r in slowdowns(trials).items()}
-    slow = {half: x for half, x in found.items() if x >= MUCH_SLOWER}
+    the CPU (the slowest such precision), with the likely reason; None otherwise. Trials under
+    different ``cpu_isa`` caps are compared within each cap, and the slowest cap is named."""
+    by_cap: dict[str | None, list[Any]] = {}
+    for t in trials:
+        by_cap.setdefault(None if "cpu_isa" not in t.params else str(t.params["cpu_isa"]), []).append(t)
+    found = {(cap, half): (statistics.median(r), len(r)) for cap, group in by_cap.items()
+             for half, r in slowdowns(group).items()}
+    slow = {k: v for k, v in found.items() if v[0] >= MUCH_SLOWER}
     if not slow:
         return None
-    half = max(slow, key=slow.get)
-    n = len(slowdowns(trials)[half])
+    (cap, half), (x, n) = max(slow.items(), key=lambda item: item[1][0])
     vector, matrix = NATIVE[half]
-    caps = {str(t.params["cpu_isa"]) for t in trials if "cpu_isa" in t.params}
-    if caps and not caps & set(ISA_KEEPS[half]):
-        why = (f"the trials capped PyTorch's CPU kernels at {', '.join(sorted(caps))} (cpu_isa), which has no "
-               f"native {half} instructions, so autocast emulates it")
+    if cap is not None and cap not in ISA_KEEPS[half]:
+        why = (f"the trials capped PyTorch's CPU kernels at {cap} (cpu_isa), which has no native {half} "
+               "instructions, so autocast emulates it")
     elif flags is None:
         why = f"this CPU may have no native {half} instructions (its flags could not be read), so autocast emulates it"
     elif matrix in flags:
@@ -67,5 +70,6 @@ def half_precision_note(trials: list[Any], flags: set[str] | None) -> str | None
         why = (f"this CPU has no native {half} instructions (neither {vector} nor {matrix} in its flags), "
                "so autocast emulates it")
     pairs = f"median of {n} pairs of configurations equal but for dtype" if n > 1 else "one pair of configurations"
-    return (f"Note: {half} trained {slow[half]:.1f}x slower than float32 on this CPU ({pairs}): {why}. "
+    where = "this CPU" if cap is None else f"this CPU with cpu_isa {cap}"
+    return (f"Note: {half} trained {x:.1f}x slower than float32 on {where} ({pairs}): {why}. "
             "A GPU, or a CPU with native support, can rank them the other way.")

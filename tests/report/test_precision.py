@@ -52,11 +52,18 @@ TAIL = "A GPU, or a CPU with native support, can rank them the other way."
      f"float16 instructions (neither avx512_fp16 nor amx_fp16 in its flags), so autocast emulates it. {TAIL}"),
     # a cpu_isa cap without the precision's instructions is the reason, whatever the CPU has
     ([trial(0, "float32", 600.0, isa="avx2"), trial(1, "bfloat16", 100.0, isa="avx2")], {"avx512_bf16", "amx_bf16"},
-     "Note: bfloat16 trained 6.0x slower than float32 on this CPU (one pair of configurations): the trials capped "
-     f"PyTorch's CPU kernels at avx2 (cpu_isa), which has no native bfloat16 instructions, so autocast emulates it. {TAIL}"),
+     "Note: bfloat16 trained 6.0x slower than float32 on this CPU with cpu_isa avx2 (one pair of configurations): the "
+     f"trials capped PyTorch's CPU kernels at avx2 (cpu_isa), which has no native bfloat16 instructions, so autocast "
+     f"emulates it. {TAIL}"),
+    # cpu_isa swept: each cap's pairs apart, the slow one named (not a median across caps)
+    ([trial(0, "float32", 650.0, isa="avx2"), trial(1, "bfloat16", 95.0, isa="avx2"),
+      trial(2, "float32", 750.0, isa="avx512_core_bf16"), trial(3, "bfloat16", 780.0, isa="avx512_core_bf16")],
+     {"avx512_bf16"}, "Note: bfloat16 trained 6.8x slower than float32 on this CPU with cpu_isa avx2 (one pair of "
+     "configurations): the trials capped PyTorch's CPU kernels at avx2 (cpu_isa), which has no native bfloat16 "
+     f"instructions, so autocast emulates it. {TAIL}"),
     ([trial(0, "float32", 600.0, isa="avx512_core_amx"), trial(1, "bfloat16", 100.0, isa="avx512_core_amx")],
-     {"avx512_bf16", "amx_bf16"}, "Note: bfloat16 trained 6.0x slower than float32 on this CPU (one pair of "
-     "configurations): this CPU has amx_bf16, so the likely cause is a model too small for its matrix units to pay "
+     {"avx512_bf16", "amx_bf16"}, "Note: bfloat16 trained 6.0x slower than float32 on this CPU with cpu_isa "
+     "avx512_core_amx (one pair of configurations): this CPU has amx_bf16, so the likely cause is a model too small for its matrix units to pay "
      f"for autocast's conversions at every op. {TAIL}"),
     ([trial(0, "float32", 300.0), trial(1, "bfloat16", 160.0)], set(), None),  # 1.9x: not "much"
     ([trial(0, "float32", 300.0), trial(1, "bfloat16", 400.0)], set(), None),  # faster
