@@ -52,7 +52,14 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
     plan = make_plan(spec, device)
     attrs = StudyRecord.of(study)
     stored = attrs.fingerprint
-    if stored is None or stored != json.loads(json.dumps(fingerprint(spec, plan))):
+    wanted = json.loads(json.dumps(fingerprint(spec, plan)))
+    if stored is None or stored != wanted:
+        # An edited spec is refused here, before the probe (seconds of start-up), where the device
+        # is the study's own: named in the spec, or guessed as the study recorded it.
+        if stored is not None and study.trials and stored.get("device") == wanted.get("device"):
+            from orchestrator.store.study import spec_mismatch
+
+            raise spec_mismatch(spec, spec.storage, stored, wanted)
         return None
     machine = attrs.machine or {}
     if {k: machine.get(k) for k in ("devices", "torch_version", "device_names")} != facts(plan.devices):

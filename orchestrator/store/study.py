@@ -253,9 +253,7 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
 
         write_study(study, uid=uuid.uuid4().hex)
     elif stored != wanted:
-        diffs = [f"{k}: stored {json.dumps(stored.get(k))}, spec {json.dumps(wanted.get(k))}"
-                 for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k)]
-        raise _mismatch(spec, storage_url, "; ".join(diffs))
+        raise spec_mismatch(spec, storage_url, stored, wanted)
     if attrs.recorded is not None:  # this run writes MLflow: it is compared again at its end
         write_study(study, recorded=None)
     return study
@@ -332,6 +330,14 @@ def _unwritable(url: str, exc: BaseException, default: Any = StudyError) -> Any:
     if found is not None or default is None:
         return found
     return default(f"storage {shown(url)}: {first_line(exc, typed=False)}")
+
+
+def spec_mismatch(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dict[str, Any]) -> StudyError:
+    """The error for a spec whose fingerprint (``space.fingerprint``, as stored) differs from the
+    study's: each part that differs, stored and now."""
+    diffs = [f"{k}: stored {json.dumps(stored.get(k))}, spec {json.dumps(wanted.get(k))}"
+             for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k)]
+    return _mismatch(spec, url, "; ".join(diffs))
 
 
 def _mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:

@@ -27,7 +27,7 @@ EDITS = [
     (("hidden_size: [8, 16]", "hidden_size: [8, 16, 32]"), "space: stored"),
     (("fixed: {batch_size: 4}", "fixed: {batch_size: 8}"), "fixed: stored"),
     (("search: {sampler: grid}", "search: {sampler: grid}\nobjective: {metric: samples_per_s, direction: minimize}"),
-     "objective directions"),
+     "objective"),  # "objective: stored ..." before the probe; "objective directions" after it
 ]
 
 
