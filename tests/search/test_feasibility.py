@@ -54,7 +54,22 @@ def test_without_a_known_limit_an_oom_brackets_it() -> None:
     p = probabilities({(32, "float32"): Observed(True, 4.2), (64, "float32"): Observed(True, 7.4),
                        (256, "float32"): Observed(False)})
     assert 0.02 <= p[(128, "float32")] <= 0.98        # 13.8: inside the bracket, not decided
-    assert p[(256, "bfloat16")] == pytest.approx(1 / 3)  # no line there: 64 fits (proof), 2 gaps above
+    # no line of its own for bfloat16: float32's line bounds it (it needs less), the limit is
+    # bracketed at 17.0 +- 9.6: at 256, below 26.6, so a chance of 17.0 / 26.6
+    assert p[(256, "bfloat16")] == pytest.approx(17.0 / 26.6)
+
+
+def test_a_group_without_a_line_borrows_its_siblings() -> None:
+    """float32 measured at two batches (peak = 1 + 0.1 * batch), bfloat16 never: where float32's
+    line is far below the limit, bfloat16 (which needs less) likely fits; measured bfloat16 and
+    unmeasured float32 the other way round: float32 needs between the line and twice it."""
+    p = probabilities({(32, "float32"): Observed(True, 4.2), (64, "float32"): Observed(True, 7.4)}, cap=60.0)
+    assert p[(256, "bfloat16")] == 0.98                  # float32's 26.6 is far below 60
+    q = probabilities({(32, "bfloat16"): Observed(True, 4.2), (64, "bfloat16"): Observed(True, 7.4)}, cap=40.0)
+    assert q[(128, "float32")] == 0.98                   # 13.8 to 27.6: below 40
+    assert q[(256, "float32")] == pytest.approx((40.0 - 26.6) / 26.6)   # 26.6 to 53.2 against 40
+    before = probabilities({}, cap=40.0)                  # nothing measured: the boundary prior
+    assert before[(256, "float32")] == pytest.approx(1 / 6)
 
 
 def test_memory_that_does_not_grow_gives_no_line() -> None:
