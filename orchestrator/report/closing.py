@@ -99,7 +99,8 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
         lines.append("Nothing fit: every configuration ran out of memory (or swapped, or was predicted "
                      "to). That is the answer for this machine; try smaller batches, a lower precision "
                      "or activation checkpointing.")
-    note = half_precision_note(results, cpu_flags())
+    fixed_isa = spec.fixed.get("cpu_isa")
+    note = half_precision_note(results, cpu_flags(), None if fixed_isa is None else str(fixed_isa))
     if note:
         lines.append(note)
     tracking = absolute_uri(spec.tracking_uri)

@@ -41,13 +41,14 @@ def slowdowns(trials: list[Any]) -> dict[str, list[float]]:
     return out
 
 
-def half_precision_note(trials: list[Any], flags: set[str] | None) -> str | None:
+def half_precision_note(trials: list[Any], flags: set[str] | None, cpu_isa: str | None = None) -> str | None:
     """One line when a half precision ran at least ``MUCH_SLOWER`` times slower than float32 on
     the CPU (the slowest such precision), with the likely reason; None otherwise. Trials under
-    different ``cpu_isa`` caps are compared within each cap, and the slowest cap is named."""
+    different ``cpu_isa`` caps are compared within each cap, and the slowest cap is named;
+    ``cpu_isa``: the spec's fixed cap, for trials that do not sweep it."""
     by_cap: dict[str | None, list[Any]] = {}
     for t in trials:
-        by_cap.setdefault(None if "cpu_isa" not in t.params else str(t.params["cpu_isa"]), []).append(t)
+        by_cap.setdefault(str(t.params["cpu_isa"]) if "cpu_isa" in t.params else cpu_isa, []).append(t)
     found = {(cap, half): (statistics.median(r), len(r)) for cap, group in by_cap.items()
              for half, r in slowdowns(group).items()}
     slow = {k: v for k, v in found.items() if v[0] >= MUCH_SLOWER}

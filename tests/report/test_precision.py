@@ -75,6 +75,13 @@ def test_half_precision_note(trials: list[Any], flags: set[str] | None, expected
     assert half_precision_note(trials, flags) == expected
 
 
+def test_a_fixed_cpu_isa_cap_is_the_reason() -> None:
+    """``cpu_isa`` fixed in the spec is not among the trials' parameters: the caller passes it."""
+    note = half_precision_note(SLOW_BF16, {"avx512_bf16"}, "avx2")
+    assert note is not None and "this CPU with cpu_isa avx2" in note and "capped PyTorch's CPU kernels at avx2" in note
+    assert "capped" not in (half_precision_note(SLOW_BF16, {"avx512_bf16"}, "avx512_core_bf16") or "")
+
+
 def test_the_pairs_are_configurations_equal_but_for_dtype() -> None:
     assert slowdowns(SLOW_BF16) == {"bfloat16": [6.0, 6.0]}
 
