@@ -22,6 +22,11 @@ the batch that wins (14 trials, 68 s, against 10 and 60 s paired); at 4 the GPU 
 and a CPU's slow value (25x) still moves."""
 
 
+LOW_Z = 1.645
+"""A candidate's cost is predicted at the low end of its throughput (the one-sided 95% bound): an
+unmeasured value's prior is wide, and under-predicting a slow one's cost is what costs time."""
+
+
 def fit(work: np.ndarray, durations: np.ndarray) -> tuple[float, float] | None:
     """(fixed seconds, seconds per unit of work) by least squares; None without two trials of
     different work, or where more work did not take longer (no cost to tell candidates apart)."""

@@ -24,9 +24,9 @@ class Model:
         self.cross = S.CrossCache(space, idx)
         self.chances: tuple[tuple[int, ...], np.ndarray] | None = None
         self.incumbent = -1
+        """The measured configuration with the highest predicted value."""
         self.offset = 0.0
         """The mean of the measured log objective, which ``mean`` is centred on."""
-        """The measured configuration with the highest predicted value."""
 
     def mean(self, at: np.ndarray) -> np.ndarray:
         return sum(w * S.posterior_mean(self.space, c, at, self.cross) for w, c in self.members)

@@ -287,13 +287,20 @@ class Planner:
         """Of ``group``, what a look may cost (``cost.affordable``)."""
         if model is None or self.scaling is None or not self.maximize or self.metric not in THROUGHPUT:
             return group
-        def work(i: list[int]) -> np.ndarray:  # a step's samples over the predicted throughput
+        def work(i: list[int], pessimistic: bool = False) -> np.ndarray:  # a step's samples over the throughput
             step = [float(self.configs[j].get(self.scaling, 1)) * float(self.configs[j].get("grad_accum_steps", 1))
                     for j in i]
-            return np.array(step) / np.exp(model.mean(np.array(i)) + model.offset)
+            at = np.array(i)
+            if not pessimistic:
+                return np.array(step) / np.exp(model.mean(at) + model.offset)
+            ref = np.array([model.incumbent])
+            low = model.mean(ref) + model.offset + model.upper(model.incumbent, at, z=-cost.LOW_Z)
+            return np.array(step) / np.exp(low)
         measured = list(self._durations)
         line = cost.fit(work(measured), np.array([self._durations[i] for i in measured])) if measured else None
-        return group if line is None else cost.affordable(group, line[0] + line[1] * work(group), p_fit[group] >= 0.5)
+        if line is None:
+            return group
+        return cost.affordable(group, line[0] + line[1] * work(group, pessimistic=True), p_fit[group] >= 0.5)
 
     def _unmeasured_note(self, model: Model | None, idx: list[int], p_fit: np.ndarray) -> str:
         """For the stop line: each searched value never measured, and what the model says of it."""

@@ -290,3 +290,19 @@ def test_on_the_cpu_capped_at_avx2_the_sweep_finds_float32_and_looks_at_bfloat16
         assert max(r.samples_per_s for r in measured) >= 0.98 * land.best_feasible() * 0.95
         bf16 = [r.params["batch_size"] for r in measured if r.params["dtype"] == "bfloat16"]
         assert bf16 and bf16[0] <= 64, bf16
+
+
+def test_a_looks_cost_is_predicted_at_the_low_end_of_an_unmeasured_values_throughput() -> None:
+    """The H100 headline's first six trials (docs/gpu/search_cost/headline_sibling.log): its look
+    at float32 was paired with the best then, 4 micro-batches at batch 256, and took 26.6 s
+    (float32 ran at 0.2x; its prior says 0.55x). Predicted at the low end of float32's throughput,
+    that look costs more than 4x the cheapest and goes to one micro-batch (7 s a trial)."""
+    space = configs(batch_size=(8, 16, 32, 64, 128, 256), dtype=("float32", "float16", "bfloat16"),
+                    grad_accum_steps=(1, 2, 4))
+    logged = [((64, "float16", 1), 1849.3, 7.54, 3.4), ((256, "float16", 1), 2548.0, 27.95, 2.6),
+              ((256, "bfloat16", 1), 2585.9, 27.95, 3.7), ((256, "float16", 4), 2555.8, 27.95, 6.3),
+              ((256, "bfloat16", 4), 2592.3, 27.95, 6.2), ((256, "bfloat16", 2), 2594.3, 27.95, 3.4)]
+    seen = {config_key({"batch_size": b, "dtype": d, "grad_accum_steps": a}): result("ok", v, peak, s)
+            for (b, d, a), v, peak, s in logged}
+    d = Planner(space, {}, "samples_per_s", "maximize", "cuda", dict(DEFAULT_ORDER), cap_gib=79.18).decide(seen, set())
+    assert d.why == "coverage" and d.config == {"batch_size": 256, "dtype": "float32", "grad_accum_steps": 1}
