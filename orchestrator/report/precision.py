@@ -9,15 +9,15 @@ import statistics
 from typing import Any
 
 from orchestrator import metrics as M
-from orchestrator.machine import ISA_KEEPS
+from orchestrator.machine import HALF_FLAGS, ISA_KEEPS
 from orchestrator.outcome import Status
 from orchestrator.store.record import TrialRecord
 
 MUCH_SLOWER = 2.0
 """Half precision is "much slower" when float32's throughput is at least this many times its own
 (the median over pairs of configurations equal but for ``dtype``)."""
-NATIVE = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16", "amx_fp16")}
-"""The CPU flags of native instructions for each half precision: vector, then matrix (AMX)."""
+NATIVE = {half: names[:2] for half, names in HALF_FLAGS.items()}
+"""The x86 flags of native instructions for each half precision: vector, then matrix (AMX)."""
 
 
 def slowdowns(trials: list[Any]) -> dict[str, list[float]]:

@@ -120,7 +120,7 @@ class Planner:
     def _observations(self, results: dict[str, Any]) -> tuple[dict[str, Observed], list[int], list[float]]:
         memory: dict[str, Observed] = {}
         idx, y = [], []
-        self._durations: dict[int, float] = {}
+        self._durations = {}
         for key, t in results.items():
             if key not in self.index:
                 continue
@@ -267,8 +267,10 @@ class Planner:
         the highest upper bound first (the likeliest to change the answer)."""
         picks = []
         incumbent = self.configs[model.incumbent] if model is not None else None
+        predict = self._cost(model)  # fitted once for every value's look
         for name, group in looks:
-            group = self._affordable(model, group, p_fit)
+            if predict is not None:
+                group = cost.affordable(group, predict(group), p_fit[group] >= 0.5)
             g = np.array(group)
             if incumbent is not None:
                 paired = self.index.get(config_key({**incumbent, name: self.configs[group[0]][name]}))
@@ -283,10 +285,12 @@ class Planner:
                 picks.append((float(model.upper(model.incumbent, np.array([best]))[0]), best))
         return max(picks, key=lambda p: p[0])[1]
 
-    def _affordable(self, model: Model | None, group: list[int], p_fit: np.ndarray) -> list[int]:
-        """Of ``group``, what a look may cost (``cost.affordable``)."""
+    def _cost(self, model: Model | None) -> Any:
+        """A trial's predicted seconds for configurations ``at`` (``cost``: fitted on the measured
+        trials' durations, a candidate's throughput at the low end of its interval); None where
+        the cost cannot be told (no throughput objective, no batch, too few durations)."""
         if model is None or self.scaling is None or not self.maximize or self.metric not in THROUGHPUT:
-            return group
+            return None
         def work(i: list[int], pessimistic: bool = False) -> np.ndarray:  # a step's samples over the throughput
             step = [float(self.configs[j].get(self.scaling, 1)) * float(self.configs[j].get("grad_accum_steps", 1))
                     for j in i]
@@ -299,8 +303,8 @@ class Planner:
         measured = list(self._durations)
         line = cost.fit(work(measured), np.array([self._durations[i] for i in measured])) if measured else None
         if line is None:
-            return group
-        return cost.affordable(group, line[0] + line[1] * work(group, pessimistic=True), p_fit[group] >= 0.5)
+            return None
+        return lambda at: line[0] + line[1] * work(at, pessimistic=True)
 
     def _unmeasured_note(self, model: Model | None, idx: list[int], p_fit: np.ndarray) -> str:
         """For the stop line: each searched value never measured, and what the model says of it."""

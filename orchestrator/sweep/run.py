@@ -141,7 +141,8 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
                                    worker=os.getpid() if shared else 0, outage=db)
                 recorded = StudyRecord.of(study)  # one read of the study's attributes
                 uid = recorded.uid
-                record_machine(study, plan, memory_limit(spec, plan, probe), recorded.machine)
+                limit_gib, native = memory_limit(spec, plan, probe), native_half_of(plan)  # read once
+                record_machine(study, plan, limit_gib, native, recorded.machine)
                 parent = sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
                 if recorded.parent_run_id != parent:
                     write_study(study, parent_run_id=parent)
@@ -159,7 +160,7 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
                           recovery=recovery if shared else None, superseded=superseded,
                           heartbeat=heartbeat.beat_one if heartbeat else None,
                           owner=f"{socket.gethostname()}:{os.getpid()}" if shared else None,
-                          memory_limit_gib=memory_limit(spec, plan, probe), native_half=native_half_of(plan))
+                          memory_limit_gib=limit_gib, native_half=native)
             if heartbeat is not None:
                 heartbeat.track(sweep.running_trial_ids)
             result = _drive(spec, probe, study, sweep, slots, interrupted, queued)
@@ -198,14 +199,14 @@ def outages(spec: SweepSpec, stop: StopFlag) -> tuple[Outage | None, Outage | No
     return guard(spec.storage, "study's database"), guard(spec.tracking_uri, "tracking store")
 
 
-def record_machine(study: Study, plan: Plan, limit_gib: float | None, recorded: dict[str, Any] | None) -> None:
+def record_machine(study: Study, plan: Plan, limit_gib: float | None, native: frozenset[str] | None,
+                   recorded: dict[str, Any] | None) -> None:
     """What the study runs on, for a later run of the finished study to check without a probe
-    (``resume``); ``recorded``: what the study holds now."""
+    (``resume``); ``native``: ``native_half_of``; ``recorded``: what the study holds now."""
     from orchestrator.machine import facts
     from orchestrator.store.studyrecord import write_study
 
     now = {**facts(plan.devices), "memory_limit_gib": limit_gib}
-    native = native_half_of(plan)
     if native is not None:
         now["native_half"] = sorted(native)
     if recorded != now:
