@@ -22,7 +22,14 @@ LOG_DIMENSIONS = ("batch_size", "effective_batch_size", "grad_accum_steps", "seq
 # Prior effects on the natural log of throughput (samples or tokens per second): (mean, spread).
 # Ordered dimensions: per doubling of the value. Categorical ones: per value, against 0.
 PRIORS: dict[str, Any] = {
-    "batch_size": (0.10, 0.15),
+    # By device, what the recorded landscapes show (``bench/landscapes/``, log throughput per
+    # doubling between neighbouring batches of one column): on CUDA medians 0.11-0.74, 10th to
+    # 90th percentiles 0.03-0.94 (a launch-bound MLP nearly doubles per doubling, BERT-large
+    # saturates); on the CPU medians 0.01-0.08, 10th to 90th -0.17 to 0.47. (Before, every device
+    # had 0.10, spread 0.15: a CUDA sweep expected too little of a larger batch that checkpointing
+    # or half precision makes fit, a CPU sweep too much of one.) No Mac landscape is recorded: MPS
+    # gets a GPU's spread and a mean between the two.
+    "batch_size": {"cuda": (0.3, 0.3), "mps": (0.2, 0.3), "cpu": (0.05, 0.15)},
     "effective_batch_size": (0.02, 0.10),
     "grad_accum_steps": (0.02, 0.05),
     "activation_checkpointing": {True: (-0.20, 0.15), False: (0.0, 0.15)},
@@ -41,6 +48,8 @@ PRIORS: dict[str, Any] = {
         "cpu": {"float32": (0.0, 0.3), "float16": (-0.5, 0.3), "bfloat16": (0.0, 0.3)},
     },
 }
+SEVERAL_DEVICES = (0.2, 0.35)
+"""The batch's effect where the space sweeps the device (covers both the CPU's and CUDA's)."""
 EMULATED_BF16 = (-1.0, 0.8)
 """bfloat16 on a CPU without bfloat16 instructions (no avx512_bf16 or amx_bf16, or capped below
 them with ``cpu_isa``): autocast emulates it. The tiny BERT here capped at AVX2 trained 7.3x slower
@@ -94,6 +103,8 @@ def _slope(name: str, metric: str, device: str | None, log: bool) -> tuple[float
     if name == "seq_len":
         return SEQ_LEN_PRIOR.get(metric, UNKNOWN_ORDERED)
     rule = PRIORS.get(name)
+    if name == "batch_size":  # by device; several devices in one space: one that covers them
+        rule = rule.get(device, SEVERAL_DEVICES)
     return rule if isinstance(rule, tuple) and log else UNKNOWN_ORDERED
 
 
