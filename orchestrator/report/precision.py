@@ -18,6 +18,10 @@ MUCH_SLOWER = 2.0
 (the median over pairs of configurations equal but for ``dtype``)."""
 NATIVE = {half: names[:2] for half, names in HALF_FLAGS.items()}
 """The x86 flags of native instructions for each half precision: vector, then matrix (AMX)."""
+ARM = {half: names[2] for half, names in HALF_FLAGS.items()}
+"""Arm's flag (``Features`` in /proc/cpuinfo) of each half precision's instructions."""
+ARM_BASE = "asimd"
+"""A flag every 64-bit Arm CPU lists (Advanced SIMD): the flags are an Arm CPU's."""
 
 
 def slowdowns(trials: list[Any]) -> dict[str, list[float]]:
@@ -61,6 +65,12 @@ def half_precision_note(trials: list[Any], flags: set[str] | None, cpu_isa: str 
                "instructions, so autocast emulates it")
     elif flags is None:
         why = f"this CPU may have no native {half} instructions (its flags could not be read), so autocast emulates it"
+    elif ARM[half] in flags:
+        why = (f"this CPU has Arm's {ARM[half]} instructions, so the likely cause is a model too small for them "
+               "to pay for autocast's conversions at every op")
+    elif ARM_BASE in flags:
+        why = (f"this Arm CPU has no native {half} instructions (no {ARM[half]} in its flags), "
+               "so autocast emulates it")
     elif matrix in flags:
         why = (f"this CPU has {matrix}, so the likely cause is a model too small for its matrix units to pay "
                "for autocast's conversions at every op")

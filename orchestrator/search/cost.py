@@ -11,6 +11,8 @@ bfloat16 without its instructions cost 18 s a trial at batch 256, 0.7 s at batch
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 LOOK_COST = 4.0
@@ -45,3 +47,11 @@ def affordable(group: list[int], predicted: np.ndarray, likely: np.ndarray) -> l
         return group
     cheapest = float(predicted[likely].min())
     return [i for i, c in zip(group, predicted) if c <= LOOK_COST * cheapest]
+
+
+def step_samples(config: dict[str, Any], scaling: str) -> float:
+    """A step's samples: the effective batch where the space sets it (``effective_batch_size``:
+    the micro-batches are derived from it), else the batch times its micro-batches."""
+    if "effective_batch_size" in config:
+        return float(config["effective_batch_size"])
+    return float(config.get(scaling, 1)) * float(config.get("grad_accum_steps", 1))

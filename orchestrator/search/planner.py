@@ -292,8 +292,7 @@ class Planner:
         if model is None or self.scaling is None or not self.maximize or self.metric not in THROUGHPUT:
             return None
         def work(i: list[int], pessimistic: bool = False) -> np.ndarray:  # a step's samples over the throughput
-            step = [float(self.configs[j].get(self.scaling, 1)) * float(self.configs[j].get("grad_accum_steps", 1))
-                    for j in i]
+            step = [cost.step_samples(self.configs[j], self.scaling) for j in i]
             at = np.array(i)
             if not pessimistic:
                 return np.array(step) / np.exp(model.mean(at) + model.offset)

@@ -65,6 +65,12 @@ TAIL = "A GPU, or a CPU with native support, can rank them the other way."
      {"avx512_bf16", "amx_bf16"}, "Note: bfloat16 trained 6.0x slower than float32 on this CPU with cpu_isa "
      "avx512_core_amx (one pair of configurations): this CPU has amx_bf16, so the likely cause is a model too small for its matrix units to pay "
      f"for autocast's conversions at every op. {TAIL}"),
+    # an Arm CPU: its own flag names (Features), not the x86 ones
+    (SLOW_BF16[:2], {"fp", "asimd", "bf16"}, "Note: bfloat16 trained 6.0x slower than float32 on this CPU (one pair of "
+     "configurations): this CPU has Arm's bf16 instructions, so the likely cause is a model too small for them to pay "
+     f"for autocast's conversions at every op. {TAIL}"),
+    (SLOW_BF16[:2], {"fp", "asimd"}, "Note: bfloat16 trained 6.0x slower than float32 on this CPU (one pair of "
+     f"configurations): this Arm CPU has no native bfloat16 instructions (no bf16 in its flags), so autocast emulates it. {TAIL}"),
     ([trial(0, "float32", 300.0), trial(1, "bfloat16", 160.0)], set(), None),  # 1.9x: not "much"
     ([trial(0, "float32", 300.0), trial(1, "bfloat16", 400.0)], set(), None),  # faster
     ([trial(0, "float32", 600.0, slot="cuda:0"), trial(1, "bfloat16", 100.0, slot="cuda:0")], set(), None),  # a GPU

@@ -31,3 +31,11 @@ def test_affordable_keeps_what_costs_at_most_look_cost_times_the_cheapest_that_l
     # the cheapest likely to fit sets the bar, not one that likely runs out of memory
     assert cost.affordable(group, predicted, np.array([False, False, True, True])) == [10, 11, 12]
     assert cost.affordable(group, predicted, np.array([False] * 4)) == group
+
+
+def test_a_steps_samples_are_the_effective_batch_where_the_space_sets_it() -> None:
+    """Accumulation's micro-batches count in a step's samples, given or derived: a space swept by
+    ``effective_batch_size`` at batch 64 takes 8 micro-batches for 512."""
+    assert cost.step_samples({"batch_size": 64, "grad_accum_steps": 4}, "batch_size") == 256
+    assert cost.step_samples({"batch_size": 64, "effective_batch_size": 512}, "batch_size") == 512
+    assert cost.step_samples({"batch_size": 64}, "batch_size") == 64
