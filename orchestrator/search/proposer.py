@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from orchestrator.search.dominance import predicted_oom
 from orchestrator.faultpoints import reached
 from orchestrator.outcome import MEMORY_BOUNDARY, Outcome, Status
-from orchestrator.search.planner import Planner, Verdict
+from orchestrator.search.planner import Planner
+from orchestrator.search.verdict import Verdict
 from orchestrator.store.record import enqueue, is_attempt, status_of, write
 from orchestrator.store.records import results_of
 from orchestrator.search.space import Plan, config_key, configurations, nearest, suggest

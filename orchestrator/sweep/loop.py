@@ -29,7 +29,7 @@ from orchestrator.sweep.job import Job, State
 from orchestrator.harness.protocol import TrialConfig, TrialSteps
 from orchestrator.launch import PRESTART, StopFlag
 from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome, Status
-from orchestrator.search.planner import Verdict
+from orchestrator.search.verdict import Verdict
 from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
 from orchestrator.store.record import status_of, write
 from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags

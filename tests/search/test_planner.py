@@ -50,6 +50,20 @@ def test_the_first_trial_is_the_middle_of_the_column_the_priors_rank_first(devic
     assert decision.why == "boundary" and not decision.verdict.done
 
 
+@pytest.mark.parametrize("device, second", [("cuda", 256), ("cpu", 32)])
+def test_after_the_first_trial_a_gpu_bisects_up_and_a_cpu_steps_down_first(device: str, second: int) -> None:
+    """The first trial fits: on a GPU, where a larger batch is usually faster, the bisection goes
+    up (the middle of what is left above); on a CPU, where the batch barely matters and a trial
+    costs about its batch, the batch below comes first, then the bisection up."""
+    space = configs(batch_size=BATCHES, dtype=("float32",))
+    seen = {config_key({"batch_size": 64, "dtype": "float32"}): result("ok", 700.0, 0.4, 1.0)}
+    first = planner(space, device).decide(seen, set())
+    assert first.why == "boundary" and first.config["batch_size"] == second
+    if device == "cpu":
+        seen[config_key({"batch_size": 32, "dtype": "float32"})] = result("ok", 690.0, 0.35, 0.6)
+        assert planner(space, device).decide(seen, set()).config["batch_size"] == 256
+
+
 def test_a_small_prior_gain_does_not_lead_into_more_memory() -> None:
     """Accumulation's prior gain (2% a doubling) is within the tie: the first column has one
     micro-batch a step, which needs less memory (``dominance``: accumulation adds a buffer)."""
