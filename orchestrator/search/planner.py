@@ -59,6 +59,8 @@ the band), a parameter value never measured gets its one look (and always before
 REFIT_ALWAYS = 40
 LEAD_TIE = 0.05
 """Prior effects (log throughput) closer than this to the best do not decide the first column."""
+PAIR_FITS = 0.2
+"""A paired look this unlikely to fit goes to the largest batch of it that is likelier (``_paired``)."""
 TOP = 200
 """Candidates sampled jointly for the stop rule; the rest are bounded one by one (union bound)."""
 class Planner:
@@ -260,7 +262,7 @@ class Planner:
                 group = cost.affordable(group, predict(group), p_fit[group] >= 0.5)
             g = np.array(group)
             if incumbent is not None:
-                paired = self.index.get(config_key({**incumbent, name: self.configs[group[0]][name]}))
+                paired = self._paired(incumbent, name, group, p_fit)
                 if paired in group:
                     picks.append((float(model.upper(model.incumbent, np.array([paired]))[0]), paired))
                     continue
@@ -271,6 +273,20 @@ class Planner:
             else:
                 picks.append((float(model.upper(model.incumbent, np.array([best]))[0]), best))
         return max(picks, key=lambda p: p[0])[1]
+
+    def _paired(self, incumbent: dict[str, Any], name: str, group: list[int], p_fit: np.ndarray) -> int | None:
+        """The incumbent with ``name``'s unseen value instead. Where that is unlikely to fit
+        (``PAIR_FITS``) and the value is a category (float32 needs up to twice bfloat16's memory),
+        the largest batch of it that likely fits: only the batch differs, which the model knows.
+        Not for a number such as accumulation: its memory model is cautious (the small BERT's best,
+        2 micro-batches at batch 32, fits; the model gave it under 10%)."""
+        paired = self.index.get(config_key({**incumbent, name: self.configs[group[0]][name]}))
+        if paired not in group or name in self.ordered or self.scaling not in incumbent or p_fit[paired] >= PAIR_FITS:
+            return paired
+        top, rest = incumbent[self.scaling], {k: v for k, v in self.configs[paired].items() if k != self.scaling}
+        below = [i for i in group if p_fit[i] >= PAIR_FITS and self.configs[i].get(self.scaling, top) < top
+                 and {k: v for k, v in self.configs[i].items() if k != self.scaling} == rest]
+        return max(below, key=lambda i: self.configs[i][self.scaling], default=paired)
 
     def _cost(self, model: Model | None) -> Any:
         """A trial's predicted seconds for configurations ``at`` (``cost``: fitted on the measured

@@ -64,6 +64,20 @@ def test_after_the_first_trial_a_gpu_bisects_up_and_a_cpu_steps_down_first(devic
         assert planner(space, device).decide(seen, set()).config["batch_size"] == 256
 
 
+def test_a_paired_look_unlikely_to_fit_goes_to_the_largest_batch_that_likely_does() -> None:
+    """bfloat16's line (two peaks) puts float32 at the best batch between 1.24 and 2.48 GiB against
+    a 1.35 GiB limit: its look goes to batch 1024 instead (0.99 to 1.98 GiB), only the batch
+    differing; with room (3 GiB) the best batch itself."""
+    space = configs(batch_size=(256, 512, 1024, 2048, 4096), dtype=("float32", "bfloat16"))
+    seen = {config_key({"batch_size": 2048, "dtype": "bfloat16"}): result("ok", 145000.0, 1.24, 1.3),
+            config_key({"batch_size": 4096, "dtype": "bfloat16"}): result("oom"),
+            config_key({"batch_size": 1024, "dtype": "bfloat16"}): result("ok", 69000.0, 0.99, 1.2)}
+    tight = Planner(space, {}, "samples_per_s", "maximize", "cuda", dict(DEFAULT_ORDER), cap_gib=1.35).decide(seen, set())
+    assert tight.why == "coverage" and tight.config == {"batch_size": 1024, "dtype": "float32"}
+    roomy = Planner(space, {}, "samples_per_s", "maximize", "cuda", dict(DEFAULT_ORDER), cap_gib=3.0).decide(seen, set())
+    assert roomy.config == {"batch_size": 2048, "dtype": "float32"}
+
+
 def test_a_small_prior_gain_does_not_lead_into_more_memory() -> None:
     """Accumulation's prior gain (2% a doubling) is within the tie: the first column has one
     micro-batch a step, which needs less memory (``dominance``: accumulation adds a buffer)."""
