@@ -45,6 +45,9 @@
 #   bash docs/gpu/session.sh z1   issue #27: the deep MLP at a tighter cap (checkpointing expected to win)
 #   bash docs/gpu/session.sh z2   issue #27: two more checkpointing landscapes, a 32-layer MLP at caps of
 #                                 2.2% and 1.8%, to judge search changes on more than one (about 4 minutes)
+#   bash docs/gpu/session.sh z3   two landscapes recorded after every search change of the session that resolved
+#                                 issue #27, never tuned on: a 16-layer MLP of 2,048 capped at 3% and the small
+#                                 BERT at 128 tokens (about 4 minutes on an H100)
 #   bash docs/gpu/session.sh z    issue #27's final check, after the search changed: the headline from an empty
 #                                 folder and again, and the launch-bound MLP spec (float32 fastest) run for real
 #   bash docs/gpu/session.sh x    issue #30: experiments.hf's BERT-base (transformers' BertForMaskedLM
@@ -169,6 +172,10 @@ z1)
 z2)
   landscape mlp_deep32_ckpt_cap022 mlp_deep32_ckpt_h100_cap022
   landscape mlp_deep32_ckpt_cap018 mlp_deep32_ckpt_h100_cap018
+  ;;
+z3)
+  landscape mlp_wide16_ckpt mlp_wide16_ckpt_h100_cap003
+  landscape bert_mini_seq128 bert_mini_seq128_h100
   ;;
 z)
   step headline; R=$PWD; d=$(mktemp -d); cd "$d"
