@@ -136,8 +136,9 @@ def classify(returncode: int | None, result_text: str | None, *, timed_out: bool
     if interrupted:
         return Outcome(S.INTERRUPTED, INTERRUPTED_DETAIL)
     if timed_out:
-        return Outcome(S.TIMEOUT, f"no result within timeout_s={timeout_s:g}; process group killed"
-                       if timeout_s is not None else "timed out; process group killed")
+        tail = f"; its last output: {log_tail}" if log_tail else ""
+        return Outcome(S.TIMEOUT, (f"no result within timeout_s={timeout_s:g}; process group killed"
+                                   if timeout_s is not None else "timed out; process group killed") + tail)
     if result_text is not None:
         try:
             result = decode_result(result_text)

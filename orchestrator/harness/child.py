@@ -22,7 +22,7 @@ import traceback
 from typing import Any, Callable
 
 from orchestrator.errors import first_line
-from orchestrator.trialdir import partial
+from orchestrator.trialdir import LOG, partial
 from orchestrator.harness.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, Status,
                                            TrialConfig, TrialResult, Word, decode_config, decode_order,
                                            encode_result, encode_status)
@@ -79,42 +79,85 @@ def write_atomically(path: str, text: str) -> None:
 
 
 def run_config(config: TrialConfig, timeline: dict[str, float],
-               before_window: Callable[[], None] | None = None) -> None:
-    """Run one trial and write its result file; every failure becomes a recorded status."""
+               before_window: Callable[[], None] | None = None,
+               said: Callable[[], None] | None = None) -> None:
+    """Run one trial and write its result file; every failure becomes a recorded status. A script
+    trial (``config.script``) ends its process once its window closes: its result written and,
+    given ``said``, said, the process exits here (the script need not finish)."""
     # Imported here so that a broken torch install is reported as this trial's error.
     from orchestrator.harness import backend, train
-    from orchestrator.harness.oom import is_oom_exception
 
     timeline.setdefault("imports_done", time.time())
     assert config.result_path is not None, "the launcher gives every trial its result's path"
     os.environ["ORCHESTRATE_RESULT_PATH"] = config.result_path  # for experiments that report themselves
     progress = train.Progress(before_window)
-    result: TrialResult
     device = config.params.get("device", "auto")
     try:
+        if config.script is not None:
+            from orchestrator.harness import script
+
+            def finish(out: dict[str, Any]) -> None:
+                conclude(config, measured(out), out["device"], progress, timeline)
+                if said is not None:
+                    said()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)  # the window is measured: the script need not finish
+
+            script.run(config, progress, finish)  # returns only by raising
         out = train.run(config, progress)
         device = out["device"]
-        status = out.get("status", "ok") if out["finite"] else "diverged"
-        result = TrialResult(status, metrics=out["metrics"], applied=out["applied"], not_applied=out["not_applied"],
-                             info=out["info"])
-        if status == "diverged":
-            result.detail = "the loss became NaN or infinite"
-        elif out.get("detail"):
-            result.detail = out["detail"]
+        result = measured(out)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a recorded status
-        traceback.print_exc()
-        oom = is_oom_exception(exc)
-        detail = first_line(exc)
-        if progress.phase == "compile" and not oom:
-            detail = f"torch.compile failed on {device} (experimental there): {detail}"
-        result = TrialResult("oom" if oom else "error", detail, phase=progress.phase, step=progress.step)
+        result = failed(exc, config, progress, device)
         del exc
         try:
             device = backend.resolve(device)
-            if oom:
+            if result.status == "oom":
                 result.memory_at_failure = backend.memory_now(device)
         except Exception:  # noqa: BLE001
             pass
+    conclude(config, result, device, progress, timeline)
+
+
+def measured(out: dict[str, Any]) -> TrialResult:
+    """The result of a trial that measured its window (``train.run``'s or the script meter's figures)."""
+    status = out.get("status", "ok") if out["finite"] else "diverged"
+    result = TrialResult(status, metrics=out["metrics"], applied=out["applied"], not_applied=out["not_applied"],
+                         info=out["info"])
+    if status == "diverged":
+        result.detail = "the loss became NaN or infinite"
+    elif out.get("detail"):
+        result.detail = out["detail"]
+    return result
+
+
+def failed(exc: BaseException, config: TrialConfig, progress: Any, device: str) -> TrialResult:
+    """The result of a trial that raised: out of memory, or an error with one line on it (a
+    script's: where in it, and the last lines it printed)."""
+    from orchestrator.harness.oom import is_oom_exception
+
+    oom = is_oom_exception(exc)
+    detail = first_line(exc)
+    if progress.phase == "compile" and not oom:
+        detail = f"torch.compile failed on {device} (experimental there): {detail}"
+    if config.script is not None and not oom:  # what it printed last, read before the traceback is
+        from orchestrator.harness.script import ScriptEnded
+        from orchestrator.harness.scriptfile import describe_failure
+
+        log = os.path.join(os.path.dirname(str(config.result_path)), LOG)
+        detail = describe_failure(exc, config.script.path, log, str(exc) if isinstance(exc, ScriptEnded) else detail)
+        if isinstance(exc, ScriptEnded):
+            return TrialResult("error", detail, phase=progress.phase, step=progress.step)
+    traceback.print_exception(exc)
+    return TrialResult("oom" if oom else "error", detail, phase=progress.phase, step=progress.step)
+
+
+def conclude(config: TrialConfig, result: TrialResult, device: str, progress: Any,
+             timeline: dict[str, float]) -> None:
+    """Where and how the trial ran, then its result written (atomically)."""
+    from orchestrator.harness import backend
+
     try:
         result.provenance = backend.describe(backend.resolve(device))
     except Exception as exc:  # noqa: BLE001 - provenance must not hide the result
@@ -125,6 +168,7 @@ def run_config(config: TrialConfig, timeline: dict[str, float],
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     result.process_peak_rss_gib = maxrss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
     result.timeline = {**timeline, **progress.marks, "result_written": time.time()}
+    assert config.result_path is not None
     write_result(config.result_path, result)
 
 
@@ -196,11 +240,19 @@ def run_given(config_path: str, status: Any, timeline: dict[str, Any], pid: int 
         sys.stdin.readline()  # go (or EOF: the launcher is gone, and the watchdog acts)
         timeline["go"] = time.time()
 
-    run_config(config, timeline, gate)
+    def said() -> None:
+        status.write(encode_status(Status(Word.RESULT, pid)))
+
+    run_config(config, timeline, gate, said)
     sys.stdout.flush()
     sys.stderr.flush()
-    status.write(encode_status(Status(Word.RESULT, pid)))
+    said()
     return 0
+
+
+def is_script(workload: str) -> bool:
+    """Whether a trial process's workload is a script's file rather than a module's name."""
+    return workload.endswith(".py") or os.sep in workload
 
 
 def preload(experiment: str) -> None:
@@ -212,12 +264,17 @@ def preload(experiment: str) -> None:
     the probe without waiting for the seconds of the rest."""
     import importlib
 
-    try:
-        module = importlib.import_module(experiment)
-    except BaseException:  # noqa: BLE001
-        return
-    if not callable(getattr(module, "build", None)):
-        return
+    if is_script(experiment):
+        from orchestrator.harness.scriptfile import preload_imports
+
+        preload_imports(experiment)  # the script's own top-level imports (transformers, lightning, ...)
+    else:
+        try:
+            module = importlib.import_module(experiment)
+        except BaseException:  # noqa: BLE001
+            return
+        if not callable(getattr(module, "build", None)):
+            return
     try:
         import torch  # noqa: F401
         import torch._dynamo  # noqa: F401 - optimizers import it on first use (1.5 s on a small CPU)
@@ -226,5 +283,7 @@ def preload(experiment: str) -> None:
 
         from orchestrator.harness import backend, train  # noqa: F401
         from orchestrator.harness.oom import is_oom_exception  # noqa: F401
+        if is_script(experiment):
+            from orchestrator.harness import script  # noqa: F401
     except BaseException:  # noqa: BLE001
         pass

@@ -156,7 +156,8 @@ def _probe(request_path: str, status: TextIO) -> int:
         write_atomically(probe_answer(request_path, name), json.dumps(out, indent=1, default=str))
         status.write(encode_status(Status(Word.RESULT, os.getpid())))
 
-    answer(request["experiment"], request["device"], request["fixed"], request.get("smoke"), say)
+    answer(request["experiment"], request["device"], request["fixed"], request.get("smoke"), say,
+           request.get("smoke_script"), os.path.join(os.path.dirname(request_path), "probe.log"))
     return 0
 
 

@@ -25,6 +25,13 @@ from orchestrator.harness.child import watch_parent
 
 
 def probe(module_name: str, device: str, fixed: dict) -> dict:
+    from orchestrator.harness.child import is_script
+
+    if is_script(module_name):  # a training script: it must compile; it has no PARAMS to check
+        from orchestrator.harness.scriptfile import check_source
+
+        why = check_source(module_name)
+        return {"ok": False, "error": why} if why else device_answer(device, None)
     try:
         spec = importlib.util.find_spec(module_name)
     except (ImportError, ValueError):
@@ -56,6 +63,12 @@ def probe(module_name: str, device: str, fixed: dict) -> dict:
             validate(fixed)
         except ValueError as exc:
             return {"ok": False, "error": str(exc), "field": getattr(exc, "field", None)}
+    return device_answer(device, sorted(params) if params is not None else None)
+
+
+def device_answer(device: str, params: list[str] | None) -> dict:
+    """The device resolved and described (or why it cannot be used), with the experiment's
+    parameter names (None: it does not list them)."""
     from orchestrator.harness import backend
 
     try:
@@ -70,23 +83,33 @@ def probe(module_name: str, device: str, fixed: dict) -> dict:
     import torch
 
     available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
-    return {"ok": True, "device": resolved, "available": available, "params": sorted(params) if params is not None else None,
+    return {"ok": True, "device": resolved, "available": available, "params": params,
             "device_name": info.get("device_name"), "torch_version": info.get("torch_version"),
             "total_memory_gib": info.get("total_memory_gib")}
 
 
-def answer(module_name: str, device: str, fixed: dict, smoke: dict | None, say: Callable[[str, dict], None]) -> None:
+def answer(module_name: str, device: str, fixed: dict, smoke: dict | None, say: Callable[[str, dict], None],
+           smoke_script: dict | None = None, log_path: str | None = None) -> None:
     """The probe's answer, then (given ``smoke``, the smoke configuration's parameters, and the
-    probe's answer ok) one training step of that configuration (``orchestrator.harness.smoke``):
-    each said as it is ready, ``say("probe", ...)`` then ``say("smoke", ...)``."""
+    probe's answer ok) one training step of that configuration (``orchestrator.harness.smoke``;
+    a script's: ``smoke_script``, its ``ScriptCall`` for those parameters, run until its first
+    optimizer step, whose output goes to ``log_path``): each said as it is ready,
+    ``say("probe", ...)`` then ``say("smoke", ...)``."""
     out = probe(module_name, device, fixed)
     say("probe", out)
     if out["ok"] and smoke is not None:
         import os
 
+        os.environ["ORCHESTRATE_SMOKE"] = "1"  # an experiment may tell the smoke step from a trial
+        if smoke_script is not None:
+            from orchestrator.harness.protocol import ScriptCall
+            from orchestrator.harness.smoke import script_smoke
+
+            call = ScriptCall(smoke_script["path"], list(smoke_script["argv"]), smoke_script.get("samples_per_step"))
+            say("smoke", script_smoke(call, out["device"], lambda ok: say("smoke", ok), log_path))
+            return
         from orchestrator.harness.smoke import smoke_step
 
-        os.environ["ORCHESTRATE_SMOKE"] = "1"  # an experiment may tell the smoke step from a trial
         say("smoke", smoke_step(module_name, smoke, out["device"]))
 
 
@@ -97,5 +120,15 @@ def print_line(name: str, out: dict) -> None:
 
 if __name__ == "__main__":
     watch_parent()  # before any import of torch (seconds): the probe's group dies with its parent
+    import os
+
+    answers = os.fdopen(os.dup(1), "w")  # the answers' pipe; a script's own output goes to stderr
+    os.dup2(2, 1)
+
+    def say_line(name: str, out: dict) -> None:
+        answers.write(f"{name.upper()} " + json.dumps(out, default=str) + "\n")
+        answers.flush()
+
     answer(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]),
-           json.loads(sys.argv[4]) if len(sys.argv) > 4 else None, print_line)
+           json.loads(sys.argv[4]) if len(sys.argv) > 4 else None, say_line,
+           json.loads(sys.argv[5]) if len(sys.argv) > 5 else None)

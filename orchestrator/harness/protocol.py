@@ -183,6 +183,18 @@ class TrialSteps:
 
 
 @dataclass(frozen=True)
+class ScriptCall:
+    """A training script run unchanged (``harness/script.py``), instead of an experiment module."""
+
+    path: str
+    """The script's file (absolute)."""
+    argv: list[str]
+    """Its arguments, placeholders filled (``sys.argv[1:]``)."""
+    samples_per_step: float | None = None
+    """Samples per optimizer step, from the spec; None: counted from its DataLoaders' batches."""
+
+
+@dataclass(frozen=True)
 class TrialConfig:
     """What a trial process is given to run (``config.json``)."""
 
@@ -201,6 +213,9 @@ class TrialConfig:
     """Where the trial writes its ``TrialResult`` (the launcher sets it beside the config)."""
     watch_parent: bool = True
     """A cold trial (``python -m orchestrator.harness CONFIG.json``) dies with its parent."""
+    script: ScriptCall | None = None
+    """A script trial: the script run in place of ``experiment``'s ``build`` (which then names
+    the script's file)."""
 
 
 def encode_config(config: TrialConfig) -> str:
@@ -215,17 +230,23 @@ def encode_config(config: TrialConfig) -> str:
         data["result_path"] = config.result_path
     if not config.watch_parent:
         data["watch_parent"] = False
+    if config.script is not None:
+        data["script"] = {"path": config.script.path, "argv": list(config.script.argv),
+                          "samples_per_step": config.script.samples_per_step}
     return json.dumps(data, indent=1, default=str)
 
 
 def config_of(data: dict[str, Any]) -> TrialConfig:
     """A ``TrialConfig`` from ``config.json``'s parsed JSON (or a dict written as it is)."""
     steps = data["trial"]
+    script = data.get("script")
     return TrialConfig(data["experiment"], dict(data["params"]),
                        TrialSteps(steps["warmup_steps"], steps["measure_steps"], steps["min_measure_s"]),
                        data.get("trial_number"), dict(data.get("not_applied") or {}),
                        bool(data.get("allow_swap", False)), data.get("result_path"),
-                       bool(data.get("watch_parent", True)))
+                       bool(data.get("watch_parent", True)),
+                       None if script is None else ScriptCall(script["path"], [str(a) for a in script["argv"]],
+                                                              script.get("samples_per_step")))
 
 
 def decode_config(text: str) -> TrialConfig:

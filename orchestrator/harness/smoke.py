@@ -24,12 +24,13 @@ import functools
 import importlib
 import importlib.util
 import json
+import os
 import sys
 import time
 import traceback
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator.errors import first_line
 from orchestrator.harness.protocol import TrialConfig, TrialSteps
@@ -70,6 +71,48 @@ def smoke_step(experiment: str, params: dict[str, Any], device: str) -> dict[str
         return result
     loss = out["metrics"].get("loss")
     return {"ok": True, "device": out["device"], "loss": loss, "finite": out["finite"],
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
+          log_path: str | None = None) -> dict[str, Any]:
+    """The script run until its first optimizer step, before any trial (the smoke step of a
+    module, for a script: the caller passes the smallest configuration, without memory caps).
+    At that step ``ok(answer)`` is called and the process exits; so this returns only the answer
+    of a script that never got there: it exited (an argparse error, say), or raised."""
+    from orchestrator.harness import backend
+    from orchestrator.harness.script import ScriptEnded, run_script
+    from orchestrator.harness.scriptfile import describe_failure
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    started = time.perf_counter()
+    backend.init_device(backend.resolve(device))
+
+    def stepped(*_: Any) -> None:
+        ok({"ok": True, "device": backend.resolve(device), "seconds": round(time.perf_counter() - started, 3)})
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    handle = register_optimizer_step_post_hook(stepped)
+    try:
+        code = run_script(call)
+        exc: BaseException = ScriptEnded(code, 0, 0, "")
+    except BaseException as raised:  # noqa: BLE001 - every failure is the answer
+        if isinstance(raised, KeyboardInterrupt):
+            raise
+        exc = raised
+    finally:
+        handle.remove()
+    from orchestrator.harness.oom import is_oom_exception
+
+    code = f" (exit code {exc.code})" if isinstance(exc, ScriptEnded) and exc.code is not None else ""
+    what = (f"the script exited{code} before its first optimizer step"
+            if isinstance(exc, ScriptEnded) else first_line(exc))
+    error = describe_failure(exc, call.path, log_path, what)  # its output's tail, before the traceback below
+    if not isinstance(exc, ScriptEnded):
+        traceback.print_exception(exc)
+    return {"ok": False, "oom": is_oom_exception(exc), "error": error,
             "seconds": round(time.perf_counter() - started, 3)}
 
 

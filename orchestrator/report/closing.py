@@ -95,6 +95,10 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
         m = TrialRecord.of(b).metrics
         lines.append(f"Best: trial {b.number}: {fmt_params(b.params)} -> "
                      f"{m.get(M.SAMPLES_PER_S, 0):,.1f} samples/s, peak {m.get(M.PEAK_MEMORY_GIB, 0):.2f} GiB")
+        if spec.script is not None:
+            from orchestrator.report.document import script_command
+
+            lines.append(f"Command: {script_command(spec, None, b)}")
     elif results and all(status_of(t) in NOT_FITTING for t in results):
         lines.append("Nothing fit: every configuration ran out of memory (or swapped, or was predicted "
                      "to). That is the answer for this machine; try smaller batches, a lower precision "

@@ -21,7 +21,7 @@ from orchestrator.store.record import TrialRecord
 from orchestrator.store.records import rank, results_of
 from orchestrator.redact import shown
 from orchestrator.report.document import (best_lines, build_report, device_of, paste_command, pick_best, provenance,
-                                    render_text, result_file, top_markdown)
+                                    render_text, result_file, script_command, top_markdown)
 from orchestrator.spec.load import SweepSpec, load_spec
 from orchestrator.store.studyread import StoredStudy, read_study
 from orchestrator.report.summary import fmt_num
@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
         if command == "best":
             text, summary = best_yaml(spec, study)
             if args.output is None:
-                print(text, end="")
+                print(best_command(spec, study) if spec.script is not None else text, end="")
                 print(summary, file=sys.stderr)
             else:
                 print(export_best(spec, study, args.output))
@@ -131,7 +131,7 @@ def plot_context(spec: SweepSpec, rep: dict[str, Any], prov: dict[str, Any]) -> 
     device = rep["device"]
     model = spec.fixed.get("model")
     where = f"{device} ({rep['device_name']})" if rep["device_name"] else device
-    subtitle = (f"{spec.name}: {spec.experiment}" + (f" model {model}" if model else "") + f" on {where}"
+    subtitle = (f"{spec.name}: {spec.workload_name}" + (f" model {model}" if model else "") + f" on {where}"
                 + (f", torch {rep['torch_version']}" if rep["torch_version"] else "")
                 + f"; {rep['results']} trials")
     budget = next((c.max for c in spec.objective.constraints if c.metric == M.PEAK_MEMORY_GIB and c.max), None)
@@ -172,10 +172,18 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
         if advice:
             summary += f"; {advice}"
     header = [f"# {summary}; {paste_command(spec, 'best')}"]
+    if (line := script_command(spec, study, t)) is not None:
+        header.append(f"# command: {line}")
     if len(best) > 1 and len(spec.objective.metrics) > 1:
         header.append(f"# the best on {spec.objective.metrics[0][0]} of {len(best)} Pareto-optimal trials: "
                       f"{', '.join(str(b.number) for b in best)}")
     return "\n".join(header) + "\n" + yaml.safe_dump(params, sort_keys=False, default_flow_style=False), summary
+
+
+def best_command(spec: SweepSpec, study: Any) -> str:
+    """A script spec's best trial as the command line that trains it, with its newline."""
+    best = rank(results_of(study.get_trials(deepcopy=False)), spec)
+    return f"{script_command(spec, study, pick_best(spec, best))}\n"
 
 
 def export_best(spec: SweepSpec, study: Any, path: Path) -> str:

@@ -112,12 +112,24 @@ def device_of(spec: SweepSpec, study: Any, t: Any = None) -> str:
     """The device a trial ran on: its result file, its params, the study's plan, the spec."""
     applied = result_file(t).get("applied", {}) if t is not None else {}
     device = applied.get("device") or (t.params.get("device") if t is not None else None)
-    device = device or (StudyRecord.of(study).fingerprint or {}).get("device")
+    if study is not None:
+        device = device or (StudyRecord.of(study).fingerprint or {}).get("device")
     if device in (None, "swept"):
         from orchestrator.search.space import guess_device
 
         device = spec.device if spec.device != "auto" else guess_device()
     return device
+
+
+def script_command(spec: SweepSpec, study: Any, t: Any) -> str | None:
+    """A script spec's trial ``t`` as the command line that trains it (None for a module's spec)."""
+    if spec.script is None:
+        return None
+    from orchestrator.search.space import make_plan, trial_params
+    from orchestrator.spec.script import pasteable
+
+    device = device_of(spec, study, t)
+    return pasteable(spec, trial_params(make_plan(spec, device), t.params))
 
 
 def _target(spec: SweepSpec, study: Any) -> int | None:
@@ -256,6 +268,8 @@ def best_lines(spec: SweepSpec, best: list[Any]) -> list[str]:
         out.append(("Best on " + spec.objective.metrics[0][0] + " among the front: " if multi else "Best: ") +
                    f"trial {b.number}: {fmt_params(b.params)} -> {fmt_num(m.get(M.SAMPLES_PER_S))} samples/s, "
                    f"peak {fmt_num(m.get(M.PEAK_MEMORY_GIB), ' GiB', 2)}")
+        if (line := script_command(spec, None, b)) is not None:
+            out.append(f"Command: {line}")
     return out
 
 

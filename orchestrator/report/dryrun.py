@@ -14,10 +14,16 @@ def print_plan(spec: SweepSpec) -> None:
     from orchestrator.report.summary import describe_dim
     from orchestrator.store.tracking import absolute_uri, artifact_root
 
-    try:  # as the trial finds it: the working directory first on the path (python -m)
-        found = locate(spec.experiment, trial_path())
-    except LookupError as exc:
-        raise SpecError(str(exc), file=str(spec.path), line=spec.line_of("experiment"), field="experiment") from None
+    if spec.script is not None:
+        from orchestrator.sweep.checks import check_script_file
+
+        check_script_file(spec)
+        origin = str(spec.script_file)
+    else:
+        try:  # as the trial finds it: the working directory first on the path (python -m)
+            origin = locate(str(spec.experiment), trial_path()).origin
+        except LookupError as exc:
+            raise SpecError(str(exc), file=str(spec.path), line=spec.line_of("experiment"), field="experiment") from None
     if spec.device == "auto":
         device = guess_device()
         how = f"auto -> {device} (guessed without importing torch; a real run asks torch)"
@@ -45,7 +51,7 @@ def print_plan(spec: SweepSpec) -> None:
         search = f"{spec.search.sampler if spec.search.sampler != 'auto' else 'tpe'} sampler{seed}"
     out = [f"Plan for {spec.path} (dry run: nothing is created, nothing runs)",
            f"  study        {spec.name}: {search}",
-           f"  experiment   {spec.experiment} ({found.origin})",
+           f"  {'script' if spec.script is not None else 'experiment':<12s} {spec.workload_name} ({origin})",
            f"  device       {how}",
            f"  space        {n if n is not None else 'continuous'} configurations" + (f": {dims}" if dims else "")]
     for k, v in plan.searched.items():
@@ -60,11 +66,38 @@ def print_plan(spec: SweepSpec) -> None:
     out.append(f"  storage      {storage} (Optuna study {spec.name!r})")
     art = artifact_root(tracking, spec.name)
     out.append(f"  tracking     {tracking} (MLflow experiment {spec.name!r})" + (f", artifacts in {art}" if art else ""))
-    used = [k for k in list(plan.fixed) + list(plan.searched) if k in knobs.KNOBS and k not in plan.not_applied]
+    from orchestrator.spec.script import SCRIPT_PARAMS
+
+    own = SCRIPT_PARAMS if spec.script is not None else ()  # a script's own, not applied by the harness
+    used = [k for k in list(plan.fixed) + list(plan.searched)
+            if k in knobs.KNOBS and k not in plan.not_applied and k not in own]
     out.append(f"  knobs on {device}  applied: {', '.join(used) or 'none'}")
     for k, why in plan.not_applied.items():
         out.append(f"               not applied: {k} ({why})")
+    out += commands(spec, plan)
     print("\n".join(out))
+
+
+SHOWN_COMMANDS = 20
+"""The most command lines ``--dry-run`` lists for a script spec."""
+
+
+def commands(spec: SweepSpec, plan: object) -> list[str]:
+    """A script spec's command line for each configuration (the first ``SHOWN_COMMANDS``)."""
+    if spec.script is None:
+        return []
+    from orchestrator.search.space import configurations, trial_params
+    from orchestrator.spec.script import pasteable
+
+    configs = configurations(plan) if plan.finite() else None  # type: ignore[attr-defined]
+    if not configs:
+        return ["  commands     sampled from the space: python " + " ".join((spec.script, *spec.args))]
+    lines = [f"  commands     {len(configs)}, one per configuration (run in the working directory):"]
+    for config in configs[:SHOWN_COMMANDS]:
+        lines.append(f"               {pasteable(spec, trial_params(plan, config))}")  # type: ignore[arg-type]
+    if len(configs) > SHOWN_COMMANDS:
+        lines.append(f"               ... and {len(configs) - SHOWN_COMMANDS} more")
+    return lines
 
 
 def _progress(spec: SweepSpec) -> str:

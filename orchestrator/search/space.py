@@ -165,8 +165,10 @@ def fingerprint(spec: SweepSpec, plan: Plan) -> dict[str, Any]:
     def dim(d: Dimension) -> Any:
         return list(d.values) if isinstance(d, Choice) else {
             "low": d.low, "high": d.high, "step": d.step, "log": d.log}
+    what: dict[str, Any] = {"experiment": spec.experiment} if spec.script is None else {
+        "script": spec.script, "args": list(spec.args), "samples_per_step": spec.samples_per_step}
     return {
-        "experiment": spec.experiment,
+        **what,
         "device": plan.device,
         "fixed": {k: plan.fixed[k] for k in sorted(plan.fixed)},
         "space": {k: dim(v) for k, v in plan.searched.items()},

@@ -80,6 +80,8 @@ def value_text(s: Any) -> str:
     main = [t for t in (types if isinstance(types, list) else [types]) if t != "null"]
     if main == ["string", "number", "boolean"]:
         return "text, number or boolean"
+    if main == ["string", "number"]:
+        return "text or number"
     if main == ["integer"] or main == ["number"]:
         return _number(main[0], s)
     if main == ["boolean"]:

@@ -19,6 +19,7 @@ from orchestrator.spec.model import (DEFAULT_STORAGE, DEFAULT_TRACKING_URI, Choi
                                     Dimension, Range, SearchSettings, SweepSpec, TrialSettings)
 from orchestrator.spec.rules import (Checker, check_devices, check_objective, check_search,  # noqa: F401
                                     check_trial, check_url, show)
+from orchestrator.spec.script import check_script, refuse_loop_knobs
 from orchestrator.spec.space_rules import check_combinations, check_dimension, check_space_size, check_value  # noqa: F401
 from orchestrator.spec.yamlsource import load_yaml
 
@@ -26,9 +27,10 @@ from orchestrator.spec.yamlsource import load_yaml
 # other modules use are re-exported here (above), so ``from orchestrator.spec.load import SweepSpec``
 # stays the way in.
 
-TOP_KEYS = ("name", "experiment", "device", "devices", "fixed", "space", "objective", "search", "trial",
-            "storage", "tracking_uri")
-REQUIRED_TOP = ("name", "experiment")
+TOP_KEYS = ("name", "experiment", "script", "args", "samples_per_step", "device", "devices", "fixed", "space",
+            "objective", "search", "trial", "storage", "tracking_uri")
+REQUIRED_TOP = ("name",)
+"""Besides ``name``: exactly one of ``experiment`` and ``script`` (``check_spec``)."""
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"
 EXPERIMENT_PATTERN = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
 
@@ -66,9 +68,14 @@ def check_spec(data: Any, path: Path, lines: dict[tuple, int],
     name = top["name"]
     if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
         raise c.fail(("name",), "the study name must be letters, digits, '_', '.' or '-'", name)
-    experiment = top["experiment"]
-    if not isinstance(experiment, str) or not re.fullmatch(EXPERIMENT_PATTERN, experiment):
-        raise c.fail(("experiment",), "experiment must be a dotted Python module name such as experiments.bert", experiment)
+    experiment = top.get("experiment")
+    if "script" not in top:
+        if "experiment" not in top:
+            raise c.fail((), "missing required key experiment (a module such as experiments.bert) or script "
+                         "(a training script such as train.py)", show_value=False)
+        if not isinstance(experiment, str) or not re.fullmatch(EXPERIMENT_PATTERN, experiment):
+            raise c.fail(("experiment",), "experiment must be a dotted Python module name such as experiments.bert",
+                         experiment)
 
     device = top.get("device", "auto")
     c.one_of(("device",), device, ("auto",) + knobs.DEVICES, "device")
@@ -76,6 +83,7 @@ def check_spec(data: Any, path: Path, lines: dict[tuple, int],
     fixed_raw = c.mapping(("fixed",), section("fixed"))
     space_raw = c.mapping(("space",), section("space"))
 
+    refuse_loop_knobs(c, top, fixed_raw, space_raw)
     fixed: dict[str, Any] = {}
     for key, value in fixed_raw.items():
         if key == "device":
@@ -101,9 +109,11 @@ def check_spec(data: Any, path: Path, lines: dict[tuple, int],
                      "has no single best to improve on)", show_value=False)
     trial = check_trial(c, section("trial"))
     check_combinations(c, fixed, space)
+    script, script_file, args, per_step = check_script(c, top, fixed, space, path.parent)
 
     storage = check_url(c, ("storage",), top.get("storage", DEFAULT_STORAGE), "storage")
     tracking = check_url(c, ("tracking_uri",), top.get("tracking_uri", DEFAULT_TRACKING_URI), "tracking_uri")
     return SweepSpec(path=path, name=name, experiment=experiment, device=device, fixed=fixed,
                      space=space, objective=objective, search=search, trial=trial, storage=storage,
-                     tracking_uri=tracking, devices=check_devices(c, top.get("devices")), lines=lines)
+                     tracking_uri=tracking, devices=check_devices(c, top.get("devices")), script=script,
+                     args=args, samples_per_step=per_step, script_file=script_file, lines=lines)

@@ -165,9 +165,9 @@ class SweepSpec:
     name: str
     """The Optuna study's name and the MLflow experiment's: letters, digits, ``_``, ``.`` or ``-``,
     at most 100."""
-    experiment: str
+    experiment: str | None
     """The Python module that builds the workload, e.g. ``experiments.bert`` (imported in a
-    subprocess when the spec is checked)."""
+    subprocess when the spec is checked); or give ``script`` instead."""
     device: str
     """Where trials run: ``auto`` = mps if available, else cuda, else cpu. Sweep it instead with
     ``space: {device: [mps, cpu]}``."""
@@ -191,7 +191,34 @@ class SweepSpec:
     """Device slots, one trial in flight on each (``orchestrator.launch.slots``): ``auto`` (every visible
     GPU), or a list or comma-separated text of ``cuda:N``, ``cuda``, ``mps``, ``cpu`` or ``cpu:A-B``
     (a trial pinned to cores A to B); absent = one slot on ``device``."""
+    script: str | None = None
+    """A training script to run unchanged instead of an experiment module, e.g. ``train.py``:
+    found in the spec's folder, then the working directory. Each trial runs it as ``__main__``
+    with ``args`` and measures its optimizer steps from outside (docs/script.md)."""
+    args: tuple[str, ...] = ()
+    """The script's command-line arguments; ``{name}`` is filled from the trial's parameters
+    (``{name:FORMAT}`` formats it, ``{{`` is a brace); an argument that is exactly ``{name}``
+    with the value ``""`` is left out."""
+    samples_per_step: str | float | None = None
+    """Samples one optimizer step of the script trains on, as a number or an expression over
+    parameter names (``batch_size * accum``); absent: counted from the batches its DataLoaders
+    yield."""
+    script_file: Path | None = field(default=None, compare=False, repr=False)
+    """Where ``script`` was found when the spec was loaded (None: not there; a run refuses it)."""
     lines: dict[tuple, int] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def workload(self) -> str:
+        """What a trial runs: the experiment module's name, or the script's file."""
+        if self.script is not None:
+            return str(self.script_file or self.script)
+        assert self.experiment is not None
+        return self.experiment
+
+    @property
+    def workload_name(self) -> str:
+        """The workload as the spec names it (the module, or the script as given)."""
+        return self.script if self.script is not None else str(self.experiment)
 
     def line_of(self, *path: Any) -> int | None:
         return self.lines.get(tuple(path))

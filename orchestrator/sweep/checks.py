@@ -52,21 +52,25 @@ class Probe:
         self._buffer = b""
         self._ended = False
         self._stderr = ""
+        smoke_script = _smoke_script(spec, smoke)
         if server is not None:
             from orchestrator.harness.protocol import Kind, Order
 
             self.folder = Path(folder)
             self.request = self.folder / "request.json"
-            self.request.write_text(json.dumps({"experiment": spec.experiment, "device": device,
-                                                "fixed": spec.fixed, "smoke": smoke}, default=str))
+            self.request.write_text(json.dumps({"experiment": spec.workload, "device": device,
+                                                "fixed": spec.fixed, "smoke": smoke,
+                                                "smoke_script": smoke_script}, default=str))
             self.child = server.fork(self.folder / "probe.log")
             self.child.send(Order(Kind.PROBE, config=str(self.request)))
             event("probe_start", forked=True)
             return
-        args = [sys.executable, "-m", "orchestrator.harness.probe", spec.experiment, device,
+        args = [sys.executable, "-m", "orchestrator.harness.probe", spec.workload, device,
                 json.dumps(spec.fixed, default=str)]
         if smoke is not None:
             args.append(json.dumps(smoke, default=str))
+            if smoke_script is not None:
+                args.append(json.dumps(smoke_script, default=str))
         self._err = tempfile.TemporaryFile()  # a pipe could fill up with a traceback and block the child
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._err,
                                      env={**child_env(), **(env or {}), PARENT_PID_ENV: str(os.getpid())},
@@ -190,6 +194,14 @@ class Probe:
         self._err.close()
 
 
+def _smoke_script(spec: SweepSpec, smoke: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A script spec's smoke step: its command for the smoke configuration (``smoke_params``)."""
+    from orchestrator.spec.script import script_call
+
+    call = script_call(spec, smoke) if smoke is not None else None
+    return None if call is None else {"path": call.path, "argv": call.argv, "samples_per_step": call.samples_per_step}
+
+
 SMOKE_BATCH = 2
 
 
@@ -239,11 +251,19 @@ def check_experiment_params(spec: SweepSpec, probe: dict[str, Any]) -> None:
             if name not in valid:
                 hint = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
                 did = f"did you mean {hint[0]!r}? " if hint else ""
-                raise spec.error((section, name), f"unknown parameter for {spec.experiment}; {did}"
+                raise spec.error((section, name), f"unknown parameter for {spec.workload_name}; {did}"
                                  f"it takes {', '.join(sorted(accepted))} and the harness knobs")
     for device in (spec.space["device"].values if "device" in spec.space else ()):
         if not probe.get("available", {}).get(device, False):
             raise spec.error(("space", "device"), f"device {device} is not available on this machine")
+
+
+def check_script_file(spec: SweepSpec) -> None:
+    """A script spec's file must be there when the sweep (or its dry run) starts."""
+    if spec.script is not None and spec.script_file is None:
+        from orchestrator.spec.script import missing
+
+        raise spec.error(("script",), missing(spec.script, spec.path.parent))
 
 
 def check_cuda_fraction(spec: SweepSpec) -> None:

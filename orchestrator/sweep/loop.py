@@ -35,6 +35,7 @@ from orchestrator.store.record import status_of, write
 from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags
 from orchestrator.search.space import Plan, trial_params
 from orchestrator.spec.load import SweepSpec
+from orchestrator.spec.script import script_call
 from orchestrator.search.stoppolicy import Failures, StopPolicy
 from orchestrator.sweep.seams import Runner, TrialRun, TrialTracker
 from orchestrator.timeline import event
@@ -224,9 +225,10 @@ class Sweep:
             self._record_skip(trial, run_ref, device, proposal.predicted_by)
             return
         steps = self.spec.trial
-        config = TrialConfig(self.spec.experiment, params,
+        config = TrialConfig(self.spec.workload, params,
                              TrialSteps(steps.warmup_steps, steps.measure_steps, steps.min_measure_s),
-                             trial.number, dict(self.plan.not_applied), self.spec.search.allow_swap)
+                             trial.number, dict(self.plan.not_applied), self.spec.search.allow_swap,
+                             script=script_call(self.spec, params))
         env = knobs.trial_env(params, device)
         self.jobs[slot] = Job(trial, proposal.sampled, params, config, env, self.trial_dir(trial.number),
                               slot, run_ref, self.spec.trial.repeats)

@@ -48,6 +48,7 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     from orchestrator.search.space import guess_device, make_plan
     from orchestrator.store.study import check_not_locked, check_url_opens
 
+    checks.check_script_file(spec)
     if export is not None and not (export.parent.resolve().is_dir() and os.access(export.parent.resolve(), os.W_OK)):
         raise SpecError(f"cannot write {export}: folder {export.parent.resolve()} does not exist or "
                         "is not writable", file="--export")
@@ -109,6 +110,10 @@ def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
         return
     where = answer.get("where")
     error = answer.get("error") or "failed"
+    if spec.script is not None:
+        raise spec.error(("script",), f"{spec.script} failed its smoke step (run with the smallest batch "
+                         f"until its first optimizer step, before any trial): {error} (fix the script or its "
+                         "args, or skip this check with --no-check)")
     raise spec.error(("experiment",), f"{spec.experiment} failed its smoke step (one training step at "
                      f"the smallest batch, before any trial): {error}" + (f" at {where}" if where else "")
                      + " (fix the experiment, or skip this check with --no-check)")

@@ -1,0 +1,290 @@
+"""A user's training script, run unchanged as ``__main__`` in the trial's process, and measured
+from outside, without its help.
+
+Reads top to bottom: ``run`` applies the process-wide knobs, puts two counters in torch's way
+(``Meter``) and runs the script with ``runpy``; the meter opens and closes the timed window from
+within the script's own optimizer steps, and at the window's end hands the figures to ``finish``,
+which writes the result and ends the process: the script need not finish, and its DataLoader
+workers and children end with it (the launcher kills the trial's process group).
+
+- **Steps**: torch's global optimizer step hooks (``register_optimizer_step_post_hook``) fire for
+  every ``Optimizer.step()`` of every optimizer in the process, whoever calls it: a plain loop,
+  Hugging Face's ``Trainer`` (through Accelerate), Lightning. A step the ``GradScaler`` skips fires
+  none; gradient accumulation fires once per accumulated group.
+- **Samples**: the first dimension of every batch a ``torch.utils.data.DataLoader`` yields, counted
+  where every DataLoader's iterator yields (``_BaseDataLoaderIter.__next__``), so that a wrapper
+  that iterates the user's loader (Accelerate's ``DataLoaderShard``, Lightning's fetchers) is
+  counted once; a tensor, a mapping (``input_ids`` first: its elements are the tokens) or a
+  sequence of them. ``samples_per_step`` from the spec replaces the count where the script draws
+  no batch from a DataLoader.
+- **The window**: the first ``warmup_steps`` steps are not measured; the device is synchronized
+  at the window's edges only (``# sync point``), then the launcher's gate is waited at, as for a
+  module (``Progress.before_window``); it closes after at least ``measure_steps`` steps and
+  ``min_measure_s`` seconds. Work between two steps (data loading, logging, evaluation) is part of
+  the step it precedes: the harness sees only the steps.
+
+A script that exits, or raises, before its window closes ends as ``ScriptEnded`` / its exception,
+which ``child.run_config`` records with the last lines the script printed (``scriptfile``).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any, Callable
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from orchestrator import metrics as M
+from orchestrator.harness import backend, swap
+from orchestrator.harness import marks as MK
+from orchestrator.harness.protocol import ScriptCall, TrialConfig
+
+
+class ScriptEnded(Exception):
+    """The script returned (or called ``sys.exit``) before its timed window closed."""
+
+    ended = True
+    """Its message says it all (``scriptfile.describe_failure`` looks for no line of the script)."""
+
+    def __init__(self, code: Any, steps: int, samples: int, needed: str) -> None:
+        self.code, self.steps, self.samples = code, steps, samples
+        if steps == 0:
+            text = (f"the script exited{_code(code)} without stepping an optimizer (the harness counts "
+                    "torch.optim.Optimizer.step calls: a script that never calls one cannot be measured)")
+        else:
+            text = (f"the script ended{_code(code)} after {steps} optimizer step(s), before its window closed "
+                    f"({needed}): let it train for longer (more epochs or steps)")
+        super().__init__(text)
+
+
+def _code(code: Any) -> str:
+    if code is None:
+        return ""
+    return f" (exit code {code})" if isinstance(code, int) else f" ({code})"
+
+
+def first_dimension(batch: Any) -> tuple[int | None, int | None]:
+    """(samples, tokens) of one batch: a tensor's first dimension; a mapping's ``input_ids`` (its
+    elements are the tokens, padding included) or else its first tensor; a sequence's first item.
+    (None, None) where no tensor is found."""
+    if isinstance(batch, torch.Tensor):
+        return (int(batch.shape[0]), None) if batch.dim() else (None, None)
+    if isinstance(batch, Mapping):
+        ids = batch.get("input_ids") if "input_ids" in batch else None
+        if isinstance(ids, torch.Tensor) and ids.dim():
+            return int(ids.shape[0]), (int(ids.numel()) if ids.dim() == 2 else None)
+        for value in batch.values():
+            found = first_dimension(value)
+            if found[0] is not None:
+                return found
+        return None, None
+    if isinstance(batch, (list, tuple)) and batch:
+        return first_dimension(batch[0])
+    return None, None
+
+
+class Meter:
+    """Counts the script's optimizer steps and the samples its DataLoaders yield; opens the timed
+    window after the warm-up and closes it, calling ``finish(out)`` with the figures."""
+
+    def __init__(self, config: TrialConfig, device: str, progress: Any, started: float,
+                 finish: Callable[[dict[str, Any]], None], swap_start: swap.SwapSample) -> None:
+        assert config.script is not None
+        self.trial, self.device, self.progress, self.started = config.trial, device, progress, started
+        self.per_step = config.script.samples_per_step
+        self.allow_swap = config.allow_swap
+        self.finish, self.swap_start = finish, swap_start
+        self.steps = 0
+        """Optimizer steps so far (every optimizer's)."""
+        self.samples = self.tokens = 0
+        """Samples (and tokens) drawn from DataLoaders since the window opened (before: since the start)."""
+        self.window_open = False
+        self.t0 = 0.0
+        self.marks: list[Any] = []
+        self.driver_peak = 0
+        self.startup_s = 0.0
+        self.swap_warmup = self.swap_window = swap_start
+
+    # -- the two counters ----------------------------------------------------------------------
+    def on_batch(self, batch: Any) -> None:
+        samples, tokens = first_dimension(batch)
+        self.samples += samples or 0
+        self.tokens += tokens or 0
+
+    def on_step(self, *_: Any) -> None:
+        self.steps += 1
+        self.progress.step = self.steps
+        if not self.window_open:
+            if self.steps >= self.trial.warmup_steps:
+                self._open()
+            return
+        self._mark()
+        done = self.steps - self.trial.warmup_steps
+        if done >= self.trial.measure_steps and time.perf_counter() - self.t0 >= self.trial.min_measure_s:
+            self._close()
+
+    # -- the window ----------------------------------------------------------------------------
+    def _open(self) -> None:
+        backend.synchronize(self.device)  # sync point: the window starts with an idle device
+        self.startup_s = self.progress.mark(MK.WARMUP_DONE) - self.started
+        self.swap_warmup = swap.read_swap()
+        self.progress.before_window()  # the launcher's gate: nothing else imports beside the window
+        self.progress.phase = "measure"
+        self.swap_window = swap.read_swap()
+        self.progress.mark(MK.WINDOW_START)
+        backend.reset_peak(self.device)
+        self.samples = self.tokens = 0
+        self.window_open = True
+        self.t0 = time.perf_counter()
+        self._mark()
+
+    def _mark(self) -> None:
+        if self.device == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+            return
+        if self.device == "mps":
+            backend.synchronize(self.device)  # sync point: MPS memory is sampled after each step
+            self.driver_peak = max(self.driver_peak, backend.driver_bytes(self.device) or 0)
+        self.marks.append(time.perf_counter())
+
+    def _close(self) -> None:
+        backend.synchronize(self.device)  # sync point: the window ends when the device is done
+        elapsed = time.perf_counter() - self.t0
+        self.progress.mark(MK.WINDOW_END)
+        check_device(self.device)
+        self.finish(self.figures(elapsed, swap.read_swap()))
+
+    def figures(self, elapsed: float, swap_end: swap.SwapSample) -> dict[str, Any]:
+        """The window's figures, as ``train.figures`` gives a module's (no loss: the script keeps it)."""
+        from orchestrator.harness.train import _percentile, _subwindow_cv
+
+        steps = len(self.marks) - 1
+        if self.device == "cuda":
+            step_ms = [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:])]
+        else:
+            step_ms = [(b - a) * 1000 for a, b in zip(self.marks, self.marks[1:])]
+        samples = self.per_step * steps if self.per_step is not None else float(self.samples)
+        if not samples:
+            raise RuntimeError(f"no samples counted in the window's {steps} steps: the script drew no batch from a "
+                               "torch DataLoader (or its batches hold no tensor); set samples_per_step in the spec")
+        tokens = self.tokens if self.per_step is None and self.tokens else None
+        import statistics
+
+        result_metrics: dict[str, float | None] = {
+            M.SAMPLES_PER_S: samples / elapsed,
+            M.TOKENS_PER_S: tokens / elapsed if tokens else None,
+            M.STEP_TIME_MS_P50: statistics.median(step_ms),
+            M.STEP_TIME_MS_P90: _percentile(step_ms, 0.9),
+            M.THROUGHPUT_CV: _subwindow_cv(step_ms),
+            M.MEASURE_S: elapsed,
+            M.MEASURE_STEPS: float(steps),
+            M.STARTUP_S: self.startup_s,
+        }
+        peaks = backend.peak_stats(self.device)
+        result_metrics.update(peaks)
+        if self.device == "cuda":
+            result_metrics[M.PEAK_MEMORY_GIB] = peaks[M.PEAK_RESERVED_GIB]
+        elif self.device == "mps":
+            result_metrics[M.PEAK_DRIVER_GIB] = self.driver_peak / backend.GIB
+            result_metrics[M.PEAK_MEMORY_GIB] = self.driver_peak / backend.GIB
+        else:
+            result_metrics[M.PEAK_MEMORY_GIB] = peaks[M.PEAK_RSS_GIB]
+        swapping = swap.swap_figures(self.swap_start, self.swap_warmup, self.swap_window, swap_end)
+        result_metrics.update(swapping)
+        info = {"samples_counted": "samples_per_step" if self.per_step is not None else "dataloader",
+                "samples_per_step": samples / steps}
+        out: dict[str, Any] = {"finite": True, "metrics": result_metrics, "device": self.device, "info": info}
+        if swap.swapped(swapping) and not self.allow_swap:
+            out.update(status="swapped", detail=swap.describe(swapping, result_metrics[M.SAMPLES_PER_S]))
+        return out
+
+
+def check_device(device: str) -> None:
+    """The script trained where the spec says, else the window measured the wrong device (its
+    synchronize and its memory): raised from the step hook, it ends the trial as an error."""
+    if device == "cpu" and torch.cuda.is_initialized():
+        raise RuntimeError("the spec's device is cpu but the script used CUDA: pass the device to it "
+                           "(e.g. \"--device\", \"{device}\" in args), or set device: cuda")
+    if device == "cuda" and not torch.cuda.max_memory_allocated():
+        raise RuntimeError("the spec's device is cuda but the script put nothing on the GPU: pass the device "
+                           "to it (e.g. \"--device\", \"{device}\" in args), or set device: cpu")
+
+
+def counting_batches(meter: Meter) -> Callable[[], None]:
+    """Every batch a DataLoader's iterator yields goes through ``meter.on_batch``; returns the undo."""
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    inner = _BaseDataLoaderIter.__next__
+
+    def __next__(self: Any) -> Any:
+        batch = inner(self)
+        meter.on_batch(batch)
+        return batch
+
+    _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]  # the one place every loader yields
+
+    def undo() -> None:
+        _BaseDataLoaderIter.__next__ = inner  # type: ignore[method-assign]
+    return undo
+
+
+def run(config: TrialConfig, progress: Any, finish: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Run the script of ``config`` with the meter in place. ``finish(out)`` is called at the
+    window's end and must not return (it ends the process); so ``run`` returns only by raising:
+    ``ScriptEnded``, or the script's own exception."""
+    from orchestrator.harness.train import apply_limits
+
+    script = config.script
+    assert script is not None
+    started = progress.mark(MK.DEVICE)  # the trial's start: startup_s counts from here
+    swap_start = swap.read_swap()
+    params = dict(config.params)
+    device = backend.resolve(params.get("device", "auto"))
+    applied: dict[str, Any] = {"device": device}
+    backend.init_device(device)
+    progress.mark(MK.DEVICE_READY)
+    apply_limits(params, device, applied)
+    progress.mark(MK.LIMITS_APPLIED)
+    progress.phase = "script"
+
+    def done(out: dict[str, Any]) -> None:
+        out.update(applied=applied, not_applied=dict(config.not_applied))
+        finish(out)
+
+    meter = Meter(config, device, progress, started, done, swap_start)
+    handle = register_optimizer_step_post_hook(meter.on_step)
+    undo = counting_batches(meter)
+    try:
+        code = run_script(script)
+    finally:
+        handle.remove()
+        undo()
+    t = config.trial
+    raise ScriptEnded(code, meter.steps, meter.samples,
+                      f"{t.warmup_steps} warm-up + {t.measure_steps} measured steps and {t.min_measure_s:g} s")
+
+
+def run_script(script: ScriptCall) -> Any:
+    """``python SCRIPT ARGV...`` in this process: ``__main__``, ``sys.argv`` as given, its folder
+    first on ``sys.path``, the working directory unchanged. Returns its exit code (None when it
+    returned without ``sys.exit``)."""
+    sys.argv = [script.path, *script.argv]
+    sys.path.insert(0, os.path.dirname(script.path))
+    try:
+        runpy.run_path(script.path, run_name="__main__")
+    except SystemExit as exc:
+        return exc.code
+    return None
+
+
+
+
+
+
