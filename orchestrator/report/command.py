@@ -32,7 +32,8 @@ def _parser(command: str) -> argparse.ArgumentParser:
     p = UsageParser(prog=f"orchestrate {command}", description=(
         "Show a study's trials, counts and best configuration (works while it runs); --plots also "
         "draws the plots and logs them on the study's MLflow parent run."
-        if command == "report" else "Write the best feasible configuration as flat YAML."))
+        if command == "report" else "Print the best feasible configuration as flat YAML (a script spec: the "
+        "command line that trains it); -o writes the YAML."))
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
     p.add_argument("--storage", help="Optuna storage URL (default: the spec's)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")

@@ -215,16 +215,14 @@ def test_every_code_block_of_the_tutorial_is_in_the_example() -> None:
         assert Draft202012Validator(spec_schema()).is_valid(yaml.safe_load(text)), block
 
 
-@pytest.mark.slow
-def test_the_tutorial_s_commands_run_and_print_what_the_page_shows(tmp_path: Path) -> None:
-    """The page's commands, in a folder holding examples/ (the working directory finds it), as a
-    user runs them: the dry run, the sweep, the report and the best configuration; every output
-    line the page shows, up to its elisions, is in what they print."""
+def run_page(page: str, tmp_path: Path) -> list[str]:
+    """A page's ``$ orchestrate ...`` sessions, in a folder holding examples/ (the working
+    directory finds it), as a user runs them; every output line the page shows, up to its
+    elisions, is in what they print. Returns the commands run."""
     import shutil as sh
 
     from conftest import orchestrate
 
-    page = (DOCS / "experiment.md").read_text()
     sh.copytree(ROOT / "examples", tmp_path / "examples", ignore=sh.ignore_patterns("__pycache__"))
     sessions = [b for b in _blocks(page, "") if b.startswith("$ orchestrate")]
     assert sessions
@@ -239,5 +237,29 @@ def test_the_tutorial_s_commands_run_and_print_what_the_page_shows(tmp_path: Pat
                 head = line.split("...")[0].split("(/path")[0].rstrip()
                 if head:
                     assert head in proc.stdout, (command, head, proc.stdout)
+    return ran
+
+
+@pytest.mark.slow
+def test_the_tutorial_s_commands_run_and_print_what_the_page_shows(tmp_path: Path) -> None:
+    """The dry run, the sweep, the report and the best configuration of the module tutorial."""
+    ran = run_page((DOCS / "experiment.md").read_text(), tmp_path)
     assert ran[:2] == ["orchestrate examples/my_experiment.yaml --dry-run", "orchestrate examples/my_experiment.yaml"]
     assert {"orchestrate report examples/my_experiment.yaml", "orchestrate best examples/my_experiment.yaml"} <= set(ran)
+
+
+# -- docs/script.md: the training script page runs ------------------------------------------------
+
+def test_the_script_page_s_spec_is_the_example_s() -> None:
+    page = (DOCS / "script.md").read_text()
+    (block,) = _blocks(page, "yaml")
+    assert block in (ROOT / "examples" / "scripts" / "train.yaml").read_text()
+    assert "script: train.py" in block and "{batch_size}" in block
+
+
+@pytest.mark.slow
+def test_the_script_page_s_commands_run_and_print_what_the_page_shows(tmp_path: Path) -> None:
+    """The dry run, the sweep, best and the report of the unchanged script, as the page shows them."""
+    ran = run_page((DOCS / "script.md").read_text(), tmp_path)
+    assert ran == ["orchestrate examples/scripts/train.yaml --dry-run", "orchestrate examples/scripts/train.yaml",
+                   "orchestrate best examples/scripts/train.yaml", "orchestrate report examples/scripts/train.yaml"]

@@ -1,0 +1,155 @@
+"""The script runner's parts: what a batch counts as (a table of batch shapes), what a script
+imports at its top level (the fork server's preload), why a script cannot run, and the steps and
+samples counted by a real script run in a real trial process (``harness/script.py``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections import UserDict
+from pathlib import Path
+
+import pytest
+import torch
+
+from orchestrator.harness.protocol import ScriptCall, TrialConfig, TrialSteps, decode_result, encode_config
+from orchestrator.harness.script import first_dimension
+from orchestrator.harness.scriptfile import check_source, describe_failure, last_lines, top_level_imports
+
+
+class Encoding(UserDict):
+    """A mapping that is no dict, as transformers' BatchEncoding."""
+
+
+@pytest.mark.parametrize("batch, expected", [
+    (torch.zeros(8, 3), (8, None)),
+    ((torch.zeros(4, 2), torch.zeros(4)), (4, None)),
+    ([torch.zeros(5, 1), torch.zeros(5)], (5, None)),
+    ({"input_ids": torch.zeros(6, 128, dtype=torch.long), "labels": torch.zeros(6)}, (6, 768)),
+    (Encoding(input_ids=torch.zeros(2, 10, dtype=torch.long)), (2, 20)),
+    ({"pixels": torch.zeros(3, 3, 8, 8), "label": torch.zeros(3)}, (3, None)),
+    ({"meta": "x", "inner": {"x": torch.zeros(7)}}, (7, None)),
+    (torch.tensor(1.0), (None, None)),
+    ("text", (None, None)),
+    ([], (None, None)),
+], ids=["tensor", "tuple", "list", "hf-dict", "mapping", "dict", "nested", "scalar", "str", "empty"])
+def test_a_batch_counts_its_first_dimension(batch: object, expected: tuple) -> None:
+    assert first_dimension(batch) == expected
+
+
+def test_top_level_imports_are_read_without_running_the_script(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import os, json as j
+        from transformers import Trainer
+        from . import local
+        try:
+            import lightning.pytorch as pl
+        except ImportError:
+            pass
+        if True:
+            import accelerate
+        def main():
+            import inside_a_function
+        raise SystemExit("this line never runs")
+    """))
+    assert top_level_imports(str(script)) == ["os", "json", "transformers", "lightning.pytorch", "accelerate"]
+    assert top_level_imports(str(tmp_path / "missing.py")) == []
+
+
+def test_a_script_that_cannot_run_says_where(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("x = 1\nif x\n")
+    assert check_source(str(broken)) == f"{broken}:2: SyntaxError: expected ':'"
+    assert check_source(str(tmp_path / "gone.py")).startswith("cannot read the script ")
+    (tmp_path / "fine.py").write_text("print(1)\n")
+    assert check_source(str(tmp_path / "fine.py")) is None
+
+
+def test_a_failure_line_names_the_script_s_line_and_its_last_output(tmp_path: Path) -> None:
+    log = tmp_path / "trial.log"
+    log.write_text("loading\n\nepoch 0\n" + "x" * 500 + "\nlast words\n")
+    assert last_lines(log, n=2, limit=40) == "..." + ("x" * 500 + " | last words")[-40:]
+    script = tmp_path / "train.py"
+    script.write_text("def f():\n    raise ValueError('bad batch')\nf()\n")
+    try:
+        exec(compile(script.read_text(), str(script), "exec"), {})
+    except ValueError as exc:
+        line = describe_failure(exc, str(script), str(log), "ValueError: bad batch")
+    assert line.startswith(f"ValueError: bad batch at {script}:2; it printed: ")
+    assert line.endswith("last words")
+
+
+def run_trial(tmp_path: Path, source: str, argv: list[str], steps: TrialSteps, per_step: float | None = None,
+              timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """A script trial, cold (``python -m orchestrator.harness CONFIG.json``), as the launcher
+    writes it; its result file."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(source))
+    result = tmp_path / "result.json"
+    config = TrialConfig(str(script), {"device": "cpu"}, steps, 0, result_path=str(result), watch_parent=False,
+                         script=ScriptCall(str(script), argv, per_step))
+    (tmp_path / "config.json").write_text(encode_config(config))
+    with open(tmp_path / "trial.log", "w") as log:
+        proc = subprocess.run([sys.executable, "-m", "orchestrator.harness", str(tmp_path / "config.json")],
+                              stdout=log, stderr=subprocess.STDOUT, text=True, timeout=timeout, cwd=tmp_path)
+    return proc, json.loads(result.read_text())
+
+
+LOOP = """
+    import sys
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    bs, accum = int(sys.argv[1]), int(sys.argv[2])
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(48, 8), torch.zeros(48, dtype=torch.long)), batch_size=bs)
+    for epoch in range(100000):
+        for i, (x, y) in enumerate(loader):
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            if (i + 1) % accum == 0:
+                opt.step()
+                opt.zero_grad()
+        print("epoch", epoch, flush=True)
+    print("the loop ran to its end")
+"""
+
+
+def test_a_script_trial_counts_accumulated_steps_and_their_samples_then_ends_at_its_window(tmp_path: Path) -> None:
+    proc, result = run_trial(tmp_path, LOOP, ["4", "3"], TrialSteps(2, 7, 0.0))
+    assert proc.returncode == 0 and result["status"] == "ok", result
+    m = result["metrics"]
+    assert m["measure_steps_done"] == 7 and result["info"]["samples_per_step"] == 12.0  # 3 micro-batches of 4
+    assert m["samples_per_s"] == pytest.approx(7 * 12 / m["measure_s"])
+    assert m["startup_s"] > 0 and m["peak_memory_gib"] > 0 and m["step_time_ms_p50"] > 0
+    assert "the loop ran to its end" not in (tmp_path / "trial.log").read_text()  # ended at its window
+    assert result["timeline"]["warmup_done"] <= result["timeline"]["window_start"] < result["timeline"]["window_end"]
+
+
+def test_samples_per_step_from_the_spec_replaces_the_count(tmp_path: Path) -> None:
+    source = """
+        import torch
+        w = torch.nn.Parameter(torch.zeros(4))
+        opt = torch.optim.SGD([w], lr=0.1)
+        while True:
+            (w.sum() ** 2).backward()
+            opt.step()
+    """
+    proc, result = run_trial(tmp_path, source, [], TrialSteps(1, 5, 0.0), per_step=32.0)
+    assert result["status"] == "ok" and result["info"] == {"samples_counted": "samples_per_step",
+                                                          "samples_per_step": 32.0}
+    proc, result = run_trial(tmp_path, source, [], TrialSteps(1, 5, 0.0))
+    assert result["status"] == "error"
+    assert result["detail"].startswith("RuntimeError: no samples counted in the window's 5 steps: the script drew "
+                                       "no batch from a torch DataLoader")
+
+
+def test_a_script_that_ends_early_says_how_far_it_got_and_what_it_printed(tmp_path: Path) -> None:
+    source = LOOP.replace("range(100000)", "range(1)")
+    proc, result = run_trial(tmp_path, source, ["8", "1"], TrialSteps(2, 10, 0.0))
+    assert proc.returncode == 0 and result["status"] == "error"
+    assert result["detail"] == ("the script ended after 6 optimizer step(s), before its window closed (2 warm-up + "
+                                "10 measured steps and 0 s): let it train for longer (more epochs or steps); it "
+                                "printed: epoch 0 | the loop ran to its end")

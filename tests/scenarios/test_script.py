@@ -1,0 +1,179 @@
+"""A user's training script swept unchanged, as a user runs it: the four frameworks people train
+with (a plain loop, Hugging Face's Trainer, Lightning, Accelerate) measured on the CPU with tiny
+models; a batch over the CPU memory limit recorded as ``oom``; a crashing, hanging, early-exiting
+and never-stepping script each with its line; no process left behind; the best as a command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, child_runs, load_study, orchestrate, write_spec
+
+pytestmark = pytest.mark.slow
+SCRIPTS = ROOT / "examples" / "scripts"
+
+
+def processes_under(folder: Path) -> list[str]:
+    """Command lines of live processes that mention ``folder`` (a trial's, its children's)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(folder) in cmdline and state != "Z":
+            found.append(f"{pid}: {cmdline}")
+    return found
+
+
+def copy_example(tmp_path: Path, *names: str) -> None:
+    for name in names:
+        shutil.copy(SCRIPTS / name, tmp_path / name)
+
+
+def test_a_plain_script_is_measured_its_oom_recorded_and_its_best_is_a_command(tmp_path: Path) -> None:
+    copy_example(tmp_path, "train.py")
+    write_spec(tmp_path, """
+        name: plain
+        script: train.py
+        args: ["--batch-size", "{batch_size}", "--precision", "{precision}", "--width", "4", "--device", "{device}"]
+        device: cpu
+        fixed: {cpu_memory_limit_gib: 1.0}
+        space:
+          batch_size: [16, 131072]
+          precision: [fp32, bf16]
+        search: {sampler: grid}
+        trial: {warmup_steps: 1, measure_steps: 3, min_measure_s: 0.2}
+    """)
+    proc = orchestrate(["spec.yaml"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    by_params = {(t.params["batch_size"], t.params["precision"]): t for t in load_study(tmp_path, "plain").trials}
+    assert by_params[(16, "fp32")].user_attrs["status"] == "ok" and by_params[(16, "bf16")].user_attrs["status"] == "ok"
+    assert by_params[(131072, "fp32")].user_attrs["status"] == "oom"  # RLIMIT_DATA: a real CPU out-of-memory
+    assert "DefaultCPUAllocator: can't allocate memory" in by_params[(131072, "fp32")].user_attrs["detail"]
+    assert "Command: python train.py --batch-size 16 --precision " in proc.stdout
+    runs = child_runs(tmp_path, "plain")
+    assert {r.data.params["precision"] for r in runs} == {"fp32", "bf16"}  # the script's own names
+    best = orchestrate(["best", "spec.yaml"], tmp_path)
+    assert best.returncode == 0 and best.stdout.startswith("python train.py --batch-size 16 --precision ")
+    assert best.stdout.rstrip().endswith("--width 4 --device cpu")
+    dry = orchestrate(["spec.yaml", "--dry-run"], tmp_path)
+    assert "python train.py --batch-size 131072 --precision bf16 --width 4 --device cpu" in dry.stdout
+    assert not processes_under(tmp_path)
+
+
+FAULTY = """
+    import argparse, os, subprocess, sys, time
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--mode")
+    mode = p.parse_args().mode
+    print(f"starting {mode}", flush=True)
+    if mode == "nostep":
+        sys.exit(0)
+    if mode == "hang":
+        time.sleep(600)
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.zeros(64, dtype=torch.long)), batch_size=8,
+                        num_workers=2 if mode == "workers" else 0)
+    if mode == "workers":  # a child of its own besides the DataLoader's workers
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "child-of-a-trial"])
+    for epoch in range(1 if mode == "early" else 1000):
+        for step, (x, y) in enumerate(loader):
+            if mode == "crash" and step == 3:
+                raise ValueError("the data went wrong at step 3")
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    print("finished", flush=True)
+"""
+
+
+def test_each_way_a_script_fails_gets_its_line_and_nothing_outlives_the_sweep(tmp_path: Path) -> None:
+    (tmp_path / "faulty.py").write_text(textwrap.dedent(FAULTY))
+    write_spec(tmp_path, """
+        name: faulty
+        script: faulty.py
+        args: ["--mode", "{mode}"]
+        device: cpu
+        space:
+          mode: [ok, crash, early, nostep, hang, workers]
+        search: {sampler: grid, max_failures: 10}
+        trial: {warmup_steps: 1, measure_steps: 12, min_measure_s: 0.2, timeout_s: 4}
+    """)
+    proc = orchestrate(["spec.yaml", "--no-check"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # ok and workers fit: the failures are results
+    lines = {line.split()[1]: line for line in proc.stdout.splitlines() if line.startswith("#")}
+    trials = {t.params["mode"]: t.user_attrs for t in load_study(tmp_path, "faulty").trials}
+    assert trials["ok"]["status"] == "ok" and trials["workers"]["status"] == "ok"
+    assert trials["crash"]["status"] == "error"
+    assert trials["crash"]["detail"].startswith("ValueError: the data went wrong at step 3 at faulty.py:23; "
+                                                "it printed: starting crash")
+    assert trials["early"]["detail"].startswith("the script ended after 8 optimizer step(s), before its window "
+                                                "closed (1 warm-up + 12 measured steps and 0.2 s)")
+    assert trials["early"]["detail"].endswith("it printed: starting early | finished")
+    assert trials["nostep"]["detail"].startswith("the script exited (exit code 0) without stepping an optimizer")
+    assert trials["hang"]["status"] == "timeout"
+    assert trials["hang"]["detail"] == ("no result within timeout_s=4; process group killed; its last output: "
+                                        "starting hang")
+    assert "mode=crash" in lines["mode=crash"] and "ValueError: the data went wrong" in lines["mode=crash"]
+    assert not processes_under(tmp_path)  # DataLoader workers, the script's child, the hung script: all gone
+
+
+def test_a_script_broken_before_its_first_step_stops_the_sweep_in_one_line(tmp_path: Path) -> None:
+    copy_example(tmp_path, "train.py")
+    write_spec(tmp_path, """
+        name: badflag
+        script: train.py
+        args: ["--bs", "{batch_size}"]
+        device: cpu
+        space: {batch_size: [8, 16]}
+    """)
+    proc = orchestrate(["spec.yaml"], tmp_path)
+    assert proc.returncode == 2 and not proc.stdout
+    assert proc.stderr.startswith("spec.yaml:2: script: train.py failed its smoke step (run with the smallest batch "
+                                  "until its first optimizer step, before any trial): the script exited (exit code "
+                                  "2) before its first optimizer step; it printed: ")
+    assert "error: unrecognized arguments: --bs 2" in proc.stderr and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "mlruns" / "optuna.db").exists()  # nothing was created
+
+
+@pytest.mark.parametrize("example, name, accumulate", [
+    ("hf_trainer.yaml", "hf_trainer_script", "accum"),
+    ("lightning.yaml", "lightning_script", "accumulate"),
+    ("accelerate.yaml", "accelerate_script", "accum"),
+])
+def test_a_framework_s_training_script_is_swept_unchanged(tmp_path: Path, example: str, name: str,
+                                                         accumulate: str) -> None:
+    """The shipped example, its space cut to one batch size with and without accumulation: every
+    step's samples counted through the framework's own DataLoader wrapping, once each."""
+    import yaml
+
+    spec = yaml.safe_load((SCRIPTS / example).read_text())
+    copy_example(tmp_path, spec["script"])
+    spec["space"] = {**{k: [v[0]] for k, v in spec["space"].items()}, accumulate: [1, 2]}
+    spec["fixed"] = {k: v for k, v in (spec.get("fixed") or {}).items() if k != accumulate}
+    spec["trial"] = {"warmup_steps": 1, "measure_steps": 3, "min_measure_s": 0.1}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    proc = orchestrate(["spec.yaml"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    by_accum = {}
+    for config in tmp_path.glob(f"mlruns/.trials/{name}-*/trial-*/config.json"):
+        params = json.loads(config.read_text())["params"]
+        by_accum[params[accumulate]] = json.loads((config.parent / "result.json").read_text())
+    batch = spec["space"]["batch_size"][0]
+    assert {k: r["status"] for k, r in by_accum.items()} == {1: "ok", 2: "ok"}
+    assert by_accum[1]["info"]["samples_per_step"] == batch and by_accum[2]["info"]["samples_per_step"] == 2 * batch
+    assert not processes_under(tmp_path)
