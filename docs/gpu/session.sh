@@ -62,6 +62,11 @@
 #   bash docs/gpu/session.sh m2   issue #31: the headline on both GPUs of a 2-GPU host (--devices cuda:0,cuda:1)
 #                                 against cuda:0 alone, each from an empty folder, alternating, twice each
 #                                 (bench/devices.py); about 5 minutes on 2 x H100
+#   bash docs/gpu/session.sh s37  issue #37: experiments.bert as a module against the same model and batches in a
+#                                 plain loop swept as a script (bench/script_vs_module.py: 3 points, 3 alternating
+#                                 rounds, then the hooks' cost, 4 bare/hooked pairs), then scripts swept end to end
+#                                 on CUDA: the BERT loop under a 15% cap (auto search), the Hugging Face Trainer and
+#                                 the Lightning examples (about 6 minutes on an H100)
 #   bash docs/gpu/session.sh f2   the same, 2 rounds, side by side with the code before (main's
 #                                 orchestrator/ and experiments/ copied into .before_first_trial/:
 #                                 git archive main orchestrator experiments | tar -x -C .before_first_trial);
@@ -207,6 +212,20 @@ m2)
   step warm; python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(2)]" > "$OUT/warm.log" 2>&1
   step two-gpus; timeout 580 python3 bench/devices.py sweeps/bert_memory.yaml --one cuda:0 --many cuda:0,cuda:1 \
       --rounds 2 --logs "$OUT/two_gpus" --json "$OUT/two_gpus.json" > "$OUT/two_gpus.log" 2>&1
+  ;;
+s37)
+  export HF_HUB_OFFLINE=1  # nothing outside the machine: configs are built, never downloaded
+  step script-vs-module; timeout 330 python3 bench/script_vs_module.py --device "${DEV:-cuda}" ${S37_ARGS:-} \
+      --json "$OUT/script_vs_module.json" > "$OUT/script_vs_module.log" 2>&1
+  step script-sweeps; R=$PWD; d=$(mktemp -d); cd "$d"
+  { time timeout 120 $ORCH "$R/bench/scripts/bert_loop_cuda.yaml" ${S37_SWEEP_ARGS:-}; $ORCH best "$R/bench/scripts/bert_loop_cuda.yaml"; } \
+      > "$OUT/script_bert_loop.log" 2>&1
+  for ex in hf_trainer lightning; do
+    sed -e 's/^device: cpu/device: cuda/' -e 's/"--use_cpu", "true", //' "$R/examples/scripts/$ex.yaml" > "$R/examples/scripts/${ex}_cuda.yaml"
+    { time timeout 90 $ORCH "$R/examples/scripts/${ex}_cuda.yaml"; } > "$OUT/script_${ex}.log" 2>&1
+    rm -f "$R/examples/scripts/${ex}_cuda.yaml"
+  done
+  cd "$R"
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log
