@@ -66,7 +66,8 @@ def main(argv: list[str]) -> int:
         if not found:
             print("The study, MLflow and the trial folders agree.")
             return exits.OK
-        from orchestrator.report.closing import command, store_flags
+        from orchestrator.invocation import command
+        from orchestrator.report.closing import store_flags
 
         repair = command("check", spec.path, *store_flags(spec, origins), "--repair")
         print(f"{len(found)} difference(s)." + (f" Repair: {repair}" if any(d.repairable for d in found) else ""))

@@ -8,7 +8,6 @@ fallbacks). Nothing here opens MLflow or draws: ``report`` does that when plots 
 from __future__ import annotations
 
 import json
-import shlex
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,9 @@ def paste_command(spec: SweepSpec, *words: str) -> str:
     when either is not the default (so it reaches the same stores), their passwords left out."""
     stores = ["--storage", pasteable(spec.storage), "--tracking-uri", pasteable(spec.tracking_uri)] if (
         spec.storage != DEFAULT_STORAGE or spec.tracking_uri != DEFAULT_TRACKING_URI) else []
-    return shlex.join(["orchestrate", *words, str(spec.path), *stores])
+    from orchestrator.invocation import command
+
+    return command(*words, str(spec.path), *stores)
 
 
 def trial_row(t: Any) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from orchestrator import metrics as M
 from orchestrator.errors import OrchestratorError, UsageParser, print_error
+from orchestrator.invocation import command, tool
 from orchestrator.outcome import Status
 from orchestrator.redact import child_env, first_line, has_secret, pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
@@ -94,7 +95,7 @@ def check_store(uri: str) -> str:
     uri = absolute_uri(uri)
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
-        raise OrchestratorError(f"no runs yet in {shown(uri)}; run a sweep first (orchestrate SPEC)")
+        raise OrchestratorError(f"no runs yet in {shown(uri)}; run a sweep first ({command('SPEC')})")
     return uri
 
 
@@ -123,8 +124,8 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
     print(f"MLflow UI: {url} (runs in {shown(uri)}); Ctrl-C stops it", flush=True)
     for exp_name, page in pages:
         print(f"  experiment {exp_name!r}: {page}", flush=True)
-    print(f"Optuna study: {shlex.join(['optuna-dashboard', pasteable(absolute_uri(storage))])}  "
-          "(pip install optuna-dashboard)", flush=True)
+    print(f"Optuna study: {shlex.join([tool('optuna-dashboard'), pasteable(absolute_uri(storage))])}  "
+          f"({shlex.join([tool('pip'), 'install', 'optuna-dashboard'])})", flush=True)
     child = subprocess.Popen(mlflow_command(port), env=server_env(uri))
 
     def forward(signum: int, _frame: object) -> None:  # Ctrl-C or SIGTERM: let mlflow stop itself

@@ -111,6 +111,18 @@ def _schema_head() -> str | None:
         return None
 
 
+def restore_command(uri: str, experiment_id: str) -> str:
+    """The command that restores a deleted experiment, as pasted in a shell: MLflow's CLI reads
+    the store from ``MLFLOW_TRACKING_URI`` (its password left out: ``redact.pasteable``)."""
+    import shlex
+
+    from orchestrator.invocation import tool
+    from orchestrator.redact import pasteable
+
+    return (f"MLFLOW_TRACKING_URI={shlex.quote(pasteable(uri))} "
+            + shlex.join([tool("mlflow"), "experiments", "restore", "--experiment-id", str(experiment_id)]))
+
+
 class Tracker:
     def __init__(self, tracking_uri: str, experiment: str, outage: Any = None) -> None:
         """``outage``: an ``outage.Outage`` guard for a tracking server or server database (every
@@ -149,7 +161,7 @@ class Tracker:
                 exp_id = self.client.create_experiment(experiment, artifact_location=artifact_root(self.uri, experiment))
             elif exp.lifecycle_stage == "deleted":
                 raise StudyError(f"MLflow experiment {experiment!r} in {shown(self.uri)} is deleted; restore it "
-                                 f"(mlflow experiments restore --experiment-id {exp.experiment_id}) or rename the spec")
+                                 f"({restore_command(self.uri, exp.experiment_id)}) or rename the spec")
             else:
                 exp_id = exp.experiment_id
         except MlflowException as exc:

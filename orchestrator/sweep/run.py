@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator import exits
 from orchestrator.errors import SpecError, StudyError
 from orchestrator.launch import StopFlag
-from orchestrator.report.closing import command
+from orchestrator.invocation import command
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
 from orchestrator.sweep.startup import Startup, warm_imports
@@ -168,7 +168,7 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
                           memory_limit_gib=limit_gib, native_half=native)
             if heartbeat is not None:
                 heartbeat.track(sweep.running_trial_ids)
-            result = _drive(spec, probe, study, sweep, slots, interrupted, queued)
+            result = _drive(spec, probe, study, sweep, slots, interrupted, queued, origins)
             code = _finish(spec, study, tracker, recovery, sweep, result, origins, shared)
             if export is not None and result.code == exits.OK:  # from the study: MLflow's records need not be there
                 from orchestrator.report.command import export_best
@@ -239,7 +239,7 @@ def memory_limit(spec: SweepSpec, plan: Plan, probe: dict[str, Any]) -> float | 
 
 
 def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, slots: list[Slot],
-           interrupted: int, queued: dict[str, int]) -> SweepResult:
+           interrupted: int, queued: dict[str, int], origins: Origins = Origins()) -> SweepResult:
     from tqdm import tqdm
 
     from orchestrator.outcome import RUN_AGAIN, Status
@@ -295,7 +295,9 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, s
     finally:
         bar.close()
     if result.message:
-        resume = f" Resume with: {command(spec.path)}" if result.code not in (exits.OK, exits.FAILED) else ""
+        from orchestrator.report.closing import store_flags
+
+        resume = f" Resume with: {command(spec.path, *store_flags(spec, origins))}" if result.code not in (exits.OK, exits.FAILED) else ""
         print(result.message + resume, file=sys.stderr)
     return result
 
