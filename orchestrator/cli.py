@@ -38,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
                "status error run again then.")
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
     p.add_argument("--dry-run", action="store_true",
-                   help="check the spec and print the plan; create nothing, import no torch")
+                   help="check what a run checks (the spec, the experiment's parameter names, the store folders and "
+                        "servers, a hub model: 5 s for a server to answer), every failure at once; print the plan; "
+                        "create nothing, import no torch")
     p.add_argument("--storage", help="Optuna storage URL (default: $ORCHESTRATE_STORAGE, else the spec's, else "
                    "sqlite:///mlruns/optuna.db); keep a password out of it: PGPASSWORD, ~/.pgpass")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $ORCHESTRATE_TRACKING_URI or "
@@ -98,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         guard(spec, origins)
         if args.dry_run:
             from orchestrator.report.dryrun import print_plan
+            from orchestrator.sweep.preflight import preflight
 
+            preflight(spec, origins, tracking_server=True)  # what the run checks, every failure at once
             print_plan(spec)
             return exits.OK
         from orchestrator.sweep.run import run

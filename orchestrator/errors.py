@@ -48,6 +48,16 @@ def each_error(exc: SpecError) -> list[SpecError]:
     return list(exc.errors) if isinstance(exc, SpecErrors) else [exc]
 
 
+def raise_all(errors: list[SpecError]) -> None:
+    """Every error of ``errors`` at once, each once, flags' first, then in the file's order (one
+    ``SpecError`` as itself); nothing if there are none."""
+    unique = list({str(e): e for error in errors for e in each_error(error)}.values())
+    if not unique:
+        return
+    ordered = sorted(unique, key=lambda e: (e.line is not None, e.line or 0))
+    raise ordered[0] if len(ordered) == 1 else SpecErrors(ordered)
+
+
 class StudyError(OrchestratorError):
     """The study's storage cannot be used as asked (locked, corrupt, created by another spec)."""
 

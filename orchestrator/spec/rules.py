@@ -11,7 +11,7 @@ import re
 from typing import Any, Callable, TypeVar
 
 from orchestrator.spec import knobs
-from orchestrator.errors import SpecError, SpecErrors, each_error
+from orchestrator.errors import SpecError, each_error, raise_all
 from orchestrator.metrics import OBJECTIVE_METRICS
 from orchestrator.spec.model import (DEFAULT_STORAGE, DEFAULT_TRACKING_URI, DIRECTIONS, MAX_TRIAL_REPEATS,
                                     SAMPLERS, STOPS, Choice, Constraint, Dimension, Direction, Objective, Range,
@@ -69,12 +69,8 @@ class Checker:
             return fallback
 
     def raise_found(self) -> None:
-        """Every kept error at once (one line each, flags first, then by line); nothing if none."""
-        unique = list({str(e): e for e in self.found}.values())
-        if not unique:
-            return
-        ordered = sorted(unique, key=lambda e: (e.line is not None, e.line or 0))
-        raise ordered[0] if len(ordered) == 1 else SpecErrors(ordered)
+        """Every kept error at once (``errors.raise_all``); nothing if none."""
+        raise_all(self.found)
 
     def fail(self, path: tuple, rule: str, value: Any = ..., *, show_value: bool = True) -> SpecError:
         if show_value and value is not ...:

@@ -46,19 +46,13 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     from orchestrator.sweep import checks
     from orchestrator.store.coordination import is_shared
     from orchestrator.search.space import guess_device, make_plan
-    from orchestrator.store.study import check_not_locked, check_url_opens
+    from orchestrator.store.study import check_not_locked
+    from orchestrator.sweep.preflight import preflight
 
-    checks.check_script_file(spec)
     if export is not None and not (export.parent.resolve().is_dir() and os.access(export.parent.resolve(), os.W_OK)):
         raise SpecError(f"cannot write {export}: folder {export.parent.resolve()} does not exist or "
                         "is not writable", file="--export")
-    for field, url in (("storage", spec.storage), ("tracking_uri", spec.tracking_uri)):
-        try:
-            check_url_opens(url, field)
-        except StudyError as exc:
-            rule = f"{str(exc).split(': ', 1)[-1]}, got {shown(url)!r}"
-            origin = getattr(origins, field)
-            raise (SpecError(rule, file=origin, field=field) if origin else spec.error((field,), rule)) from None
+    preflight(spec, origins)  # the workload, its names, the stores, a hub model: every failure at once
     shared = is_shared(spec.storage)
     if not shared:
         check_not_locked(spec.storage, spec.name)
