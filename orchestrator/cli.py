@@ -21,11 +21,13 @@ USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--
        orchestrate report SPEC [--format text|json] [--plots] [--out DIR] [--compare KNOB]
        orchestrate best SPEC [-o FILE]                              (the best configuration as YAML)
        orchestrate check SPEC [--repair]                            (do the study, MLflow and the trial folders agree?)
-       orchestrate ui [--port N]                                    (the MLflow UI on 127.0.0.1)
+       orchestrate delete SPEC [--yes] [--leftovers]                (the study, its MLflow runs and trial folders)
+       orchestrate ui [SPEC] [--port N]                             (the MLflow UI on 127.0.0.1)
        orchestrate doctor [--check] [--device D] [--format text|json]   (is this machine set up? do the knobs work?)
        orchestrate schema [--format json|markdown]                  (the spec's JSON Schema, or its reference page)"""
 SUBCOMMANDS = {"report": "orchestrator.report.command", "best": "orchestrator.report.command",
-               "check": "orchestrator.report.check", "ui": "orchestrator.report.ui",
+               "check": "orchestrator.report.check", "delete": "orchestrator.report.delete",
+               "ui": "orchestrator.report.ui",
                "doctor": "orchestrator.doctor.command", "schema": "orchestrator.spec.doc"}
 
 

@@ -94,6 +94,9 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
     live, in_flight = _live(spec, study)
     found = compare(study.trials, runs, lambda n: trialdir.folder(root, n), in_flight, folders,
                     artifacts(client) if client is not None else None)
+    from orchestrator.report.delete import no_study
+
+    found += no_study(spec, uid)  # runs a study deleted another way left in the experiment
     if study.trials and parent is None:
         found.insert(0, Difference("parent", f"MLflow has no parent run for the study (tag study_uid={uid})"))
     elif parent is not None and parent.info.status not in ("FINISHED", "FAILED", "KILLED") and not live:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from orchestrator.errors import StudyError, first_line
-from orchestrator.redact import pasteable, shown
+from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
 from orchestrator.store.studyrecord import StudyRecord, write_study
 
@@ -347,7 +347,12 @@ def spec_mismatch(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dic
 
 
 def _mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:
+    from orchestrator.invocation import command
+    from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
+    from orchestrator.store.urls import Origins, command_flags
+
+    flags = command_flags(spec, Origins(), (DEFAULT_STORAGE, DEFAULT_TRACKING_URI))
     return StudyError(
         f"study {spec.name!r} in {shown(url)} was created from a different spec ({what}). "
-        f"To keep both, give this spec a new `name:`; to start over, delete the old study: "
-        f"optuna delete-study --study-name {spec.name} --storage {pasteable(url)}")
+        f"To keep both, give this spec a new `name:`; to start over, delete the old study with its "
+        f"MLflow runs and trial folders: {command('delete', spec.path, *flags)}")
