@@ -135,7 +135,7 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
             db, runs = outages(spec, stop)
             lock = StudyLock(spec.storage, spec.name, db)
             with lock:  # several orchestrators starting at once: one creates, the others load
-                sync = Tracker(spec.tracking_uri, spec.name, runs)
+                sync = Tracker(spec.tracking_uri, spec.name, runs, swept=tuple(plan.searched))
                 study = open_study(spec, spec.storage, fingerprint(spec, plan),
                                    worker=os.getpid() if shared else 0, outage=db)
                 recorded = StudyRecord.of(study)  # one read of the study's attributes
