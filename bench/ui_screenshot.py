@@ -4,9 +4,11 @@ Starts `orchestrate ui SPEC` in PROJECT (a folder holding a finished sweep), ope
 page in headless Chromium at WIDTHxHEIGHT (MLflow's React app, its sidebar and its assistant
 panel, which opens itself on a local server's first visit), waits until every trial's row is
 drawn, saves the screenshot and prints, for each row, its cells on the first screen and those cut
-off. `--open-run N` also saves the page of the run whose name starts with `trial-00N`.
+off; `--bottom FILE` also saves the table scrolled to its last rows (out of memory and skipped,
+which sort last).
 
-    python bench/ui_screenshot.py /tmp/p sweeps/bert_tiny.yaml docs/mlflow_ui.png
+    python bench/ui_screenshot.py /tmp/p sweeps/bert_tiny.yaml docs/mlflow_ui.png --rows 16 \
+        --bottom docs/mlflow_ui_bottom.png
 
 Needs Chromium (Debian: apt-get install chromium).
 """
@@ -33,6 +35,7 @@ def main() -> int:
     p.add_argument("--width", type=int, default=1400)
     p.add_argument("--height", type=int, default=900)
     p.add_argument("--rows", type=int, default=1, help="wait until this many rows are drawn")
+    p.add_argument("--bottom", type=Path, help="also save the table scrolled to its last row here")
     args = p.parse_args()
     if CHROMIUM is None:
         print("ui_screenshot: chromium is not installed (Debian: apt-get install chromium)", file=sys.stderr)
@@ -55,6 +58,10 @@ def main() -> int:
             browser.open(url, args.width, args.height)
             table = read_table(browser, args.rows)
             browser.screenshot(args.out)
+            if args.bottom is not None:
+                browser.evaluate("document.querySelector('.ag-body-viewport').scrollTop = 1e6")
+                time.sleep(1)
+                browser.screenshot(args.bottom)
         finally:
             browser.close()
     finally:
