@@ -123,14 +123,16 @@ def device_of(spec: SweepSpec, study: Any, t: Any = None) -> str:
 
 
 def script_command(spec: SweepSpec, study: Any, t: Any) -> str | None:
-    """A script spec's trial ``t`` as the command line that trains it (None for a module's spec)."""
+    """A script spec's trial ``t`` as the command line that trains it (None for a module's spec),
+    with Python named as the user runs this venv's (``invocation.tool``)."""
     if spec.script is None:
         return None
+    from orchestrator.invocation import tool
     from orchestrator.search.space import make_plan, trial_params
     from orchestrator.spec.script import pasteable
 
     device = device_of(spec, study, t)
-    return pasteable(spec, trial_params(make_plan(spec, device), t.params))
+    return pasteable(spec, trial_params(make_plan(spec, device), t.params), tool("python"))
 
 
 def _target(spec: SweepSpec, study: Any) -> int | None:
