@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from orchestrator import exits
-from orchestrator.errors import OrchestratorError, UsageParser, print_error, silence_stdout
+from orchestrator.errors import OrchestratorError, SpecError, UsageParser, print_error, silence_stdout
 from orchestrator.spec.load import load_spec
 
 
@@ -92,13 +92,19 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.store.urls import guard, overrides
 
         stores, origins = overrides(args.storage, args.tracking_uri)
-        spec = load_spec(args.spec, {
-            **stores,
-            "--n-trials": (("search", "n_trials"), args.n_trials),
-            "--stop": (("search", "stop"), args.stop),
-            "--device": (("device",), args.device),
-            "--devices": (("devices",), args.devices),
-        })
+        try:
+            spec = load_spec(args.spec, {
+                **stores,
+                "--n-trials": (("search", "n_trials"), args.n_trials),
+                "--stop": (("search", "stop"), args.stop),
+                "--device": (("device",), args.device),
+                "--devices": (("devices",), args.devices),
+            })
+        except SpecError as exc:  # with its misspelled parameter names, read without torch
+            from orchestrator.sweep.preflight import with_declared_names
+
+            with_declared_names(exc, args.spec)
+            raise
         guard(spec, origins)
         if args.dry_run:
             from orchestrator.report.dryrun import print_plan

@@ -252,19 +252,25 @@ def check_experiment_params(spec: SweepSpec, probe: dict[str, Any]) -> None:
 def unknown_params(spec: SweepSpec, accepted: list[str]) -> list[SpecError]:
     """An error for each fixed or swept name that is neither in ``accepted`` (the experiment's
     ``PARAMS``, from the probe or read from its source: ``spec.declared``) nor a harness knob."""
+    return unknown_names(spec.workload_name, [("fixed", n) for n in spec.fixed] + [("space", n) for n in spec.space],
+                         accepted, spec.error)
+
+
+def unknown_names(workload: str, paths: list[tuple[str, str]], accepted: list[str],
+                  error: Any) -> list[SpecError]:
+    """``unknown_params`` over (section, name) ``paths``; ``error(path, rule)`` words each."""
     import difflib
 
     from orchestrator.spec import knobs
 
     valid = sorted(set(accepted) | set(knobs.KNOBS))
     found = []
-    for section, names in (("fixed", spec.fixed), ("space", spec.space)):
-        for name in names:
-            if name not in valid:
-                hint = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-                did = f"did you mean {hint[0]!r}? " if hint else ""
-                found.append(spec.error((section, name), f"unknown parameter for {spec.workload_name}; {did}"
-                                        f"it takes {', '.join(sorted(accepted))} and the harness knobs"))
+    for section, name in paths:
+        if name not in valid:
+            hint = difflib.get_close_matches(str(name), valid, n=1, cutoff=0.6)
+            did = f"did you mean {hint[0]!r}? " if hint else ""
+            found.append(error((section, name), f"unknown parameter for {workload}; {did}"
+                               f"it takes {', '.join(sorted(accepted))} and the harness knobs"))
     return found
 
 

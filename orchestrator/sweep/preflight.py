@@ -72,6 +72,33 @@ def workload(spec: SweepSpec) -> None:
         raise_all(unknown_params(spec, accepted))
 
 
+def with_declared_names(exc: SpecError, path: str) -> None:
+    """``exc`` (a spec that breaks rules) raised again with the misspelled parameter names that
+    its experiment's ``PARAMS`` shows (``workload``'s check, read from the raw YAML), so that the
+    first read says them too; ``exc`` alone where they cannot be read."""
+    from pathlib import Path
+
+    from orchestrator.spec.declared import module_params
+    from orchestrator.spec.locate import locate, trial_path
+    from orchestrator.spec.model import nearest_line
+    from orchestrator.spec.yamlsource import dotted, load_yaml
+    from orchestrator.sweep.checks import unknown_names
+
+    found = each_error(exc)
+    try:
+        data, lines, _ = load_yaml(Path(path))
+        experiment = data.get("experiment") if isinstance(data, dict) and "script" not in data else None
+        accepted = module_params(locate(experiment, trial_path()).origin) if isinstance(experiment, str) else None
+    except (SpecError, LookupError):
+        accepted = None
+    if accepted is not None:
+        names = [(section, name) for section in ("fixed", "space") if isinstance(data.get(section), dict)
+                 for name in data[section]]
+        found += unknown_names(experiment, names, accepted, lambda p, rule: SpecError(
+            rule, file=path, line=nearest_line(lines, p), field=dotted(p)))
+    raise_all(found)
+
+
 def _error(spec: SweepSpec, origins: Origins, field: str, rule: str) -> SpecError:
     """A store's failure, on the flag or variable that gave its URL, else on the spec's line."""
     origin = getattr(origins, field)

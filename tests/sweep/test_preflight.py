@@ -219,3 +219,17 @@ def test_a_swept_model_names_each_value_s_line(tmp_path: Path, hub: str, monkeyp
                                 "    - tiny-org/gone\n  batch_size: [1]\n")
     (line,) = errors(spec)
     assert line.startswith("6: space.model[1]: the hub")
+
+
+def test_a_broken_spec_s_misspelled_names_come_in_the_same_read(tmp_path: Path) -> None:
+    """A rule broken and a name misspelled: one run of the command says both (the names read from
+    the raw YAML and the module's source), the run as the dry run."""
+    spec = write_spec(tmp_path, "name: t\nexperiment: experiments.mlp\nfixed:\n  hiden_size: 8\n"
+                                "space:\n  batch_size: [8, 0]\n")
+    for args in ([str(spec), "--dry-run"], [str(spec)]):
+        proc = orchestrate(args, tmp_path)
+        assert proc.returncode == 2
+        lines = proc.stderr.splitlines()
+        assert [ln.split(": ", 2)[:2] for ln in lines] == [[f"{spec}:4", "fixed.hiden_size"],
+                                                          [f"{spec}:6", "space.batch_size[1]"]], proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
