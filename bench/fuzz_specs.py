@@ -438,10 +438,11 @@ def _classify(path: str, code: int | None, out: str, err: str, escaped: BaseExce
     lines = err.splitlines()
     if code != 2:
         return Outcome(path, "failure", f"exit code {code}; stderr {err[-300:]!r}")
-    if len(lines) != 1 or err.count("\n") != 1:
-        return Outcome(path, "failure", f"{len(lines)} stderr lines: {err[:300]!r}")
-    if not where.match(lines[0]):
-        return Outcome(path, "failure", f"the message does not start with FILE:LINE: {lines[0][:300]!r}")
+    if not lines or err.count("\n") != len(lines) or len(set(lines)) != len(lines):
+        return Outcome(path, "failure", f"{len(lines)} stderr lines (each error once, one line each): {err[:300]!r}")
+    for line in lines:  # a spec that breaks several rules: one line for each
+        if not where.match(line):
+            return Outcome(path, "failure", f"the message does not start with FILE:LINE: {line[:300]!r}")
     if "Traceback" in err or out:
         return Outcome(path, "failure", f"output besides the message: {out[:200]!r}")
     return Outcome(path, "error", lines[0])

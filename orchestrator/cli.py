@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from orchestrator import exits
-from orchestrator.errors import OrchestratorError, UsageParser, print_error, silence_stdout
+from orchestrator.errors import OrchestratorError, SpecError, UsageParser, print_error, silence_stdout
 from orchestrator.spec.load import load_spec
 
 
@@ -21,11 +21,13 @@ USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--
        orchestrate report SPEC [--format text|json] [--plots] [--out DIR] [--compare KNOB]
        orchestrate best SPEC [-o FILE]                              (the best configuration as YAML)
        orchestrate check SPEC [--repair]                            (do the study, MLflow and the trial folders agree?)
-       orchestrate ui [--port N]                                    (the MLflow UI on 127.0.0.1)
+       orchestrate delete SPEC [--yes] [--leftovers]                (the study, its MLflow runs and trial folders)
+       orchestrate ui [SPEC] [--port N]                             (the MLflow UI on 127.0.0.1)
        orchestrate doctor [--check] [--device D] [--format text|json]   (is this machine set up? do the knobs work?)
        orchestrate schema [--format json|markdown]                  (the spec's JSON Schema, or its reference page)"""
 SUBCOMMANDS = {"report": "orchestrator.report.command", "best": "orchestrator.report.command",
-               "check": "orchestrator.report.check", "ui": "orchestrator.report.ui",
+               "check": "orchestrator.report.check", "delete": "orchestrator.report.delete",
+               "ui": "orchestrator.report.ui",
                "doctor": "orchestrator.doctor.command", "schema": "orchestrator.spec.doc"}
 
 
@@ -38,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
                "status error run again then.")
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
     p.add_argument("--dry-run", action="store_true",
-                   help="check the spec and print the plan; create nothing, import no torch")
+                   help="check what a run checks (the spec, the experiment's parameter names, the store folders and "
+                        "servers, a hub model: 5 s for a server to answer), every failure at once; print the plan; "
+                        "create nothing, import no torch")
     p.add_argument("--storage", help="Optuna storage URL (default: $ORCHESTRATE_STORAGE, else the spec's, else "
                    "sqlite:///mlruns/optuna.db); keep a password out of it: PGPASSWORD, ~/.pgpass")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $ORCHESTRATE_TRACKING_URI or "
@@ -88,17 +92,25 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.store.urls import guard, overrides
 
         stores, origins = overrides(args.storage, args.tracking_uri)
-        spec = load_spec(args.spec, {
-            **stores,
-            "--n-trials": (("search", "n_trials"), args.n_trials),
-            "--stop": (("search", "stop"), args.stop),
-            "--device": (("device",), args.device),
-            "--devices": (("devices",), args.devices),
-        })
+        try:
+            spec = load_spec(args.spec, {
+                **stores,
+                "--n-trials": (("search", "n_trials"), args.n_trials),
+                "--stop": (("search", "stop"), args.stop),
+                "--device": (("device",), args.device),
+                "--devices": (("devices",), args.devices),
+            })
+        except SpecError as exc:  # with its misspelled parameter names, read without torch
+            from orchestrator.sweep.preflight import with_declared_names
+
+            with_declared_names(exc, args.spec)
+            raise
         guard(spec, origins)
         if args.dry_run:
             from orchestrator.report.dryrun import print_plan
+            from orchestrator.sweep.preflight import preflight
 
+            preflight(spec, origins, tracking_server=True)  # what the run checks, every failure at once
             print_plan(spec)
             return exits.OK
         from orchestrator.sweep.run import run

@@ -32,6 +32,32 @@ class SpecError(OrchestratorError, ValueError):
         super().__init__(text)
 
 
+class SpecErrors(SpecError):
+    """Every rule a spec breaks, found in one read: one ``SpecError`` per line, in the file's order
+    (``rules.Checker.raise_found``). Its attributes are the first error's."""
+
+    def __init__(self, errors: list[SpecError]) -> None:
+        self.errors = list(errors)
+        first = self.errors[0]
+        self.file, self.line, self.field, self.rule = first.file, first.line, first.field, first.rule
+        OrchestratorError.__init__(self, "\n".join(str(e) for e in self.errors))
+
+
+def each_error(exc: SpecError) -> list[SpecError]:
+    """The single errors of ``exc`` (itself, unless it holds several)."""
+    return list(exc.errors) if isinstance(exc, SpecErrors) else [exc]
+
+
+def raise_all(errors: list[SpecError]) -> None:
+    """Every error of ``errors`` at once, each once, flags' first, then in the file's order (one
+    ``SpecError`` as itself); nothing if there are none."""
+    unique = list({str(e): e for error in errors for e in each_error(error)}.values())
+    if not unique:
+        return
+    ordered = sorted(unique, key=lambda e: (e.line is not None, e.line or 0))
+    raise ordered[0] if len(ordered) == 1 else SpecErrors(ordered)
+
+
 class StudyError(OrchestratorError):
     """The study's storage cannot be used as asked (locked, corrupt, created by another spec)."""
 
@@ -70,7 +96,12 @@ def first_line(exc: BaseException, typed: bool = True) -> str:
 
 def print_error(exc: OrchestratorError) -> int:
     """How every command reports an error it expected: one line on stderr (a spec error already
-    names its file and line); returns the exit code."""
+    names its file and line; a spec that breaks several rules gets one line for each); returns the
+    exit code."""
+    if isinstance(exc, SpecErrors):
+        for error in exc.errors:  # one line each, as an editor or a compiler's output reads them
+            print(one_line(str(error)), file=sys.stderr)
+        return exc.exit_code
     print(one_line(f"orchestrate: {exc}" if not isinstance(exc, SpecError) else str(exc)), file=sys.stderr)
     return exc.exit_code
 

@@ -26,6 +26,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 ORCHESTRATE = str(Path(sys.executable).with_name("orchestrate"))
+# The tests run it as a user with the venv activated (the README's set-up): its folder first on
+# PATH, so the commands it prints start with `orchestrate` (orchestrator/invocation.py);
+# tests/project/test_paste.py runs it without, as `.venv/bin/orchestrate`.
+if os.environ.get("PATH", "").split(os.pathsep)[0] != str(Path(ORCHESTRATE).parent):
+    os.environ["PATH"] = os.pathsep.join([str(Path(ORCHESTRATE).parent), os.environ.get("PATH", "")])
 
 
 def bench_module(name: str) -> Any:

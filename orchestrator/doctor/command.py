@@ -223,10 +223,12 @@ def main(argv: list[str]) -> int:
     warnings = warnings_for(facts, caps) if ok else []
     device = resolve_device(facts) if args.device == "auto" else args.device
     doc: dict[str, Any] = {"device": device, "facts": facts, "mps_caps": caps, "warnings": warnings}
+    from orchestrator.invocation import command
+
     code = EXIT_NOT_HONOURED if args.check and not ok else exits.OK  # no torch, no self-test
     if args.check and ok and device != "cpu" and not facts[device]["available"]:
         print(f"orchestrate doctor: --check on {device}: torch sees no {device.upper()} device here "
-              f"({facts[device].get('why_not')}); run `orchestrate doctor` to see what it does see", file=sys.stderr)
+              f"({facts[device].get('why_not')}); run `{command('doctor')}` to see what it does see", file=sys.stderr)
         return exits.USAGE
     if args.check and ok:
         doc["check"] = check(device, facts)
@@ -239,7 +241,7 @@ def main(argv: list[str]) -> int:
         print()
         print(render_check(doc["check"]))
     elif ok:
-        print(f"Next: orchestrate doctor --check   (at most two minutes: proves the memory knobs take effect "
+        print(f"Next: {command('doctor', '--check')}   (at most two minutes: proves the memory knobs take effect "
               f"on {device})")
     return code
 

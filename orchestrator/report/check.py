@@ -66,7 +66,8 @@ def main(argv: list[str]) -> int:
         if not found:
             print("The study, MLflow and the trial folders agree.")
             return exits.OK
-        from orchestrator.report.closing import command, store_flags
+        from orchestrator.invocation import command
+        from orchestrator.report.closing import store_flags
 
         repair = command("check", spec.path, *store_flags(spec, origins), "--repair")
         print(f"{len(found)} difference(s)." + (f" Repair: {repair}" if any(d.repairable for d in found) else ""))
@@ -93,6 +94,9 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
     live, in_flight = _live(spec, study)
     found = compare(study.trials, runs, lambda n: trialdir.folder(root, n), in_flight, folders,
                     artifacts(client) if client is not None else None)
+    from orchestrator.report.delete import no_study
+
+    found += no_study(spec, uid)  # runs a study deleted another way left in the experiment
     if study.trials and parent is None:
         found.insert(0, Difference("parent", f"MLflow has no parent run for the study (tag study_uid={uid})"))
     elif parent is not None and parent.info.status not in ("FINISHED", "FAILED", "KILLED") and not live:

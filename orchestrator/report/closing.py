@@ -7,6 +7,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
+from orchestrator.invocation import command, tool
 from orchestrator.outcome import NOT_FITTING
 from orchestrator.machine import cpu_flags
 from orchestrator.report.precision import half_precision_note
@@ -18,11 +19,6 @@ from orchestrator.report.summary import best_table, fmt_params, status_counts
 
 if TYPE_CHECKING:
     from orchestrator.search.space import Plan
-
-
-def command(*args: Any) -> str:
-    """A command line a user can paste: every part shell-quoted."""
-    return shlex.join(["orchestrate", *map(str, args)])
 
 
 def store_flags(spec: SweepSpec, origins: Origins = Origins()) -> list[str]:
@@ -113,7 +109,7 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
               f"Runs:    {shown(tracking)} (experiment {spec.name!r})",
               f"Resume:  {command(spec.path, *stores)}",
               f"Browse:  {command('ui', spec.path, *tracking_flags)}   (or: "
-              f"{shlex.join(['mlflow', 'ui', '--backend-store-uri', pasteable(tracking)])})",
+              f"{shlex.join([tool('mlflow'), 'ui', '--backend-store-uri', pasteable(tracking)])})",
               f"Report:  {command('report', spec.path, *stores)}   (add --plots for the plots)"]
     if env := from_environment(origins):
         lines.append(f"         (these commands find the stores through {' and '.join(env)}, as this run did)")

@@ -8,7 +8,6 @@ fallbacks). Nothing here opens MLflow or draws: ``report`` does that when plots 
 from __future__ import annotations
 
 import json
-import shlex
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,9 @@ def paste_command(spec: SweepSpec, *words: str) -> str:
     when either is not the default (so it reaches the same stores), their passwords left out."""
     stores = ["--storage", pasteable(spec.storage), "--tracking-uri", pasteable(spec.tracking_uri)] if (
         spec.storage != DEFAULT_STORAGE or spec.tracking_uri != DEFAULT_TRACKING_URI) else []
-    return shlex.join(["orchestrate", *words, str(spec.path), *stores])
+    from orchestrator.invocation import command
+
+    return command(*words, str(spec.path), *stores)
 
 
 def trial_row(t: Any) -> dict[str, Any]:
@@ -122,14 +123,16 @@ def device_of(spec: SweepSpec, study: Any, t: Any = None) -> str:
 
 
 def script_command(spec: SweepSpec, study: Any, t: Any) -> str | None:
-    """A script spec's trial ``t`` as the command line that trains it (None for a module's spec)."""
+    """A script spec's trial ``t`` as the command line that trains it (None for a module's spec),
+    with Python named as the user runs this venv's (``invocation.tool``)."""
     if spec.script is None:
         return None
+    from orchestrator.invocation import tool
     from orchestrator.search.space import make_plan, trial_params
     from orchestrator.spec.script import pasteable
 
     device = device_of(spec, study, t)
-    return pasteable(spec, trial_params(make_plan(spec, device), t.params))
+    return pasteable(spec, trial_params(make_plan(spec, device), t.params), tool("python"))
 
 
 def _target(spec: SweepSpec, study: Any) -> int | None:

@@ -86,15 +86,17 @@ def commands(spec: SweepSpec, plan: object) -> list[str]:
     """A script spec's command line for each configuration (the first ``SHOWN_COMMANDS``)."""
     if spec.script is None:
         return []
+    from orchestrator.invocation import tool
     from orchestrator.search.space import configurations, trial_params
     from orchestrator.spec.script import pasteable
 
+    python = tool("python")  # as the user runs this venv's Python (orchestrator/invocation.py)
     configs = configurations(plan) if plan.finite() else None  # type: ignore[attr-defined]
     if not configs:
-        return ["  commands     sampled from the space: python " + " ".join((spec.script, *spec.args))]
+        return [f"  commands     sampled from the space: {python} " + " ".join((spec.script, *spec.args))]
     lines = [f"  commands     {len(configs)}, one per configuration (run in the working directory):"]
     for config in configs[:SHOWN_COMMANDS]:
-        lines.append(f"               {pasteable(spec, trial_params(plan, config))}")  # type: ignore[arg-type]
+        lines.append(f"               {pasteable(spec, trial_params(plan, config), python)}")  # type: ignore[arg-type]
     if len(configs) > SHOWN_COMMANDS:
         lines.append(f"               ... and {len(configs) - SHOWN_COMMANDS} more")
     return lines

@@ -27,6 +27,7 @@ from typing import Any
 
 from orchestrator import metrics as M
 from orchestrator.errors import OrchestratorError, UsageParser, print_error
+from orchestrator.invocation import command, tool
 from orchestrator.outcome import Status
 from orchestrator.redact import child_env, first_line, has_secret, pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
@@ -41,14 +42,18 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # MLflow's UI: an experiment tag pe
 VIEW_METRICS = (M.SAMPLES_PER_S, M.PEAK_MEMORY_GIB, M.STEP_TIME_MS_P50, M.THROUGHPUT_CV, M.DURATION_S)
 
 
+USAGE = "orchestrate ui [SPEC] [--port N] [--tracking-uri URI]"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = UsageParser(prog="orchestrate ui", description=(
-        f"Start the MLflow UI bound to {HOST} on the run store of this project (or of SPEC) and "
-        "print its URL; Ctrl-C stops it. The Optuna study opens in optuna-dashboard: "
-        "optuna-dashboard sqlite:///$PWD/mlruns/optuna.db"))
-    p.add_argument("spec", nargs="?", help="a sweep spec: use its tracking_uri and open its experiment")
-    p.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default: 5000)")
-    p.add_argument("--tracking-uri", help=f"MLflow tracking URI (default: the spec's, else {DEFAULT_TRACKING_URI})")
+    p = UsageParser(prog="orchestrate ui", usage=USAGE, description=(
+        f"Start the MLflow UI bound to {HOST} on the runs of SPEC (as every sweep's Browse: line "
+        "prints it; without SPEC, on this folder's mlruns/mlflow.db) and print the URL of the "
+        "experiment's trials, best first; Ctrl-C stops it. Only MLflow's web server runs (no job "
+        "runner). The Optuna study opens in optuna-dashboard: optuna-dashboard sqlite:///$PWD/mlruns/optuna.db"))
+    p.add_argument("spec", nargs="?", metavar="SPEC", help="a sweep spec: use its tracking_uri and open its experiment")
+    p.add_argument("--port", type=int, default=5000, metavar="N", help="port on 127.0.0.1 (default: 5000)")
+    p.add_argument("--tracking-uri", metavar="URI", help=f"MLflow tracking URI (default: the spec's, else {DEFAULT_TRACKING_URI})")
     return p
 
 
@@ -76,12 +81,18 @@ def mlflow_command(port: int) -> list[str]:
     return base + ["ui", "--host", HOST, "--port", str(port), "--workers", "1"]
 
 
+JOBS_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
+"""MLflow 3's server starts a job runner and eight huey consumer processes for its GenAI jobs
+(judges, trace rollups, issue detection) unless this is false; the runs table needs none of them."""
+
+
 def server_env(uri: str, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The MLflow server's environment: ``redact.child_env`` (without the credentials only the
     orchestrator uses), the store in ``MLFLOW_BACKEND_STORE_URI`` (``mlflow ui`` reads it there),
-    and libpq's ``PGPASSWORD`` where the store is a PostgreSQL URL that leaves its password to it."""
+    libpq's ``PGPASSWORD`` where the store is a PostgreSQL URL that leaves its password to it, and
+    no job runner (``JOBS_ENV``; a value the user set is kept)."""
     env = os.environ if environ is None else environ
-    out = {**child_env(env), "MLFLOW_BACKEND_STORE_URI": uri}
+    out = {**child_env(env), "MLFLOW_BACKEND_STORE_URI": uri, JOBS_ENV: env.get(JOBS_ENV) or "false"}
     if uri.startswith("postgresql") and not has_secret(uri) and env.get("PGPASSWORD"):
         out["PGPASSWORD"] = env["PGPASSWORD"]
     return out
@@ -94,7 +105,7 @@ def check_store(uri: str) -> str:
     uri = absolute_uri(uri)
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
-        raise OrchestratorError(f"no runs yet in {shown(uri)}; run a sweep first (orchestrate SPEC)")
+        raise OrchestratorError(f"no runs yet in {shown(uri)}; run a sweep first ({command('SPEC')})")
     return uri
 
 
@@ -123,8 +134,8 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
     print(f"MLflow UI: {url} (runs in {shown(uri)}); Ctrl-C stops it", flush=True)
     for exp_name, page in pages:
         print(f"  experiment {exp_name!r}: {page}", flush=True)
-    print(f"Optuna study: {shlex.join(['optuna-dashboard', pasteable(absolute_uri(storage))])}  "
-          "(pip install optuna-dashboard)", flush=True)
+    print(f"Optuna study: {shlex.join([tool('optuna-dashboard'), pasteable(absolute_uri(storage))])}  "
+          f"({shlex.join([tool('pip'), 'install', 'optuna-dashboard'])})", flush=True)
     child = subprocess.Popen(mlflow_command(port), env=server_env(uri))
 
     def forward(signum: int, _frame: object) -> None:  # Ctrl-C or SIGTERM: let mlflow stop itself
@@ -209,30 +220,63 @@ def column(kind: str, name: str) -> str:
 
 
 RUN_NAME, CREATED = "attributes.`Run Name`", "runDateAndNestInfo"
-"""MLflow's two pinned columns (the run's name; its start time with the run status mark): in the
-view's order with narrower widths, the first screen keeps room for the answer."""
-PINNED_WIDTHS = {RUN_NAME: 110, CREATED: 110}
+"""MLflow's two pinned columns: the run's name (which holds the swept values: ``runs.run_name``)
+and its start time with the run status mark."""
+CREATED_WIDTH = 44
+"""Room for the run status mark only (the start time, cut off, is in the run's page)."""
+SPREAD_METRICS = ("throughput_ci95", M.THROUGHPUT_CV)
+"""The throughput's spread, shown beside it: the first of these the runs have (``throughput_ci95``
+is what issue #38's noise work records, ``throughput_cv`` what every trial has recorded so far)."""
+
+
+def name_width(names: list[str]) -> int:
+    """The pinned name column's width for the longest run name (its colour dot and padding
+    included; MLflow's table font is about 6 px a character)."""
+    return max(90, min(360, round(6 * max((len(n) for n in names), default=0)) + 52))
 
 
 def view_state(trial_params: list[dict[str, str]], metric_keys: set[str], objective: str = M.SAMPLES_PER_S,
-               maximize: bool = True) -> dict[str, Any]:
+               maximize: bool = True, names: list[str] | None = None) -> dict[str, Any]:
     """The runs table a sweep is compared in: trial runs only, flat (not nested under the parent),
-    best first. The columns answer first: the status, the objective, throughput and peak memory,
-    then the swept parameters, then the other headline metrics. At 1400 px, with MLflow 3.17's
-    sidebar and its assistant panel open (it opens itself on a local server's first visit), about
-    480 px of the table are left beside the two pinned columns: the status and the three metrics
-    fit there, the parameters follow to their right (tests/report/test_ui_browser.py measures it)."""
+    best first. The first screen holds the answer: each run's name carries its swept values
+    (``runs.run_name``: the pinned column, as wide as the longest), then its status, the
+    objective, throughput with its spread, and peak memory; the swept parameters follow as
+    columns of their own, then the other headline metrics. At 1400 px, with MLflow 3.17's sidebar
+    and its assistant panel open (it opens itself on a local server's first visit), about 770 px
+    of table are left (tests/report/test_ui_browser.py measures what is on screen)."""
     swept = [k for k in dict.fromkeys(k for p in trial_params for k in p)
              if len({p.get(k) for p in trial_params}) > 1]
-    answer = [m for m in dict.fromkeys((objective, M.SAMPLES_PER_S, M.PEAK_MEMORY_GIB)) if m in metric_keys]
+    spread = next((m for m in SPREAD_METRICS if m in metric_keys), None)
+    answer = [m for m in dict.fromkeys((objective, M.SAMPLES_PER_S, spread, M.PEAK_MEMORY_GIB))
+              if m is not None and m in metric_keys]
     more = [m for m in VIEW_METRICS if m in metric_keys and m not in answer]
     named = [("tags", "status")] + [("metrics", m) for m in answer] + [("params", k) for k in swept] + \
         [("metrics", m) for m in more]
     cols = [column(kind, name) for kind, name in named]
-    widths = {column(kind, name): max(70, 8 * len(name) + (20 if kind == "metrics" else 15)) for kind, name in named}
+    # about 7 px a header character, and padding (the objective's header also has the sort mark);
+    # the status column fits "skipped"
+    widths = {column(kind, name): max(70 if kind == "tags" else 60, 7 * len(name) + (26 if name == objective else 16))
+              for kind, name in named}
+    pinned = {RUN_NAME: name_width(names or []), CREATED: CREATED_WIDTH}
     return {"searchFilter": "tags.role = 'trial'", "orderByKey": column("metrics", objective),
             "orderByAsc": not maximize, "selectedColumns": cols, "columnOrder": [RUN_NAME, CREATED, *cols],
-            "columnWidths": {**PINNED_WIDTHS, **widths}}
+            "columnWidths": {**pinned, **widths}}
+
+
+LEGEND_PREFIX = "Run names: "
+
+
+def legend(runs: list[Any]) -> str:
+    """The experiment's description (one line above the runs table): what the run names'
+    short parameter names stand for, and what the dot's colour says."""
+    from orchestrator.store.runs import initials
+
+    used = {token.split("=", 1)[0] for r in runs for token in (r.info.run_name or "").split()[1:] if "=" in token}
+    keys = sorted({k for r in runs for k in r.data.params})
+    names = [f"{initials(k)} = {k}" for k in keys if initials(k) != k and initials(k) in used and initials(k) not in keys]
+    return (LEGEND_PREFIX + "the trial's number, then its swept values" + (f" ({', '.join(names)})" if names else "")
+            + ". The dot: green measured, amber swapped, orange out of memory, grey skipped (predicted out of "
+              "memory, not run), red failed.")
 
 
 def save_views(uri: str, url: str, objective: str = M.SAMPLES_PER_S, maximize: bool = True,
@@ -251,8 +295,11 @@ def save_views(uri: str, url: str, objective: str = M.SAMPLES_PER_S, maximize: b
         page = f"{url}#/experiments/{exp.experiment_id}"
         if runs:
             state = view_state([r.data.params for r in runs], {k for r in runs for k in r.data.metrics},
-                               objective, maximize)
+                               objective, maximize, [r.info.run_name for r in runs])
             client.set_experiment_tag(exp.experiment_id, VIEW_TAG_PREFIX + VIEW_KEY, json.dumps(state))
+            note = exp.tags.get(NOTE, "")
+            if not note or note.startswith(LEGEND_PREFIX):  # never over a description of the user's
+                client.set_experiment_tag(exp.experiment_id, NOTE, legend(runs))
             page += f"/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}"
         if runs or exp.name != "Default":
             out.append((exp.name, page))

@@ -57,63 +57,97 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Swee
 def check_spec(data: Any, path: Path, lines: dict[tuple, int],
                flag_of: dict[tuple, str] | None = None,
                spelled: dict[tuple, str] | None = None) -> SweepSpec:
+    """Every rule, each part of the spec checked on its own (``Checker.attempt``), so that one read
+    reports every error, one line each. The rules that join parameters (their combinations, the
+    space's size, a script's arguments) are checked once every parameter is valid on its own."""
     c = Checker(str(path), lines, flag_of or {}, spelled)
-    top = c.mapping((), data, TOP_KEYS, REQUIRED_TOP)
+    top = c.mapping((), data, TOP_KEYS)  # not a mapping: nothing else can be checked
 
     def section(key: str) -> Any:
         """A section's mapping; an empty one (every entry commented out) counts as absent."""
         value = top.get(key)
         return {} if value is None else value
 
-    name = top["name"]
-    if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
-        raise c.fail(("name",), "the study name must be letters, digits, '_', '.' or '-'", name)
+    name = c.attempt(lambda: _check_name(c, top), None)
     experiment = top.get("experiment")
-    if "script" not in top:
-        if "experiment" not in top:
-            raise c.fail((), "missing required key experiment (a module such as experiments.bert) or script "
-                         "(a training script such as train.py)", show_value=False)
-        if not isinstance(experiment, str) or not re.fullmatch(EXPERIMENT_PATTERN, experiment):
-            raise c.fail(("experiment",), "experiment must be a dotted Python module name such as experiments.bert",
-                         experiment)
-
-    device = top.get("device", "auto")
-    c.one_of(("device",), device, ("auto",) + knobs.DEVICES, "device")
-
-    fixed_raw = c.mapping(("fixed",), section("fixed"))
-    space_raw = c.mapping(("space",), section("space"))
+    c.attempt(lambda: _check_workload(c, top), None)
+    device = c.attempt(lambda: c.one_of(("device",), top.get("device", "auto"), ("auto",) + knobs.DEVICES,
+                                        "device"), "auto")
+    fixed_raw = c.attempt(lambda: c.mapping(("fixed",), section("fixed")), {})
+    space_raw = c.attempt(lambda: c.mapping(("space",), section("space")), {})
 
     refuse_loop_knobs(c, top, fixed_raw, space_raw)
+    broken = len(c.found)
     fixed: dict[str, Any] = {}
     for key, value in fixed_raw.items():
         if key == "device":
-            raise c.fail(("fixed", "device"), "set the device with the top-level `device:` key or sweep it in `space:`", show_value=False)
-        fixed[key] = check_value(c, ("fixed", key), key, value)
+            c.note(c.fail(("fixed", "device"), "set the device with the top-level `device:` key or sweep it in "
+                          "`space:`", show_value=False))
+            continue
+        fixed[key] = c.attempt(lambda: check_value(c, ("fixed", key), key, value), None)
     space: dict[str, Dimension] = {}
     for key, value in space_raw.items():
-        if key in fixed:
-            raise c.fail(("space", key), f"{key} is also in fixed (line {lines.get(('fixed', key))}); "
-                         "a parameter is either fixed or swept", show_value=False)
-        space[key] = check_dimension(c, ("space", key), key, value)
-    check_space_size(c, space)
-    if "device" in space and "device" in top:
-        if ("device",) in c.overrides:
-            raise c.fail(("device",), f"cannot override the device: space.device sweeps it "
-                         f"(line {lines.get(('space', 'device'))})", top["device"])
-        raise c.fail(("device",), "device is swept in space; remove the top-level device key", show_value=False)
+        if key in fixed_raw:
+            c.note(c.fail(("space", key), f"{key} is also in fixed (line {lines.get(('fixed', key))}); "
+                          "a parameter is either fixed or swept", show_value=False))
+            continue
+        space[key] = c.attempt(lambda: check_dimension(c, ("space", key), key, value), None)
+    parameters_ok = len(c.found) == broken
+    if parameters_ok:
+        c.attempt(lambda: check_space_size(c, space), None)
+    c.attempt(lambda: _check_device_key(c, top, lines), None)
 
-    objective = check_objective(c, section("objective"))
-    search = check_search(c, section("search"), space)
-    if search.patience is not None and len(objective.metrics) > 1:
-        raise c.fail(("search", "patience"), "patience needs a single objective metric (a Pareto front "
-                     "has no single best to improve on)", show_value=False)
-    trial = check_trial(c, section("trial"))
-    check_combinations(c, fixed, space)
-    script, script_file, args, per_step = check_script(c, top, fixed, space, path.parent)
+    objective = c.attempt(lambda: check_objective(c, section("objective")), None)
+    valid_space = {k: v for k, v in space.items() if v is not None}
+    search = c.attempt(lambda: check_search(c, section("search"), valid_space), None)
+    if search is not None and objective is not None and search.patience is not None and len(objective.metrics) > 1:
+        c.note(c.fail(("search", "patience"), "patience needs a single objective metric (a Pareto front "
+                      "has no single best to improve on)", show_value=False))
+    trial = c.attempt(lambda: check_trial(c, section("trial")), None)
+    script, script_file, args, per_step = None, None, (), None
+    if parameters_ok:
+        c.attempt(lambda: check_combinations(c, fixed, space), None)
+        script, script_file, args, per_step = c.attempt(
+            lambda: check_script(c, top, fixed, space, path.parent), (None, None, (), None))
 
-    storage = check_url(c, ("storage",), top.get("storage", DEFAULT_STORAGE), "storage")
-    tracking = check_url(c, ("tracking_uri",), top.get("tracking_uri", DEFAULT_TRACKING_URI), "tracking_uri")
+    storage = c.attempt(lambda: check_url(c, ("storage",), top.get("storage", DEFAULT_STORAGE), "storage"), None)
+    tracking = c.attempt(lambda: check_url(c, ("tracking_uri",), top.get("tracking_uri", DEFAULT_TRACKING_URI),
+                                           "tracking_uri"), None)
+    devices = c.attempt(lambda: check_devices(c, top.get("devices")), None)
+    c.raise_found()
     return SweepSpec(path=path, name=name, experiment=experiment, device=device, fixed=fixed,
                      space=space, objective=objective, search=search, trial=trial, storage=storage,
-                     tracking_uri=tracking, devices=check_devices(c, top.get("devices")), script=script,
+                     tracking_uri=tracking, devices=devices, script=script,
                      args=args, samples_per_step=per_step, script_file=script_file, lines=lines)
+
+
+def _check_name(c: Checker, top: dict[str, Any]) -> str:
+    if "name" not in top:
+        raise c.fail((), "missing required key name", show_value=False)
+    name = top["name"]
+    if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
+        raise c.fail(("name",), "the study name must be letters, digits, '_', '.' or '-'", name)
+    return name
+
+
+def _check_workload(c: Checker, top: dict[str, Any]) -> None:
+    """An experiment module, unless the spec names a script (``check_script``'s rules)."""
+    if "script" in top:
+        return
+    if "experiment" not in top:
+        raise c.fail((), "missing required key experiment (a module such as experiments.bert) or script "
+                     "(a training script such as train.py)", show_value=False)
+    experiment = top["experiment"]
+    if not isinstance(experiment, str) or not re.fullmatch(EXPERIMENT_PATTERN, experiment):
+        raise c.fail(("experiment",), "experiment must be a dotted Python module name such as experiments.bert",
+                     experiment)
+
+
+def _check_device_key(c: Checker, top: dict[str, Any], lines: dict[tuple, int]) -> None:
+    space = top.get("space")
+    if not (isinstance(space, dict) and "device" in space and "device" in top):
+        return
+    if ("device",) in c.overrides:
+        raise c.fail(("device",), f"cannot override the device: space.device sweeps it "
+                     f"(line {lines.get(('space', 'device'))})", top["device"])
+    raise c.fail(("device",), "device is swept in space; remove the top-level device key", show_value=False)

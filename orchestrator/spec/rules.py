@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from orchestrator.spec import knobs
-from orchestrator.errors import SpecError
+from orchestrator.errors import SpecError, each_error, raise_all
 from orchestrator.metrics import OBJECTIVE_METRICS
 from orchestrator.spec.model import (DEFAULT_STORAGE, DEFAULT_TRACKING_URI, DIRECTIONS, MAX_TRIAL_REPEATS,
                                     SAMPLERS, STOPS, Choice, Constraint, Dimension, Direction, Objective, Range,
@@ -40,16 +40,37 @@ def show(value: Any, spelled: str | None = None) -> str:
     return str(value)
 
 
+T = TypeVar("T")
 _NUMBER = re.compile(r"[-+]?(\d[\d_]*\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 class Checker:
-    """Raises ``SpecError`` with file and line for a field path."""
+    """Words every broken rule as a ``SpecError`` with file and line for a field path, and keeps
+    them: a rule raises (``raise c.fail(...)``) and ``attempt``, around each part of the spec that
+    can be checked on its own, notes the error and goes on, so that one read finds every error;
+    ``raise_found`` raises them all at the end, in the file's order."""
 
     def __init__(self, file: str, lines: dict[tuple, int], overrides: dict[tuple, str],
                  spelled: dict[tuple, str] | None = None) -> None:
         self.file, self.lines, self.overrides = file, lines, overrides
         self.spelled = spelled or {}
+        self.found: list[SpecError] = []
+
+    def note(self, error: SpecError) -> None:
+        """A broken rule, kept; checking goes on."""
+        self.found += each_error(error)
+
+    def attempt(self, check: Callable[[], T], fallback: T) -> T:
+        """``check()``, or ``fallback`` where it breaks a rule (the error is kept)."""
+        try:
+            return check()
+        except SpecError as exc:
+            self.note(exc)
+            return fallback
+
+    def raise_found(self) -> None:
+        """Every kept error at once (``errors.raise_all``); nothing if none."""
+        raise_all(self.found)
 
     def fail(self, path: tuple, rule: str, value: Any = ..., *, show_value: bool = True) -> SpecError:
         if show_value and value is not ...:
@@ -61,21 +82,27 @@ class Checker:
 
     def mapping(self, path: tuple, value: Any, allowed: tuple[str, ...] | None = None,
                 required: tuple[str, ...] = ()) -> dict[str, Any]:
-        """``value`` as a mapping whose keys are among ``allowed`` (None: any name)."""
+        """``value`` as a mapping whose keys are among ``allowed`` (None: any name): an unknown key
+        is noted and left out of the mapping returned; a missing required key raises."""
         if not isinstance(value, dict):
             raise self.fail(path, "must be a mapping of keys to values" if path
                             else "the top level must be a mapping of keys to values", value)
-        for key in value:
+        misspelled: dict[str, SpecError] = {}
+        for key in value:  # each unknown key is noted; the known ones are still checked
             if allowed is not None and key not in allowed:
                 hint = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
                 did = f"did you mean {hint[0]!r}? " if hint else ""
-                raise self.fail(path + (key,), f"unknown key; {did}valid keys are {', '.join(allowed)}",
-                                show_value=False)
+                error = self.fail(path + (key,), f"unknown key; {did}valid keys are {', '.join(allowed)}",
+                                  show_value=False)
+                self.note(error)
+                if hint:
+                    misspelled[hint[0]] = error
         for key in required:
             if key not in value:
                 where = dotted(path) + "." if path else ""
-                raise self.fail(path, f"missing required key {where}{key}", show_value=False)
-        return value
+                # a required key spelled wrong is said once, by its unknown key's line
+                raise misspelled.get(key) or self.fail(path, f"missing required key {where}{key}", show_value=False)
+        return value if allowed is None else {k: v for k, v in value.items() if k in allowed}
 
     def integer(self, path: tuple, value: Any, minimum: int, what: str) -> int:
         if not knobs.is_int(value) or value < minimum:
@@ -106,7 +133,7 @@ def check_objective(c: Checker, raw: Any) -> Objective:
         if "metric" in obj or "direction" in obj:
             raise c.fail(path, "give either metric + direction or metrics, not both", show_value=False)
         many = c.mapping(path + ("metrics",), obj["metrics"], OBJECTIVE_METRICS)
-        if not many:
+        if not obj["metrics"]:
             raise c.fail(path + ("metrics",), "name at least one metric", show_value=False)
         for metric, direction in many.items():
             c.one_of(path + ("metrics", metric), direction, DIRECTIONS, "direction")
@@ -122,6 +149,8 @@ def check_objective(c: Checker, raw: Any) -> Objective:
     c.mapping(path + ("constraints",), raw_c, OBJECTIVE_METRICS)
     for metric, bound in raw_c.items():
         b = c.mapping(path + ("constraints", metric), bound, ("max", "min"))
+        if not b and bound:
+            continue  # only unknown keys, each noted
         if len(b) != 1:
             raise c.fail(path + ("constraints", metric), "give exactly one of max or min", show_value=False)
         (kind, limit), = b.items()

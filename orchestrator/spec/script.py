@@ -181,16 +181,17 @@ def missing(given: str, spec_folder: Path, cwd: Path | None = None) -> str:
 
 def refuse_loop_knobs(c: Any, top: dict[str, Any], fixed: Any, space: Any) -> None:
     """A script spec may not name a knob that only the harness's loop applies (``LOOP_KNOBS``):
-    checked before any value, so that the line says what to do instead."""
+    checked before any value, so that the line says what to do instead (each such knob noted:
+    ``rules.Checker.note``)."""
     if "script" not in top:
         return
     for section, values in (("fixed", fixed), ("space", space)):
         for name in LOOP_KNOBS:
             if isinstance(values, dict) and name in values:
-                raise c.fail((section, name), f"{name} is applied by the harness's own training loop, which a "
+                c.note(c.fail((section, name), f"{name} is applied by the harness's own training loop, which a "
                              f"script does not run; pass it to the script through args instead, under a name "
-                             f"of your own (e.g. precision: [...] and \"--precision\", \"{{precision}}\")",
-                             show_value=False)
+                              f"of your own (e.g. precision: [...] and \"--precision\", \"{{precision}}\")",
+                              show_value=False))
 
 
 def check_script(c: Any, top: dict[str, Any], fixed: dict[str, Any], space: dict[str, Any],
@@ -217,28 +218,10 @@ def check_script(c: Any, top: dict[str, Any], fixed: dict[str, Any], space: dict
     if not isinstance(raw_args, list):
         raise c.fail(("args",), "args must be a list of the script's arguments, such as [\"--bs\", \"{batch_size}\"]",
                      raw_args)
-    args: list[str] = []
     used: set[str] = set()
-    for i, arg in enumerate(raw_args):
-        if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
-            raise c.fail(("args", i), "each argument is text or a number", arg)
-        text = str(arg)
-        try:
-            fields = placeholders(text)
-        except ValueError as exc:
-            raise c.fail(("args", i), str(exc), text) from None
-        for name, spec in fields:
-            if name not in names:
-                import difflib
-
-                hint = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
-                did = f"did you mean {{{hint[0]}}}? " if hint else ""
-                raise c.fail(("args", i), f"{{{name}}} is no parameter of this spec; {did}placeholders name a "
-                             f"parameter in fixed or space, or device", text)
-            if spec:
-                _check_format(c, ("args", i), name, spec, fixed, space, text)
-            used.add(name)
-        args.append(text)
+    checked = [c.attempt(lambda: _check_arg(c, i, arg, names, fixed, space, used), None)
+               for i, arg in enumerate(raw_args)]  # each argument's error noted (``rules.Checker``)
+    args = [text for text in checked if text is not None]
     per_step = top.get("samples_per_step")
     if per_step is not None:
         if isinstance(per_step, bool) or not isinstance(per_step, (str, int, float)):
@@ -259,13 +242,39 @@ def check_script(c: Any, top: dict[str, Any], fixed: dict[str, Any], space: dict
             used.update(read)
     from orchestrator.spec import knobs
 
+    if len(args) < len(checked):  # an argument's error is noted; what it uses is not known
+        return given, None, (), None
     for section, values in (("fixed", fixed), ("space", space)):
         for name in values:
             outside = name in knobs.KNOBS and name not in SCRIPT_PARAMS  # applied to the process
             if name not in used and not outside:
-                raise c.fail((section, name), f"the script never sees {name}: name it in args (\"{{{name}}}\") "
-                             "or in samples_per_step, or remove it", show_value=False)
+                c.note(c.fail((section, name), f"the script never sees {name}: name it in args (\"{{{name}}}\") "
+                              "or in samples_per_step, or remove it", show_value=False))
     return given, find_script(given, spec_folder), tuple(args), per_step
+
+
+def _check_arg(c: Any, i: int, arg: Any, names: set[str], fixed: dict[str, Any], space: dict[str, Any],
+               used: set[str]) -> str:
+    """One of ``args``, checked; the names its placeholders use go into ``used``."""
+    if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
+        raise c.fail(("args", i), "each argument is text or a number", arg)
+    text = str(arg)
+    try:
+        fields = placeholders(text)
+    except ValueError as exc:
+        raise c.fail(("args", i), str(exc), text) from None
+    for name, spec in fields:
+        if name not in names:
+            import difflib
+
+            hint = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
+            did = f"did you mean {{{hint[0]}}}? " if hint else ""
+            raise c.fail(("args", i), f"{{{name}}} is no parameter of this spec; {did}placeholders name a "
+                         f"parameter in fixed or space, or device", text)
+        if spec:
+            _check_format(c, ("args", i), name, spec, fixed, space, text)
+        used.add(name)
+    return text
 
 
 SCRIPT_PARAMS = ("batch_size", "seq_len", "lr", "seed")

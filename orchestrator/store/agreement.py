@@ -34,6 +34,7 @@ KINDS = {  # kind -> what the line says is wrong, and whether writing MLflow fro
     "no_run": True, "duplicate_runs": True, "run_unfinished": True, "run_status": True, "status_tag": True,
     "metric": True, "param": True, "files": True, "orphan_run": True, "parent": True,
     "cut_off": True, "folder": False,
+    "no_study": False,  # runs of a study deleted another way: `orchestrate delete SPEC --leftovers`
 }
 
 

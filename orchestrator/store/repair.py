@@ -32,7 +32,7 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
     shared = is_shared(spec.storage)
     with study_lock(spec.storage, spec.name):
         study = load_study(spec.storage, spec.name, spec.search.grace_period_s)
-        tracker = Tracker(spec.tracking_uri, spec.name, _outage(spec))
+        tracker = Tracker(spec.tracking_uri, spec.name, _outage(spec), swept=tuple(spec.space))
         uid = StudyRecord.of(study).uid
         if shared:  # other orchestrators may be running it: its parent run is theirs to close
             created = _find_parent(tracker, spec, uid)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from orchestrator.errors import StudyError, first_line
-from orchestrator.redact import pasteable, shown
+from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
 from orchestrator.store.studyrecord import StudyRecord, write_study
 
@@ -27,8 +27,9 @@ def sqlite_path(url: str) -> Path | None:
     return None
 
 
-def check_url_opens(url: str, what: str) -> None:
-    """Fail early (before anything is created) when a storage URL cannot work."""
+def check_url_opens(url: str, what: str, timeout_s: float | None = None) -> None:
+    """Fail early (before anything is created) when a storage URL cannot work; ``timeout_s``: how
+    long a PostgreSQL or MySQL server has to answer (else the driver's own, which may be none)."""
     path = sqlite_path(url)
     if path is not None:
         if path.exists() and not path.is_file():
@@ -49,10 +50,15 @@ def check_url_opens(url: str, what: str) -> None:
         return
     import sqlalchemy
 
+    args = {"connect_timeout": max(2, round(timeout_s))} if timeout_s is not None and \
+        url.split(":", 1)[0].split("+")[0] in ("postgresql", "mysql") else {}
     try:
-        engine = sqlalchemy.create_engine(url)
-        with engine.connect():
-            pass
+        engine = sqlalchemy.create_engine(url, connect_args=args, poolclass=sqlalchemy.pool.NullPool)
+        try:
+            with engine.connect():
+                pass
+        finally:
+            engine.dispose()
     except Exception as exc:  # noqa: BLE001 - any driver error means the URL cannot be used
         raise StudyError(f"{what} {shown(url)}: cannot connect ({first_line(exc)})") from None
 
@@ -341,7 +347,12 @@ def spec_mismatch(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dic
 
 
 def _mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:
+    from orchestrator.invocation import command
+    from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
+    from orchestrator.store.urls import Origins, command_flags
+
+    flags = command_flags(spec, Origins(), (DEFAULT_STORAGE, DEFAULT_TRACKING_URI))
     return StudyError(
         f"study {spec.name!r} in {shown(url)} was created from a different spec ({what}). "
-        f"To keep both, give this spec a new `name:`; to start over, delete the old study: "
-        f"optuna delete-study --study-name {spec.name} --storage {pasteable(url)}")
+        f"To keep both, give this spec a new `name:`; to start over, delete the old study with its "
+        f"MLflow runs and trial folders: {command('delete', spec.path, *flags)}")

@@ -12,7 +12,8 @@ from typing import Any
 
 from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
-from orchestrator.store.runs import MLFLOW_STATUS, child_runs, metric_batch, param_text
+from orchestrator.store.runs import (COLOR_TAG, MLFLOW_STATUS, child_runs, metric_batch, param_text, run_color,
+                                     run_name)
 
 
 def quiet_mlflow_logs() -> None:
@@ -111,10 +112,24 @@ def _schema_head() -> str | None:
         return None
 
 
+def restore_command(uri: str, experiment_id: str) -> str:
+    """The command that restores a deleted experiment, as pasted in a shell: MLflow's CLI reads
+    the store from ``MLFLOW_TRACKING_URI`` (its password left out: ``redact.pasteable``)."""
+    import shlex
+
+    from orchestrator.invocation import tool
+    from orchestrator.redact import pasteable
+
+    return (f"MLFLOW_TRACKING_URI={shlex.quote(pasteable(uri))} "
+            + shlex.join([tool("mlflow"), "experiments", "restore", "--experiment-id", str(experiment_id)]))
+
+
 class Tracker:
-    def __init__(self, tracking_uri: str, experiment: str, outage: Any = None) -> None:
+    def __init__(self, tracking_uri: str, experiment: str, outage: Any = None, swept: tuple[str, ...] = ()) -> None:
         """``outage``: an ``outage.Outage`` guard for a tracking server or server database (every
-        client call waits out a lost connection); a local SQLite store needs none."""
+        client call waits out a lost connection); a local SQLite store needs none. ``swept``: the
+        searched parameters, whose values name each trial's run (``runs.run_name``)."""
+        self.swept = swept
         import mlflow  # noqa: F401 - heavy; imported only for real runs
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
@@ -149,7 +164,7 @@ class Tracker:
                 exp_id = self.client.create_experiment(experiment, artifact_location=artifact_root(self.uri, experiment))
             elif exp.lifecycle_stage == "deleted":
                 raise StudyError(f"MLflow experiment {experiment!r} in {shown(self.uri)} is deleted; restore it "
-                                 f"(mlflow experiments restore --experiment-id {exp.experiment_id}) or rename the spec")
+                                 f"({restore_command(self.uri, exp.experiment_id)}) or rename the spec")
             else:
                 exp_id = exp.experiment_id
         except MlflowException as exc:
@@ -209,7 +224,7 @@ class Tracker:
         from mlflow.entities import Param
 
         run = self.client.create_run(
-            self.experiment_id, run_name=f"trial-{number:03d}",
+            self.experiment_id, run_name=run_name(number, params, self.swept),
             tags={"mlflow.parentRunId": self.parent_id, "role": "trial", "trial_number": str(number),
                   "status": "running", **tags})
         self.client.log_batch(run.info.run_id, params=[Param(k, param_text(v)) for k, v in sorted(params.items())])
@@ -220,7 +235,7 @@ class Tracker:
         """Idempotent: a resume may call it again for a trial whose orchestrator died midway."""
         from mlflow.entities import RunTag
 
-        all_tags = {"status": status, **tags}
+        all_tags = {"status": status, COLOR_TAG: run_color(status), **tags}
         self.client.log_batch(run_id, metrics=metric_batch(metrics),  # one round trip for both
                               tags=[RunTag(k, str(v)[:5000]) for k, v in all_tags.items()])
         for path, folder in files:

@@ -237,25 +237,41 @@ def smoke_params(spec: SweepSpec, plan: Plan) -> dict[str, Any]:
 
 
 def check_experiment_params(spec: SweepSpec, probe: dict[str, Any]) -> None:
-    """Names that are neither harness knobs nor the experiment's PARAMS are typos."""
+    """Names that are neither harness knobs nor the experiment's PARAMS are typos (all of them
+    at once, each with its line)."""
+    from orchestrator.errors import raise_all
+
+    accepted = probe.get("params")
+    if accepted is not None:
+        raise_all(unknown_params(spec, accepted))
+    for device in (spec.space["device"].values if "device" in spec.space else ()):
+        if not probe.get("available", {}).get(device, False):
+            raise spec.error(("space", "device"), f"device {device} is not available on this machine")
+
+
+def unknown_params(spec: SweepSpec, accepted: list[str]) -> list[SpecError]:
+    """An error for each fixed or swept name that is neither in ``accepted`` (the experiment's
+    ``PARAMS``, from the probe or read from its source: ``spec.declared``) nor a harness knob."""
+    return unknown_names(spec.workload_name, [("fixed", n) for n in spec.fixed] + [("space", n) for n in spec.space],
+                         accepted, spec.error)
+
+
+def unknown_names(workload: str, paths: list[tuple[str, str]], accepted: list[str],
+                  error: Any) -> list[SpecError]:
+    """``unknown_params`` over (section, name) ``paths``; ``error(path, rule)`` words each."""
     import difflib
 
     from orchestrator.spec import knobs
 
-    accepted = probe.get("params")
-    if accepted is None:
-        return
     valid = sorted(set(accepted) | set(knobs.KNOBS))
-    for section, names in (("fixed", spec.fixed), ("space", spec.space)):
-        for name in names:
-            if name not in valid:
-                hint = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-                did = f"did you mean {hint[0]!r}? " if hint else ""
-                raise spec.error((section, name), f"unknown parameter for {spec.workload_name}; {did}"
-                                 f"it takes {', '.join(sorted(accepted))} and the harness knobs")
-    for device in (spec.space["device"].values if "device" in spec.space else ()):
-        if not probe.get("available", {}).get(device, False):
-            raise spec.error(("space", "device"), f"device {device} is not available on this machine")
+    found = []
+    for section, name in paths:
+        if name not in valid:
+            hint = difflib.get_close_matches(str(name), valid, n=1, cutoff=0.6)
+            did = f"did you mean {hint[0]!r}? " if hint else ""
+            found.append(error((section, name), f"unknown parameter for {workload}; {did}"
+                               f"it takes {', '.join(sorted(accepted))} and the harness knobs"))
+    return found
 
 
 def check_script_file(spec: SweepSpec) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator import exits
 from orchestrator.errors import SpecError, StudyError
 from orchestrator.launch import StopFlag
-from orchestrator.report.closing import command
+from orchestrator.invocation import command
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
 from orchestrator.sweep.startup import Startup, warm_imports
@@ -46,19 +46,13 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     from orchestrator.sweep import checks
     from orchestrator.store.coordination import is_shared
     from orchestrator.search.space import guess_device, make_plan
-    from orchestrator.store.study import check_not_locked, check_url_opens
+    from orchestrator.store.study import check_not_locked
+    from orchestrator.sweep.preflight import preflight
 
-    checks.check_script_file(spec)
     if export is not None and not (export.parent.resolve().is_dir() and os.access(export.parent.resolve(), os.W_OK)):
         raise SpecError(f"cannot write {export}: folder {export.parent.resolve()} does not exist or "
                         "is not writable", file="--export")
-    for field, url in (("storage", spec.storage), ("tracking_uri", spec.tracking_uri)):
-        try:
-            check_url_opens(url, field)
-        except StudyError as exc:
-            rule = f"{str(exc).split(': ', 1)[-1]}, got {shown(url)!r}"
-            origin = getattr(origins, field)
-            raise (SpecError(rule, file=origin, field=field) if origin else spec.error((field,), rule)) from None
+    preflight(spec, origins)  # the workload, its names, the stores, a hub model: every failure at once
     shared = is_shared(spec.storage)
     if not shared:
         check_not_locked(spec.storage, spec.name)
@@ -141,7 +135,7 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
             db, runs = outages(spec, stop)
             lock = StudyLock(spec.storage, spec.name, db)
             with lock:  # several orchestrators starting at once: one creates, the others load
-                sync = Tracker(spec.tracking_uri, spec.name, runs)
+                sync = Tracker(spec.tracking_uri, spec.name, runs, swept=tuple(plan.searched))
                 study = open_study(spec, spec.storage, fingerprint(spec, plan),
                                    worker=os.getpid() if shared else 0, outage=db)
                 recorded = StudyRecord.of(study)  # one read of the study's attributes
@@ -168,7 +162,7 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
                           memory_limit_gib=limit_gib, native_half=native)
             if heartbeat is not None:
                 heartbeat.track(sweep.running_trial_ids)
-            result = _drive(spec, probe, study, sweep, slots, interrupted, queued)
+            result = _drive(spec, probe, study, sweep, slots, interrupted, queued, origins)
             code = _finish(spec, study, tracker, recovery, sweep, result, origins, shared)
             if export is not None and result.code == exits.OK:  # from the study: MLflow's records need not be there
                 from orchestrator.report.command import export_best
@@ -239,7 +233,7 @@ def memory_limit(spec: SweepSpec, plan: Plan, probe: dict[str, Any]) -> float | 
 
 
 def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, slots: list[Slot],
-           interrupted: int, queued: dict[str, int]) -> SweepResult:
+           interrupted: int, queued: dict[str, int], origins: Origins = Origins()) -> SweepResult:
     from tqdm import tqdm
 
     from orchestrator.outcome import RUN_AGAIN, Status
@@ -295,7 +289,9 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, s
     finally:
         bar.close()
     if result.message:
-        resume = f" Resume with: {command(spec.path)}" if result.code not in (exits.OK, exits.FAILED) else ""
+        from orchestrator.report.closing import store_flags
+
+        resume = f" Resume with: {command(spec.path, *store_flags(spec, origins))}" if result.code not in (exits.OK, exits.FAILED) else ""
         print(result.message + resume, file=sys.stderr)
     return result
 

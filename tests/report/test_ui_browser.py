@@ -5,14 +5,8 @@ screenshot. Skipped, with the reason, where Chromium is not installed (`.ci/run`
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import re
-import select
-import shutil
-import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -21,144 +15,9 @@ from typing import Any
 
 import pytest
 
+from browser import CHROMIUM, SCREEN, Browser, free_port, read_table, stop_group, wait_for_page
 from conftest import ORCHESTRATE, child_runs, orchestrate
 from report.test_report import finished_sweep, png_size
-
-CHROMIUM = shutil.which("chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--remote-debugging-pipe"]
-SCREEN = (1400, 900)  # the issue's laptop screen: MLflow's sidebar and assistant panel take ~560 px of it
-
-
-class Browser:
-    """Headless Chromium driven through the DevTools protocol on a pipe (``--remote-debugging-pipe``:
-    JSON messages ending in a NUL byte, commands on the browser's fd 3, answers on its fd 4), so
-    that the test reads the page's geometry as the browser laid it out. No package needed."""
-
-    def __init__(self, profile: Path) -> None:
-        to_browser_r, self._to_browser = os.pipe()
-        self._from_browser, from_browser_w = os.pipe()
-        command = " ".join([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"])
-        self.proc = subprocess.Popen(["bash", "-c", f"exec 3<&{to_browser_r} 4>&{from_browser_w}; exec {command}"],
-                                     pass_fds=(to_browser_r, from_browser_w), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
-        os.close(to_browser_r)
-        os.close(from_browser_w)
-        self._buffer, self._id, self.session = b"", 0, None
-
-    def send(self, method: str, params: dict[str, Any] | None = None, timeout: float = 60) -> dict[str, Any]:
-        self._id += 1
-        message = {"id": self._id, "method": method, "params": params or {}}
-        if self.session is not None and not method.startswith(("Target.", "Browser.")):
-            message["sessionId"] = self.session
-        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
-        deadline = time.monotonic() + timeout
-        while True:
-            while b"\0" in self._buffer:
-                raw, self._buffer = self._buffer.split(b"\0", 1)
-                answer = json.loads(raw)
-                if answer.get("id") == self._id:
-                    assert "error" not in answer, (method, answer["error"])
-                    return answer["result"]
-            left = deadline - time.monotonic()
-            assert left > 0 and select.select([self._from_browser], [], [], left)[0], f"{method}: no answer"
-            chunk = os.read(self._from_browser, 1 << 20)
-            assert chunk, "the browser closed its pipe"
-            self._buffer += chunk
-
-    def open(self, url: str, width: int, height: int) -> None:
-        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-        self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1,
-                                                         "mobile": False})
-        self.send("Page.navigate", {"url": url})
-
-    def evaluate(self, expression: str) -> Any:
-        return self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True})["result"].get("value")
-
-    def screenshot(self, path: Path) -> None:
-        path.write_bytes(base64.b64decode(self.send("Page.captureScreenshot", {"format": "png"})["data"]))
-
-    def close(self) -> None:
-        os.close(self._to_browser)
-        os.close(self._from_browser)
-        stop_group(self.proc)
-
-
-# The runs table as the browser laid it out: per row (ag-grid splits a row between its pinned and
-# its scrolled part), each cell's text, whether the cell is on the first screen (inside the
-# viewport, and what the browser shows at its right end is the cell: not clipped by the grid, not
-# under the assistant panel), and the run status mark MLflow draws in the Created cell.
-TABLE_JS = """(() => {
-  const rows = {};
-  for (const cell of document.querySelectorAll('.ag-row[row-id] .ag-cell[col-id]')) {
-    const id = cell.closest('.ag-row').getAttribute('row-id');
-    const r = cell.getBoundingClientRect();
-    const x = r.right - 4, y = (r.top + r.bottom) / 2;
-    const shown = r.width > 8 && r.left >= 0 && r.right <= innerWidth && r.bottom <= innerHeight
-      && cell.contains(document.elementFromPoint(x, y));
-    const svg = cell.querySelector('svg');
-    const mark = svg ? [...svg.querySelectorAll('path')].map(p => p.getAttribute('d')).join('|')
-      + ' ' + getComputedStyle(svg).color : null;
-    (rows[id] = rows[id] || {})[cell.getAttribute('col-id')] = {text: (cell.querySelector('a') || cell).innerText.trim(), shown, mark};
-  }
-  return {width: innerWidth, height: innerHeight, rows: Object.values(rows)};
-})()"""
-
-
-def read_table(browser: Browser, n_rows: int, timeout: float = 120) -> dict[str, Any]:
-    """The table once every run's row is drawn with its metrics (MLflow's app loads in steps)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        table = browser.evaluate(TABLE_JS) or {"rows": []}
-        rows = [r for r in table["rows"] if r.get("attributes.`Run Name`", {}).get("text")]
-        if len(rows) >= n_rows and all("tags.`status`" in r for r in rows):
-            time.sleep(1)  # let the layout settle (column widths, the assistant panel)
-            table = browser.evaluate(TABLE_JS)
-            table["rows"] = [r for r in table["rows"] if r.get("attributes.`Run Name`", {}).get("text")]
-            return table
-        assert time.monotonic() < deadline, f"the runs table did not render {n_rows} rows: {table}"
-        time.sleep(0.5)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stop_group(proc: subprocess.Popen) -> None:
-    """End a process we started in its own session, and everything it started."""
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def wait_for_page(proc: subprocess.Popen, log: Path, port: int, timeout: float = 120) -> str:
-    """The experiment page URL `orchestrate ui` printed, once the server answers HTTP."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"orchestrate ui exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        pytest.fail(f"the MLflow UI did not answer on port {port} within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
-    found = re.search(rf"experiment 'tiny_report': (http://127\.0\.0\.1:{port}/\S+)", log.read_text())
-    assert found, log.read_text()
-    return found.group(1)
 
 
 @pytest.mark.slow
@@ -166,9 +25,11 @@ def wait_for_page(proc: subprocess.Popen, log: Path, port: int, timeout: float =
                                              ".ci/run installs it)")
 def test_mlflow_ui_answers_on_the_first_screen(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
     """At 1400 x 900, with MLflow's sidebar and its assistant panel open (it opens itself on a
-    local server's first visit), each trial's status, samples_per_s and peak memory are on the first
-    screen beside its name and its swept parameter; out-of-memory trials carry the same run mark as
-    measured ones (FINISHED), not MLflow's failure mark; the best trial is the first row."""
+    local server's first visit), each trial's configuration is whole on the first screen (its name
+    holds every swept value, not cut off), with its status, samples_per_s, its spread and peak
+    memory; out-of-memory trials carry the same run mark as measured ones (FINISHED), not MLflow's
+    failure mark, and a dot of another colour; the best trial is the first row; the experiment's
+    description says what the names and colours mean."""
     project = finished_sweep(tmp_path_factory)
     port = free_port()
     log = tmp_path / "ui.log"
@@ -179,35 +40,47 @@ def test_mlflow_ui_answers_on_the_first_screen(tmp_path_factory: pytest.TempPath
     try:
         url = wait_for_page(ui, log, port)
         assert url.endswith("/runs?workflowType=machine_learning&viewStateShareKey=orchestrate")
+        started = descendants(ui.pid)
         browser = Browser(tmp_path / "chromium")
         try:
             browser.open(url, *SCREEN)
             table = read_table(browser, 6)
+            page = browser.evaluate("document.body.innerText")
             browser.screenshot(shot)
         finally:
             browser.close()
     finally:
         stop_group(ui)
 
+    commands = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ") for pid in started
+                if Path(f"/proc/{pid}/cmdline").exists()]
+    assert len(started) <= 2, commands  # `mlflow ui` and its uvicorn: no job runner, no huey consumers
+    assert not any(b"huey" in c or b"_job_runner" in c for c in commands), commands
     runs = {r.info.run_name: r for r in child_runs(project, "tiny_report")}
     assert (table["width"], table["height"]) == SCREEN
     rows = {row["attributes.`Run Name`"]["text"]: row for row in table["rows"]}
     assert set(rows) == set(runs)  # every trial's run, flat (not folded under the parent)
     statuses = {name: run.data.tags["status"] for name, run in runs.items()}
     assert sorted(statuses.values()).count("ok") == 4 and "oom" in statuses.values()
-    first_screen = ["attributes.`Run Name`", "tags.`status`", "metrics.`samples_per_s`", "metrics.`peak_memory_gib`",
-                    "params.`batch_size`"]
+    first_screen = ["attributes.`Run Name`", "tags.`status`", "metrics.`samples_per_s`", "metrics.`throughput_cv`",
+                    "metrics.`peak_memory_gib`"]
     for name, row in rows.items():
         missing = [c for c in first_screen if not row.get(c, {}).get("shown")]
         assert not missing, f"{name}: not on the first screen: {missing}\n{row}"
+        assert row["attributes.`Run Name`"]["whole"], f"{name}: cut off\n{row}"
+        params = runs[name].data.params
+        assert name == f"#{runs[name].data.tags['trial_number']} bs={params['batch_size']} dtype={params['dtype']}"
         assert row["tags.`status`"]["text"] == statuses[name]
-        assert row["params.`batch_size`"]["text"] == runs[name].data.params["batch_size"]
         assert runs[name].info.status == "FINISHED", (name, runs[name].info.status)
     best = max((n for n in runs if "samples_per_s" in runs[n].data.metrics), key=lambda n: runs[n].data.metrics["samples_per_s"])
     assert table["rows"][0]["attributes.`Run Name`"]["text"] == best  # best first
     assert rows[best]["metrics.`samples_per_s`"]["text"][:5] == repr(runs[best].data.metrics["samples_per_s"])[:5]
     marks = {statuses[n]: row["runDateAndNestInfo"]["mark"] for n, row in rows.items()}
     assert marks["ok"] and marks["oom"] == marks["ok"]  # no failure mark on a trial that ran out of memory
+    colours = {s: {row["attributes.`Run Name`"]["color"] for n, row in rows.items() if statuses[n] == s}
+               for s in ("ok", "oom")}
+    assert colours == {"ok": {"rgb(26, 127, 55)"}, "oom": {"rgb(232, 89, 12)"}}  # runs.RUN_COLORS, told apart
+    assert "Run names: the trial's number, then its swept values (bs = batch_size)" in page
     width, height = png_size(shot)
     assert (width, height) == SCREEN and shot.stat().st_size > 50_000
     print(f"screenshot: {shot}")
@@ -229,6 +102,12 @@ def test_ui_without_runs_says_one_line(tmp_path: Path) -> None:
     ([{"dtype": "float32"}, {"dtype": "bfloat16"}], {"samples_per_s", "step_time_ms_p50"}, "step_time_ms_p50", False,
      ["tags.`status`", "metrics.`step_time_ms_p50`", "metrics.`samples_per_s`", "params.`dtype`"], True),
     ([{"batch_size": "8"}], set(), "samples_per_s", True, ["tags.`status`"], False),
+    ([{"batch_size": "8"}, {"batch_size": "16"}], {"samples_per_s", "throughput_cv", "peak_memory_gib"}, "samples_per_s",
+     True, ["tags.`status`", "metrics.`samples_per_s`", "metrics.`throughput_cv`", "metrics.`peak_memory_gib`",
+            "params.`batch_size`"], False),  # the spread beside the throughput
+    ([{"batch_size": "8"}, {"batch_size": "16"}], {"samples_per_s", "throughput_cv", "throughput_ci95"},
+     "samples_per_s", True, ["tags.`status`", "metrics.`samples_per_s`", "metrics.`throughput_ci95`",
+                             "params.`batch_size`", "metrics.`throughput_cv`"], False),
 ])
 def test_saved_view_puts_the_answer_first(params, metrics, objective, maximize, columns, order) -> None:
     from orchestrator.report.ui import view_state
@@ -320,3 +199,14 @@ def test_ui_keeps_the_stores_password_off_every_command_line(tmp_path: Path, pos
         stop_group(ui)
     printed = log.read_text()
     assert password not in printed and f"(runs in {tracking.replace(password, '***')})" in printed
+
+
+def test_ui_help_says_what_the_sweeps_print() -> None:
+    """Every sweep prints `orchestrate ui SPEC`; the help shows that form first, as the command's
+    own usage lists it."""
+    from orchestrator.cli import USAGE
+
+    helped = subprocess.run([ORCHESTRATE, "ui", "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0
+    assert helped.stdout.startswith("usage: orchestrate ui [SPEC] [--port N] [--tracking-uri URI]\n")
+    assert "orchestrate ui [SPEC] [--port N]" in USAGE and "no job runner" in helped.stdout.replace("\n", " ")

@@ -114,7 +114,9 @@ CASES = [
          ("space.lr: ", "low must not exceed high", "inclusive", "low 0.1 > high 0.01"), 5),
     Case("range-log-low-zero", HEAD + "space:\n  hidden_size:\n    low: 0\n    high: 64\n    log: true\nsearch:\n  n_trials: 4\n",
          ("space.hidden_size.low: ", "log: true needs low > 0", "got 0"), 6),
-    Case("range-log-negative", HEAD + "space:\n  scale: {low: -1.0, high: 1.0, log: true}\nsearch:\n  n_trials: 4\n",
+    # an experiment's own parameter (experiments.hf declares no PARAMS: any name may be its config's)
+    Case("range-log-negative", HEAD.replace("experiments.faults", "experiments.hf") +
+         "space:\n  scale: {low: -1.0, high: 1.0, log: true}\nsearch:\n  n_trials: 4\n",
          ("space.scale.low: ", "log: true needs low > 0", "got -1.0"), 5),
     Case("range-missing-high", HEAD + "space:\n  lr: {low: 0.001}\n",
          ("space.lr: ", "missing required key space.lr.high"), 5),

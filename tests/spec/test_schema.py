@@ -159,7 +159,7 @@ def _loader_keys(tmp_path: Path, body: str) -> list[str]:
     """The keys the loader lists as valid after an unknown one."""
     with pytest.raises(SpecError) as caught:
         load_spec(spec_file(tmp_path, HEAD + body))
-    return re.search(r"valid keys are (.*)$", str(caught.value)).group(1).split(", ")
+    return re.search(r"valid keys are (.*)$", str(caught.value), re.M).group(1).split(", ")
 
 
 SECTIONS = [  # (where, a spec with an unknown key there, the schema's properties there)

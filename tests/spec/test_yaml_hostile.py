@@ -22,6 +22,8 @@ from conftest import ORCHESTRATE, ROOT
 from orchestrator.spec import yamlsource
 from orchestrator.errors import SpecError
 
+MLP_PARAMS = ("in_features", "hidden_size", "num_layers", "num_classes", "lr", "seed")
+"""experiments.mlp's own names: a misspelled one would be a second error."""
 HEAD = "name: t\nexperiment: experiments.mlp\n"  # lines 1-2
 LIMIT_S = 30
 """Each case answers in well under a second on an idle machine; 30 s allows for a shared one."""
@@ -100,9 +102,9 @@ CASES = [
          ("the study name must be letters, digits", "got 'my")),
     Case("grid-of-10**8", _write(HEAD + "search: {sampler: grid}\nspace:\n  hidden_size: {low: 1, high: 100000000, step: 1}\n"),
          (4, 5), ("space",)),
-    Case("grid-of-10**6-from-lists", _write(HEAD + "space:\n" + "".join(f"  p{i}: [{', '.join(map(str, range(1, 11)))}]\n"
-                                                                   for i in range(6))), 4,
-         ("space.p0: the space holds 1,000,000 configurations", "at most 100,000")),
+    Case("grid-of-10**6-from-lists", _write(HEAD + "space:\n" + "".join(f"  {p}: [{', '.join(map(str, range(1, 11)))}]\n"
+                                                                   for p in MLP_PARAMS)), 4,
+         ("space.in_features: the space holds 1,000,000 configurations", "at most 100,000")),
     Case("step-of-1e-308", _write(HEAD + "space:\n  hidden_size: {low: 0.0, high: 1.0e+308, step: 1.0e-308}\n"), 4,
          ("space.hidden_size.step: ", "more than a sweep can visit")),
     Case("effective-batch-range-of-10**11", _write(HEAD + "search: {n_trials: 3}\nspace:\n  batch_size: [1]\n"

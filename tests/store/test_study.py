@@ -43,7 +43,7 @@ def test_a_spec_edited_after_its_study_started_is_refused(project: Path) -> None
         err = proc.stderr.strip()
         assert len(err.splitlines()) == 1 and "Traceback" not in err
         assert "created from a different spec" in err and what in err
-        assert "give this spec a new `name:`" in err and "optuna delete-study --study-name edited" in err
+        assert "give this spec a new `name:`" in err and f"start over, delete the old study with its MLflow runs and trial folders: orchestrate delete {spec}" in err
         assert len(load_study(project, "edited").get_trials()) == 2  # nothing mixed in
 
 

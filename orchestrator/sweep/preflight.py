@@ -1,0 +1,159 @@
+"""What a run checks before it starts anything, in one pass that notes every failure, for the run
+and for ``--dry-run`` alike (the dry run also asks a tracking server; the run waits for one).
+
+- A script spec's file is there; an experiment module is found where a trial finds it, and its
+  fixed and swept names are its ``PARAMS`` or harness knobs, read from its source
+  (``spec.declared``), without torch; a module that builds ``PARAMS`` in code is left to the probe.
+- The study's and the runs' stores can open: an SQLite file's folder exists and is writable (the
+  default ``mlruns/`` is created), a database server answers within ``REACH_TIMEOUT_S``
+  (``store.study.check_url_opens``), and, for ``--dry-run``, a tracking server answers HTTP
+  within it.
+- ``experiments.hf``'s ``model:`` can be loaded: a folder with a config, or a hub id the hub
+  answers for (or that the cache holds), within the same timeout (``hub``).
+
+The network checks run side by side, so the whole pass takes at most about ``REACH_TIMEOUT_S``.
+Each failure is a ``SpecError`` naming the spec's line (or the flag that gave the value); they are
+raised together (``errors.raise_all``). Passwords never reach a message (``redact.shown``).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from orchestrator.errors import SpecError, StudyError, each_error, raise_all
+from orchestrator.redact import shown
+from orchestrator.spec.load import Choice, SweepSpec
+from orchestrator.store.urls import Origins
+
+REACH_TIMEOUT_S = 5.0
+"""How long a server (a database, a tracking server, the Hugging Face hub) has to answer."""
+
+
+def preflight(spec: SweepSpec, origins: Origins = Origins(), *, tracking_server: bool = False) -> None:
+    """Every check above; all failures at once. ``tracking_server``: also ask an http(s)
+    tracking URI's server (``--dry-run``; a run waits for it up to ``search.outage_s``)."""
+    found: list[SpecError] = []
+
+    def attempt(check: Callable[[], None]) -> None:
+        try:
+            check()
+        except SpecError as exc:
+            found.extend(each_error(exc))
+
+    attempt(lambda: workload(spec))
+    remote: list[Callable[[], None]] = [lambda f=f, u=u: store(spec, origins, f, u)
+                                        for f, u in (("storage", spec.storage), ("tracking_uri", spec.tracking_uri))]
+    if tracking_server and spec.tracking_uri.split(":", 1)[0] in ("http", "https"):
+        remote.append(lambda: tracking(spec, origins))
+    remote += [lambda p=p, m=m: hub_model(spec, p, m) for p, m in hub_models(spec)]
+    with ThreadPoolExecutor(max_workers=len(remote)) as pool:
+        for future in [pool.submit(attempt, check) for check in remote]:
+            future.result()
+    raise_all(found)
+
+
+def workload(spec: SweepSpec) -> None:
+    """The script's file, or the experiment module and the names it declares."""
+    from orchestrator.sweep.checks import check_script_file, unknown_params
+
+    if spec.script is not None:
+        check_script_file(spec)
+        return
+    from orchestrator.spec.declared import module_params
+    from orchestrator.spec.locate import locate, trial_path
+
+    try:  # as the trial finds it: the working directory first on the path (python -m)
+        origin = locate(str(spec.experiment), trial_path()).origin
+    except LookupError as exc:
+        raise spec.error(("experiment",), str(exc)) from None
+    accepted = module_params(origin)
+    if accepted is not None:
+        raise_all(unknown_params(spec, accepted))
+
+
+def with_declared_names(exc: SpecError, path: str) -> None:
+    """``exc`` (a spec that breaks rules) raised again with the misspelled parameter names that
+    its experiment's ``PARAMS`` shows (``workload``'s check, read from the raw YAML), so that the
+    first read says them too; ``exc`` alone where they cannot be read."""
+    from pathlib import Path
+
+    from orchestrator.spec.declared import module_params
+    from orchestrator.spec.locate import locate, trial_path
+    from orchestrator.spec.model import nearest_line
+    from orchestrator.spec.yamlsource import dotted, load_yaml
+    from orchestrator.sweep.checks import unknown_names
+
+    found = each_error(exc)
+    try:
+        data, lines, _ = load_yaml(Path(path))
+        experiment = data.get("experiment") if isinstance(data, dict) and "script" not in data else None
+        accepted = module_params(locate(experiment, trial_path()).origin) if isinstance(experiment, str) else None
+    except (SpecError, LookupError):
+        accepted = None
+    if accepted is not None:
+        names = [(section, name) for section in ("fixed", "space") if isinstance(data.get(section), dict)
+                 for name in data[section]]
+        found += unknown_names(experiment, names, accepted, lambda p, rule: SpecError(
+            rule, file=path, line=nearest_line(lines, p), field=dotted(p)))
+    raise_all(found)
+
+
+def _error(spec: SweepSpec, origins: Origins, field: str, rule: str) -> SpecError:
+    """A store's failure, on the flag or variable that gave its URL, else on the spec's line."""
+    origin = getattr(origins, field)
+    return SpecError(rule, file=origin, field=field) if origin else spec.error((field,), rule)
+
+
+def store(spec: SweepSpec, origins: Origins, field: str, url: str) -> None:
+    """The store at ``url`` can open (a server: within ``REACH_TIMEOUT_S``)."""
+    from orchestrator.store.study import check_url_opens
+
+    try:
+        check_url_opens(url, field, timeout_s=REACH_TIMEOUT_S)
+    except StudyError as exc:
+        raise _error(spec, origins, field, f"{str(exc).split(': ', 1)[-1]}, got {shown(url)!r}") from None
+
+
+def tracking(spec: SweepSpec, origins: Origins) -> None:
+    """An http(s) tracking server answers (any HTTP answer: it is there)."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(spec.tracking_uri)
+    bare = parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname else "",
+                          query="", fragment="")
+    try:
+        with urllib.request.urlopen(urllib.parse.urlunsplit(bare).rstrip("/") + "/health", timeout=REACH_TIMEOUT_S):
+            return
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        why = getattr(exc, "reason", exc)
+    raise _error(spec, origins, "tracking_uri", f"the tracking server does not answer within {REACH_TIMEOUT_S:g} s "
+                 f"({why}); a run would wait for it up to search.outage_s={spec.search.outage_s:g} s, "
+                 f"then stop (exit 75), got {shown(spec.tracking_uri)!r}")
+
+
+def hub_models(spec: SweepSpec) -> list[tuple[tuple, str]]:
+    """(field path, value) of each model a ``hub.HUB_EXPERIMENTS`` module is given."""
+    from orchestrator.sweep.hub import HUB_EXPERIMENTS
+
+    name = HUB_EXPERIMENTS.get(str(spec.experiment)) if spec.script is None else None
+    if name is None or "model_type" in spec.fixed or "model_type" in spec.space:
+        return []  # both given: the module's own check says to give one
+    if isinstance(spec.fixed.get(name), str):
+        return [(("fixed", name), spec.fixed[name])]
+    dim: Any = spec.space.get(name)
+    if isinstance(dim, Choice):
+        return [(("space", name, i), v) for i, v in enumerate(dim.values) if isinstance(v, str)]
+    return []
+
+
+def hub_model(spec: SweepSpec, path: tuple, model: str) -> None:
+    from orchestrator.sweep.hub import problem
+
+    why = problem(model, REACH_TIMEOUT_S)
+    if why is not None:
+        raise spec.error(path, why)

@@ -1,0 +1,145 @@
+"""`orchestrate delete SPEC` on real stores: a study, its MLflow runs and its trial folders go,
+after a question (or `--yes`); `check` flags the runs a study deleted another way left, and
+`delete --leftovers` removes only those. SQLite, and a PostgreSQL study with an MLflow server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ORCHESTRATE, orchestrate, write_spec
+
+SPEC = """
+    name: gone
+    experiment: experiments.mlp
+    device: cpu
+    fixed:
+      hidden_size: 16
+      num_layers: 1
+    space:
+      batch_size: [8]
+    search:
+      sampler: grid
+    trial:
+      warmup_steps: 1
+      measure_steps: 2
+      min_measure_s: 0.05
+    """
+
+
+def run(args: list[str], cwd: Path, answer: str | None = None, env: dict[str, str] | None = None) -> Any:
+    """The installed command with ``answer`` on its stdin (None: stdin closed)."""
+    return subprocess.run([ORCHESTRATE, *args], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          input=answer if answer is not None else "", env={**os.environ, **(env or {})})
+
+
+def active_runs(tracking: str, name: str) -> list[Any]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking)
+    exp = client.get_experiment_by_name(name)
+    return [] if exp is None else client.search_runs([exp.experiment_id], max_results=1000)
+
+
+def study_names(storage: str) -> list[str]:
+    import optuna
+
+    return [s.study_name for s in optuna.get_all_study_summaries(storage)]
+
+
+@pytest.mark.slow
+def test_check_flags_runs_of_no_study_and_delete_removes_them(project: Path) -> None:
+    """The newcomer's path: the study deleted with Optuna's own command, the spec run again: the
+    old runs stay beside the new ones; `check` says so, `delete --leftovers` removes them (asked
+    first), `delete` then removes the rest."""
+    import optuna
+
+    spec = write_spec(project, SPEC)
+    storage, tracking = f"sqlite:///{project}/mlruns/optuna.db", f"sqlite:///{project}/mlruns/mlflow.db"
+    assert orchestrate([str(spec)], project).returncode == 0
+    old_folders = set((project / "mlruns" / ".trials").iterdir())
+    optuna.delete_study(study_name="gone", storage=storage)
+    assert orchestrate([str(spec)], project).returncode == 0
+    assert len(active_runs(tracking, "gone")) == 4  # two parents, two trial runs
+
+    found = orchestrate(["check", str(spec)], project)
+    assert found.returncode == 1
+    (line,) = [ln for ln in found.stdout.splitlines() if "belong to no study" in ln]
+    assert "2 MLflow run(s) belong to no study: parent run" in line and "its 1 trial run(s)" in line
+    assert line.endswith(f"delete them: orchestrate delete {spec} --leftovers")
+    assert "1 difference(s)." in found.stdout and "Repair:" not in found.stdout
+
+    closed = run(["delete", str(spec), "--leftovers"], project, answer=None)
+    assert closed.returncode == 2 and "no answer (stdin is closed); nothing deleted" in closed.stderr
+    declined = run(["delete", str(spec), "--leftovers"], project, answer="n\n")
+    assert declined.returncode == 0 and declined.stdout.rstrip().endswith("Nothing deleted.")
+    assert len(active_runs(tracking, "gone")) == 4
+    said = run(["delete", str(spec), "--leftovers"], project, answer="y\n")
+    assert said.returncode == 0, said.stderr
+    assert "2 MLflow run(s) there that belong to no study" in said.stdout and "the study (" not in said.stdout
+    assert len(active_runs(tracking, "gone")) == 2 and study_names(storage) == ["gone"]
+    assert not any(f.exists() for f in old_folders)  # the deleted study's trial folders went with its runs
+    agree = orchestrate(["check", str(spec)], project)
+    assert agree.returncode == 0, agree.stdout
+
+    gone = run(["delete", str(spec), "--yes"], project)
+    assert gone.returncode == 0, gone.stderr
+    assert "  the study (1 trial(s)) in" in gone.stdout and "its 2 MLflow run(s)" in gone.stdout
+    assert active_runs(tracking, "gone") == [] and study_names(storage) == []
+    assert list((project / "mlruns" / ".trials").iterdir()) == []
+    again = run(["delete", str(spec), "--yes"], project)
+    assert again.returncode == 0 and again.stdout.startswith("orchestrate delete: nothing to delete")
+    assert orchestrate([str(spec)], project).returncode == 0  # the experiment stayed: the spec runs again
+
+
+def test_a_study_being_run_is_not_deleted(project: Path) -> None:
+    import optuna
+
+    from orchestrator.store.study import study_lock
+
+    spec = write_spec(project, SPEC)
+    (project / "mlruns").mkdir()
+    storage = f"sqlite:///{project}/mlruns/optuna.db"
+    optuna.create_study(study_name="gone", storage=storage).set_user_attr("orchestrate.uid", "abc")
+    with study_lock(storage, "gone"):
+        proc = run(["delete", str(spec), "--yes"], project)
+    assert proc.returncode == 2 and "is being run by another orchestrate" in proc.stderr
+    assert study_names(storage) == ["gone"]
+
+
+@pytest.mark.slow
+def test_a_postgresql_study_and_an_mlflow_server(project: Path, postgres: Any, mlflow_server: str) -> None:
+    """A study in PostgreSQL (its password in the URL), runs on an MLflow server: all of it goes,
+    and the password is never printed."""
+    password = "dEl-pw-9q"
+    storage = postgres.new_database_with_password("delete_study", password)
+    spec = write_spec(project, SPEC.replace("name: gone", "name: gone_pg"))
+    flags = ["--storage", storage, "--tracking-uri", mlflow_server]
+    swept = orchestrate([str(spec), *flags], project)
+    assert swept.returncode == 0, swept.stderr
+    assert len(active_runs(mlflow_server, "gone_pg")) == 2
+    proc = run(["delete", str(spec), *flags], project, answer="y\n")
+    assert proc.returncode == 0, proc.stderr
+    assert password not in proc.stdout + proc.stderr and storage.replace(password, "***") in proc.stdout
+    assert active_runs(mlflow_server, "gone_pg") == [] and "gone_pg" not in study_names(storage)
+    assert list((project / "mlruns" / ".trials").iterdir()) == []
+
+
+def test_a_server_study_with_a_live_trial_is_not_deleted(project: Path, postgres_url: str) -> None:
+    """A trial with a fresh heartbeat: an orchestrator runs the study (perhaps on another host)."""
+    code = ("import sys, warnings, optuna; warnings.simplefilter('ignore')\n"
+            "storage = optuna.storages.RDBStorage(sys.argv[1], heartbeat_interval=1, grace_period=2)\n"
+            "study = optuna.create_study(study_name='live', storage=storage)\n"
+            "study.set_user_attr('orchestrate.uid', 'u1')\n"
+            "trial = study.ask(); storage.record_heartbeat(trial._trial_id)\n")
+    subprocess.run([sys.executable, "-c", code, postgres_url], check=True, timeout=60)
+    spec = write_spec(project, SPEC.replace("name: gone", "name: live"))
+    proc = run(["delete", str(spec), "--storage", postgres_url, "--yes"], project)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "is being run now (1 trial(s) with a heartbeat in the last 60 s)" in proc.stderr
+    assert "live" in study_names(postgres_url)

@@ -1,0 +1,125 @@
+"""Every rule a spec breaks is found in one read, one line each in the file's order
+(``rules.Checker``); a rule that joins parameters waits until each of them is valid."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ORCHESTRATE
+from orchestrator.errors import SpecError, SpecErrors, each_error
+from orchestrator.spec.load import load_spec
+
+MANY = """\
+name: t
+experiment: experiments.mlp
+devcie: cpu
+fixed:
+  hidden_size: 64
+  memory_fraction: 3
+space:
+  batch_size: [8, -8]
+  dtype: [float32, fp8]
+objective:
+  metric: samples_per_second
+search:
+  sampler: grid
+  band: 2
+trial:
+  measure_step: 3
+"""
+
+
+def errors_of(tmp_path: Path, text: str, overrides: dict | None = None) -> list[str]:
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as caught:
+        load_spec(path, overrides)
+    return [str(e).replace(f"{path}:", "") for e in each_error(caught.value)]
+
+
+def test_every_error_at_once_in_the_files_order(tmp_path: Path) -> None:
+    found = errors_of(tmp_path, MANY)
+    assert [line.split(":", 1)[0] for line in found] == ["3", "6", "8", "9", "11", "14", "16"]
+    assert found[0] == "3: devcie: unknown key; did you mean 'device'? valid keys are name, experiment, script, " \
+                       "args, samples_per_step, device, devices, fixed, space, objective, search, trial, storage, tracking_uri"
+    assert found[1].startswith("6: fixed.memory_fraction: ") and found[1].endswith(", got 3")
+    assert found[2].startswith("8: space.batch_size[1]: ") and found[2].endswith("got -8")
+    assert found[3].startswith("9: space.dtype[1]: ") and "fp8" in found[3]
+    assert found[4].startswith("11: objective.metric: objective metric must be one of")
+    assert found[5].startswith("14: search.band: band is a fraction of the best")
+    assert found[6].startswith("16: trial.measure_step: unknown key; did you mean 'measure_steps'?")
+
+
+def test_one_error_is_a_plain_spec_error(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: t\nexperiment: experiments.mlp\nspace:\n  batch_size: [0]\n")
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert not isinstance(caught.value, SpecErrors) and caught.value.line == 4
+
+
+def test_a_flag_s_error_comes_first_and_names_the_flag(tmp_path: Path) -> None:
+    found = errors_of(tmp_path, "name: t\nexperiment: experiments.mlp\nspace:\n  batch_size: [0]\n",
+                      {"--n-trials": (("search", "n_trials"), 0)})
+    assert found[0].startswith("--n-trials: search.n_trials: n_trials must be a positive integer")
+    assert found[1].startswith("4: space.batch_size[0]")
+
+
+def test_a_misspelled_required_key_is_said_once(tmp_path: Path) -> None:
+    found = errors_of(tmp_path, "name: t\nexperiment: experiments.mlp\nspace:\n  lr: {low: 0.1, hihg: 1}\n"
+                                "search:\n  n_trials: 0\n")
+    assert len(found) == 2 and "did you mean 'high'?" in found[0] and found[1].startswith("6: search.n_trials")
+
+
+def test_rules_that_join_parameters_wait_for_valid_parameters(tmp_path: Path) -> None:
+    """effective_batch_size against batch_size is not judged while batch_size itself is broken."""
+    text = ("name: t\nexperiment: experiments.mlp\nspace:\n  batch_size: [8, x]\n"
+            "  effective_batch_size: [4]\n")
+    found = errors_of(tmp_path, text)
+    assert len(found) == 1 and found[0].startswith("4: space.batch_size[1]")
+
+
+SCRIPT = """\
+name: s
+script: train.py
+args: ["--bs", "{batch_sise}", "--lr", "{lr:.0e}", "--x", "{x!r}"]
+fixed:
+  lr: 0.1
+  dtype: bfloat16
+space:
+  batch_size: [8, 16]
+  grad_accum_steps: [1, 2]
+"""
+
+
+def test_a_script_spec_s_rules_are_each_reported(tmp_path: Path) -> None:
+    found = errors_of(tmp_path, SCRIPT)
+    assert [line.split(":", 1)[0] for line in found] == ["3", "3", "6", "9"]
+    assert "{batch_sise} is no parameter of this spec; did you mean {batch_size}?" in found[0]
+    assert "args[5]" in found[1] and "a placeholder is a parameter's name" in found[1]
+    assert found[2].startswith("6: fixed.dtype: dtype is applied by the harness's own training loop")
+    assert found[3].startswith("9: space.grad_accum_steps: grad_accum_steps is applied by the harness's own")
+
+
+def test_a_script_spec_s_unused_parameters_are_each_reported(tmp_path: Path) -> None:
+    text = ("name: s\nscript: train.py\nargs: [\"--bs\", \"{batch_size}\"]\nfixed:\n  width: 8\n"
+            "space:\n  batch_size: [8, 16]\n  depth: [1, 2]\nsamples_per_step: batch_size * accum\n")
+    found = errors_of(tmp_path, text)
+    assert len(found) == 1 and found[0].startswith("9: samples_per_step: accum is no parameter")
+    text = text.replace("samples_per_step: batch_size * accum\n", "")
+    found = errors_of(tmp_path, text)
+    assert [f.split(": ", 2)[:2] for f in found] == [["5", "fixed.width"], ["8", "space.depth"]]
+    assert all("the script never sees" in f for f in found)
+
+
+def test_the_command_prints_one_line_per_error_and_exits_2(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(MANY)
+    proc = subprocess.run([ORCHESTRATE, str(spec), "--dry-run"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 7 and all(line.startswith(f"{spec}:") for line in lines), proc.stderr
+    assert "Traceback" not in proc.stderr and sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
