@@ -32,6 +32,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
+from orchestrator.harness.ahead import preload_params
 from orchestrator.harness.child import pin_cores, preload, run_given, watch_parent
 from orchestrator.harness.protocol import (GO, PARENT_PID_ENV, STATUS_FD_ENV, Kind, Status, Word, decode_order, encode_order,
                                            encode_status, probe_answer)
@@ -42,7 +43,7 @@ def fork_server(experiment: str) -> int:
     status = os.fdopen(int(os.environ[STATUS_FD_ENV]), "w", buffering=1)
     watch_parent(thread=False)  # PR_SET_PDEATHSIG: the server starts no thread of its own
     pin_cores()
-    preload(experiment)
+    preload(experiment, preload_params())
     timeline["imports_done"] = time.time()
     wake_r, wake_w = os.pipe()  # SIGCHLD wakes the select below: nothing polls during a window
     os.set_blocking(wake_w, False)

@@ -7,8 +7,9 @@ A trial process is ``python -m orchestrator.harness`` with one of these first ar
 ``CONFIG.json`` (one trial, cold), ``--serve EXPERIMENT`` (a pre-started interpreter) or
 ``--fork-server EXPERIMENT`` (Linux: one import, a forked process per trial). It is started with
 ``ORCHESTRATE_STATUS_FD`` (the write end of its status pipe), ``ORCHESTRATE_PARENT_PID`` (the
-process whose death it must not outlive: ``child.watch_parent``) and, on a CPU slot,
-``ORCHESTRATE_CPU_CORES``. Two channels then:
+process whose death it must not outlive: ``child.watch_parent``), on a CPU slot,
+``ORCHESTRATE_CPU_CORES``, and for a pre-started process ``ORCHESTRATE_PRELOAD`` (the sweep's fixed
+parameters, for the experiment's ``preload`` hook). Two channels then:
 
 - *Orders*, one line each on the process's stdin, from the orchestrator. A ``--serve`` interpreter
   reads the path of its trial's configuration, then ``go`` (it may open its timed window). A fork
@@ -41,6 +42,9 @@ FORK_SERVER_FLAG = "--fork-server"
 STATUS_FD_ENV = "ORCHESTRATE_STATUS_FD"
 PARENT_PID_ENV = "ORCHESTRATE_PARENT_PID"
 CPU_CORES_ENV = "ORCHESTRATE_CPU_CORES"
+PRELOAD_ENV = "ORCHESTRATE_PRELOAD"
+"""A pre-started process's fixed parameters (JSON), for the experiment's own ``preload`` hook
+(``child.preload``): what every trial of the sweep will import, imported once per process."""
 
 
 class Word(Enum):

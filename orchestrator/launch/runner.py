@@ -23,11 +23,13 @@ class ProcessRunner:
     (``prewarm``); ``open`` gives it the study's trial folder before the first trial."""
 
     def __init__(self, slots: list[Slot], experiment: str, where: Path, stop: StopFlag,
-                 prestart: int = PRESTART) -> None:
+                 prestart: int = PRESTART, fixed: dict[str, Any] | None = None) -> None:
+        """``fixed``: the sweep's fixed parameters, for the experiment's preload hook
+        (``orchestrator/harness/ahead.py``)."""
         self.slots = slots
         host = Host()
-        self.launchers = [SlotLauncher(experiment, s.env, s.cores, None, stop, prestart, host, where=where)
-                          for s in slots]
+        self.launchers = [SlotLauncher(experiment, s.env, s.cores, None, stop, prestart, host, where=where,
+                                       fixed=fixed) for s in slots]
 
     def prewarm(self, env: dict[str, str], log_path: Path | None = None) -> Any:
         """Every slot's fork server, starting now, for trials that will need ``env``; the first

@@ -11,7 +11,7 @@ from __future__ import annotations
 import select
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from orchestrator import trialdir
 from orchestrator.harness.protocol import TrialConfig
@@ -29,11 +29,12 @@ class SlotLauncher:
 
     def __init__(self, experiment: str, slot_env: dict[str, str], cores: frozenset[int] | None,
                  spare_dir: Path | None, stop: StopFlag | None, prestart: int = PRESTART,
-                 host: Host | None = None, fork: bool | None = None, where: Path | None = None) -> None:
-        """``spare_dir``, ``prestart``, ``fork``, ``where``: the slot's ``SparePool``'s; ``host``:
-        the gate this slot shares with the host's other slots."""
+                 host: Host | None = None, fork: bool | None = None, where: Path | None = None,
+                 fixed: dict[str, Any] | None = None) -> None:
+        """``spare_dir``, ``prestart``, ``fork``, ``where``, ``fixed``: the slot's ``SparePool``'s;
+        ``host``: the gate this slot shares with the host's other slots."""
         self.experiment, self.slot_env, self.stop = experiment, dict(slot_env), stop
-        self.pool = SparePool(experiment, cores, spare_dir, stop, prestart, fork, where)
+        self.pool = SparePool(experiment, cores, spare_dir, stop, prestart, fork, where, fixed)
         self.host = host or Host()
         self.host.launchers.append(self)
         self.running: ProcessRun | None = None

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from orchestrator.launch.forked import ForkServer, fork_server_usable
 from orchestrator.launch.process import SPARES_DIR, Interpreter, StopFlag, TrialProcess
@@ -39,12 +40,14 @@ class SparePool:
 
     def __init__(self, experiment: str, cores: frozenset[int] | None, spare_dir: Path | None,
                  stop: StopFlag | None, prestart: int = PRESTART, fork: bool | None = None,
-                 where: Path | None = None) -> None:
+                 where: Path | None = None, fixed: dict[str, Any] | None = None) -> None:
         """``spare_dir``: the study's trial folder, where spares' own logs go (None until the study
         is open: only ``prewarm`` may start one before); ``fork``: keep ``ForkServer`` spares
         (default: where ``fork_server_usable``), else one pre-started interpreter per trial;
-        ``where``: on every interpreter's command line (default ``spare_dir``)."""
+        ``where``: on every interpreter's command line (default ``spare_dir``); ``fixed``: the
+        sweep's fixed parameters, given to every spare for the experiment's preload hook."""
         self.experiment, self.cores, self.spare_dir, self.stop = experiment, cores, spare_dir, stop
+        self.fixed = fixed
         self.prestart, self.where = prestart, where or spare_dir
         self.fork = fork_server_usable() if fork is None else fork
         self.spares: list[Interpreter] = []
@@ -65,7 +68,7 @@ class SparePool:
             assert self.spare_dir is not None or kind is ForkServer, "a --serve spare's log becomes its trial's"
             log_path = (self.spare_dir / SPARES_DIR / f"{time.monotonic_ns()}.log" if self.spare_dir is not None
                         else Path(os.devnull))
-        return kind(self.experiment, env, log_path, self.cores, self.stop, self.where)
+        return kind(self.experiment, env, log_path, self.cores, self.stop, self.where, self.fixed)
 
     def prewarm(self, env: dict[str, str], log_path: Path | None = None) -> ForkServer | None:
         """Start a fork server before the first trial is known (at start-up, before the study's
@@ -75,7 +78,7 @@ class SparePool:
         start in the study's folder. Returns the slot's server (None: it keeps none)."""
         if self.fork and self.prestart and not self.spares and not self.pending:
             self.spares.append(ForkServer(self.experiment, env, log_path or Path(os.devnull), self.cores,
-                                          self.stop, self.where))
+                                          self.stop, self.where, self.fixed))
         return next((s for s in self.spares if isinstance(s, ForkServer) and s.env == env), None)
 
     def take(self, wanted: dict[str, str], guesses: list[dict[str, str]], log_path: Path) -> TrialProcess:

@@ -129,7 +129,7 @@ def _alive(pid: int) -> bool:
 def new_runner(spec: SweepSpec, slots: list[Slot], stop: StopFlag) -> ProcessRunner:
     from orchestrator.launch import ProcessRunner
 
-    return ProcessRunner(slots, spec.workload, Path("mlruns").resolve(), stop)
+    return ProcessRunner(slots, spec.workload, Path("mlruns").resolve(), stop, fixed=dict(spec.fixed))
 
 
 def slots_for(spec: SweepSpec, device: str, devices_flag: bool) -> list[Slot]:

@@ -253,3 +253,68 @@ def test_both_kinds_of_trial_process_declare_and_implement_one_protocol(kind: ty
                "reap", "send", "kill", "close", "log_path", "status_fd", "pid", "env")
     declared = set(TrialProcess.__annotations__) | {n for n in vars(TrialProcess) if not n.startswith("_")}
     assert set(members) <= declared, set(members) - declared
+
+
+AHEAD_EXPERIMENT = '''
+import os, sys
+from experiments.mlp import PARAMS, build as _build
+
+
+def preload(fixed):
+    with open(fixed["marker"], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    if fixed.get("fail"):
+        raise RuntimeError("the hook fails: the trial imports on its own")
+    import aheadmodels  # noqa: F401 - stands for a model's modules, which a library imports lazily
+
+
+def build(params, device):
+    workload = _build({k: v for k, v in params.items() if k not in ("marker", "fail")}, device)
+    workload.info.update(ahead="aheadmodels" in sys.modules, preload_env=os.environ.get("ORCHESTRATE_PRELOAD"))
+    return workload
+'''
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["hook", "failing-hook"])
+def test_the_experiments_preload_hook_runs_once_per_spare_with_the_fixed_parameters(
+        tmp_path: Path, fork: bool, fail: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``preload(fixed)`` runs in the fork server (or the pre-started interpreter), before the
+    configuration: the trials find its imports done; a hook that fails leaves the trial to import
+    on its own; the parameters are not in the trials' environment."""
+    (tmp_path / "aheadexp.py").write_text(AHEAD_EXPERIMENT)
+    (tmp_path / "aheadmodels.py").write_text("")
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(root), os.environ.get("PYTHONPATH", "")]))
+    marker = tmp_path / "hook_ran"
+    fixed = {"marker": str(marker), **({"fail": True} if fail else {})}
+    launcher = SlotLauncher("aheadexp", {}, None, tmp_path, None, prestart=1, fork=fork, fixed=fixed)
+    try:
+        launcher.prewarm({})
+        launcher.pending = [{}] if not fork else []
+        launcher.tick()
+        infos, pids = [], []
+        for n in range(2):
+            config = replace(CONFIG, experiment="aheadexp", trial_number=n,
+                             params={**CONFIG.params, **fixed})
+            while not launcher.idle:
+                wait_for_activity([launcher])
+                launcher.tick()
+            run = launcher.start(config, tmp_path / f"t{n}", {}, 120, [{}])
+            while not run.exited:
+                wait_for_activity([launcher])
+                launcher.tick()
+            assert run.launched().outcome.status == "ok", run.launched().outcome.detail
+            infos.append(json.loads((tmp_path / f"t{n}" / "result.json").read_text())["info"])
+            pids.append(run.interp.pid)
+        hooks = marker.read_text().split()
+        assert all(info["preload_env"] is None for info in infos)
+        if fail:
+            assert not any(info["ahead"] for info in infos)  # nothing imported ahead: the trials did it
+        else:
+            assert all(info["ahead"] for info in infos)
+        if fork:  # one server, one hook, for both trials, which it forked after
+            assert len(hooks) == 1 and hooks[0] not in map(str, pids)
+        else:  # each trial's interpreter ran it while pre-started, before its configuration came
+            assert set(map(str, pids)) <= set(hooks)
+    finally:
+        launcher.close()
