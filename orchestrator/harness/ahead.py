@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from orchestrator.harness.protocol import PRELOAD_ENV
 
