@@ -220,6 +220,9 @@ class TrialConfig:
     script: ScriptCall | None = None
     """A script trial: the script run in place of ``experiment``'s ``build`` (which then names
     the script's file)."""
+    compile_cache: str | None = None
+    """Where ``compile: true`` keeps Inductor's caches (the study's, ``harness/compiled.py``);
+    None: where torch keeps them by default, or where the user's environment says."""
 
 
 def encode_config(config: TrialConfig) -> str:
@@ -237,6 +240,8 @@ def encode_config(config: TrialConfig) -> str:
     if config.script is not None:
         data["script"] = {"path": config.script.path, "argv": list(config.script.argv),
                           "samples_per_step": config.script.samples_per_step}
+    if config.compile_cache is not None:
+        data["compile_cache"] = config.compile_cache
     return json.dumps(data, indent=1, default=str)
 
 
@@ -250,7 +255,8 @@ def config_of(data: dict[str, Any]) -> TrialConfig:
                        bool(data.get("allow_swap", False)), data.get("result_path"),
                        bool(data.get("watch_parent", True)),
                        None if script is None else ScriptCall(script["path"], [str(a) for a in script["argv"]],
-                                                              script.get("samples_per_step")))
+                                                              script.get("samples_per_step")),
+                       data.get("compile_cache"))
 
 
 def decode_config(text: str) -> TrialConfig:

@@ -101,6 +101,17 @@ def test_a_config_is_written_as_the_launcher_wrote_it_and_read_back(old: dict) -
     assert config.trial.min_measure_s == 0.5 and config.watch_parent
 
 
+def test_a_config_names_the_study_s_compile_cache_where_it_has_one() -> None:
+    import json
+
+    from orchestrator.harness.protocol import config_of, decode_config, encode_config
+
+    config = config_of({**SWEEP_CONFIG, "compile_cache": "/s/.inductor"})
+    assert json.loads(encode_config(config))["compile_cache"] == "/s/.inductor"
+    assert decode_config(encode_config(config)) == config
+    assert "compile_cache" not in json.loads(encode_config(config_of(SWEEP_CONFIG)))
+
+
 def test_a_cold_config_that_does_not_watch_its_parent_says_so() -> None:
     import json
 
