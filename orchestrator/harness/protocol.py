@@ -16,10 +16,15 @@ parameters, for the experiment's ``preload`` hook). Two channels then:
   server reads JSON: ``{"fork": CONFIG, "log": LOG}`` (fork a trial; its stdout and stderr go to
   LOG), ``{"probe": REQUEST, "log": LOG}`` (fork the experiment's probe: ``probe.py``; it writes
   its answers beside REQUEST, ``probe_answer``) and ``{"go": PID}``, which it passes on to that
-  trial as ``go``. An empty line (or EOF) means leave.
+  trial as ``go``; and, for a trial prepared ahead (``harness/ahead.py``), ``{"prepare": DEVICE}``
+  (fork a process that initialises DEVICE, says ``PID ready`` and waits, its output the server's)
+  then ``{"give": PID, "config": CONFIG, "log": LOG}``, which it passes on to that process as the
+  line ``{"run": CONFIG, "log": LOG}``: its configuration, and the file its output goes to from
+  then on. An empty line (or EOF) means leave.
 - *Status lines*, on the status pipe, from the process: ``ready`` (its imports are done),
   ``window`` (its warm-up is done; it waits for ``go``), ``result`` (its result file is written).
-  A fork server says ``ready`` for itself, then ``PID forked`` per trial (or probe); its trials
+  A fork server says ``ready`` for itself, then ``PID forked`` per trial (or probe); a prepared
+  process says ``PID ready`` once its device is initialised; its trials
   say ``PID window`` and ``PID result`` (a probe: ``PID result`` after each answer file); and once
   it has reaped one (its memory is free) the server
   says ``PID exited CODE MAXRSS_KIB``: the exit code as ``os.waitstatus_to_exitcode`` gives it
@@ -59,8 +64,8 @@ class Word(Enum):
 
 ALONE = (Word.READY, Word.WINDOW, Word.RESULT)
 """The words a process says of itself."""
-TAGGED = (Word.FORKED, Word.WINDOW, Word.RESULT, Word.EXITED)
-"""The words said of a forked trial, after its pid."""
+TAGGED = (Word.FORKED, Word.READY, Word.WINDOW, Word.RESULT, Word.EXITED)
+"""The words said of a forked trial, after its pid (``ready``: a prepared one's device is initialised)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,9 @@ class Kind(Enum):
     """A fork server: fork the experiment's probe, whose request is at ``config``."""
     GO = "go"
     """Open the timed window."""
+    PREPARE = "prepare"
+    """A fork server: fork a process for the next trial now, which initialises ``device`` and
+    waits for its configuration (a ``RUN`` order with its ``pid``)."""
     LEAVE = "leave"
     """Exit (a fork server: without waiting for its trials)."""
 
@@ -121,7 +129,10 @@ class Order:
     log: str | None = None
     """``RUN`` and ``PROBE``, to a fork server: the file the forked process's stdout and stderr go to."""
     pid: int | None = None
-    """``GO``, to a fork server: the trial that may open its window."""
+    """``GO``, to a fork server: the trial that may open its window; ``RUN``: the prepared process
+    that runs it (None: fork one)."""
+    device: str | None = None
+    """``PREPARE``: the device the prepared process initialises (as a trial's ``device`` param)."""
 
 
 GO = Order(Kind.GO)
@@ -134,9 +145,15 @@ def encode_order(order: Order, server: bool = False) -> str:
     if order.kind is Kind.LEAVE:
         return "\n"
     if not server:
+        if order.kind is Kind.RUN and order.log is not None:  # to a prepared process: its log too
+            return json.dumps({"run": order.config, "log": order.log}) + "\n"
         return f"{order.config}\n" if order.kind is Kind.RUN else "go\n"
+    if order.kind is Kind.RUN and order.pid is not None:
+        return json.dumps({"give": order.pid, "config": order.config, "log": order.log}) + "\n"
     if order.kind is Kind.RUN:
         return json.dumps({"fork": order.config, "log": order.log}) + "\n"
+    if order.kind is Kind.PREPARE:
+        return json.dumps({"prepare": order.device}) + "\n"
     if order.kind is Kind.PROBE:
         return json.dumps({"probe": order.config, "log": order.log}) + "\n"
     return json.dumps({"go": order.pid}) + "\n"
@@ -149,10 +166,18 @@ def decode_order(line: str, server: bool = False) -> Order:
     if not text:
         return LEAVE
     if not server:
+        if text.startswith("{"):  # to a prepared process: its configuration and its log
+            handed = json.loads(text)
+            return Order(Kind.RUN, config=str(handed["run"]), log=str(handed["log"]))
         return GO if text == "go" else Order(Kind.RUN, config=text)
     order = json.loads(text)
     if isinstance(order, dict) and isinstance(order.get("go"), int):
         return Order(Kind.GO, pid=order["go"])
+    if isinstance(order, dict) and isinstance(order.get("give"), int) and isinstance(order.get("config"), str) \
+            and isinstance(order.get("log"), str):
+        return Order(Kind.RUN, config=order["config"], log=order["log"], pid=order["give"])
+    if isinstance(order, dict) and isinstance(order.get("prepare"), str):
+        return Order(Kind.PREPARE, device=order["prepare"])
     for key, kind in (("fork", Kind.RUN), ("probe", Kind.PROBE)):
         if isinstance(order, dict) and isinstance(order.get(key), str) and isinstance(order.get("log"), str):
             return Order(kind, config=order[key], log=order["log"])

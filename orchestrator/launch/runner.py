@@ -38,6 +38,12 @@ class ProcessRunner:
         first = [launcher.prewarm(env, log_path if i == 0 else None) for i, launcher in enumerate(self.launchers)]
         return first[0]
 
+    def prepare(self, device: str) -> None:
+        """Every slot's first trial process, forked now and initialising ``device`` (each slot's
+        next one is prepared once its trial has its result: ``SlotLauncher.tick``)."""
+        for launcher in self.launchers:
+            launcher.prepare(device)
+
     def open(self, work_dir: Path) -> None:
         for launcher in self.launchers:
             launcher.open(work_dir)

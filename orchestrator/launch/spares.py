@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.launch.forked import ForkServer, fork_server_usable
+from orchestrator.launch.forked import Forked, ForkServer, fork_server_usable, prepare_usable
 from orchestrator.launch.process import SPARES_DIR, Interpreter, StopFlag, TrialProcess
 
 PRESTART = 2
@@ -57,6 +57,15 @@ class SparePool:
         """Environments the next trials are expected to need (the last ``take``'s)."""
         self.discarded = 0
         """Pre-started interpreters thrown away because a trial needed another environment."""
+        self.prepare = self.fork and bool(prestart) and prepare_usable()
+        """Whether the slot's next trial process is forked ahead, its device initialised
+        (``prepare_next``): where there is a fork server, unless ``ORCHESTRATE_PREPARE=0``."""
+        self.prepared: Forked | None = None
+        """The process forked for the slot's next trial (``ForkServer.prepare``), if any."""
+        self.prepare_pending: str | None = None
+        """The device of a process to prepare once no window runs on the host."""
+        self.prepared_unused = 0
+        """Prepared processes thrown away (the next trial needed another environment or device)."""
 
     def spawn(self, env: dict[str, str], log_path: Path | None = None) -> Interpreter:
         """A trial's own interpreter (``log_path``: its trial log) or a spare. A spare's own log
@@ -81,18 +90,29 @@ class SparePool:
                                           self.stop, self.where, self.fixed))
         return next((s for s in self.spares if isinstance(s, ForkServer) and s.env == env), None)
 
-    def take(self, wanted: dict[str, str], guesses: list[dict[str, str]], log_path: Path) -> TrialProcess:
-        """The process for a trial that needs environment ``wanted`` (its output to ``log_path``):
+    def take(self, wanted: dict[str, str], guesses: list[dict[str, str]], log_path: Path,
+             device: str | None = None) -> TrialProcess:
+        """The process for a trial that needs environment ``wanted`` (its output to ``log_path``)
+        on ``device``: the process prepared for it where it matches both (``prepare_next``), else
         a matching spare's (a fork server forks it; an interpreter leaves the pool), else a fresh
         one. Spares that match none of ``guesses`` (the next trials' environments) are discarded,
         and the refill is planned (``pending``)."""
         self.guesses = list(guesses)
+        ready, self.prepared, self.prepare_pending = self.prepared, None, None
+        if ready is not None and (ready.env != wanted or ready.device != device or ready.reap()):
+            self.prepared_unused += ready.returncode is None
+            ready.kill()  # its server reaps it
+            ready = None
         spare = next((s for s in self.spares if s.env == wanted and not s.reap()), None)
         process: TrialProcess
         if spare is None and self.fork and self.prestart:  # one import, for this trial and the next
             spare = self.spawn(wanted)
             self.spares.append(spare)
-        if isinstance(spare, ForkServer):  # it stays, for the trials after this one
+        if ready is not None:  # forked ahead, its device initialised: given its trial's log
+            ready.log_path = log_path
+            process = ready
+            self.guesses.append(wanted)
+        elif isinstance(spare, ForkServer):  # it stays, for the trials after this one
             process = spare.fork(log_path)
             self.guesses.append(wanted)
         elif spare is not None:
@@ -112,9 +132,33 @@ class SparePool:
         return process
 
     def start_pending(self) -> None:
-        """Start the interpreters planned (call only while no window runs on the host)."""
+        """Start the interpreters planned, and the process prepared for the next trial (call only
+        while no window runs on the host)."""
         self.spares += [self.spawn(env) for env in self.pending]
         self.pending = []
+        if self.prepare_pending is not None:
+            self.prepare_now(self.prepare_pending)
+
+    def prepare_next(self, device: str) -> None:
+        """Plan a process for the slot's next trial on ``device`` (its current trial has its
+        result: its window is over), started by ``start_pending`` once no window runs on the
+        host: forked from the server of the next trial's likeliest environment, it initialises
+        the device and waits (``ForkServer.prepare``). Its trial then finds the device ready: on
+        CUDA the context (0.3 s on an H100) is made while the previous trial's process exits."""
+        if self.prepare and self.prepared is None:
+            self.prepare_pending = device
+
+    def prepare_now(self, device: str) -> Forked | None:
+        """Fork the next trial's process now (``prepare_next``; at start-up, when nothing is
+        measured yet), from the fork server of the likeliest next environment."""
+        self.prepare_pending = None
+        if not self.prepare or self.prepared is not None:
+            return self.prepared
+        servers = [s for s in self.spares if isinstance(s, ForkServer) and not s.reap()]
+        server = next((s for g in self.guesses for s in servers if s.env == g), servers[0] if servers else None)
+        if server is not None:
+            self.prepared = server.prepare(device)
+        return self.prepared
 
     def poll(self) -> None:
         for s in self.spares:
@@ -125,8 +169,9 @@ class SparePool:
         return [s.status_fd for s in self.spares if s.status_fd is not None]
 
     def close(self) -> None:
-        """The spares leave (and none is started any more)."""
-        self.pending = []
+        """The spares leave (and none is started any more; a prepared process is killed with its
+        server)."""
+        self.pending, self.prepared, self.prepare_pending = [], None, None
         for s in self.spares:
             s.discard()
         self.spares.clear()

@@ -63,6 +63,7 @@ class Startup:
                 self.probe = checks.Probe(spec, smoke, probe_env(spec))
             else:
                 self.probe = checks.Probe(spec, smoke, server=server, folder=folder)
+                self.runner.prepare(guessed.device)  # forked after the probe: the first trials' processes
         except BaseException:
             self.close_runner()
             raise
@@ -80,6 +81,8 @@ class Startup:
         env = shared_env(plan)
         if env is not None:  # else the first trial starts its own (a wrong guess would cost an import)
             self.runner.prewarm(env)
+            if "device" not in self.spec.space:
+                self.runner.prepare(plan.device)
         return self.slots, self.runner
 
     def close_runner(self) -> None:

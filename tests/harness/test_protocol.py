@@ -13,6 +13,7 @@ STATUSES = [
     (Status(Word.WINDOW), "window\n"),
     (Status(Word.RESULT), "result\n"),
     (Status(Word.FORKED, 1234), "1234 forked\n"),
+    (Status(Word.READY, 1234), "1234 ready\n"),  # a prepared process: its device is initialised
     (Status(Word.WINDOW, 1234), "1234 window\n"),
     (Status(Word.RESULT, 1234), "1234 result\n"),
     (Status(Word.EXITED, 1234, 0, 812345), "1234 exited 0 812345\n"),
@@ -29,7 +30,7 @@ def test_a_status_is_written_as_its_line_and_read_back(status: Status, line: str
 
 
 @pytest.mark.parametrize("line", [
-    "", "\n", "hello", "READY", "ready now", "1234", "1234 ready",  # a server's pid never says ready
+    "", "\n", "hello", "READY", "ready now", "1234", "1234 ready 5",
     "forked", "window 1234", "1234 forked 5", "1234 exited", "1234 exited 0",
     "1234 exited zero 12", "1234 exited 0 12 13", "exited 0 12", "-5 window",
 ])
@@ -47,6 +48,12 @@ ORDERS = [  # order, to a fork server?, line
      '{"probe": "/tmp/p/request.json", "log": "/tmp/p/probe.log"}\n'),
     (Order(Kind.GO, pid=4321), True, '{"go": 4321}\n'),
     (LEAVE, True, "\n"),
+    # a trial prepared ahead: forked for its device, then given its configuration and its log
+    (Order(Kind.PREPARE, device="cuda"), True, '{"prepare": "cuda"}\n'),
+    (Order(Kind.RUN, config="/t/trial-4/config.json", log="/t/trial-4/trial.log", pid=4321), True,
+     '{"give": 4321, "config": "/t/trial-4/config.json", "log": "/t/trial-4/trial.log"}\n'),
+    (Order(Kind.RUN, config="/t/trial-4/config.json", log="/t/trial-4/trial.log"), False,
+     '{"run": "/t/trial-4/config.json", "log": "/t/trial-4/trial.log"}\n'),
 ]
 
 
@@ -65,6 +72,8 @@ def test_eof_and_a_blank_line_mean_leave(server: bool) -> None:
     ('{"go": "12"}', "not an order for a fork server"),
     ('{"fork": "/c.json"}', "not an order for a fork server"),
     ('{"probe": "/r.json"}', "not an order for a fork server"),  # without its log
+    ('{"give": 12, "config": "/c.json"}', "not an order for a fork server"),  # without its log
+    ('{"prepare": null}', "not an order for a fork server"),
     ('["go", 12]', "not an order for a fork server"),
     ("go", "Expecting value"),  # a --serve order sent to a server
 ])

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.harness.ahead import PREPARE_FAILED
 from orchestrator.harness.protocol import config_of
 from orchestrator.launch import (ForkServer, Forked, Host, Interpreter, SlotLauncher, TrialProcess, cpu_seconds, launch_trial,
                                  wait_for_activity)
@@ -318,3 +319,82 @@ def test_the_experiments_preload_hook_runs_once_per_spare_with_the_fixed_paramet
             assert set(map(str, pids)) <= set(hooks)
     finally:
         launcher.close()
+
+
+@pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
+def test_the_next_trial_s_process_is_prepared_while_the_previous_one_exits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #40 item 2: once a trial has its result, its slot's next process is forked and its
+    device initialised (``SparePool.prepare_next``) while the old process exits; the next
+    configuration still goes out only once that process has exited, and the trial's output is
+    its own log."""
+    monkeypatch.setenv("ORCHESTRATE_TEST_EXIT_DELAY_S", "1.0")  # each process lingers after its result
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
+    try:
+        launcher.prewarm({})
+        launcher.prepare("cpu")  # start-up: the first trial's process, before any trial is known
+        first = run_to_end(launcher, 0, tmp_path / "t0", {})
+        second = run_to_end(launcher, 1, tmp_path / "t1", {})
+        run0, run1 = first["_run"], second["_run"]
+        for result in (first, second):
+            tl = result["timeline"]
+            assert tl["forked"] <= tl["prepared"] <= tl["config_received"] <= tl["device"]
+        tl = second["timeline"]
+        assert tl["forked"] < run0.exited_at - 0.5, "not prepared while the previous process exited"
+        assert tl["config_received"] >= run0.exited_at and run1.slot_free_at == run0.exited_at
+        assert isinstance(run1.interp, Forked) and run1.interp.prepared and run1.interp.prepared_s is not None
+        assert (tmp_path / "t1" / "trial.log").is_file() and launcher.pool.prepared_unused == 0
+        assert len(launcher.prepared) == 1  # the third's, in case there is one
+    finally:
+        launcher.close()
+
+
+@pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
+def test_a_prepared_process_is_used_only_for_its_environment_and_device(tmp_path: Path) -> None:
+    """A prepared process initialised its device under its server's environment: a trial that
+    needs another environment, or another device, gets a process of its own and the prepared one
+    is killed. One that cannot initialise its device exits before it says ready, and its trial is
+    forked afresh: what the trial then meets is its own (here: no CUDA on this machine)."""
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
+    try:
+        launcher.prewarm({})
+        launcher.prepare("cpu")
+        (ready,) = launcher.prepared
+        other = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+        result = run_to_end(launcher, 0, tmp_path / "t0", other)
+        assert "prepared" not in result["timeline"] and result["provenance"]["pytorch_env"] == other
+        assert launcher.pool.prepared_unused == 1 and result["_run"].interp is not ready
+        deadline = time.monotonic() + 10
+        while not ready.reap() and time.monotonic() < deadline:
+            wait_for_activity([launcher], 0.1)
+            launcher.tick()
+        assert ready.returncode is not None, "the unused prepared process was left running"
+    finally:
+        launcher.close()
+    if torch_has_cuda():
+        return
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
+    try:
+        launcher.prewarm({})
+        launcher.prepare("cuda")  # this machine has none: the prepared process cannot initialise it
+        (failing,) = launcher.prepared
+        while not launcher.idle:  # the slot waits until the prepared process is ready, or gone
+            wait_for_activity([launcher], 0.1)
+            launcher.tick()
+        assert failing.returncode == PREPARE_FAILED and not failing.ready
+        config = replace(CONFIG, trial_number=1, params={**CONFIG.params, "device": "cuda"})
+        run = launcher.start(config, tmp_path / "t1", {}, 120, [{}])
+        while not run.exited:
+            wait_for_activity([launcher])
+            launcher.tick()
+        outcome = run.launched().outcome
+        assert outcome.status == "error" and "CUDA" in outcome.detail, outcome.detail
+        assert run.interp is not failing and not run.interp.prepared
+    finally:
+        launcher.close()
+
+
+def torch_has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
