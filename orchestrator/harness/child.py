@@ -251,6 +251,11 @@ def run_given(config_path: str, status: Any, timeline: dict[str, Any], pid: int 
     return 0
 
 
+def is_script(workload: str) -> bool:
+    """Whether a trial process's workload is a script's file rather than a module's name."""
+    return workload.endswith(".py") or os.sep in workload
+
+
 def preload(experiment: str, fixed: dict[str, Any] | None = None) -> None:
     """The imports every trial needs, done before its configuration is known. Device-neutral:
     no tensor is made, no backend is initialised. A failure here is left for the trial (or the
