@@ -32,8 +32,9 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from orchestrator.harness.ahead import prepared, preload_params
+from orchestrator.harness.ahead import preload_params
 from orchestrator.harness.child import pin_cores, preload, run_given, watch_parent
+from orchestrator.harness.prepared import prepared
 from orchestrator.harness.protocol import (GO, PARENT_PID_ENV, STATUS_FD_ENV, Kind, Order, Status, Word, decode_order,
                                            encode_order, encode_status, probe_answer)
 
@@ -74,7 +75,7 @@ def fork_server(experiment: str) -> int:
                 return 0
             if order.kind is Kind.GO or (order.kind is Kind.RUN and order.pid is not None):
                 fd = children.get(order.pid)  # type: ignore[arg-type]
-                if fd is not None:  # go, or a prepared process's configuration (ahead.prepared)
+                if fd is not None:  # go, or a prepared process's configuration (prepared.py)
                     os.write(fd, encode_order(GO if order.kind is Kind.GO else
                                               Order(Kind.RUN, config=order.config, log=order.log)).encode())
                 continue

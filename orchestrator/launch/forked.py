@@ -53,7 +53,7 @@ class ForkServer(Interpreter):
 
     def prepare(self, device: str) -> Forked:
         """A process for the slot's next trial, forked now: it initialises ``device`` and waits
-        for its configuration (``harness/ahead.prepared``); ``ready`` once it has. Its output is
+        for its configuration (``harness/prepared.py``); ``ready`` once it has. Its output is
         the server's until it is given a trial."""
         trial = Forked(self, Path(os.devnull), device)
         self.asked.append(trial)
