@@ -3,7 +3,7 @@ SPEC`` from an empty folder, for this checkout's code and others' side by side, 
 
     python bench/trial_cost.py --compare /tmp/before               # a GPU: every row, before and after
     python bench/trial_cost.py --small --compare /tmp/before       # the CPU: the same rows, tiny models
-    python bench/trial_cost.py --rows headline,hf_llama --rounds 2
+    python bench/trial_cost.py --rows headline,hf_llama,compile,mlp --compare /tmp/before
 
 The rows (``ROWS``), each the auto search from an empty folder:
 
@@ -13,14 +13,15 @@ The rows (``ROWS``), each the auto search from an empty folder:
   15% memory cap (``sweeps/hf_causal_lm.yaml``'s space);
 - ``hf_gpt2``: ``experiments.hf``, GPT-2 small, 512 tokens, under a 12% cap (the same space);
 - ``mlp``: ``sweeps/mlp_launch_bound.yaml`` (launch-bound);
-- ``compile`` (this checkout only; ``--compile``): one BERT-base configuration with ``compile:
-  true`` and ``trial.repeats: 2``: two processes, one after the other, sharing the study's
-  Inductor cache: the first compiles, the second loads what the first compiled.
+- ``compile`` (this checkout only; name it in ``--rows``): one BERT-base configuration with
+  ``compile: true`` and ``trial.repeats: 2``: two processes, one after the other, sharing the
+  study's Inductor cache: the first compiles, the second loads what the first compiled.
 
 A variant is a checkout's root (``--compare DIR``: ``DIR/orchestrator`` and ``DIR/experiments`` run
 the command and its trials, e.g. ``git archive REV orchestrator experiments | tar -x -C DIR``); the
 specs are this checkout's. Each round runs every row with every variant, the variants' order
-rotated from round to round. Per row and variant it prints: the command's wall time (spawn to
+rotated from round to round, after one untimed one-trial command of each (``WARM``); each row's
+table is printed once its last round has run. Per row and variant it prints: the command's wall time (spawn to
 reap), the trials (out of memory among them), when the first trial started (the command's own
 ``start`` event, ``ORCHESTRATE_TIMELINE``), the trials' median ``startup_s`` and timed window,
 the share of the wall that was measured (the windows' sum over the wall), the out-of-memory
@@ -93,7 +94,7 @@ def row_spec(row: str, small: bool) -> dict[str, Any]:
                                                              "num_layers": 1})
             spec["space"] = {"batch_size": [8]}
     else:
-        raise SystemExit(f"trial_cost: no row {row!r}; rows: {', '.join(ROWS)}")
+        raise SystemExit(f"trial_cost: no row {row!r}; rows: {', '.join(ROWS)}, compile")
     spec = copy.deepcopy(spec)
     if small:
         spec["device"] = "cpu"
@@ -103,6 +104,9 @@ def row_spec(row: str, small: bool) -> dict[str, Any]:
 
 
 ROWS = ("headline", "hf_llama", "hf_gpt2", "mlp")
+WARM = {"name": "warm", "experiment": "experiments.mlp", "device": "auto", "space": {"batch_size": [64]},
+        "search": {"sampler": "grid"}, "trial": {"timeout_s": 300}}
+"""The untimed command each variant runs first (``--no-warm`` skips it)."""
 
 
 def run_command(code: Path, spec: dict[str, Any]) -> dict[str, Any]:
@@ -212,11 +216,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--compare", type=Path, action="append", default=[],
                     help="another checkout's root (its orchestrator/ and experiments/), listed first; repeatable")
-    ap.add_argument("--rows", default=",".join(ROWS), help=f"rows to run, of {', '.join(ROWS)}")
+    ap.add_argument("--rows", default=",".join(ROWS), help=f"rows to run, in this order, of {', '.join(ROWS)} "
+                    "and compile")
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds (figures: medians over them)")
     ap.add_argument("--small", action="store_true", help="tiny models on the CPU: tests the script")
-    ap.add_argument("--compile", action="store_true", help="also the compile row (this checkout only)")
     ap.add_argument("--json", type=Path, help="also write every command's figures here")
+    ap.add_argument("--no-warm", action="store_true",
+                    help="skip the untimed one-trial command each variant runs first (the machine's MLflow "
+                         "template made, the files in the page cache, as on any machine that has run a sweep)")
     args = ap.parse_args()
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     codes = {c.resolve().name: c.resolve() for c in args.compare}
@@ -227,11 +234,18 @@ def main() -> None:
     print(f"trial_cost: rows {', '.join(rows)}; {args.rounds} round(s), variants alternating: {', '.join(codes)}"
           + ("; --small (tiny models on the CPU)" if args.small else ""), flush=True)
     print(f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)", flush=True)
+    if not args.no_warm:
+        for code in codes.values():
+            run_command(code, WARM if not args.small else {**WARM, "device": "cpu"})
     out: dict[str, dict[str, list[dict[str, Any]]]] = {row: {n: [] for n in codes} for row in rows}
     names = list(codes)
     for r in range(args.rounds):
         for i, row in enumerate(rows):
             spec = row_spec(row, args.small)
+            if row == "compile":
+                if r == args.rounds - 1:
+                    compile_row(spec)
+                continue
             k = (r + i) % len(names)
             for name in names[k:] + names[:k]:
                 got = figures(run_command(codes[name], spec))
@@ -240,13 +254,12 @@ def main() -> None:
                 print(f"  round {r + 1} {row:<9s} {name:>20s}: wall {got['wall_s']:.1f} s, {got['trials']} trials "
                       f"({got['oom']} oom), first trial at {fmt(got['first_trial_s'], '.2f')} s, startup_s "
                       f"{fmt(got['startup_s'], '.3f')}, load {got['load']:.2f}", flush=True)
-    for row in rows:
-        print_row(row, row_spec(row, args.small), out[row])
-    if args.compile:
-        compile_row(row_spec("compile", args.small))
+            if r == args.rounds - 1:  # printed as soon as it is complete: a run cut short keeps it
+                print_row(row, spec, out[row])
+                sys.stdout.flush()
+                if args.json:
+                    args.json.write_text(json.dumps(out, indent=1))
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

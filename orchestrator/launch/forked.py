@@ -108,6 +108,10 @@ class Forked(TrialProcess):
     def prepared(self) -> bool:
         return self.device is not None
 
+    def waited_s(self) -> float:
+        """Seconds since the server forked it (0 before)."""
+        return 0.0 if self._forked_at is None else time.monotonic() - self._forked_at
+
     def forked(self, pid: int) -> None:
         self.pid = pid
         if not self.prepared:

@@ -112,11 +112,11 @@ class SlotLauncher:
     def idle(self) -> bool:
         """The slot's previous process has exited (its memory is free), and the process prepared
         for its next trial, if any, is ready or gone: a trial is given only to a process that has
-        initialised its device (``harness/prepared.py``), never to one that may still fail to."""
+        initialised its device (``harness/prepared.py``), never to one that may still fail to
+        (``SparePool.settled``: not waited for long)."""
         if self.running is not None and not self.running.exited:
             return False
-        ready = self.pool.prepared
-        return ready is None or ready.ready or ready.reap()
+        return self.pool.settled()
 
     def tick(self) -> None:
         """Poll the running trial and the spares; once the trial has its result, plan its

@@ -33,6 +33,9 @@ from orchestrator.launch.process import SPARES_DIR, Interpreter, StopFlag, Trial
 PRESTART = 2
 """Interpreters started at once when a slot has none left: on a small CPU two import in
 parallel, which a trial's import alone cannot use."""
+PREPARE_GRACE_S = 30.0
+"""A prepared process not ready this long after its fork (a CUDA context takes 0.3 s on an H100)
+is given up: killed, and its trial forked as without preparing."""
 
 
 class SparePool:
@@ -99,7 +102,7 @@ class SparePool:
         and the refill is planned (``pending``)."""
         self.guesses = list(guesses)
         ready, self.prepared, self.prepare_pending = self.prepared, None, None
-        if ready is not None and (ready.env != wanted or ready.device != device or ready.reap()):
+        if ready is not None and (ready.env != wanted or ready.device != device or not ready.ready or ready.reap()):
             self.prepared_unused += ready.returncode is None
             ready.kill()  # its server reaps it
             ready = None
@@ -138,6 +141,19 @@ class SparePool:
         self.pending = []
         if self.prepare_pending is not None:
             self.prepare_now(self.prepare_pending)
+
+    def settled(self) -> bool:
+        """Whether the prepared process, if any, has said whether it can take a trial: ready, or
+        gone. One the server has not forked yet (it is still importing) is not waited for, nor one
+        not ready ``PREPARE_GRACE_S`` after its fork (it is killed): ``take`` then forks the trial."""
+        ready = self.prepared
+        if ready is None or ready.ready or ready.reap() or ready.pid is None:
+            return True
+        if ready.waited_s() > PREPARE_GRACE_S:
+            self.prepared, self.prepared_unused = None, self.prepared_unused + 1
+            ready.kill()
+            return True
+        return False
 
     def prepare_next(self, device: str) -> None:
         """Plan a process for the slot's next trial on ``device`` (its current trial has its

@@ -333,6 +333,7 @@ def test_the_next_trial_s_process_is_prepared_while_the_previous_one_exits(
     try:
         launcher.prewarm({})
         launcher.prepare("cpu")  # start-up: the first trial's process, before any trial is known
+        wait_prepared(launcher)  # in a sweep the probe's answer comes after the server's imports too
         first = run_to_end(launcher, 0, tmp_path / "t0", {})
         second = run_to_end(launcher, 1, tmp_path / "t1", {})
         run0, run1 = first["_run"], second["_run"]
@@ -360,6 +361,7 @@ def test_a_prepared_process_is_used_only_for_its_environment_and_device(tmp_path
         launcher.prewarm({})
         launcher.prepare("cpu")
         (ready,) = launcher.prepared
+        wait_prepared(launcher)
         other = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
         result = run_to_end(launcher, 0, tmp_path / "t0", other)
         assert "prepared" not in result["timeline"] and result["provenance"]["pytorch_env"] == other
@@ -378,10 +380,8 @@ def test_a_prepared_process_is_used_only_for_its_environment_and_device(tmp_path
         launcher.prewarm({})
         launcher.prepare("cuda")  # this machine has none: the prepared process cannot initialise it
         (failing,) = launcher.prepared
-        while not launcher.idle:  # the slot waits until the prepared process is ready, or gone
-            wait_for_activity([launcher], 0.1)
-            launcher.tick()
-        assert failing.returncode == PREPARE_FAILED and not failing.ready
+        wait_prepared(launcher)
+        assert failing.returncode == PREPARE_FAILED and not failing.ready and launcher.idle
         config = replace(CONFIG, trial_number=1, params={**CONFIG.params, "device": "cuda"})
         run = launcher.start(config, tmp_path / "t1", {}, 120, [{}])
         while not run.exited:
@@ -390,6 +390,35 @@ def test_a_prepared_process_is_used_only_for_its_environment_and_device(tmp_path
         outcome = run.launched().outcome
         assert outcome.status == "error" and "CUDA" in outcome.detail, outcome.detail
         assert run.interp is not failing and not run.interp.prepared
+    finally:
+        launcher.close()
+
+
+def wait_prepared(launcher: SlotLauncher) -> None:
+    """Until the slot's prepared process is ready or gone (its server imports first)."""
+    deadline = time.monotonic() + 120
+    while any(not p.ready and p.returncode is None for p in launcher.prepared) and time.monotonic() < deadline:
+        wait_for_activity([launcher], 0.1)
+        launcher.tick()
+
+
+def test_a_slot_waits_for_its_prepared_process_only_once_forked_and_not_for_long(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SparePool.settled``: a process the server has not forked yet (it is still importing) is not
+    waited for; one forked but not ready is, for at most ``PREPARE_GRACE_S``, then killed."""
+    from orchestrator.launch import spares
+
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
+    try:
+        launcher.prewarm({})
+        launcher.prepare("cpu")
+        (ready,) = launcher.prepared
+        assert ready.pid is None and launcher.idle  # not forked yet: the slot does not wait for it
+        ready.forked(os.getpid())  # as if forked, never ready: waited for ...
+        assert not launcher.idle
+        monkeypatch.setattr(spares, "PREPARE_GRACE_S", 0.0)
+        ready.kill = lambda: None  # (this test process stands in for it)
+        assert launcher.idle and launcher.prepared == [] and launcher.pool.prepared_unused == 1  # ... not for long
     finally:
         launcher.close()
 
