@@ -113,9 +113,9 @@ def report(rows: list[dict[str, Any]], threshold: float = 0.97) -> list[str]:
     have = [r for r in rows if r.get("beside")]
     if not have:
         return ["what ran beside the windows: no trial marks to read"]
-    lines = [f"what ran beside each window on the other slots, the slowest configurations first (seconds of "
-             f"the other slots' phases over the window's: 200% = two slots at it the whole window; windows: "
-             f"how many others ran on average; orch.: the orchestrator's cores):",
+    lines = ["what ran beside each window on the other slots, the slowest configurations first (seconds of "
+             "the other slots' phases over the window's: 200% = two slots at it the whole window; windows: "
+             "how many others ran on average; orch.: the orchestrator's cores):",
              f"  {'configuration':<52} {'ratio':>6} {'slot':>7} {'prepare':>8} {'set-up':>7} {'exit':>6} "
              f"{'windows':>8} {'orch.':>6}"]
     for r in sorted(have, key=lambda r: r["ratio"]):
