@@ -78,7 +78,7 @@ def overlap(spec, plan, chosen: list[dict], rounds: int, device: str, work: Path
     """``--overlap``: each configuration forked for its trial, and prepared ahead, alternating."""
     got: dict = {"forked": [[] for _ in chosen], "prepared": [[] for _ in chosen], "spare_cpu": [],
                  "startup": {"forked": [], "prepared": []}, "prepared_s": []}
-    launcher = SlotLauncher(spec.experiment, {}, None, work, None)
+    launcher = SlotLauncher(spec.experiment, {}, None, work, None, fixed=dict(spec.fixed))
     number = 0
     try:
         for r in range(rounds):
@@ -144,7 +144,7 @@ def main() -> None:
     fresh = {"fresh": [[] for _ in chosen], "pre-started": [[] for _ in chosen]}
     spare_cpu: list[float] = []
     # the new way, as a sweep runs it: one launcher for the whole run, its spares refilled as used
-    warm = SlotLauncher(spec.experiment, {}, None, work, None)
+    warm = SlotLauncher(spec.experiment, {}, None, work, None, fixed=dict(spec.fixed))
     number = 0
     try:
         for r in range(args.rounds):
@@ -157,12 +157,12 @@ def main() -> None:
                     trial_dir = trialdir.folder(work, number)
                     if way == "fresh":  # nothing pre-started alive: the old launcher's situation
                         warm.close()
-                        cold = SlotLauncher(spec.experiment, {}, None, work, None, prestart=0)
+                        cold = SlotLauncher(spec.experiment, {}, None, work, None, prestart=0, fixed=dict(spec.fixed))
                         try:
                             got = run_one(cold, config, trial_dir, env, spec.trial.timeout_s)
                         finally:
                             cold.close()
-                        warm = SlotLauncher(spec.experiment, {}, None, work, None)
+                        warm = SlotLauncher(spec.experiment, {}, None, work, None, fixed=dict(spec.fixed))
                         warm.pending = [env]  # pre-started for the next pre-started run
                     else:
                         got = run_one(warm, config, trial_dir, env, spec.trial.timeout_s)

@@ -97,8 +97,9 @@ class SlotLauncher:
 
     def start(self, config: TrialConfig, trial_dir: Path, env: dict[str, str], timeout_s: float,
               guesses: list[dict[str, str]] | None = None) -> ProcessRun:
-        """Run ``config`` now. The slot's previous process must have exited (``idle``)."""
-        assert self.idle, "one trial at a time on a device slot"
+        """Run ``config`` now. The slot's previous process must have exited (``idle``; a process
+        prepared for it is used if it is ready by now, else killed: ``SparePool.take``)."""
+        assert self.running is None or self.running.exited, "one trial at a time on a device slot"
         trial_dir.mkdir(parents=True, exist_ok=True)
         for stale in (trial_dir / trialdir.RESULT, Path(trialdir.partial(trial_dir / trialdir.RESULT))):
             stale.unlink(missing_ok=True)

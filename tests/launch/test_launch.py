@@ -423,6 +423,31 @@ def test_a_slot_waits_for_its_prepared_process_only_once_forked_and_not_for_long
         launcher.close()
 
 
+@pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
+def test_a_trial_started_while_its_prepared_process_is_not_ready_gets_one_forked_for_it(tmp_path: Path) -> None:
+    """The slot said idle while its server had not forked the prepared process yet; by the time
+    the trial starts the process exists but is not ready: the trial is forked for itself (a
+    sweep's repeat met this), and the process prepared in vain is killed."""
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
+    try:
+        launcher.prewarm({})
+        launcher.prepare("cpu")
+        (early,) = launcher.prepared
+        assert early.pid is None and launcher.idle
+        early.ready = False
+        early.forked(os.getpid())  # the server's word came meanwhile: forked, not ready
+        early.kill = lambda: None  # (this test process stands in for it)
+        run = launcher.start(replace(CONFIG, trial_number=0), tmp_path / "t0", {}, 120, [{}])  # no assert
+        while not run.exited:
+            wait_for_activity([launcher])
+            launcher.tick()
+        assert run.launched().outcome.status == "ok" and run.interp is not early
+        assert "prepared" not in json.loads((tmp_path / "t0" / "result.json").read_text())["timeline"]
+        assert launcher.pool.prepared_unused == 1
+    finally:
+        launcher.close()
+
+
 def torch_has_cuda() -> bool:
     import torch
 
