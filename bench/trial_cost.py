@@ -204,7 +204,7 @@ def compile_row(spec: dict[str, Any]) -> None:
     if len(got) == 2 and all(r.get("metrics", {}).get("compile_s") for r in got):
         a, b = (r["metrics"]["compile_s"] for r in got)
         print(f"  second compile / first: {b / a:.2f} ({a:.1f} s -> {b:.1f} s); cache: "
-              f"{', '.join(sorted(p.name for p in Path(run['folder']).glob('mlruns/.trials/*/.inductor/*')))}")
+              f"{', '.join(sorted(p.name for p in Path(run['folder']).glob('mlruns/.trials/*/.inductor/*') if len(p.name) > 2))}")
     print(f"  command wall {run['wall_s']:.1f} s")
 
 

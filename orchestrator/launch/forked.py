@@ -101,6 +101,7 @@ class Forked(TrialProcess):
         self.prepared_s: float | None = None
         """A prepared process: from its fork to its ``ready`` (the device's initialisation)."""
         self._forked_at: float | None = None
+        self._asked_at = time.monotonic()
         self._given: str | None = None
         """A prepared process's configuration, given before the server said its pid."""
 
@@ -109,8 +110,8 @@ class Forked(TrialProcess):
         return self.device is not None
 
     def waited_s(self) -> float:
-        """Seconds since the server forked it (0 before)."""
-        return 0.0 if self._forked_at is None else time.monotonic() - self._forked_at
+        """Seconds since the server forked it, or (not forked yet) since it was asked for."""
+        return time.monotonic() - (self._asked_at if self._forked_at is None else self._forked_at)
 
     def forked(self, pid: int) -> None:
         self.pid = pid

@@ -4,6 +4,7 @@ landscape) and drives it through this interface."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,11 @@ from orchestrator.launch.host import Host
 from orchestrator.launch.process import StopFlag
 from orchestrator.launch.slot import SlotLauncher, wait_for_activity
 from orchestrator.launch.spares import PRESTART
+
+PREPARED_DEVICES = ("cuda",)
+"""Where a slot's next process is prepared ahead (``SparePool.prepare_next``): a CUDA context
+takes 0.3 s a process on an H100. A CPU has nothing to initialise, and a small one has no core to
+spare for a process forked early (MPS has no fork server)."""
 from orchestrator.launch.slots import Slot
 from orchestrator.launch.trial import ProcessRun
 
@@ -40,7 +46,10 @@ class ProcessRunner:
 
     def prepare(self, device: str) -> None:
         """Every slot's first trial process, forked now and initialising ``device`` (each slot's
-        next one is prepared once its trial has its result: ``SlotLauncher.tick``)."""
+        next one is prepared once its trial has its result: ``SlotLauncher.tick``); only where
+        there is a device to initialise (``PREPARED_DEVICES``)."""
+        if device not in PREPARED_DEVICES and not os.environ.get("ORCHESTRATE_TEST_PREPARE_CPU"):
+            return  # (tests only: the variable prepares CPU trials' processes too, to run the path)
         for launcher in self.launchers:
             launcher.prepare(device)
 

@@ -123,16 +123,17 @@ class SlotLauncher:
         """Poll the running trial and the spares; once the trial has its result, plan its
         successor's process (``SparePool.prepare_next``); let a trial waiting at its window go
         once every spare is idle (or dead)."""
-        if (self.pool.pending or self.prepare_pending) and not self.host.in_window():
-            self.pool.start_pending()
-        self.pool.poll()
         run = self.running
+        if run is not None:
+            run.poll()
+            if run.has_result and not run.prepared_next and self.prepare_device is not None:
+                run.prepared_next = True
+                self.pool.prepare_next(self.prepare_device)
+        if (self.pool.pending or self.prepare_pending) and not self.host.in_window():
+            self.pool.start_pending()  # the next trial's process asked for at once, where it may be
+        self.pool.poll()
         if run is None:
             return
-        run.poll()
-        if run.has_result and not run.prepared_next and self.prepare_device is not None:
-            run.prepared_next = True
-            self.pool.prepare_next(self.prepare_device)
         if run.held and not self.host.importing() and not self.host.pending():
             run.go(list(self.spares) + self.prepared)
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from orchestrator.launch.forked import Forked, ForkServer, fork_server_usable, prepare_usable
 from orchestrator.launch.process import SPARES_DIR, Interpreter, StopFlag, TrialProcess
+from orchestrator.launch.trial import IMPORT_GRACE_S
 
 PRESTART = 2
 """Interpreters started at once when a slot has none left: on a small CPU two import in
@@ -144,12 +145,14 @@ class SparePool:
 
     def settled(self) -> bool:
         """Whether the prepared process, if any, has said whether it can take a trial: ready, or
-        gone. One the server has not forked yet (it is still importing) is not waited for, nor one
-        not ready ``PREPARE_GRACE_S`` after its fork (it is killed): ``take`` then forks the trial."""
+        gone. Until then the slot waits for it (a process forked for the trial instead would wait
+        for the same server, and initialise the same device), but not for ever: one not forked
+        ``IMPORT_GRACE_S`` after it was asked (its server still importing), or not ready
+        ``PREPARE_GRACE_S`` after its fork, is killed, and ``take`` forks the trial."""
         ready = self.prepared
-        if ready is None or ready.ready or ready.reap() or ready.pid is None:
+        if ready is None or ready.ready or ready.reap():
             return True
-        if ready.waited_s() > PREPARE_GRACE_S:
+        if ready.waited_s() > (IMPORT_GRACE_S if ready.pid is None else PREPARE_GRACE_S):
             self.prepared, self.prepared_unused = None, self.prepared_unused + 1
             ready.kill()
             return True

@@ -402,10 +402,10 @@ def wait_prepared(launcher: SlotLauncher) -> None:
         launcher.tick()
 
 
-def test_a_slot_waits_for_its_prepared_process_only_once_forked_and_not_for_long(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``SparePool.settled``: a process the server has not forked yet (it is still importing) is not
-    waited for; one forked but not ready is, for at most ``PREPARE_GRACE_S``, then killed."""
+def test_a_slot_waits_for_its_prepared_process_but_not_for_long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SparePool.settled``: the slot waits for the process prepared for its next trial (one forked
+    for the trial instead would wait for the same server), at most ``IMPORT_GRACE_S`` for its
+    server to fork it and ``PREPARE_GRACE_S`` for it to be ready; then it is killed."""
     from orchestrator.launch import spares
 
     launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
@@ -413,12 +413,15 @@ def test_a_slot_waits_for_its_prepared_process_only_once_forked_and_not_for_long
         launcher.prewarm({})
         launcher.prepare("cpu")
         (ready,) = launcher.prepared
-        assert ready.pid is None and launcher.idle  # not forked yet: the slot does not wait for it
+        assert ready.pid is None and not launcher.idle  # asked for, the server still importing
+        monkeypatch.setattr(spares, "IMPORT_GRACE_S", 0.0)
+        ready.kill = lambda: None  # (this test process stands in for it below)
+        assert launcher.idle and launcher.prepared == [] and launcher.pool.prepared_unused == 1
+        launcher.pool.prepared = ready
         ready.forked(os.getpid())  # as if forked, never ready: waited for ...
         assert not launcher.idle
         monkeypatch.setattr(spares, "PREPARE_GRACE_S", 0.0)
-        ready.kill = lambda: None  # (this test process stands in for it)
-        assert launcher.idle and launcher.prepared == [] and launcher.pool.prepared_unused == 1  # ... not for long
+        assert launcher.idle and launcher.prepared == [] and launcher.pool.prepared_unused == 2  # ... not for long
     finally:
         launcher.close()
 
@@ -433,7 +436,6 @@ def test_a_trial_started_while_its_prepared_process_is_not_ready_gets_one_forked
         launcher.prewarm({})
         launcher.prepare("cpu")
         (early,) = launcher.prepared
-        assert early.pid is None and launcher.idle
         early.ready = False
         early.forked(os.getpid())  # the server's word came meanwhile: forked, not ready
         early.kill = lambda: None  # (this test process stands in for it)
