@@ -76,8 +76,8 @@
 #                                 torch and torch._dynamo), bench/trial_cost.py's table from empty folders
 #                                 (the headline, the 153M Llama at 1024 tokens under a 15% cap, the compile row,
 #                                 the launch-bound MLP) against the code before this branch, copied into
-#                                 .before40/ first (its merge base with main, 2cbd792):
-#                                   rm -rf .before40; mkdir .before40; git archive 2cbd792 orchestrator experiments | tar -x -C .before40
+#                                 .before40/ first (its merge base with main, 3ff9fad):
+#                                   rm -rf .before40; mkdir .before40; git archive 3ff9fad orchestrator experiments | tar -x -C .before40
 #                                 then bench/fidelity.py --overlap (prepared processes against forked ones) on
 #                                 BERT-base at batch 64 and on the launch-bound MLP
 #   bash docs/gpu/session.sh d41  issue #41 items 2-3 on 4 x H100 (nvidia-h100-x4), about 6 minutes: the headline on
