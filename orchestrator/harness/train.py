@@ -13,6 +13,7 @@ import contextlib
 import functools
 import importlib
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -212,6 +213,7 @@ def set_up(config: TrialConfig, progress: Progress) -> Trial:
         compiled.use_cache(config.compile_cache)
         model = torch.compile(model)
         applied["compile"] = True
+        applied["compile_cache"] = os.environ.get(compiled.CACHE_ENV)  # where Inductor's caches are (None: torch's default)
     progress.mark(MK.WRAPPED)
 
     lr = float(params.get("lr", workload.lr))
