@@ -242,7 +242,7 @@ s37)
   ;;
 c40)
   export HF_HUB_OFFLINE=1  # nothing outside the machine: configs are built, never downloaded
-  step imports; { for i in 1 2 3; do /usr/bin/time -f "import torch %e s" python3 -c "import torch"; done
+  step imports; { TIMEFORMAT="import torch %R s"; for i in 1 2 3; do time python3 -c "import torch"; done
     python3 -X importtime -c "import torch, torch._dynamo" 2>&1 | sort -t'|' -k2 -n -r | head -12; } > "$OUT/imports.log" 2>&1
   step trial-cost; rm -rf /tmp/before && cp -r .before40 /tmp/before
   timeout 400 python3 bench/trial_cost.py --compare /tmp/before --rows headline,hf_llama,compile,mlp \
