@@ -3,6 +3,7 @@
 
     python bench/devices.py sweeps/bert_base_devices.yaml                # cuda:0 against auto
     python bench/devices.py SPEC --one cuda:0 --many cuda:0,cuda:1 --rounds 2
+    python bench/devices.py sweeps/bert_memory.yaml --many cuda:0,cuda:1 --many auto --rounds 2   # 1, 2, 4 GPUs
 
 Prints each configuration's throughput both ways and their ratio (a trial must measure the same
 alone on its GPU whatever runs on the others: target at least 0.97), the GPU each ran on, and the
@@ -13,6 +14,14 @@ device rounds with each other: how far one process's measurement of a configurat
 two runs of the same sweep, the floor under any several/one ratio. ``--repeats K`` runs the spec
 with ``trial.repeats: K`` (each configuration the median of K processes), for configurations whose
 single measurement scatters more than the comparison needs.
+
+``--many`` may be given several times (2 GPUs, then every GPU, say): each round then runs one GPU
+and each several-GPU way, in an order rotated from round to round, and each several-GPU way is
+compared with the one-GPU sweeps. For each several-GPU sweep it also prints (issue #41 items 2-3,
+``bench/concurrency.py``) what ran beside each configuration's timed window on the other slots
+(processes being prepared, set-ups, exits, other windows, the orchestrator's CPU), next to the
+configuration's ratio, sorted from the slowest; each slot's first trial after the loop began; and
+what the command did after its last result.
 """
 
 from __future__ import annotations
@@ -28,6 +37,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from concurrency import beside, report, start_and_end  # noqa: E402
 
 
 def with_repeats(spec: Path, repeats: int) -> Path:
@@ -44,7 +56,7 @@ def with_repeats(spec: Path, repeats: int) -> Path:
 def run(spec: Path, devices: str, log: Path | None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="devices-"))
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1", "ORCHESTRATE_TIMELINE": str(work / "events.jsonl")}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", str(spec.resolve()), "--devices", devices],
                           cwd=work, env=env, capture_output=True, text=True)
@@ -68,19 +80,24 @@ def run(spec: Path, devices: str, log: Path | None) -> dict:
     stop = next((ln for ln in proc.stdout.splitlines() if ln.startswith("Stopped:")), None)
     starts = [t.user_attrs["started_at"] for t in trials.values() if t.user_attrs.get("started_at")]
     ends = [t.datetime_complete.timestamp() for t in trials.values() if t.datetime_complete]
+    events = [json.loads(ln) for ln in (work / "events.jsonl").read_text().splitlines() if ln.strip()] \
+        if (work / "events.jsonl").exists() else []
+    slot_of = {t.number: t.user_attrs.get("slot", "?") for t in results}
     return {"wall_s": wall, "loop_s": (max(ends) - min(starts)) if starts and ends else None, "trials": trials,
-            "measured_twice": len(results) - len(trials), "stop": stop}
+            "measured_twice": len(results) - len(trials), "stop": stop, "devices": devices,
+            "beside": beside(work, events, slot_of), "start_end": start_and_end(events, slot_of)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("spec", type=Path)
     ap.add_argument("--one", default="cuda:0", help="the single device (default cuda:0)")
-    ap.add_argument("--many", default="auto", help="the several devices (default auto: every visible GPU)")
-    ap.add_argument("--logs", type=Path, help="write both sweeps' output into this folder")
+    ap.add_argument("--many", action="append", help="the several devices (default auto: every visible GPU); "
+                    "repeatable: each is compared with the single device")
+    ap.add_argument("--logs", type=Path, help="write every sweep's output into this folder")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--rounds", type=int, default=1,
-                    help="alternate the two ways this many times; figures are medians over the rounds")
+                    help="alternate the ways this many times; figures are medians over the rounds")
     ap.add_argument("--repeats", type=int, help="run the spec with trial.repeats set to this")
     args = ap.parse_args()
     if args.rounds < 1:
@@ -90,19 +107,30 @@ def main() -> None:
     spec = with_repeats(args.spec, args.repeats) if args.repeats else args.spec
     if args.logs:
         args.logs.mkdir(parents=True, exist_ok=True)
-    ones, manys = [], []
+    manys_flag = args.many or ["auto"]
+    ways = [("one", args.one)] + [(f"many{i + 1}" if len(manys_flag) > 1 else "many", m) for i, m in enumerate(manys_flag)]
+    got: dict[str, list[dict]] = {w: [] for w, _ in ways}
     for r in range(1, args.rounds + 1):
         suffix = "" if args.rounds == 1 else f"_{r}"
-        for way, devices, into in (("one", args.one, ones), ("many", args.many, manys)):
-            into.append(run(spec, devices, args.logs / f"{way}{suffix}.log" if args.logs else None))
-            print(f"round {r}: {devices}: {into[-1]['wall_s']:.1f} s", flush=True)
-    slots = sorted({t.user_attrs.get("slot", "?") for m in manys for t in m["trials"].values()})
+        k = (r - 1) % len(ways) if len(ways) > 2 else 0  # two ways alternate one, several, one, ...
+        for way, devices in ways[k:] + ways[:k]:
+            got[way].append(run(spec, devices, args.logs / f"{way}{suffix}.log" if args.logs else None))
+            print(f"round {r}: {devices}: {got[way][-1]['wall_s']:.1f} s", flush=True)
+    out = {"rounds": args.rounds, "ways": {}}
+    for way, devices in ways[1:]:
+        out["ways"][devices] = compare(args, spec, got["one"], got[way], devices)
+    if args.json:
+        args.json.write_text(json.dumps(out))
 
-    print(f"\n{args.spec.name}: {args.one} against {args.many} ({len(slots)} slots: {', '.join(slots)})"
-          + (f", median of {args.rounds} alternating rounds each way" if args.rounds > 1 else "")
+
+def compare(args: argparse.Namespace, spec: Path, ones: list[dict], manys: list[dict], many: str) -> dict:
+    """The single-device sweeps against one several-device way's: printed, and returned."""
+    slots = sorted({t.user_attrs.get("slot", "?") for m in manys for t in m["trials"].values()})
+    print(f"\n{args.spec.name}: {args.one} against {many} ({len(slots)} slots: {', '.join(slots)})"
+          + (f", median of {args.rounds} rounds each way" if args.rounds > 1 else "")
           + (f", each trial the median of {args.repeats} processes" if args.repeats else ""))
     print(f"{'configuration':<60} {'status':>8} {'one':>10} {'several':>10} {'ratio':>6}  gpu")
-    ratios, control = [], []
+    ratios, control, rows = [], [], []
     searched = any(set(r["trials"]) != set(ones[0]["trials"]) for r in ones + manys)
     keys = sorted(set().union(*(r["trials"] for r in ones + manys)))
     for key in keys:
@@ -118,6 +146,10 @@ def main() -> None:
         if ta and tb:
             ratios.append(tb / ta)
             print(f"{label:<60} {b.user_attrs.get('status'):>8} {ta:>10,.1f} {tb:>10,.1f} {tb / ta:>6.3f}  {where}")
+            for m in manys:  # each several-device sweep's window of it, beside what else ran then
+                t = m["trials"].get(key)
+                if t is not None and t.user_attrs.get("status") == "ok":
+                    rows.append({"label": label, "ratio": tb / ta, "beside": m["beside"].get(t.number)})
         else:
             status = f"{a.user_attrs.get('status')}/{b.user_attrs.get('status')}"
             print(f"{label:<60} {status:>8} {'':>10} {'':>10} {'':>6}  {where}")
@@ -132,16 +164,20 @@ def main() -> None:
         print(f"control, the {args.rounds} single-device rounds against each other (slowest / fastest): "
               f"min {min(control):.3f}, median {statistics.median(control):.3f}; "
               f"{sum(c < 0.97 for c in control)} of {len(control)} configurations moved more than 3% between them")
+    print("\n".join(report(rows)))
     sweeps = [("one", r, o) for r, o in enumerate(ones, 1)] + [("several", r, m) for r, m in enumerate(manys, 1)]
     bests = {}
-    for way, r, got in sweeps:
-        best = best_of(got["trials"], spec)
+    for way, r, g in sweeps:
+        best = best_of(g["trials"], spec)
         bests.setdefault(way, []).append(best)
         label = ", ".join(f"{k}={v}" for k, v in sorted(best[0].items())) if best else "none"
-        print(f"round {r}, {way}: {len(got['trials'])} configurations measured, {got['measured_twice']} measured "
+        print(f"round {r}, {way}: {len(g['trials'])} configurations measured, {g['measured_twice']} measured "
               f"twice; best {label} -> {best[1]:,.1f}" if best else f"round {r}, {way}: no result")
-        if got["stop"]:
-            print(f"  {got['stop'][:200]}")
+        if g["stop"]:
+            print(f"  {g['stop'][:200]}")
+        if way == "several":
+            for line in g["start_end"]:
+                print(f"  {line}")
     if bests.get("one") and bests.get("several") and all(bests["one"] + bests["several"]):
         top_one = max(b[1] for b in bests["one"])
         worst_several = min(b[1] for b in bests["several"])
@@ -150,20 +186,19 @@ def main() -> None:
               f"measured twice: {sum(g['measured_twice'] for _, _, g in sweeps)} (target 0: "
               f"{'PASS' if not any(g['measured_twice'] for _, _, g in sweeps) else 'FAIL'})")
     walls = {}
+    target = {2: 0.60, 4: 0.45}.get(len(slots))
     for what in ("wall_s", "loop_s"):
         a, b = median_of(ones, what), median_of(manys, what)
         if a and b:
             walls[what] = (a, b)
             label = "command wall time" if what == "wall_s" else "trial loop (first start to last result)"
-            target = f" (target <= 0.60: {'PASS' if b / a <= 0.60 else 'FAIL'})" if what == "wall_s" else ""
-            print(f"{label}: one {a:.1f} s, several {b:.1f} s, ratio {b / a:.2f}{target}")
-    if args.json:
-        args.json.write_text(json.dumps({"ratios": ratios, "control": control, "rounds": args.rounds,
-                                         "walls": walls, "slots": slots,
-                                         "sweeps": [{"way": way, "round": r, "wall_s": g["wall_s"], "loop_s": g["loop_s"],
-                                                     "configurations": len(g["trials"]),
-                                                     "measured_twice": g["measured_twice"], "stop": g["stop"],
-                                                     "best": best_of(g["trials"], spec)} for way, r, g in sweeps]}))
+            verdict = f" (target <= {target:.2f}: {'PASS' if b / a <= target else 'FAIL'})" if what == "wall_s" and target else ""
+            print(f"{label}: one {a:.1f} s, several {b:.1f} s, ratio {b / a:.2f}{verdict}")
+    return {"ratios": ratios, "control": control, "walls": walls, "slots": slots,
+            "beside": rows, "sweeps": [{"way": way, "round": r, "wall_s": g["wall_s"], "loop_s": g["loop_s"],
+                                        "configurations": len(g["trials"]), "measured_twice": g["measured_twice"],
+                                        "stop": g["stop"], "best": best_of(g["trials"], spec),
+                                        "start_end": g["start_end"]} for way, r, g in sweeps]}
 
 
 def best_of(trials: dict, spec: Path) -> tuple[dict, float] | None:

@@ -7,7 +7,8 @@ this checkout's code and for others' side by side, alternating.
         --only activation_checkpointing=False --compare /tmp/before --trials 8
 
 Each trial runs as in a sweep: ``orchestrator.launch.SlotLauncher`` forks it from a fork server that
-has imported torch, the harness and the experiment (one launcher per variant, its server started
+has imported torch, the harness and the experiment, and run its preload hook with the spec's fixed
+parameters where its code has one (one launcher per variant, its server started
 and ready before the first trial, all launchers sharing one ``Host``, so that no import runs beside
 a timed window). A variant is a checkout's root (``--compare DIR``: ``DIR/orchestrator`` and
 ``DIR/experiments`` are the trial's code, e.g. ``git archive REV orchestrator experiments | tar -x -C
@@ -213,7 +214,8 @@ def main() -> None:
     cores = frozenset(int(c) for c in args.cores.split(",")) if args.cores else None
     extra_env = dict(e.split("=", 1) for e in args.env)
     launchers = {name: SlotLauncher(spec.experiment, {**extra_env, "PYTHONPATH": os.pathsep.join(
-                                        p for p in (str(root), base) if p)}, cores, work, None, host=host)
+                                        p for p in (str(root), base) if p)}, cores, work, None, host=host,
+                                    fixed=dict(spec.fixed))
                  for name, root in variants.items()}
     print(f"startup: {spec.experiment} {json.dumps(params)}")
     print(f"trial: warmup_steps {warmup_steps}, measure_steps {spec.trial.measure_steps}, "

@@ -4,6 +4,7 @@ spelled out here only. Standard library only (the harness imports it too).
 
     mlruns/.trials/<study>-<uid[:8]>/     root(name, uid)
         .interpreters/<ns>.log            a pre-started process's log, until it has a trial
+        .inductor/                        Inductor's caches, for compile: true (harness/compiled.py)
         trial-0007/                       folder(root, 7)
             config.json                   the trial's configuration (protocol.TrialConfig)
             trial.log                     its process's stdout and stderr
@@ -27,6 +28,9 @@ FILES = (LOG, RESULT, CONFIG)
 """A trial's files, in the order they are logged to its MLflow run."""
 SPARES = ".interpreters"
 """Where, in the study's trial folder, a pre-started process keeps its log until it has a trial."""
+COMPILE_CACHE = ".inductor"
+"""Where, in the study's trial folder, ``compile: true`` trials keep Inductor's caches
+(``harness/compiled.py``): shared by the study's trials, repeats and resumed runs."""
 PREFIX = "trial-"
 
 

@@ -71,6 +71,19 @@
 #                                 orchestrator/ and experiments/ copied into .before_first_trial/:
 #                                 git archive main orchestrator experiments | tar -x -C .before_first_trial);
 #                                 about 7 minutes
+#   bash docs/gpu/session.sh c40  issue #40 on one H100 (nvidia-h100-x1), about 8 minutes, everything printed in
+#                                 one go: the import floor (import torch three times; the slowest imports of
+#                                 torch and torch._dynamo), bench/trial_cost.py's table from empty folders
+#                                 (the headline, the 153M Llama at 1024 tokens under a 15% cap, the compile row,
+#                                 the launch-bound MLP) against the code before this branch, copied into
+#                                 .before40/ first (its merge base with main, 3ff9fad):
+#                                   rm -rf .before40; mkdir .before40; git archive 3ff9fad orchestrator experiments | tar -x -C .before40
+#                                 then bench/fidelity.py --overlap (prepared processes against forked ones) on
+#                                 BERT-base at batch 64 and on the launch-bound MLP
+#   bash docs/gpu/session.sh d41  issue #41 items 2-3 on 4 x H100 (nvidia-h100-x4), about 6 minutes: the headline on
+#                                 1, 2 and 4 GPUs, each from an empty folder, the order rotated, twice each
+#                                 (bench/devices.py), with what ran beside each configuration's window on the
+#                                 other slots, each slot's first trial and the command's end
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -226,6 +239,24 @@ s37)
     rm -f "$R/examples/scripts/${ex}_cuda.yaml"
   done
   cd "$R"
+  ;;
+c40)
+  export HF_HUB_OFFLINE=1  # nothing outside the machine: configs are built, never downloaded
+  step imports; { TIMEFORMAT="import torch %R s"; for i in 1 2 3; do time python3 -c "import torch"; done
+    python3 -X importtime -c "import torch, torch._dynamo" 2>&1 | sort -t'|' -k2 -n -r | head -12; } > "$OUT/imports.log" 2>&1
+  step trial-cost; rm -rf /tmp/before && cp -r .before40 /tmp/before
+  timeout 400 python3 bench/trial_cost.py --compare /tmp/before --rows headline,hf_llama,compile,mlp \
+      --json "$OUT/trial_cost.json" > "$OUT/trial_cost.log" 2>&1
+  step fidelity-overlap; timeout 80 python3 bench/fidelity.py --device cuda --overlap --rounds 4 --configs 1 \
+      --spec sweeps/bert_base_devices.yaml --only batch_size=64 --only dtype=bfloat16 \
+      --only activation_checkpointing=False > "$OUT/fidelity_overlap_bert.log" 2>&1
+  timeout 55 python3 bench/fidelity.py --device cuda --overlap --rounds 2 --configs 2 --min-measure-s 1.0 \
+      --spec sweeps/mlp_launch_bound.yaml > "$OUT/fidelity_overlap_mlp.log" 2>&1
+  ;;
+d41)
+  python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
+  step devices; timeout 560 python3 bench/devices.py sweeps/bert_memory.yaml --one cuda:0 --many cuda:0,cuda:1 \
+      --many auto --rounds 2 --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log

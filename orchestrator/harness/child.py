@@ -22,6 +22,7 @@ import traceback
 from typing import Any, Callable
 
 from orchestrator.errors import first_line
+from orchestrator.harness.ahead import preload_params
 from orchestrator.trialdir import LOG, partial
 from orchestrator.harness.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, Status,
                                            TrialConfig, TrialResult, Word, decode_config, decode_order,
@@ -217,7 +218,7 @@ def serve(experiment: str) -> int:
     status = os.fdopen(int(os.environ[STATUS_FD_ENV]), "w", buffering=1)
     watch_parent()
     pin_cores()
-    preload(experiment)
+    preload(experiment, preload_params())
     timeline["imports_done"] = time.time()
     status.write(encode_status(Status(Word.READY)))
     order = decode_order(sys.stdin.readline())
@@ -255,15 +256,29 @@ def is_script(workload: str) -> bool:
     return workload.endswith(".py") or os.sep in workload
 
 
-def preload(experiment: str) -> None:
+def preload(experiment: str, fixed: dict[str, Any] | None = None) -> None:
     """The imports every trial needs, done before its configuration is known. Device-neutral:
     no tensor is made, no backend is initialised. A failure here is left for the trial (or the
     probe) to report: it imports the module again and records the error. The experiment comes
     first (it imports torch itself): what it does at import time happens at once, and a module
     that cannot be imported, or that has no ``build`` (no trial of it can run), is reported by
-    the probe without waiting for the seconds of the rest."""
+    the probe without waiting for the seconds of the rest. Last, given the sweep's ``fixed``
+    parameters, the module's own preload hook (``ahead.run_hook``). All of it under
+    ``ahead.fork_safe``: a module that asks whether CUDA is there does not spoil the forks."""
+    from orchestrator.harness.ahead import fork_safe, run_hook
+
+    with fork_safe():
+        module = _imports(experiment)
+        if module is not None and fixed is not None:
+            run_hook(module, fixed)
+
+
+def _imports(experiment: str) -> Any:
+    """``preload``'s imports; the experiment's module where trials of it can run (None: a
+    script, or a module that cannot be imported or has no ``build``)."""
     import importlib
 
+    module = None
     if is_script(experiment):
         from orchestrator.harness.scriptfile import preload_imports
 
@@ -272,9 +287,9 @@ def preload(experiment: str) -> None:
         try:
             module = importlib.import_module(experiment)
         except BaseException:  # noqa: BLE001
-            return
+            return None
         if not callable(getattr(module, "build", None)):
-            return
+            return None
     try:
         import torch  # noqa: F401
         import torch._dynamo  # noqa: F401 - optimizers import it on first use (1.5 s on a small CPU)
@@ -287,3 +302,4 @@ def preload(experiment: str) -> None:
             from orchestrator.harness import script  # noqa: F401
     except BaseException:  # noqa: BLE001
         pass
+    return module

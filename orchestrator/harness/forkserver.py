@@ -32,9 +32,11 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
+from orchestrator.harness.ahead import preload_params
 from orchestrator.harness.child import pin_cores, preload, run_given, watch_parent
-from orchestrator.harness.protocol import (GO, PARENT_PID_ENV, STATUS_FD_ENV, Kind, Status, Word, decode_order, encode_order,
-                                           encode_status, probe_answer)
+from orchestrator.harness.prepared import prepared
+from orchestrator.harness.protocol import (GO, PARENT_PID_ENV, STATUS_FD_ENV, Kind, Order, Status, Word, decode_order,
+                                           encode_order, encode_status, probe_answer)
 
 
 def fork_server(experiment: str) -> int:
@@ -42,7 +44,7 @@ def fork_server(experiment: str) -> int:
     status = os.fdopen(int(os.environ[STATUS_FD_ENV]), "w", buffering=1)
     watch_parent(thread=False)  # PR_SET_PDEATHSIG: the server starts no thread of its own
     pin_cores()
-    preload(experiment)
+    preload(experiment, preload_params())
     timeline["imports_done"] = time.time()
     wake_r, wake_w = os.pipe()  # SIGCHLD wakes the select below: nothing polls during a window
     os.set_blocking(wake_w, False)
@@ -71,10 +73,11 @@ def fork_server(experiment: str) -> int:
             order = decode_order(line.decode(errors="replace"), server=True)
             if order.kind is Kind.LEAVE:
                 return 0
-            if order.kind is Kind.GO:
+            if order.kind is Kind.GO or (order.kind is Kind.RUN and order.pid is not None):
                 fd = children.get(order.pid)  # type: ignore[arg-type]
-                if fd is not None:
-                    os.write(fd, encode_order(GO).encode())
+                if fd is not None:  # go, or a prepared process's configuration (prepared.py)
+                    os.write(fd, encode_order(GO if order.kind is Kind.GO else
+                                              Order(Kind.RUN, config=order.config, log=order.log)).encode())
                 continue
             go_r, go_w = os.pipe()
             sys.stdout.flush()
@@ -88,6 +91,9 @@ def fork_server(experiment: str) -> int:
                 os.close(wake_w)
                 if order.kind is Kind.PROBE:
                     _child(_probe, str(order.config), str(order.log), go_r, server_pid, status)  # never returns
+                if order.kind is Kind.PREPARE:  # its output the server's until it has a trial
+                    _child(lambda device, st: prepared(device, st, {**timeline, "forked": time.time()}),
+                           str(order.device), None, go_r, server_pid, status)  # never returns
                 _child(lambda config, st: run_forked(config, st, {**timeline, "forked": time.time()}),
                        str(order.config), str(order.log), go_r, server_pid, status)  # never returns
             os.close(go_r)
@@ -109,11 +115,11 @@ def _reap(children: dict[int, int], status: TextIO) -> None:
         status.write(encode_status(Status(Word.EXITED, pid, os.waitstatus_to_exitcode(wait_status), rusage.ru_maxrss)))
 
 
-def _child(body: Callable[[str, TextIO], int], path: str, log_path: str, go_fd: int, server_pid: int,
+def _child(body: Callable[[str, TextIO], int], path: str, log_path: str | None, go_fd: int, server_pid: int,
            status: TextIO) -> None:
-    """A forked child (a trial, or the probe): a session of its own (the launcher kills its
-    group), stdin its "go" pipe, output to its log, then ``body(path, status)``, whose return is
-    its exit code."""
+    """A forked child (a trial, the probe, or a prepared process): a session of its own (the
+    launcher kills its group), stdin its "go" pipe, output to its log (None: the server's), then
+    ``body(path, status)``, whose return is its exit code."""
     code = 1
     try:
         os.setsid()
@@ -121,10 +127,11 @@ def _child(body: Callable[[str, TextIO], int], path: str, log_path: str, go_fd: 
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.dup2(go_fd, 0)
         os.close(go_fd)
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
+        if log_path is not None:
+            log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.close(log)
         sys.stdin = open(0, closefd=False)  # not the server's stdin buffer
         os.environ[PARENT_PID_ENV] = str(server_pid)
         code = body(path, status)

@@ -7,18 +7,24 @@ A trial process is ``python -m orchestrator.harness`` with one of these first ar
 ``CONFIG.json`` (one trial, cold), ``--serve EXPERIMENT`` (a pre-started interpreter) or
 ``--fork-server EXPERIMENT`` (Linux: one import, a forked process per trial). It is started with
 ``ORCHESTRATE_STATUS_FD`` (the write end of its status pipe), ``ORCHESTRATE_PARENT_PID`` (the
-process whose death it must not outlive: ``child.watch_parent``) and, on a CPU slot,
-``ORCHESTRATE_CPU_CORES``. Two channels then:
+process whose death it must not outlive: ``child.watch_parent``), on a CPU slot,
+``ORCHESTRATE_CPU_CORES``, and for a pre-started process ``ORCHESTRATE_PRELOAD`` (the sweep's fixed
+parameters, for the experiment's ``preload`` hook). Two channels then:
 
 - *Orders*, one line each on the process's stdin, from the orchestrator. A ``--serve`` interpreter
   reads the path of its trial's configuration, then ``go`` (it may open its timed window). A fork
   server reads JSON: ``{"fork": CONFIG, "log": LOG}`` (fork a trial; its stdout and stderr go to
   LOG), ``{"probe": REQUEST, "log": LOG}`` (fork the experiment's probe: ``probe.py``; it writes
   its answers beside REQUEST, ``probe_answer``) and ``{"go": PID}``, which it passes on to that
-  trial as ``go``. An empty line (or EOF) means leave.
+  trial as ``go``; and, for a trial prepared ahead (``harness/ahead.py``), ``{"prepare": DEVICE}``
+  (fork a process that initialises DEVICE, says ``PID ready`` and waits, its output the server's)
+  then ``{"give": PID, "config": CONFIG, "log": LOG}``, which it passes on to that process as the
+  line ``{"run": CONFIG, "log": LOG}``: its configuration, and the file its output goes to from
+  then on. An empty line (or EOF) means leave.
 - *Status lines*, on the status pipe, from the process: ``ready`` (its imports are done),
   ``window`` (its warm-up is done; it waits for ``go``), ``result`` (its result file is written).
-  A fork server says ``ready`` for itself, then ``PID forked`` per trial (or probe); its trials
+  A fork server says ``ready`` for itself, then ``PID forked`` per trial (or probe); a prepared
+  process says ``PID ready`` once its device is initialised; its trials
   say ``PID window`` and ``PID result`` (a probe: ``PID result`` after each answer file); and once
   it has reaped one (its memory is free) the server
   says ``PID exited CODE MAXRSS_KIB``: the exit code as ``os.waitstatus_to_exitcode`` gives it
@@ -41,6 +47,9 @@ FORK_SERVER_FLAG = "--fork-server"
 STATUS_FD_ENV = "ORCHESTRATE_STATUS_FD"
 PARENT_PID_ENV = "ORCHESTRATE_PARENT_PID"
 CPU_CORES_ENV = "ORCHESTRATE_CPU_CORES"
+PRELOAD_ENV = "ORCHESTRATE_PRELOAD"
+"""A pre-started process's fixed parameters (JSON), for the experiment's own ``preload`` hook
+(``child.preload``): what every trial of the sweep will import, imported once per process."""
 
 
 class Word(Enum):
@@ -55,8 +64,8 @@ class Word(Enum):
 
 ALONE = (Word.READY, Word.WINDOW, Word.RESULT)
 """The words a process says of itself."""
-TAGGED = (Word.FORKED, Word.WINDOW, Word.RESULT, Word.EXITED)
-"""The words said of a forked trial, after its pid."""
+TAGGED = (Word.FORKED, Word.READY, Word.WINDOW, Word.RESULT, Word.EXITED)
+"""The words said of a forked trial, after its pid (``ready``: a prepared one's device is initialised)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,9 @@ class Kind(Enum):
     """A fork server: fork the experiment's probe, whose request is at ``config``."""
     GO = "go"
     """Open the timed window."""
+    PREPARE = "prepare"
+    """A fork server: fork a process for the next trial now, which initialises ``device`` and
+    waits for its configuration (a ``RUN`` order with its ``pid``)."""
     LEAVE = "leave"
     """Exit (a fork server: without waiting for its trials)."""
 
@@ -117,7 +129,10 @@ class Order:
     log: str | None = None
     """``RUN`` and ``PROBE``, to a fork server: the file the forked process's stdout and stderr go to."""
     pid: int | None = None
-    """``GO``, to a fork server: the trial that may open its window."""
+    """``GO``, to a fork server: the trial that may open its window; ``RUN``: the prepared process
+    that runs it (None: fork one)."""
+    device: str | None = None
+    """``PREPARE``: the device the prepared process initialises (as a trial's ``device`` param)."""
 
 
 GO = Order(Kind.GO)
@@ -130,9 +145,15 @@ def encode_order(order: Order, server: bool = False) -> str:
     if order.kind is Kind.LEAVE:
         return "\n"
     if not server:
+        if order.kind is Kind.RUN and order.log is not None:  # to a prepared process: its log too
+            return json.dumps({"run": order.config, "log": order.log}) + "\n"
         return f"{order.config}\n" if order.kind is Kind.RUN else "go\n"
+    if order.kind is Kind.RUN and order.pid is not None:
+        return json.dumps({"give": order.pid, "config": order.config, "log": order.log}) + "\n"
     if order.kind is Kind.RUN:
         return json.dumps({"fork": order.config, "log": order.log}) + "\n"
+    if order.kind is Kind.PREPARE:
+        return json.dumps({"prepare": order.device}) + "\n"
     if order.kind is Kind.PROBE:
         return json.dumps({"probe": order.config, "log": order.log}) + "\n"
     return json.dumps({"go": order.pid}) + "\n"
@@ -145,10 +166,18 @@ def decode_order(line: str, server: bool = False) -> Order:
     if not text:
         return LEAVE
     if not server:
+        if text.startswith("{"):  # to a prepared process: its configuration and its log
+            handed = json.loads(text)
+            return Order(Kind.RUN, config=str(handed["run"]), log=str(handed["log"]))
         return GO if text == "go" else Order(Kind.RUN, config=text)
     order = json.loads(text)
     if isinstance(order, dict) and isinstance(order.get("go"), int):
         return Order(Kind.GO, pid=order["go"])
+    if isinstance(order, dict) and isinstance(order.get("give"), int) and isinstance(order.get("config"), str) \
+            and isinstance(order.get("log"), str):
+        return Order(Kind.RUN, config=order["config"], log=order["log"], pid=order["give"])
+    if isinstance(order, dict) and isinstance(order.get("prepare"), str):
+        return Order(Kind.PREPARE, device=order["prepare"])
     for key, kind in (("fork", Kind.RUN), ("probe", Kind.PROBE)):
         if isinstance(order, dict) and isinstance(order.get(key), str) and isinstance(order.get("log"), str):
             return Order(kind, config=order[key], log=order["log"])
@@ -216,6 +245,9 @@ class TrialConfig:
     script: ScriptCall | None = None
     """A script trial: the script run in place of ``experiment``'s ``build`` (which then names
     the script's file)."""
+    compile_cache: str | None = None
+    """Where ``compile: true`` keeps Inductor's caches (the study's, ``harness/compiled.py``);
+    None: where torch keeps them by default, or where the user's environment says."""
 
 
 def encode_config(config: TrialConfig) -> str:
@@ -233,6 +265,8 @@ def encode_config(config: TrialConfig) -> str:
     if config.script is not None:
         data["script"] = {"path": config.script.path, "argv": list(config.script.argv),
                           "samples_per_step": config.script.samples_per_step}
+    if config.compile_cache is not None:
+        data["compile_cache"] = config.compile_cache
     return json.dumps(data, indent=1, default=str)
 
 
@@ -246,7 +280,8 @@ def config_of(data: dict[str, Any]) -> TrialConfig:
                        bool(data.get("allow_swap", False)), data.get("result_path"),
                        bool(data.get("watch_parent", True)),
                        None if script is None else ScriptCall(script["path"], [str(a) for a in script["argv"]],
-                                                              script.get("samples_per_step")))
+                                                              script.get("samples_per_step")),
+                       data.get("compile_cache"))
 
 
 def decode_config(text: str) -> TrialConfig:

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import importlib
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import torch
 
 from orchestrator.spec import knobs
 from orchestrator import metrics as M
-from orchestrator.harness import backend, fallback, swap
+from orchestrator.harness import backend, compiled, fallback, swap
 from orchestrator.harness import marks as MK
 from orchestrator.harness.protocol import TrialConfig
 from orchestrator.harness.workload import Workload
@@ -209,8 +210,10 @@ def set_up(config: TrialConfig, progress: Progress) -> Trial:
         if not applied["activation_checkpointing"]:
             not_applied["activation_checkpointing"] = "the experiment lists no blocks to checkpoint"
     if params.get("compile"):
+        compiled.use_cache(config.compile_cache)
         model = torch.compile(model)
         applied["compile"] = True
+        applied["compile_cache"] = os.environ.get(compiled.CACHE_ENV)  # where Inductor's caches are (None: torch's default)
     progress.mark(MK.WRAPPED)
 
     lr = float(params.get("lr", workload.lr))
@@ -347,6 +350,7 @@ def figures(trial: Trial, warm: Warm, window: Window, fell_back: fallback.Fallba
         M.MEASURE_S: elapsed,
         M.MEASURE_STEPS: float(step),
         M.STARTUP_S: warm.startup_s,
+        M.COMPILE_S: compiled.seconds() if params.get("compile") else None,
     }
     peaks = backend.peak_stats(device)
     result_metrics.update(peaks)

@@ -5,6 +5,7 @@ An experiment is a Python module named by the spec's ``experiment:`` key. It pro
     PARAMS: dict[str, object]          # its own parameters and their defaults (optional)
     def build(params: dict, device: torch.device) -> Workload: ...
     def validate_params(params: dict) -> None: ...   # optional: raise ValueError on bad fixed params
+    def preload(fixed: dict) -> None: ...            # optional: import ahead what every trial imports
 
 ``params`` holds every fixed and sampled parameter of the trial (harness knobs such as
 ``batch_size`` and ``dtype`` included, read-only); ``PARAMS`` defaults are not filled in, so
@@ -34,6 +35,13 @@ Rules an experiment must follow:
   ``field`` attribute naming the parameter points the error at that line of the spec. Rules on
   swept values are checked by ``build`` (the trial then ends as ``error``).
 - ``info`` must be JSON-serialisable.
+- ``preload`` sees the fixed parameters, once per fork server (or pre-started interpreter), before
+  any configuration: it imports what every trial of them would import on its own (a library's lazy
+  imports: ``experiments.hf`` looks up the model's class, which imports its modules), so that each
+  trial starts with them done. It must touch no device (no tensor on a GPU, no ``torch.cuda`` call
+  but ``is_available``/``device_count``: a forked trial cannot use a CUDA context its server
+  made). What it raises is ignored: the trials then import on their own
+  (``orchestrator/harness/ahead.py``).
 
 This module must stay importable without torch: the orchestrator reads it only for the docs.
 """

@@ -11,7 +11,8 @@ trial. One job per module:
 - ``process.py``: a trial's process (``TrialProcess``; ``Interpreter``), its process group and
   what ``/proc`` says of it; ``forked.py``: a fork server and the trials it forks;
 - ``trial.py``: one trial's run in its process and its timeout (``ProcessRun``, ``Launched``);
-- ``spares.py``: a slot's spares and the rule on allocator settings (``SparePool``);
+- ``spares.py``: a slot's spares, the rule on allocator settings, and the process prepared for a
+  slot's next trial (``SparePool``);
 - ``host.py``: the window gate, no import beside a timed window (``Host``);
 - ``slot.py``: one slot's trials, one at a time (``SlotLauncher``, ``launch_trial``);
 - ``runner.py``: the sweep's runner over the slots (``ProcessRunner``).

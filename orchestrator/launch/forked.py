@@ -28,6 +28,13 @@ def fork_server_usable() -> bool:
     return sys.platform.startswith("linux") and os.environ.get("ORCHESTRATE_FORK", "1") != "0"
 
 
+def prepare_usable() -> bool:
+    """A slot's next trial process is forked, and its device initialised, ahead of its
+    configuration (``ForkServer.prepare``) wherever there is a fork server; ``ORCHESTRATE_PREPARE=0``
+    turns it off (``bench/fidelity.py`` compares)."""
+    return fork_server_usable() and os.environ.get("ORCHESTRATE_PREPARE", "1") != "0"
+
+
 class ForkServer(Interpreter):
     """Linux: an interpreter that imports once and forks a process per trial. It stays the slot's
     spare across trials; each trial it starts is a ``Forked``."""
@@ -43,6 +50,15 @@ class ForkServer(Interpreter):
 
     def fork(self, log_path: Path) -> Forked:
         return Forked(self, log_path)
+
+    def prepare(self, device: str) -> Forked:
+        """A process for the slot's next trial, forked now: it initialises ``device`` and waits
+        for its configuration (``harness/prepared.py``); ``ready`` once it has. Its output is
+        the server's until it is given a trial."""
+        trial = Forked(self, Path(os.devnull), device)
+        self.asked.append(trial)
+        self.send(Order(Kind.PREPARE, device=device))
+        return trial
 
     def _said(self, status: Status) -> None:
         if status.pid is None:
@@ -65,32 +81,58 @@ class ForkServer(Interpreter):
 
 class Forked(TrialProcess):
     """One trial process forked by a ``ForkServer``: a ``TrialProcess`` that never imports (it
-    is ``ready`` at once). The server reaps it and says how it exited, with its peak RSS."""
+    is ``ready`` once forked). The server reaps it and says how it exited, with its peak RSS. A
+    prepared one (``ForkServer.prepare``: ``device`` given) is forked before its trial is known and
+    is ``ready`` once its device is initialised; ``send``'s ``RUN`` then gives it its trial."""
 
-    ready = True
     status_fd = None
 
-    def __init__(self, server: ForkServer, log_path: Path) -> None:
+    def __init__(self, server: ForkServer, log_path: Path, device: str | None = None) -> None:
         self.server, self.env, self.stop, self.log_path = server, server.env, server.stop, log_path
+        self.device = device
+        """The device a prepared process initialised (None: forked for its trial at once)."""
         self.pid: int | None = None
-        self.at_window = self.result_ready = self._kill_when_forked = False
+        self.ready = self.at_window = self.result_ready = self._kill_when_forked = False
         self.returncode: int | None = None
         self.rusage: Any = None
         self.running_since: float | None = None
-        """When the server forked it (the server may still have been importing when it was asked)."""
+        """When it could first run a trial: the server forked it, or (prepared) its device was
+        initialised (the server may still have been importing when it was asked)."""
+        self.prepared_s: float | None = None
+        """A prepared process: from its fork to its ``ready`` (the device's initialisation)."""
+        self._forked_at: float | None = None
+        self._asked_at = time.monotonic()
+        self._given: str | None = None
+        """A prepared process's configuration, given before the server said its pid."""
+
+    @property
+    def prepared(self) -> bool:
+        return self.device is not None
+
+    def waited_s(self) -> float:
+        """Seconds since the server forked it, or (not forked yet) since it was asked for."""
+        return time.monotonic() - (self._asked_at if self._forked_at is None else self._forked_at)
 
     def forked(self, pid: int) -> None:
         self.pid = pid
-        self.running_since = time.monotonic()
+        if not self.prepared:
+            self.ready, self.running_since = True, time.monotonic()
+        self._forked_at = time.monotonic()
         self.server.trials[pid] = self
         if self.stop is not None:
             self.stop.pgids.add(pid)
         if self._kill_when_forked or (self.stop is not None and self.stop.tripped):
             self.kill()
+        elif self._given is not None:  # its trial came before its pid
+            self.send(Order(Kind.RUN, config=self._given))
+            self._given = None
 
     def heard(self, status: Status) -> None:
         """What its server said of it: at its window, its result written, or reaped."""
-        if status.word is Word.WINDOW:
+        if status.word is Word.READY:
+            self.ready, self.running_since = True, time.monotonic()
+            self.prepared_s = self.running_since - (self._forked_at or self.running_since)
+        elif status.word is Word.WINDOW:
             self.at_window = True
         elif status.word is Word.RESULT:
             self.result_ready = True
@@ -122,6 +164,11 @@ class Forked(TrialProcess):
         if order.kind is Kind.GO:
             if self.pid is not None:
                 self.server.send(Order(Kind.GO, pid=self.pid))
+        elif order.kind is Kind.RUN and self.prepared:  # forked already: its trial, and its log
+            if self.pid is not None:
+                self.server.send(Order(Kind.RUN, config=order.config, log=str(self.log_path), pid=self.pid))
+            else:  # the server has not said its pid yet: given as soon as it has
+                self._given = order.config
         elif order.kind in (Kind.RUN, Kind.PROBE):  # fork now (a trial, or the experiment's probe)
             self.server.asked.append(self)
             self.server.send(Order(order.kind, config=order.config, log=str(self.log_path)))

@@ -18,8 +18,9 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.harness.protocol import (CPU_CORES_ENV, LEAVE, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Order,
-                                           Status, Word, decode_status, encode_order)
+from orchestrator.harness.ahead import encode_params
+from orchestrator.harness.protocol import (CPU_CORES_ENV, LEAVE, PARENT_PID_ENV, PRELOAD_ENV, SERVE_FLAG, STATUS_FD_ENV,
+                                           Order, Status, Word, decode_status, encode_order)
 from orchestrator.timeline import event
 from orchestrator.trialdir import SPARES
 
@@ -115,8 +116,10 @@ class Interpreter(TrialProcess):
 
     def __init__(self, experiment: str, env: dict[str, str], log_path: Path,
                  cores: frozenset[int] | None = None, stop: StopFlag | None = None,
-                 where: Path | None = None) -> None:
-        """``where``: the study's trial folder, shown on the command line (``ps`` tells whose it is)."""
+                 where: Path | None = None, fixed: dict[str, Any] | None = None) -> None:
+        """``where``: the study's trial folder, shown on the command line (``ps`` tells whose it is);
+        ``fixed``: the sweep's fixed parameters, for the experiment's preload hook
+        (``orchestrator/harness/ahead.py``): not part of ``env``, which a trial must match."""
         self.env, self.cores, self.stop = dict(env), cores, stop
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,6 +128,8 @@ class Interpreter(TrialProcess):
                      PARENT_PID_ENV: str(os.getpid())}
         if cores is not None:
             child_env[CPU_CORES_ENV] = ",".join(map(str, sorted(cores)))
+        if fixed is not None:
+            child_env[PRELOAD_ENV] = encode_params(fixed)
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "orchestrator.harness", self.mode, experiment,

@@ -4,6 +4,7 @@ landscape) and drives it through this interface."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,11 @@ from orchestrator.launch.host import Host
 from orchestrator.launch.process import StopFlag
 from orchestrator.launch.slot import SlotLauncher, wait_for_activity
 from orchestrator.launch.spares import PRESTART
+
+PREPARED_DEVICES = ("cuda",)
+"""Where a slot's next process is prepared ahead (``SparePool.prepare_next``): a CUDA context
+takes 0.3 s a process on an H100. A CPU has nothing to initialise, and a small one has no core to
+spare for a process forked early (MPS has no fork server)."""
 from orchestrator.launch.slots import Slot
 from orchestrator.launch.trial import ProcessRun
 
@@ -23,11 +29,13 @@ class ProcessRunner:
     (``prewarm``); ``open`` gives it the study's trial folder before the first trial."""
 
     def __init__(self, slots: list[Slot], experiment: str, where: Path, stop: StopFlag,
-                 prestart: int = PRESTART) -> None:
+                 prestart: int = PRESTART, fixed: dict[str, Any] | None = None) -> None:
+        """``fixed``: the sweep's fixed parameters, for the experiment's preload hook
+        (``orchestrator/harness/ahead.py``)."""
         self.slots = slots
         host = Host()
-        self.launchers = [SlotLauncher(experiment, s.env, s.cores, None, stop, prestart, host, where=where)
-                          for s in slots]
+        self.launchers = [SlotLauncher(experiment, s.env, s.cores, None, stop, prestart, host, where=where,
+                                       fixed=fixed) for s in slots]
 
     def prewarm(self, env: dict[str, str], log_path: Path | None = None) -> Any:
         """Every slot's fork server, starting now, for trials that will need ``env``; the first
@@ -35,6 +43,15 @@ class ProcessRunner:
         (it answers the experiment's probe: ``checks.Probe``)."""
         first = [launcher.prewarm(env, log_path if i == 0 else None) for i, launcher in enumerate(self.launchers)]
         return first[0]
+
+    def prepare(self, device: str) -> None:
+        """Every slot's first trial process, forked now and initialising ``device`` (each slot's
+        next one is prepared once its trial has its result: ``SlotLauncher.tick``); only where
+        there is a device to initialise (``PREPARED_DEVICES``)."""
+        if device not in PREPARED_DEVICES and not os.environ.get("ORCHESTRATE_TEST_PREPARE_CPU"):
+            return  # (tests only: the variable prepares CPU trials' processes too, to run the path)
+        for launcher in self.launchers:
+            launcher.prepare(device)
 
     def open(self, work_dir: Path) -> None:
         for launcher in self.launchers:

@@ -3,7 +3,9 @@
 A ``SlotLauncher`` gives each trial a process from its ``SparePool`` (``spares.py``), polls it,
 and lets it open its timed window when the host's gate allows (``host.py``). *One trial at a
 time on a device*: the next trial's configuration is sent only once the previous process of the
-slot has exited (``os.wait4``), so its memory is free.
+slot has exited (``os.wait4``), so its memory is free. Its process may be forked, and its device
+initialised, before that: once the current trial has its result (its window is over), the
+slot's next process is prepared (``SparePool.prepare_next``), gated like an import.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 import select
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from orchestrator import trialdir
 from orchestrator.harness.protocol import TrialConfig
+from orchestrator.launch.forked import Forked
 from orchestrator.launch.host import Host
 from orchestrator.launch.process import Interpreter, StopFlag
 from orchestrator.launch.spares import PRESTART, SparePool
@@ -29,14 +32,18 @@ class SlotLauncher:
 
     def __init__(self, experiment: str, slot_env: dict[str, str], cores: frozenset[int] | None,
                  spare_dir: Path | None, stop: StopFlag | None, prestart: int = PRESTART,
-                 host: Host | None = None, fork: bool | None = None, where: Path | None = None) -> None:
-        """``spare_dir``, ``prestart``, ``fork``, ``where``: the slot's ``SparePool``'s; ``host``:
-        the gate this slot shares with the host's other slots."""
+                 host: Host | None = None, fork: bool | None = None, where: Path | None = None,
+                 fixed: dict[str, Any] | None = None) -> None:
+        """``spare_dir``, ``prestart``, ``fork``, ``where``, ``fixed``: the slot's ``SparePool``'s;
+        ``host``: the gate this slot shares with the host's other slots."""
         self.experiment, self.slot_env, self.stop = experiment, dict(slot_env), stop
-        self.pool = SparePool(experiment, cores, spare_dir, stop, prestart, fork, where)
+        self.pool = SparePool(experiment, cores, spare_dir, stop, prestart, fork, where, fixed)
         self.host = host or Host()
         self.host.launchers.append(self)
         self.running: ProcessRun | None = None
+        self.prepare_device: str | None = None
+        """The device the slot's trials run on, once known (``prepare``): its next trial's
+        process is then prepared ahead."""
 
     @property
     def spares(self) -> list[Interpreter]:
@@ -45,6 +52,15 @@ class SlotLauncher:
     @property
     def pending(self) -> list[dict[str, str]]:
         return self.pool.pending
+
+    @property
+    def prepared(self) -> list[Interpreter | Forked]:
+        """The process prepared for the slot's next trial, if any (``SparePool.prepared``)."""
+        return [self.pool.prepared] if self.pool.prepared is not None else []
+
+    @property
+    def prepare_pending(self) -> bool:
+        return self.pool.prepare_pending is not None
 
     @pending.setter
     def pending(self, envs: list[dict[str, str]]) -> None:
@@ -73,35 +89,53 @@ class SlotLauncher:
         """Start the slot's fork server before its first trial is known (``SparePool.prewarm``)."""
         return self.pool.prewarm(self.full_env(env), log_path)
 
+    def prepare(self, device: str) -> None:
+        """Prepare the slot's first trial process now, for ``device`` (start-up: nothing is
+        measured yet), and each next one once its predecessor has its result."""
+        self.prepare_device = device
+        self.pool.prepare_now(device)
+
     def start(self, config: TrialConfig, trial_dir: Path, env: dict[str, str], timeout_s: float,
               guesses: list[dict[str, str]] | None = None) -> ProcessRun:
-        """Run ``config`` now. The slot's previous process must have exited (``idle``)."""
-        assert self.idle, "one trial at a time on a device slot"
+        """Run ``config`` now. The slot's previous process must have exited (``idle``; a process
+        prepared for it is used if it is ready by now, else killed: ``SparePool.take``)."""
+        assert self.running is None or self.running.exited, "one trial at a time on a device slot"
         trial_dir.mkdir(parents=True, exist_ok=True)
         for stale in (trial_dir / trialdir.RESULT, Path(trialdir.partial(trial_dir / trialdir.RESULT))):
             stale.unlink(missing_ok=True)
         process = self.pool.take(self.full_env(env), [self.full_env(g) for g in (guesses or [env])],
-                                 trial_dir / trialdir.LOG)
+                                 trial_dir / trialdir.LOG, config.params.get("device"))
         previous = self.running.exited_at if self.running is not None else None
         self.running = ProcessRun(process, config, trial_dir, timeout_s, self.stop, previous)
         return self.running
 
     @property
     def idle(self) -> bool:
-        return self.running is None or self.running.exited
+        """The slot's previous process has exited (its memory is free), and the process prepared
+        for its next trial, if any, is ready or gone: a trial is given only to a process that has
+        initialised its device (``harness/prepared.py``), never to one that may still fail to
+        (``SparePool.settled``: not waited for long)."""
+        if self.running is not None and not self.running.exited:
+            return False
+        return self.pool.settled()
 
     def tick(self) -> None:
-        """Poll the running trial and the spares; let a trial waiting at its window go once
-        every spare is idle (or dead)."""
-        if self.pool.pending and not self.host.in_window():
-            self.pool.start_pending()
-        self.pool.poll()
+        """Poll the running trial and the spares; once the trial has its result, plan its
+        successor's process (``SparePool.prepare_next``); let a trial waiting at its window go
+        once every spare is idle (or dead)."""
         run = self.running
+        if run is not None:
+            run.poll()
+            if run.has_result and not run.prepared_next and self.prepare_device is not None:
+                run.prepared_next = True
+                self.pool.prepare_next(self.prepare_device)
+        if (self.pool.pending or self.prepare_pending) and not self.host.in_window():
+            self.pool.start_pending()  # the next trial's process asked for at once, where it may be
+        self.pool.poll()
         if run is None:
             return
-        run.poll()
         if run.held and not self.host.importing() and not self.host.pending():
-            run.go(list(self.spares))
+            run.go(list(self.spares) + self.prepared)
 
     def fds(self) -> list[int]:
         out = self.pool.fds()

@@ -25,13 +25,18 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
-from orchestrator.launch.forked import ForkServer, fork_server_usable
+from orchestrator.launch.forked import Forked, ForkServer, fork_server_usable, prepare_usable
 from orchestrator.launch.process import SPARES_DIR, Interpreter, StopFlag, TrialProcess
+from orchestrator.launch.trial import IMPORT_GRACE_S
 
 PRESTART = 2
 """Interpreters started at once when a slot has none left: on a small CPU two import in
 parallel, which a trial's import alone cannot use."""
+PREPARE_GRACE_S = 30.0
+"""A prepared process not ready this long after its fork (a CUDA context takes 0.3 s on an H100)
+is given up: killed, and its trial forked as without preparing."""
 
 
 class SparePool:
@@ -39,12 +44,14 @@ class SparePool:
 
     def __init__(self, experiment: str, cores: frozenset[int] | None, spare_dir: Path | None,
                  stop: StopFlag | None, prestart: int = PRESTART, fork: bool | None = None,
-                 where: Path | None = None) -> None:
+                 where: Path | None = None, fixed: dict[str, Any] | None = None) -> None:
         """``spare_dir``: the study's trial folder, where spares' own logs go (None until the study
         is open: only ``prewarm`` may start one before); ``fork``: keep ``ForkServer`` spares
         (default: where ``fork_server_usable``), else one pre-started interpreter per trial;
-        ``where``: on every interpreter's command line (default ``spare_dir``)."""
+        ``where``: on every interpreter's command line (default ``spare_dir``); ``fixed``: the
+        sweep's fixed parameters, given to every spare for the experiment's preload hook."""
         self.experiment, self.cores, self.spare_dir, self.stop = experiment, cores, spare_dir, stop
+        self.fixed = fixed
         self.prestart, self.where = prestart, where or spare_dir
         self.fork = fork_server_usable() if fork is None else fork
         self.spares: list[Interpreter] = []
@@ -54,6 +61,15 @@ class SparePool:
         """Environments the next trials are expected to need (the last ``take``'s)."""
         self.discarded = 0
         """Pre-started interpreters thrown away because a trial needed another environment."""
+        self.prepare = self.fork and bool(prestart) and prepare_usable()
+        """Whether the slot's next trial process is forked ahead, its device initialised
+        (``prepare_next``): where there is a fork server, unless ``ORCHESTRATE_PREPARE=0``."""
+        self.prepared: Forked | None = None
+        """The process forked for the slot's next trial (``ForkServer.prepare``), if any."""
+        self.prepare_pending: str | None = None
+        """The device of a process to prepare once no window runs on the host."""
+        self.prepared_unused = 0
+        """Prepared processes thrown away (the next trial needed another environment or device)."""
 
     def spawn(self, env: dict[str, str], log_path: Path | None = None) -> Interpreter:
         """A trial's own interpreter (``log_path``: its trial log) or a spare. A spare's own log
@@ -65,7 +81,7 @@ class SparePool:
             assert self.spare_dir is not None or kind is ForkServer, "a --serve spare's log becomes its trial's"
             log_path = (self.spare_dir / SPARES_DIR / f"{time.monotonic_ns()}.log" if self.spare_dir is not None
                         else Path(os.devnull))
-        return kind(self.experiment, env, log_path, self.cores, self.stop, self.where)
+        return kind(self.experiment, env, log_path, self.cores, self.stop, self.where, self.fixed)
 
     def prewarm(self, env: dict[str, str], log_path: Path | None = None) -> ForkServer | None:
         """Start a fork server before the first trial is known (at start-up, before the study's
@@ -75,21 +91,32 @@ class SparePool:
         start in the study's folder. Returns the slot's server (None: it keeps none)."""
         if self.fork and self.prestart and not self.spares and not self.pending:
             self.spares.append(ForkServer(self.experiment, env, log_path or Path(os.devnull), self.cores,
-                                          self.stop, self.where))
+                                          self.stop, self.where, self.fixed))
         return next((s for s in self.spares if isinstance(s, ForkServer) and s.env == env), None)
 
-    def take(self, wanted: dict[str, str], guesses: list[dict[str, str]], log_path: Path) -> TrialProcess:
-        """The process for a trial that needs environment ``wanted`` (its output to ``log_path``):
+    def take(self, wanted: dict[str, str], guesses: list[dict[str, str]], log_path: Path,
+             device: str | None = None) -> TrialProcess:
+        """The process for a trial that needs environment ``wanted`` (its output to ``log_path``)
+        on ``device``: the process prepared for it where it matches both (``prepare_next``), else
         a matching spare's (a fork server forks it; an interpreter leaves the pool), else a fresh
         one. Spares that match none of ``guesses`` (the next trials' environments) are discarded,
         and the refill is planned (``pending``)."""
         self.guesses = list(guesses)
+        ready, self.prepared, self.prepare_pending = self.prepared, None, None
+        if ready is not None and (ready.env != wanted or ready.device != device or not ready.ready or ready.reap()):
+            self.prepared_unused += ready.returncode is None
+            ready.kill()  # its server reaps it
+            ready = None
         spare = next((s for s in self.spares if s.env == wanted and not s.reap()), None)
         process: TrialProcess
         if spare is None and self.fork and self.prestart:  # one import, for this trial and the next
             spare = self.spawn(wanted)
             self.spares.append(spare)
-        if isinstance(spare, ForkServer):  # it stays, for the trials after this one
+        if ready is not None:  # forked ahead, its device initialised: given its trial's log
+            ready.log_path = log_path
+            process = ready
+            self.guesses.append(wanted)
+        elif isinstance(spare, ForkServer):  # it stays, for the trials after this one
             process = spare.fork(log_path)
             self.guesses.append(wanted)
         elif spare is not None:
@@ -109,9 +136,48 @@ class SparePool:
         return process
 
     def start_pending(self) -> None:
-        """Start the interpreters planned (call only while no window runs on the host)."""
+        """Start the interpreters planned, and the process prepared for the next trial (call only
+        while no window runs on the host)."""
         self.spares += [self.spawn(env) for env in self.pending]
         self.pending = []
+        if self.prepare_pending is not None:
+            self.prepare_now(self.prepare_pending)
+
+    def settled(self) -> bool:
+        """Whether the prepared process, if any, has said whether it can take a trial: ready, or
+        gone. Until then the slot waits for it (a process forked for the trial instead would wait
+        for the same server, and initialise the same device), but not for ever: one not forked
+        ``IMPORT_GRACE_S`` after it was asked (its server still importing), or not ready
+        ``PREPARE_GRACE_S`` after its fork, is killed, and ``take`` forks the trial."""
+        ready = self.prepared
+        if ready is None or ready.ready or ready.reap():
+            return True
+        if ready.waited_s() > (IMPORT_GRACE_S if ready.pid is None else PREPARE_GRACE_S):
+            self.prepared, self.prepared_unused = None, self.prepared_unused + 1
+            ready.kill()
+            return True
+        return False
+
+    def prepare_next(self, device: str) -> None:
+        """Plan a process for the slot's next trial on ``device`` (its current trial has its
+        result: its window is over), started by ``start_pending`` once no window runs on the
+        host: forked from the server of the next trial's likeliest environment, it initialises
+        the device and waits (``ForkServer.prepare``). Its trial then finds the device ready: on
+        CUDA the context (0.3 s on an H100) is made while the previous trial's process exits."""
+        if self.prepare and self.prepared is None:
+            self.prepare_pending = device
+
+    def prepare_now(self, device: str) -> Forked | None:
+        """Fork the next trial's process now (``prepare_next``; at start-up, when nothing is
+        measured yet), from the fork server of the likeliest next environment."""
+        self.prepare_pending = None
+        if not self.prepare or self.prepared is not None:
+            return self.prepared
+        servers = [s for s in self.spares if isinstance(s, ForkServer) and not s.reap()]
+        server = next((s for g in self.guesses for s in servers if s.env == g), servers[0] if servers else None)
+        if server is not None:
+            self.prepared = server.prepare(device)
+        return self.prepared
 
     def poll(self) -> None:
         for s in self.spares:
@@ -122,8 +188,9 @@ class SparePool:
         return [s.status_fd for s in self.spares if s.status_fd is not None]
 
     def close(self) -> None:
-        """The spares leave (and none is started any more)."""
-        self.pending = []
+        """The spares leave (and none is started any more; a prepared process is killed with its
+        server)."""
+        self.pending, self.prepared, self.prepare_pending = [], None, None
         for s in self.spares:
             s.discard()
         self.spares.clear()

@@ -88,6 +88,8 @@ class ProcessRun:
         self._spare_cpu_at_go: dict[int, float | None] | None = None
         """CPU seconds of each of the slot's pre-started interpreters when ``go`` was sent."""
         self.slot_free_at, self.exited_at = slot_free_at, None
+        self.prepared_next = False
+        """Its slot's next process has been planned (once it had its result: ``SlotLauncher.tick``)."""
         config_path = trial_dir / trialdir.CONFIG
         config_path.write_text(encode_config(replace(config, result_path=str(self.result_path))))
         if interp.log_path != self.log_path:  # a pre-started interpreter: its log becomes the trial's

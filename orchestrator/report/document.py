@@ -241,6 +241,10 @@ def _ok_note(r: dict[str, Any]) -> str:
     if r.get("neighbour_of") is not None:
         parts.append(f"neighbour of #{r['neighbour_of']}")
     m = r["metrics"]
+    if m.get(M.COMPILE_S) is not None:  # compile: true, apart from the rest of its start-up and its window
+        startup, window = m.get(M.STARTUP_S), m.get(M.MEASURE_S)
+        parts.append(f"compiled in {m[M.COMPILE_S]:.1f} s" + (f" of its {startup:.1f} s start-up" if startup else "")
+                     + (f", window {window:.2f} s" if window else ""))
     if swap.swapped(m):  # measured with search.allow_swap: true
         parts.append(swap_note(m).replace("fits but swaps", "swapped (allowed by search.allow_swap)"))
     elif (m.get(M.WARMUP_SWAP_OUT_GIB) or 0) >= swap.SWAP_THRESHOLD_GIB:

@@ -38,6 +38,8 @@ def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[s
     notes = []
     if status == Status.OK and metrics.get(M.SAMPLES_PER_S + "_spread") is not None:
         notes.append(f"median of {repeats}, spread {metrics[M.SAMPLES_PER_S + '_spread']:.0%}")
+    if status == Status.OK and metrics.get(M.COMPILE_S) is not None:  # within the trial's start-up, not its window
+        notes.append(f"compiled in {metrics[M.COMPILE_S]:.1f} s")
     if neighbour_of is not None:
         notes.append(f"nearest unmeasured configuration to #{neighbour_of}, which the sampler proposed again")
     if retry_of is not None:

@@ -26,6 +26,7 @@ from orchestrator.spec import knobs
 from orchestrator import metrics as M
 from orchestrator.faultpoints import reached
 from orchestrator.sweep.job import Job, State
+from orchestrator.harness.compiled import cache_folder
 from orchestrator.harness.protocol import TrialConfig, TrialSteps
 from orchestrator.launch import PRESTART, StopFlag
 from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome, Status
@@ -228,7 +229,8 @@ class Sweep:
         config = TrialConfig(self.spec.workload, params,
                              TrialSteps(steps.warmup_steps, steps.measure_steps, steps.min_measure_s),
                              trial.number, dict(self.plan.not_applied), self.spec.search.allow_swap,
-                             script=script_call(self.spec, params))
+                             script=script_call(self.spec, params),
+                             compile_cache=cache_folder(str(self.work_dir)))
         env = knobs.trial_env(params, device)
         self.jobs[slot] = Job(trial, proposal.sampled, params, config, env, self.trial_dir(trial.number),
                               slot, run_ref, self.spec.trial.repeats)

@@ -63,6 +63,7 @@ class Startup:
                 self.probe = checks.Probe(spec, smoke, probe_env(spec))
             else:
                 self.probe = checks.Probe(spec, smoke, server=server, folder=folder)
+                self.runner.prepare(guessed.device)  # forked after the probe: the first trials' processes
         except BaseException:
             self.close_runner()
             raise
@@ -80,6 +81,8 @@ class Startup:
         env = shared_env(plan)
         if env is not None:  # else the first trial starts its own (a wrong guess would cost an import)
             self.runner.prewarm(env)
+            if "device" not in self.spec.space:
+                self.runner.prepare(plan.device)
         return self.slots, self.runner
 
     def close_runner(self) -> None:
@@ -129,7 +132,7 @@ def _alive(pid: int) -> bool:
 def new_runner(spec: SweepSpec, slots: list[Slot], stop: StopFlag) -> ProcessRunner:
     from orchestrator.launch import ProcessRunner
 
-    return ProcessRunner(slots, spec.workload, Path("mlruns").resolve(), stop)
+    return ProcessRunner(slots, spec.workload, Path("mlruns").resolve(), stop, fixed=dict(spec.fixed))
 
 
 def slots_for(spec: SweepSpec, device: str, devices_flag: bool) -> list[Slot]:

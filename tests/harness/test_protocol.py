@@ -13,6 +13,7 @@ STATUSES = [
     (Status(Word.WINDOW), "window\n"),
     (Status(Word.RESULT), "result\n"),
     (Status(Word.FORKED, 1234), "1234 forked\n"),
+    (Status(Word.READY, 1234), "1234 ready\n"),  # a prepared process: its device is initialised
     (Status(Word.WINDOW, 1234), "1234 window\n"),
     (Status(Word.RESULT, 1234), "1234 result\n"),
     (Status(Word.EXITED, 1234, 0, 812345), "1234 exited 0 812345\n"),
@@ -29,7 +30,7 @@ def test_a_status_is_written_as_its_line_and_read_back(status: Status, line: str
 
 
 @pytest.mark.parametrize("line", [
-    "", "\n", "hello", "READY", "ready now", "1234", "1234 ready",  # a server's pid never says ready
+    "", "\n", "hello", "READY", "ready now", "1234", "1234 ready 5",
     "forked", "window 1234", "1234 forked 5", "1234 exited", "1234 exited 0",
     "1234 exited zero 12", "1234 exited 0 12 13", "exited 0 12", "-5 window",
 ])
@@ -47,6 +48,12 @@ ORDERS = [  # order, to a fork server?, line
      '{"probe": "/tmp/p/request.json", "log": "/tmp/p/probe.log"}\n'),
     (Order(Kind.GO, pid=4321), True, '{"go": 4321}\n'),
     (LEAVE, True, "\n"),
+    # a trial prepared ahead: forked for its device, then given its configuration and its log
+    (Order(Kind.PREPARE, device="cuda"), True, '{"prepare": "cuda"}\n'),
+    (Order(Kind.RUN, config="/t/trial-4/config.json", log="/t/trial-4/trial.log", pid=4321), True,
+     '{"give": 4321, "config": "/t/trial-4/config.json", "log": "/t/trial-4/trial.log"}\n'),
+    (Order(Kind.RUN, config="/t/trial-4/config.json", log="/t/trial-4/trial.log"), False,
+     '{"run": "/t/trial-4/config.json", "log": "/t/trial-4/trial.log"}\n'),
 ]
 
 
@@ -65,6 +72,8 @@ def test_eof_and_a_blank_line_mean_leave(server: bool) -> None:
     ('{"go": "12"}', "not an order for a fork server"),
     ('{"fork": "/c.json"}', "not an order for a fork server"),
     ('{"probe": "/r.json"}', "not an order for a fork server"),  # without its log
+    ('{"give": 12, "config": "/c.json"}', "not an order for a fork server"),  # without its log
+    ('{"prepare": null}', "not an order for a fork server"),
     ('["go", 12]', "not an order for a fork server"),
     ("go", "Expecting value"),  # a --serve order sent to a server
 ])
@@ -99,6 +108,17 @@ def test_a_config_is_written_as_the_launcher_wrote_it_and_read_back(old: dict) -
     assert text == json.dumps({**old, "result_path": "/t/result.json"}, indent=1, default=str)
     assert decode_config(text) == config
     assert config.trial.min_measure_s == 0.5 and config.watch_parent
+
+
+def test_a_config_names_the_study_s_compile_cache_where_it_has_one() -> None:
+    import json
+
+    from orchestrator.harness.protocol import config_of, decode_config, encode_config
+
+    config = config_of({**SWEEP_CONFIG, "compile_cache": "/s/.inductor"})
+    assert json.loads(encode_config(config))["compile_cache"] == "/s/.inductor"
+    assert decode_config(encode_config(config)) == config
+    assert "compile_cache" not in json.loads(encode_config(config_of(SWEEP_CONFIG)))
 
 
 def test_a_cold_config_that_does_not_watch_its_parent_says_so() -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.harness.prepared import PREPARE_FAILED
 from orchestrator.harness.protocol import config_of
 from orchestrator.launch import (ForkServer, Forked, Host, Interpreter, SlotLauncher, TrialProcess, cpu_seconds, launch_trial,
                                  wait_for_activity)
@@ -253,3 +254,203 @@ def test_both_kinds_of_trial_process_declare_and_implement_one_protocol(kind: ty
                "reap", "send", "kill", "close", "log_path", "status_fd", "pid", "env")
     declared = set(TrialProcess.__annotations__) | {n for n in vars(TrialProcess) if not n.startswith("_")}
     assert set(members) <= declared, set(members) - declared
+
+
+AHEAD_EXPERIMENT = '''
+import os, sys
+from experiments.mlp import PARAMS, build as _build
+
+
+def preload(fixed):
+    with open(fixed["marker"], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    if fixed.get("fail"):
+        raise RuntimeError("the hook fails: the trial imports on its own")
+    import aheadmodels  # noqa: F401 - stands for a model's modules, which a library imports lazily
+
+
+def build(params, device):
+    workload = _build({k: v for k, v in params.items() if k not in ("marker", "fail")}, device)
+    workload.info.update(ahead="aheadmodels" in sys.modules, preload_env=os.environ.get("ORCHESTRATE_PRELOAD"))
+    return workload
+'''
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["hook", "failing-hook"])
+def test_the_experiments_preload_hook_runs_once_per_spare_with_the_fixed_parameters(
+        tmp_path: Path, fork: bool, fail: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``preload(fixed)`` runs in the fork server (or the pre-started interpreter), before the
+    configuration: the trials find its imports done; a hook that fails leaves the trial to import
+    on its own; the parameters are not in the trials' environment."""
+    (tmp_path / "aheadexp.py").write_text(AHEAD_EXPERIMENT)
+    (tmp_path / "aheadmodels.py").write_text("")
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(root), os.environ.get("PYTHONPATH", "")]))
+    marker = tmp_path / "hook_ran"
+    fixed = {"marker": str(marker), **({"fail": True} if fail else {})}
+    launcher = SlotLauncher("aheadexp", {}, None, tmp_path, None, prestart=1, fork=fork, fixed=fixed)
+    try:
+        launcher.prewarm({})
+        launcher.pending = [{}] if not fork else []
+        launcher.tick()
+        infos, pids = [], []
+        for n in range(2):
+            config = replace(CONFIG, experiment="aheadexp", trial_number=n,
+                             params={**CONFIG.params, **fixed})
+            while not launcher.idle:
+                wait_for_activity([launcher])
+                launcher.tick()
+            run = launcher.start(config, tmp_path / f"t{n}", {}, 120, [{}])
+            while not run.exited:
+                wait_for_activity([launcher])
+                launcher.tick()
+            assert run.launched().outcome.status == "ok", run.launched().outcome.detail
+            infos.append(json.loads((tmp_path / f"t{n}" / "result.json").read_text())["info"])
+            pids.append(run.interp.pid)
+        hooks = marker.read_text().split()
+        assert all(info["preload_env"] is None for info in infos)
+        if fail:
+            assert not any(info["ahead"] for info in infos)  # nothing imported ahead: the trials did it
+        else:
+            assert all(info["ahead"] for info in infos)
+        if fork:  # one server, one hook, for both trials, which it forked after
+            assert len(hooks) == 1 and hooks[0] not in map(str, pids)
+        else:  # each trial's interpreter ran it while pre-started, before its configuration came
+            assert set(map(str, pids)) <= set(hooks)
+    finally:
+        launcher.close()
+
+
+@pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
+def test_the_next_trial_s_process_is_prepared_while_the_previous_one_exits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #40 item 2: once a trial has its result, its slot's next process is forked and its
+    device initialised (``SparePool.prepare_next``) while the old process exits; the next
+    configuration still goes out only once that process has exited, and the trial's output is
+    its own log."""
+    monkeypatch.setenv("ORCHESTRATE_TEST_EXIT_DELAY_S", "1.0")  # each process lingers after its result
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
+    try:
+        launcher.prewarm({})
+        launcher.prepare("cpu")  # start-up: the first trial's process, before any trial is known
+        wait_prepared(launcher)  # in a sweep the probe's answer comes after the server's imports too
+        first = run_to_end(launcher, 0, tmp_path / "t0", {})
+        second = run_to_end(launcher, 1, tmp_path / "t1", {})
+        run0, run1 = first["_run"], second["_run"]
+        for result in (first, second):
+            tl = result["timeline"]
+            assert tl["forked"] <= tl["prepared"] <= tl["config_received"] <= tl["device"]
+        tl = second["timeline"]
+        assert tl["forked"] < run0.exited_at - 0.5, "not prepared while the previous process exited"
+        assert tl["config_received"] >= run0.exited_at and run1.slot_free_at == run0.exited_at
+        assert isinstance(run1.interp, Forked) and run1.interp.prepared and run1.interp.prepared_s is not None
+        assert (tmp_path / "t1" / "trial.log").is_file() and launcher.pool.prepared_unused == 0
+        assert len(launcher.prepared) == 1  # the third's, in case there is one
+    finally:
+        launcher.close()
+
+
+@pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
+def test_a_prepared_process_is_used_only_for_its_environment_and_device(tmp_path: Path) -> None:
+    """A prepared process initialised its device under its server's environment: a trial that
+    needs another environment, or another device, gets a process of its own and the prepared one
+    is killed. One that cannot initialise its device exits before it says ready, and its trial is
+    forked afresh: what the trial then meets is its own (here: no CUDA on this machine)."""
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
+    try:
+        launcher.prewarm({})
+        launcher.prepare("cpu")
+        (ready,) = launcher.prepared
+        wait_prepared(launcher)
+        other = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+        result = run_to_end(launcher, 0, tmp_path / "t0", other)
+        assert "prepared" not in result["timeline"] and result["provenance"]["pytorch_env"] == other
+        assert launcher.pool.prepared_unused == 1 and result["_run"].interp is not ready
+        deadline = time.monotonic() + 10
+        while not ready.reap() and time.monotonic() < deadline:
+            wait_for_activity([launcher], 0.1)
+            launcher.tick()
+        assert ready.returncode is not None, "the unused prepared process was left running"
+    finally:
+        launcher.close()
+    if torch_has_cuda():
+        return
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
+    try:
+        launcher.prewarm({})
+        launcher.prepare("cuda")  # this machine has none: the prepared process cannot initialise it
+        (failing,) = launcher.prepared
+        wait_prepared(launcher)
+        assert failing.returncode == PREPARE_FAILED and not failing.ready and launcher.idle
+        config = replace(CONFIG, trial_number=1, params={**CONFIG.params, "device": "cuda"})
+        run = launcher.start(config, tmp_path / "t1", {}, 120, [{}])
+        while not run.exited:
+            wait_for_activity([launcher])
+            launcher.tick()
+        outcome = run.launched().outcome
+        assert outcome.status == "error" and "CUDA" in outcome.detail, outcome.detail
+        assert run.interp is not failing and not run.interp.prepared
+    finally:
+        launcher.close()
+
+
+def wait_prepared(launcher: SlotLauncher) -> None:
+    """Until the slot's prepared process is ready or gone (its server imports first)."""
+    deadline = time.monotonic() + 120
+    while any(not p.ready and p.returncode is None for p in launcher.prepared) and time.monotonic() < deadline:
+        wait_for_activity([launcher], 0.1)
+        launcher.tick()
+
+
+def test_a_slot_waits_for_its_prepared_process_but_not_for_long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SparePool.settled``: the slot waits for the process prepared for its next trial (one forked
+    for the trial instead would wait for the same server), at most ``IMPORT_GRACE_S`` for its
+    server to fork it and ``PREPARE_GRACE_S`` for it to be ready; then it is killed."""
+    from orchestrator.launch import spares
+
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
+    try:
+        launcher.prewarm({})
+        launcher.prepare("cpu")
+        (ready,) = launcher.prepared
+        assert ready.pid is None and not launcher.idle  # asked for, the server still importing
+        monkeypatch.setattr(spares, "IMPORT_GRACE_S", 0.0)
+        ready.kill = lambda: None  # (this test process stands in for it below)
+        assert launcher.idle and launcher.prepared == [] and launcher.pool.prepared_unused == 1
+        launcher.pool.prepared = ready
+        ready.forked(os.getpid())  # as if forked, never ready: waited for ...
+        assert not launcher.idle
+        monkeypatch.setattr(spares, "PREPARE_GRACE_S", 0.0)
+        assert launcher.idle and launcher.prepared == [] and launcher.pool.prepared_unused == 2  # ... not for long
+    finally:
+        launcher.close()
+
+
+@pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
+def test_a_trial_started_while_its_prepared_process_is_not_ready_gets_one_forked_for_it(tmp_path: Path) -> None:
+    """The slot said idle while its server had not forked the prepared process yet; by the time
+    the trial starts the process exists but is not ready: the trial is forked for itself (a
+    sweep's repeat met this), and the process prepared in vain is killed."""
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
+    try:
+        launcher.prewarm({})
+        launcher.prepare("cpu")
+        (early,) = launcher.prepared
+        early.ready = False
+        early.forked(os.getpid())  # the server's word came meanwhile: forked, not ready
+        early.kill = lambda: None  # (this test process stands in for it)
+        run = launcher.start(replace(CONFIG, trial_number=0), tmp_path / "t0", {}, 120, [{}])  # no assert
+        while not run.exited:
+            wait_for_activity([launcher])
+            launcher.tick()
+        assert run.launched().outcome.status == "ok" and run.interp is not early
+        assert "prepared" not in json.loads((tmp_path / "t0" / "result.json").read_text())["timeline"]
+        assert launcher.pool.prepared_unused == 1
+    finally:
+        launcher.close()
+
+
+def torch_has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

@@ -248,3 +248,30 @@ def test_the_shipped_spec_s_fixed_parameters_pass_the_probe_s_check() -> None:
     hf.validate_params(spec.fixed)  # what the probe runs before a study exists
     workload = hf.build({**spec.fixed, "batch_size": 4}, torch.device("meta"))
     assert workload.info["task"] == "causal_lm" and workload.info["num_parameters"] == 124_439_808  # GPT-2 small
+
+
+@pytest.mark.parametrize("fixed, module", [
+    (tiny("llama"), "transformers.models.llama.modeling_llama"),
+    ({**tiny("bert"), "task": "sequence_classification"}, "transformers.models.bert.modeling_bert"),
+    ({"seq_len": 32}, None),  # the model is searched: nothing to import ahead
+])
+def test_preload_imports_the_fixed_model_s_modules(fixed: dict[str, Any], module: str | None) -> None:
+    """The preload hook (``orchestrator/harness/ahead.py``), in a fresh interpreter that has
+    imported the experiment: the model's modules, which ``transformers`` imports lazily, are
+    imported by the hook, so the trials forked after it do not import them."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    code = ("import json, sys; import experiments.hf as hf; mods = set(sys.modules); "
+            f"hf.preload(json.loads({json.dumps(json.dumps(fixed))})); "
+            "print(json.dumps(sorted(set(sys.modules) - mods)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    new = json.loads(out.stdout.strip().splitlines()[-1])
+    if module is None:
+        assert not any(m.startswith("transformers.models.") and ".modeling_" in m for m in new)
+    else:
+        assert module in new

@@ -464,3 +464,11 @@ def test_a_password_in_the_storage_or_tracking_url_is_never_printed(tmp_path: Pa
     assert (f"MLflow:  no parent run for study 'tiny_report' in {masked(tracking)}; plots not logged"
             in plots.stdout)
     assert best.stdout.splitlines()[0].endswith(f"; orchestrate best {spec} {flags}")
+
+
+def test_a_compiled_trial_s_row_shows_its_compile_time_apart_from_its_start_up_and_window() -> None:
+    from orchestrator.report.document import _ok_note
+
+    row = {"metrics": {"samples_per_s": 2500.0, "compile_s": 28.14, "startup_s": 31.02, "measure_s": 2.004}}
+    assert _ok_note(row) == "compiled in 28.1 s of its 31.0 s start-up, window 2.00 s"
+    assert _ok_note({"metrics": {"samples_per_s": 2500.0, "startup_s": 1.2}}) == ""

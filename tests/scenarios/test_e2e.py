@@ -107,6 +107,10 @@ def test_sweep_records_everything_and_a_second_run_resumes(project: Path) -> Non
     assert "mlflow ui --backend-store-uri sqlite:///" in proc.stdout and "Browse:  orchestrate ui" in proc.stdout
     assert "Best: trial" in proc.stdout
     assert not list((project / "mlruns").glob("*.lock"))  # the study's lock goes with the run
+    # compile: true would keep Inductor's caches in one folder of the study, for all its trials
+    configs = [json.loads(p.read_text()) for p in (project / "mlruns" / ".trials").glob("tiny_e2e-*/trial-*/config.json")]
+    assert len(configs) == 6 and {c["compile_cache"] for c in configs} == {
+        str(next((project / "mlruns" / ".trials").glob("tiny_e2e-*")) / ".inductor")}
 
     again = orchestrate([str(spec)], project)
     assert again.returncode == 0, again.stderr
