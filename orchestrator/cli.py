@@ -112,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
 
             preflight(spec, origins, tracking_server=True)  # what the run checks, every failure at once
             print_plan(spec)
+            from orchestrator.store.study import check_file
+
+            for field in ("storage", "tracking_uri"):  # what the run would refuse, said now
+                check_file(getattr(spec, field), field)
             return exits.OK
         from orchestrator.sweep.run import run
 

@@ -78,6 +78,9 @@ def main(argv: list[str]) -> int:
 
 def open_study(spec: SweepSpec) -> StoredStudy:
     """The spec's study, read once; a one-line error where there is none (nothing is created)."""
+    from orchestrator.store.study import check_file
+
+    check_file(spec.storage, "storage")  # a damaged file: one line with what to do
     url = absolute_uri(spec.storage)
     study = read_study(url, spec.name)
     if study is None:
