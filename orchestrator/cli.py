@@ -18,6 +18,7 @@ from orchestrator.spec.load import load_spec
 
 USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--n-trials N] [--stop auto|budget]
                         [--device D] [--devices LIST] [--retry STATUSES] [--no-check] [--export FILE]
+                        [--new-study]
        orchestrate report SPEC [--format text|json] [--plots] [--out DIR] [--compare KNOB]
        orchestrate best SPEC [-o FILE]                              (the best configuration as YAML)
        orchestrate check SPEC [--repair]                            (do the study, MLflow and the trial folders agree?)
@@ -63,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "before the first trial)")
     p.add_argument("--export", metavar="FILE", type=Path,
                    help="after the sweep, write the best configuration to FILE as flat YAML")
+    p.add_argument("--new-study", action="store_true",
+                   help="start a new study where the spec's is missing (its file lost, emptied or deleted) "
+                        "though MLflow or the trial folders hold an earlier study's runs; those stay as they "
+                        "are, and are not read back into the new study")
     return p
 
 
@@ -120,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.sweep.run import run
 
         return run(spec, export=args.export, retry=args.retry, check=not args.no_check,
-                   devices_flag=args.devices is not None, origins=origins)
+                   devices_flag=args.devices is not None, origins=origins, new_study=args.new_study)
     except OrchestratorError as exc:
         return print_error(exc)
     except KeyboardInterrupt:  # before the sweep's own handlers: nothing was started yet

@@ -232,17 +232,25 @@ more while it is held (``coordination.StudyLock``)."""
 
 
 def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], worker: int = 0,
-               outage: Any = None):
+               outage: Any = None, absent: Callable[[str], None] | None = None):
     """Create the study, or load it and check it was made from the same spec. With a server
     database the storage keeps heartbeats (``coordination.Heartbeat`` records them; a trial silent
     for ``search.grace_period_s`` is stale), and every call goes through ``outage``
-    (``outage.Outage``: a lost connection is waited out for up to ``search.outage_s``)."""
+    (``outage.Outage``: a lost connection is waited out for up to ``search.outage_s``).
+    ``absent(why)``: called where there is no such study yet, before anything is created (it may
+    refuse: ``lost``)."""
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
+
+    from orchestrator.store.lost import why_missing
+    from orchestrator.store.sqlitefile import is_empty
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = [d for _, d in spec.objective.metrics]
     kwargs = _storage_kwargs(storage_url, spec.search.grace_period_s)
+    path = sqlite_path(storage_url)
+    if absent is not None and path is not None and is_empty(path):
+        absent(why_missing(storage_url, path))
     try:
         create_sqlite_atomically(storage_url, lambda url: new_database(url, kwargs))
         storage = _storage(storage_url, kwargs, outage)
@@ -250,6 +258,8 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
             n_existing = storage.get_n_trials(storage.get_study_id_from_name(spec.name))
         except KeyError:  # no such study yet
             n_existing = 0
+            if absent is not None:
+                absent(why_missing(storage_url, path))
         study = optuna.create_study(study_name=spec.name, storage=storage, directions=directions,
                                     sampler=make_sampler(spec, n_existing, worker), load_if_exists=True)
     except SQLAlchemyError as exc:

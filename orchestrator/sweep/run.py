@@ -42,7 +42,7 @@ STOPPED = ("the sweep stopped: no trial was started after it, the trial(s) in fl
 
 
 def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = (), check: bool = True,
-        devices_flag: bool = False, origins: Origins = Origins()) -> int:
+        devices_flag: bool = False, origins: Origins = Origins(), new_study: bool = False) -> int:
     from orchestrator.sweep import checks
     from orchestrator.store.coordination import is_shared
     from orchestrator.search.space import guess_device, make_plan
@@ -83,7 +83,7 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
         finally:
             probe.close()
         slots, runner = start.ready(plan)  # the servers started with the probe, unless it found another device
-        return _open_and_drive(spec, plan, found, slots, shared, export, retry, runner, stop, origins)
+        return _open_and_drive(spec, plan, found, slots, shared, export, retry, runner, stop, origins, new_study)
     finally:
         start.close_runner()
 
@@ -115,7 +115,7 @@ def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
 
 def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: list[Slot], shared: bool,
                     export: Path | None, retry: tuple[str, ...], runner: ProcessRunner, stop: StopFlag,
-                    origins: Origins) -> int:
+                    origins: Origins, new_study: bool = False) -> int:
     from orchestrator import trialdir
     from orchestrator.store.coordination import Heartbeat, StudyLock
     from orchestrator.store.optuna_internals import storage_of
@@ -137,7 +137,8 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
             with lock:  # several orchestrators starting at once: one creates, the others load
                 sync = Tracker(spec.tracking_uri, spec.name, runs, swept=tuple(plan.searched))
                 study = open_study(spec, spec.storage, fingerprint(spec, plan),
-                                   worker=os.getpid() if shared else 0, outage=db)
+                                   worker=os.getpid() if shared else 0, outage=db,
+                                   absent=None if new_study else _not_replaced(spec, sync))
                 recorded = StudyRecord.of(study)  # one read of the study's attributes
                 uid = recorded.uid
                 limit_gib, native = memory_limit(spec, plan, probe), native_half_of(plan)  # read once
@@ -184,6 +185,19 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
             heartbeat.stop()
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _not_replaced(spec: SweepSpec, tracker: Any) -> Any:
+    """``open_study``'s ``absent``: a missing study is refused where an earlier one of its name
+    left runs (``lost``); ``--new-study`` starts one anyway."""
+    from orchestrator.store.lost import found_runs, refuse
+    from orchestrator.store.tracking import absolute_uri
+
+    def absent(why: str) -> None:
+        found = found_runs(spec.name, tracker.client, tracker.experiment_id, Path("mlruns/.trials").resolve())
+        if found:
+            raise refuse(spec.name, absolute_uri(spec.storage), why, found)
+    return absent
 
 
 def outages(spec: SweepSpec, stop: StopFlag) -> tuple[Outage | None, Outage | None]:

@@ -82,7 +82,11 @@ def test_a_study_deleted_and_started_again_gets_its_own_mlflow_records(project: 
     (old_parent,) = parent_runs(project, "edited")
     old_children = {r.info.run_id: r.data.tags["status"] for r in child_runs(project, "edited")}
     optuna.delete_study(study_name="edited", storage=f"sqlite:///{project}/mlruns/optuna.db")
-    assert orchestrate([str(spec)], project).returncode == 0
+    refused = orchestrate([str(spec)], project)  # never replaced silently: the earlier runs are found
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert ("study 'edited' is missing" in refused.stderr and "holds 2 trial run(s)" in refused.stderr
+            and "holds 2 trial folder(s)" in refused.stderr and "--new-study" in refused.stderr)
+    assert orchestrate([str(spec), "--new-study"], project).returncode == 0
     parents = parent_runs(project, "edited")
     assert len(parents) == 2 and old_parent.info.run_id in {p.info.run_id for p in parents}
     children = child_runs(project, "edited")
