@@ -72,11 +72,18 @@ def write_result(path: str, result: TrialResult) -> None:
 def write_atomically(path: str, text: str) -> None:
     """``text`` to ``path``, under another name first, then renamed (a reader never sees half)."""
     tmp = partial(path)
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:  # a full disk: no half-written file left behind
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def run_config(config: TrialConfig, timeline: dict[str, float],

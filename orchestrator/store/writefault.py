@@ -232,6 +232,17 @@ def unwritable(store: str, exc: BaseException, folder: Path | None = None) -> St
     return None if what is None else StoreUnwritable(store, what, detail(exc) or type(exc).__name__)
 
 
+def folder_unwritable(root: Path, exc: BaseException) -> StoreUnwritable | None:
+    """``exc`` (an ``OSError`` writing a trial's files under ``root``, the study's trial folders)
+    as one line naming the folders, or None when it is no write failure."""
+    what = cause(exc)
+    if what is None:
+        return None
+    name = getattr(exc, "filename", None)
+    where = root if name is None or Path(name).resolve().is_relative_to(root) else Path(name).resolve().parent
+    return StoreUnwritable(f"the trial folders {where}", what, detail(exc) or type(exc).__name__)
+
+
 def diagnose(folder: Path) -> str | None:
     """Why files cannot be written in ``folder``, as the file system says: read-only, full, or
     not writable by this user; None when it says nothing is wrong."""

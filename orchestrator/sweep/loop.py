@@ -34,6 +34,7 @@ from orchestrator.search.verdict import Verdict
 from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
 from orchestrator.store.record import status_of, write
 from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags
+from orchestrator.store.writefault import StoreUnwritable, diagnose, folder_unwritable
 from orchestrator.search.space import Plan, trial_params
 from orchestrator.spec.load import SweepSpec
 from orchestrator.spec.script import script_call
@@ -109,6 +110,9 @@ class Sweep:
         """Trials another orchestrator declared dead (stale heartbeat) before they were told."""
         self._policy: StopPolicy | None = None
         self._on_result: Callable[[Any, Outcome, float], None] = lambda *a: None
+        self.fault: StoreUnwritable | None = None
+        """The trial folders could not be written (a full disk): the sweep stops, as for Ctrl-C,
+        with exit 75 (``_stopped``)."""
 
     def trial_dir(self, number: int) -> Path:
         return trialdir.folder(self.work_dir, number)
@@ -126,15 +130,26 @@ class Sweep:
         ``on_notice(line)`` when the sweep waits, with nothing of its own running, for something
         a user would otherwise not see, and once when MLflow first refuses a write."""
         self._on_result = on_result
-        told: list[int] = []
         event("loop_start")
         self.best = rank(result_trials(self.study), self.spec)
         clock = self.runner.now
         started = clock()
-        policy = self._policy = StopPolicy(self.spec.search, started, self._best_value(), self.work_dir)
+        self._policy = StopPolicy(self.spec.search, started, self._best_value(), self.work_dir)
+        try:
+            return self._loop(on_notice, started)
+        except OSError as exc:  # writing a trial's files (its folder, its configuration, a log)
+            if (fault := folder_unwritable(self.work_dir, exc)) is None:
+                raise
+            self.fault = fault
+            return self._interrupted(clock() - started)
+
+    def _loop(self, on_notice: Callable[[str], None], started: float) -> SweepResult:
+        told: list[int] = []
+        clock, policy = self.runner.now, self._policy
+        assert policy is not None
         proposing, next_stale_check = True, started
         while True:
-            if self.stop.tripped:
+            if self.stop.tripped or self.fault is not None:
                 return self._interrupted(clock() - started)
             if self.tracker.down is not None:  # the tracking store gave up (outage); the study is fine
                 raise self.tracker.down
@@ -261,6 +276,12 @@ class Sweep:
         trial = job.trial
         launched = job.outcome([m for m, _ in self.spec.objective.metrics])
         outcome = launched.outcome
+        if outcome.result is None and outcome.status in (Status.ERROR, Status.CRASHED) and \
+                (why := diagnose(job.trial_dir)) is not None:  # it could not write its result: not its fault
+            self.fault = StoreUnwritable(f"the trial folders {self.work_dir}", why,
+                                         f"trial {trial.number} could not write its result in {job.trial_dir}")
+            outcome = Outcome(Status.INTERRUPTED, f"its trial folder could not be written ({why}); it runs again "
+                              "when the sweep resumes")
         extra: dict[str, Any] = {M.DURATION_S: round(launched.duration_s, 3), "trial_dir": str(job.trial_dir),
                                  "process_peak_rss_gib": launched.peak_rss_gib,
                                  **self.runner.slots[job.slot].record()}
@@ -334,9 +355,14 @@ class Sweep:
                                       trialdir.files(job.trial_dir) if job.started else [])
             self._on_result(trial, Outcome(Status.INTERRUPTED, INTERRUPTED_DETAIL), self.runner.now())
         self.jobs.clear()
+        assert self._policy is not None
+        if self.fault is not None:
+            return SweepResult(exits.STORE_DOWN, "KILLED", elapsed, self.best, self._policy.failures, message=(
+                f"orchestrate: {self.fault}; the sweep stopped: the trial(s) in flight were recorded as "
+                "interrupted and run again when it resumes, and the study keeps every result told before: run "
+                "the same command once the folder can be written."))
         signum = self.stop.signum or signal.SIGINT
         name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
-        assert self._policy is not None
         return SweepResult(exits.for_signal(signum), "KILLED", elapsed, self.best, self._policy.failures,
                            message=f"orchestrate: stopped by {name}; the running trial(s) were killed and "
                                    "recorded as interrupted.")
