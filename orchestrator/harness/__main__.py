@@ -17,6 +17,7 @@ import os
 import sys
 import time
 
+from orchestrator.harness import subreaper
 from orchestrator.harness.child import main, serve
 from orchestrator.harness.forkserver import fork_server
 from orchestrator.harness.protocol import FORK_SERVER_FLAG, SERVE_FLAG
@@ -30,6 +31,7 @@ if __name__ == "__main__":
         code = main(sys.argv)
     sys.stdout.flush()
     sys.stderr.flush()
+    subreaper.end_descendants()  # nothing it started outlives it, setsid or not
     if os.environ.get("ORCHESTRATE_TEST_EXIT_DELAY_S"):  # tests only: a process slow to exit
         time.sleep(float(os.environ["ORCHESTRATE_TEST_EXIT_DELAY_S"]))
     os._exit(code)  # the result is on disk: skip the interpreter's teardown (torch's takes ~1 s)

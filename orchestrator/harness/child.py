@@ -22,6 +22,7 @@ import traceback
 from typing import Any, Callable
 
 from orchestrator.errors import first_line
+from orchestrator.harness import subreaper
 from orchestrator.harness.ahead import preload_params
 from orchestrator.trialdir import LOG, partial
 from orchestrator.harness.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, Status,
@@ -37,13 +38,14 @@ def watch_parent(interval_s: float = 0.5, thread: bool = True) -> None:
     ``thread=False``: PDEATHSIG alone (the Linux fork server, which must not start threads)."""
     expected = os.environ.get(PARENT_PID_ENV)
     parent = int(expected) if expected and expected.isdigit() else os.getppid()
-    signal.signal(signal.SIGTERM, lambda *_: os.killpg(os.getpgrp(), signal.SIGKILL))
+    signal.signal(signal.SIGTERM, lambda *_: end_all())
+    subreaper.become()  # its descendants stay in its tree, setsid or not, and end with it
     if sys.platform.startswith("linux"):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the orchestrator died before the line above took effect
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+        end_all()
     if not thread:
         return
 
@@ -51,9 +53,15 @@ def watch_parent(interval_s: float = 0.5, thread: bool = True) -> None:
         while True:
             time.sleep(interval_s)
             if os.getppid() != parent:
-                os.killpg(os.getpgrp(), signal.SIGKILL)
+                end_all()
 
     threading.Thread(target=loop, name="parent-watchdog", daemon=True).start()
+
+
+def end_all() -> None:
+    """This process, its process group and every descendant that left it (``subreaper``)."""
+    subreaper.end_descendants()
+    os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def pin_cores() -> None:

@@ -58,10 +58,3 @@ def is_empty(path: Path) -> bool:
         return path.stat().st_size == 0
     except OSError:
         return True
-
-
-def aside(path: Path) -> str:
-    """The command that moves ``path`` aside, for a line to quote."""
-    import shlex
-
-    return f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.corrupt')}"

@@ -75,7 +75,7 @@ def check_file(url: str, what: str, rebuild: str = "the same command") -> None:
 def damaged_remedy(path: Path, what: str, rebuild: str = "the same command") -> str:
     """What to do with a store's damaged file: MLflow's is rebuilt from the study once moved
     aside; the study is the source of truth, so its file is restored, or a new study started."""
-    from orchestrator.store.sqlitefile import aside
+    from orchestrator.store.writefault import aside
 
     if what == "tracking_uri":
         return f"move it aside ({aside(path)}): {rebuild} then rebuilds MLflow's records from the study"

@@ -98,8 +98,6 @@ class StoreCorrupt(StoreUnwritable):
 
     def __init__(self, store: str, cause: str, detail: str, outcome: str | None = None) -> None:
         if outcome is None:
-            from orchestrator.store.sqlitefile import aside
-
             url = store.rsplit(" ", 1)[-1]  # ``named``'s: what, then the URL
             move = f" ({aside(Path(url[len('sqlite:///'):]))})" if url.startswith("sqlite:///") else ""
             outcome = (f"move it aside{move}: the sweep's command, or `orchestrate check` with --repair, then "
@@ -110,6 +108,13 @@ class StoreCorrupt(StoreUnwritable):
 
 
 CORRUPT = "the file is damaged or is not an SQLite database"
+
+
+def aside(path: Path) -> str:
+    """The command that moves a store's damaged file ``path`` aside, for a line to quote."""
+    import shlex
+
+    return f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.corrupt')}"
 
 
 def _chain(exc: BaseException | None) -> list[BaseException]:

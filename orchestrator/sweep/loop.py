@@ -361,8 +361,10 @@ class Sweep:
                 f"orchestrate: {self.fault}; the sweep stopped: the trial(s) in flight were recorded as "
                 "interrupted and run again when it resumes, and the study keeps every result told before: run "
                 "the same command once the folder can be written."))
+        from orchestrator.sweep.output import NAMES
+
         signum = self.stop.signum or signal.SIGINT
-        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        name = NAMES.get(signum, f"signal {signum}")
         return SweepResult(exits.for_signal(signum), "KILLED", elapsed, self.best, self._policy.failures,
                            message=f"orchestrate: stopped by {name}; the running trial(s) were killed and "
                                    "recorded as interrupted.")

@@ -9,7 +9,6 @@ have been checked.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import sys
 from pathlib import Path
@@ -127,8 +126,11 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
     from orchestrator.store.tracking import AsyncTracker, Tracker, absolute_uri
     from orchestrator.store.writefault import StoreUnwritable
 
-    previous = {s: signal.signal(s, stop.trip) for s in (signal.SIGINT, signal.SIGTERM)}
+    from orchestrator.sweep.output import guarded
+
     heartbeat = tracker = None
+    guard = guarded(stop)  # SIGINT, SIGTERM, SIGHUP and a closed pipe stop the sweep alike
+    guard.__enter__()
     try:
         Path("mlruns").mkdir(exist_ok=True)
         with study_lock(spec.storage, spec.name):
@@ -183,8 +185,7 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
     finally:
         if heartbeat is not None:
             heartbeat.stop()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        guard.__exit__(None, None, None)
 
 
 def _not_replaced(spec: SweepSpec, tracker: Any) -> Any:

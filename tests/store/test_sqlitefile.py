@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.store.sqlitefile import aside, damage, is_empty
+from orchestrator.store.sqlitefile import damage, is_empty
+from orchestrator.store.writefault import aside
 
 
 def database(path: Path, rows: int = 300) -> Path:
