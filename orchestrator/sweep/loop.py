@@ -282,6 +282,9 @@ class Sweep:
                                          f"trial {trial.number} could not write its result in {job.trial_dir}")
             outcome = Outcome(Status.INTERRUPTED, f"its trial folder could not be written ({why}); it runs again "
                               "when the sweep resumes")
+        elif outcome.result is None and not job.trial_dir.is_dir():  # the trial (or someone) deleted it
+            outcome = dataclasses.replace(outcome, detail=f"{outcome.detail or 'no result'}; its trial folder "
+                                          "was deleted while it ran")
         extra: dict[str, Any] = {M.DURATION_S: round(launched.duration_s, 3), "trial_dir": str(job.trial_dir),
                                  "process_peak_rss_gib": launched.peak_rss_gib,
                                  **self.runner.slots[job.slot].record()}
@@ -389,5 +392,7 @@ def failure_line(failures: Failures, work_dir: Path) -> str:
     status, count = max(failures.by_status.items(), key=lambda kv: kv[1])
     detail, log = failures.examples.get(status, ("", ""))
     logs = f"; its log: {log}" if log else f"; logs in {work_dir}"
+    if log and not Path(log).exists():
+        logs = f"; its log {log} is gone (its folder was deleted)"
     return (f"orchestrate: no configuration has a feasible result: {failures.count} trial(s) failed in this "
             f"run, most often with status {status} ({count}x{': ' + detail if detail else ''}){logs}")

@@ -274,6 +274,18 @@ def test_a_trial_in_flight_is_not_compared_and_a_folder_of_no_trial_is_a_differe
     assert str(tmp_path / "b") in found[0].text
 
 
+def test_a_trial_whose_folder_is_missing_is_a_difference_only_where_folders_are_compared(tmp_path: Path) -> None:
+    """The issue's check that said "agree" with 0 of 2 folders: a trial that ran names its folder."""
+    (tmp_path / "trial-0000").mkdir()
+    trials = [trial(0, trial_dir=str(tmp_path / "trial-0000")), trial(1, trial_dir=str(tmp_path / "trial-0001")),
+              trial(2, "skipped")]  # skipped: no process, no folder
+    runs = {n: [run(n, tag=t.user_attrs["status"])] for n, t in enumerate(trials)}
+    found = compare(trials, runs, lambda n: tmp_path / f"trial-{n:04d}", folders={0: tmp_path / "trial-0000"})
+    assert [(d.kind, d.number, d.repairable) for d in found] == [("no_folder", 1, False)]
+    assert f"trial 1: its folder {tmp_path / 'trial-0001'} is missing" in found[0].text
+    assert compare(trials, runs, lambda n: tmp_path) == []  # the sweep's converge does not look
+
+
 def test_files_the_trial_folder_holds_and_mlflow_lacks_are_a_difference(tmp_path: Path) -> None:
     folder = tmp_path / "trial-0000"
     folder.mkdir()
