@@ -6,6 +6,7 @@ dry-run can use the rest without it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -108,9 +109,11 @@ def count_configurations(plan: Plan) -> int | None:
 def shared_env(plan: Plan) -> dict[str, str] | None:
     """The environment every trial of ``plan`` starts with, when all need the same one (most
     sweeps set no allocator variable); None when it differs between configurations."""
-    if plan.finite():
+    if plan.finite():  # over the values of what the environment depends on: the device and its knobs
+        relevant = dataclasses.replace(plan, searched={n: d for n, d in plan.searched.items()
+                                                       if n == "device" or n in knobs.ENV_KNOBS})
         envs = {json.dumps(knobs.trial_env(p, p["device"]), sort_keys=True)
-                for p in (trial_params(plan, c) for c in configurations(plan))}
+                for p in (trial_params(plan, c) for c in configurations(relevant))}
         return json.loads(envs.pop()) if len(envs) == 1 else None
     if any(n == "device" or n in knobs.ENV_KNOBS for n in plan.searched):
         return None

@@ -151,7 +151,8 @@ class Sweep:
         while True:
             if self.stop.tripped or self.fault is not None:
                 return self._interrupted(clock() - started)
-            if self.tracker.down is not None:  # the tracking store gave up (outage); the study is fine
+            if self.tracker.down is not None:  # the tracking store gave up (outage); the study is fine:
+                self._interrupted(clock() - started)  # the trials in flight are recorded as interrupted
                 raise self.tracker.down
             if (refused := self.tracker.notice()) is not None:  # it refused a write: once, and on
                 on_notice(refused)

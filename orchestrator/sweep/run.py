@@ -124,11 +124,12 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
     from orchestrator.store.studyrecord import StudyRecord, write_study
     from orchestrator.sweep.loop import Sweep
     from orchestrator.store.tracking import AsyncTracker, Tracker, absolute_uri
+    from orchestrator.store.outage import StoreDown
     from orchestrator.store.writefault import StoreUnwritable
 
     from orchestrator.sweep.output import guarded
 
-    heartbeat = tracker = None
+    heartbeat = tracker = study = None
     guard = guarded(stop)  # SIGINT, SIGTERM, SIGHUP and a closed pipe stop the sweep alike
     guard.__enter__()
     try:
@@ -175,6 +176,11 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
                 except StudyError as exc:  # e.g. every trial ran out of memory: the sweep still finished
                     print(f"orchestrate: not exported: {exc}", file=sys.stderr)
             return code
+    except StoreDown as exc:  # unreachable past search.outage_s: what it means depends on how far it got
+        if study is None:
+            raise exc.with_outcome("nothing was started: run the same command once it is back") from None
+        raise exc.with_outcome("the study keeps every result told before it: run the same command to resume "
+                               "once it is back") from None
     except StoreUnwritable as exc:  # a full disk, say: one line, and what it means for the sweep
         if tracker is None:
             raise exc.with_outcome("nothing was started: run the same command once it can be written") from None

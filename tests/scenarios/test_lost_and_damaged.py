@@ -154,3 +154,26 @@ def test_a_study_named_like_a_full_disk_resumes(seeded_project: Path) -> None:
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "1 of 2 trials done" in resumed.stdout
     check_records(project, "diskfull", 2)
+
+
+def test_an_unreachable_tracking_server_is_said_at_once_and_no_study_is_claimed(project: Path) -> None:
+    """The issue's 5 silent minutes, then "the study is saved" where no study file was made:
+    nobody listens on the port; the wait is said at the first failed call, the end says that
+    nothing was started, and no study was created."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = spec(project, "unreachable", sizes="8")
+    path.write_text(path.read_text().replace("search: {sampler: grid}", "search: {sampler: grid, outage_s: 3}"))
+    proc = orchestrate([str(path), "--tracking-uri", f"http://127.0.0.1:{port}"], project)
+    assert proc.returncode == 75, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 2 and "Traceback" not in proc.stderr, lines
+    assert lines[0].startswith(f"orchestrate: the tracking store http://127.0.0.1:{port} is unreachable (")
+    assert "retrying for up to search.outage_s=3 s" in lines[0]
+    assert "more than search.outage_s=3" in lines[1] and lines[1].endswith("nothing was started: run the same "
+                                                                            "command once it is back")
+    assert "study is saved" not in proc.stderr and not (project / "mlruns" / "optuna.db").exists()
+    assert left_behind(project) == []
