@@ -341,7 +341,7 @@ def _finish(spec: SweepSpec, study: Study, tracker: AsyncTracker, recovery: Reco
     print("\n".join(summary(spec, results, best, sweep.target, spent, result.elapsed_s, result.stopped_because,
                             by_search, origins) + records.lines()))
     if result.code == exits.FAILED:
-        from orchestrator.sweep.loop import failure_line
+        from orchestrator.sweep.notices import failure_line
 
         print(failure_line(result.failures, sweep.work_dir), file=sys.stderr)
     sys.stdout.flush()

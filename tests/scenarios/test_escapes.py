@@ -161,3 +161,17 @@ def _parent_status(project: Path, name: str) -> str:
 
     (parent,) = parent_runs(project, name)
     return parent.info.status
+
+
+def test_a_trial_quiet_for_long_gets_a_line(seeded_project: Path) -> None:
+    """The issue's hung trial, silent until its timeout (15 minutes by default): a line once it has
+    run ``QUIET_S`` (2 s here) without a result, naming its phase and its log."""
+    project = seeded_project
+    path = spec(project, "quiet", ["hang"], timeout_s=8)
+    proc = orchestrate([str(path)], project, env={"ORCHESTRATE_QUIET_S": "2"})
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # the one trial timed out: nothing feasible
+    quiet = [ln for ln in proc.stderr.splitlines() if "without a result" in ln]
+    assert len(quiet) == 1, proc.stderr  # again only after 5 x 2 s, past the 8 s timeout
+    assert quiet[0].startswith("orchestrate: trial #0 has run ") and "it is killed at trial.timeout_s=8 s" in quiet[0]
+    assert "its log: " in quiet[0] and "trial-0000/trial.log" in quiet[0]
+    assert left_behind(project) == []
