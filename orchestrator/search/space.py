@@ -13,7 +13,7 @@ import os
 import platform
 import shutil
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from orchestrator.search.keys import canonical_float, config_key, value_key  # noqa: F401 - their home before keys.py
 from orchestrator.spec import knobs
@@ -88,7 +88,15 @@ def applicable(plan: Plan, device: str) -> list[str]:
 def configurations(plan: Plan) -> list[dict[str, Any]]:
     """Every configuration of a finite space, in spec order; knobs a device does not read are
     left out of that device's configurations, so none differ only in an unread setting."""
-    out: list[dict[str, Any]] = []
+    return list(_configurations(plan))
+
+
+def first_configuration(plan: Plan) -> dict[str, Any] | None:
+    """``configurations(plan)[0]`` without making the others (a space may hold 100,000)."""
+    return next(_configurations(plan), None)
+
+
+def _configurations(plan: Plan) -> Iterator[dict[str, Any]]:
     seen: set[str] = set()
     for device in plan.devices:
         names = [n for n in applicable(plan, device) if n != "device"]
@@ -98,8 +106,7 @@ def configurations(plan: Plan) -> list[dict[str, Any]]:
             key = config_key(config)
             if key not in seen:
                 seen.add(key)
-                out.append(config)
-    return out
+                yield config
 
 
 def count_configurations(plan: Plan) -> int | None:
