@@ -118,6 +118,7 @@ def run_config(config: TrialConfig, timeline: dict[str, float],
                     said()
                 sys.stdout.flush()
                 sys.stderr.flush()
+                subreaper.end_descendants()  # what the script started ends with it, setsid or not
                 os._exit(0)  # the window is measured: the script need not finish
 
             script.run(config, progress, finish)  # returns only by raising
