@@ -70,8 +70,47 @@ def _table() -> dict[int, tuple[int, str]]:
     return out
 
 
+def _children(pid: int) -> list[int] | None:
+    """``pid``'s children as Linux lists them per thread (``/proc/PID/task/TID/children``: a few
+    small reads, where a walk of the whole process table reads hundreds); None where the kernel
+    does not list them (then ``_table`` is read instead)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return [] if os.path.isdir("/proc/self/task") else None
+    out: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out += [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended
+            return None  # a kernel without CONFIG_PROC_CHILDREN
+        except OSError:
+            continue
+    return out
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return True  # gone
+
+
 def descendants(pid: int) -> list[int]:
     """The live (not zombie) descendants of ``pid``, parents before their children."""
+    out, todo = [], [pid]
+    while todo:  # Linux: the children lists, process by process
+        found = _children(todo.pop(0))
+        if found is None:
+            break
+        out += [p for p in found if not _zombie(p)]
+        todo += found
+    else:
+        return out
     table = _table()
     children: dict[int, list[int]] = {}
     for p, (ppid, _) in table.items():

@@ -85,10 +85,19 @@ def applicable(plan: Plan, device: str) -> list[str]:
     return sorted(names, key=lambda n: n != "device")
 
 
+_made: tuple[str, list[dict[str, Any]]] | None = None
+
+
 def configurations(plan: Plan) -> list[dict[str, Any]]:
     """Every configuration of a finite space, in spec order; knobs a device does not read are
-    left out of that device's configurations, so none differ only in an unread setting."""
-    return list(_configurations(plan))
+    left out of that device's configurations, so none differ only in an unread setting. The last
+    plan's are kept (a resumed study's command asks twice; 100,000 of them take a second): each
+    caller gets its own list of the same dictionaries, which nobody changes."""
+    global _made
+    key = repr(plan)
+    if _made is None or _made[0] != key:
+        _made = (key, list(_configurations(plan)))
+    return list(_made[1])
 
 
 def first_configuration(plan: Plan) -> dict[str, Any] | None:
