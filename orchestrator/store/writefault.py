@@ -3,7 +3,11 @@ a database locked past its timeout. One line, not a traceback.
 
 ``cause(exc)`` reads an exception (and what caused it: SQLAlchemy wraps sqlite3 and psycopg2,
 Optuna and MLflow wrap SQLAlchemy) and says which of these it is, in a few words, or None for
-anything else. ``WriteGuard.call`` runs a store's call and turns such a failure into
+anything else: by error codes and exception types first (an errno, SQLite's result code,
+PostgreSQL's SQLSTATE, Optuna's and MLflow's errors of the normal flow), and only where none
+carries one by the driver's own first line, its quoted values left out, never the SQL statement
+or its parameters (a study named ``diskfull`` is not a full disk). ``corrupt(exc)`` says whether
+an SQLite file is damaged or not a database: ``StoreCorrupt``, exit 2, with what to do. ``WriteGuard.call`` runs a store's call and turns such a failure into
 ``StoreUnwritable``: the store, its URL (password masked: ``redact.shown``), the cause and the
 driver's own first line, with exit code 75 (``exits.STORE_DOWN``): the same command, run again
 once the store can be written, goes on from the study, and writes MLflow's missing records from
