@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--export", metavar="FILE", type=Path,
                    help="after the sweep, write the best configuration to FILE as flat YAML")
     p.add_argument("--new-study", action="store_true",
-                   help="start a new study where the spec's is missing (its file lost, emptied or deleted) "
+                   help="start a new study where the spec's study file is missing or empty (lost, emptied) "
                         "though MLflow or the trial folders hold an earlier study's runs; those stay as they "
                         "are, and are not read back into the new study")
     return p

@@ -1,7 +1,9 @@
-"""A study is never silently replaced: where the spec's study is missing (its SQLite file missing
-or empty, or no study of its name in the database) but an earlier study of the same name left
-its runs (MLflow trial runs in the spec's experiment, trial folders under ``mlruns/.trials/``),
-the sweep refuses to start a new one, in one line that says what it found. ``--new-study`` starts
+"""A study is never silently replaced: where the spec's study file is missing or empty (lost,
+truncated to nothing, moved) but an earlier study of the same name left its runs (MLflow trial
+runs in the spec's experiment, trial folders under ``mlruns/.trials/``), the sweep refuses to
+start a new one, in one line that says what it found. (A study deleted from its file another
+way, ``optuna delete-study``, is a choice: its runs are leftovers that ``check`` flags and
+``orchestrate delete SPEC --leftovers`` removes.) ``--new-study`` starts
 one on purpose: the earlier runs stay in MLflow and the folders on disk, untouched, and the new
 study gets its own parent run and folders (its ``uid`` differs). The earlier results are not
 read back into the new study: the study is the source of truth, and MLflow's runs do not hold
@@ -59,11 +61,7 @@ def refuse(name: str, storage: str, why: str, found: list[str]) -> StudyError:
 
 
 def why_missing(storage: str, path: Path | None) -> str:
-    """How the study is missing, in a few words."""
-    if path is None:
-        return "no study of this name in the database"
-    if not path.exists():
+    """How the study's file is missing, in a few words."""
+    if path is None or not path.exists():
         return "the file does not exist"
-    if path.stat().st_size == 0:
-        return "the file is empty"
-    return "no study of this name in the file"
+    return "the file is empty"

@@ -237,8 +237,10 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
     database the storage keeps heartbeats (``coordination.Heartbeat`` records them; a trial silent
     for ``search.grace_period_s`` is stale), and every call goes through ``outage``
     (``outage.Outage``: a lost connection is waited out for up to ``search.outage_s``).
-    ``absent(why)``: called where there is no such study yet, before anything is created (it may
-    refuse: ``lost``)."""
+    ``absent(why)``: called where the study's SQLite file is missing or empty, before anything is
+    created (it may refuse: ``lost``). A study deleted from its database another way (``optuna
+    delete-study``) is not refused: its runs are MLflow's leftovers, which ``check`` flags and
+    ``orchestrate delete SPEC --leftovers`` removes."""
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -258,8 +260,6 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
             n_existing = storage.get_n_trials(storage.get_study_id_from_name(spec.name))
         except KeyError:  # no such study yet
             n_existing = 0
-            if absent is not None:
-                absent(why_missing(storage_url, path))
         study = optuna.create_study(study_name=spec.name, storage=storage, directions=directions,
                                     sampler=make_sampler(spec, n_existing, worker), load_if_exists=True)
     except SQLAlchemyError as exc:

@@ -269,22 +269,23 @@ def test_plots_that_cannot_be_written_are_one_line_and_leave_no_half_written_fil
     read_only, small = tmp_path / "ro", tmp_path / "small"
     read_only.mkdir()
     small.mkdir()
-    bound = subprocess.run(["mount", "--bind", str(read_only), str(read_only)], capture_output=True).returncode == 0
-    if bound and subprocess.run(["mount", "-o", "remount,bind,ro", str(read_only)], capture_output=True).returncode == 0:
-        mounts.append(read_only)
-        cases.append((read_only / "plots", 2, "Read-only file system"))
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(small)], capture_output=True).returncode == 0:
-        mounts.append(small)
-        fd = os.open(small / "filler", os.O_WRONLY | os.O_CREAT)
-        try:
-            while True:
-                os.write(fd, b"\0" * 4096)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-        cases.append((small / "plots", 75, "No space left on device"))
     try:
+        if subprocess.run(["mount", "--bind", str(read_only), str(read_only)], capture_output=True).returncode == 0:
+            mounts.append(read_only)
+            if subprocess.run(["mount", "-o", "remount,bind,ro", str(read_only)], capture_output=True).returncode == 0:
+                cases.append((read_only / "plots", 2, "Read-only file system"))
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(small)],
+                          capture_output=True).returncode == 0:
+            mounts.append(small)
+            fd = os.open(small / "filler", os.O_WRONLY | os.O_CREAT)
+            try:
+                while True:
+                    os.write(fd, b"\0" * 4096)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+            cases.append((small / "plots", 75, "No space left on device"))
         for folder, code, words in cases:
             proc = orchestrate(["report", "spec.yaml", "--out", str(folder)], project)
             lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
