@@ -46,6 +46,13 @@ def spec_text(name: str, n: int) -> str:
         """).lstrip()
 
 
+ORPHAN_AFTER_S = 1.0
+"""A harness process still alive this long after its orchestrator's SIGKILL is an orphan (as
+tests/scenarios/test_kill_startup.py counts them). One that was still starting Python when the
+orchestrator died (a second or more on a loaded machine) sees that first thing and leaves: it was
+counted as an orphan at the 0.3 s this script waited before (issue #39: once in 30 kills at load 13)."""
+
+
 def live_trials(marker: str) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
@@ -113,7 +120,12 @@ def agreement(project: Path, name: str) -> list[str]:
     from orchestrator.store.studyread import read_study
     from orchestrator.store.runs import child_runs
 
-    study = read_study(f"sqlite:///{project}/mlruns/optuna.db", name)  # read-only; None: none yet
+    from orchestrator.errors import StudyError
+
+    try:
+        study = read_study(f"sqlite:///{project}/mlruns/optuna.db", name)  # read-only; None: none yet
+    except StudyError as exc:  # a kill mid-transaction leaves a hot journal: only a writer (the next run) rolls it back
+        return ["lag:-1"] if "readonly" in str(exc) else [str(exc), "lag:0"]
     if study is None or not study.trials:
         return ["lag:0"]  # killed before the study (or its first trial) was created
     uid = study.user_attrs.get("orchestrate.uid", "")
@@ -161,17 +173,22 @@ def main() -> int:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 kills += 1
-                time.sleep(0.3)
                 left = live_trials(str(project))
+                deadline = time.monotonic() + ORPHAN_AFTER_S
+                while left and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    left = live_trials(str(project))
                 orphans += len(left)
                 for pid in left:
                     os.kill(pid, signal.SIGKILL)
                 found = agreement(project, name)
                 problems += found[:-1]
                 lag = int(found[-1].split(":")[1])
-                lagging += bool(lag)
+                lagging += lag > 0
+                said = ("agrees with the study" if not lag else f"lags the study by {lag} record(s)" if lag > 0 else
+                        "not compared (the kill left a hot journal, which only the next run, a writer, rolls back)")
                 print(f"kill {kills:3d}: {name} after {delay:.2f} s; orphaned trial processes: {len(left)}; "
-                      f"MLflow {'agrees with the study' if not lag else f'lags the study by {lag} record(s)'}"
+                      f"MLflow {said}"
                       f"{'' if len(found) == 1 else ', and DISAGREES'}", flush=True)
                 if kills >= args.kills:
                     break

@@ -20,6 +20,9 @@ call that fails (0 = the first warm-up micro-batch); the model itself is a small
 | truncated_result   | writes half a JSON result, then exits 0                     | error       |
 | garbage_result     | writes bytes that are not JSON, then exits 0                | error       |
 | grandchild         | starts a `sleep` child process, then hangs                  | timeout (and the sleep is killed with the group) |
+| daemon             | starts a grandchild that calls setsid (`sleep`, in a session of its own), then trains | ok (and the grandchild ends with the trial) |
+| daemon_hang        | the same grandchild, then hangs                             | timeout (and the grandchild is killed) |
+| delete_folder      | deletes its own trial folder, then trains                   | error (its result cannot be written) |
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from torch import nn
 from orchestrator.harness.workload import Workload
 
 FAULTS = ("none", "oom_cuda", "oom_mps", "oom_cpu", "allocate", "segfault", "sigkill", "hang",
-          "exit", "exception", "nan", "truncated_result", "garbage_result", "grandchild")
+          "exit", "exception", "nan", "truncated_result", "garbage_result", "grandchild", "daemon", "daemon_hang",
+          "delete_folder")
 PARAMS: dict[str, object] = {"fault": "none", "fault_step": 0, "fault_exit_code": 3,
                              "hidden_size": 32, "lr": 1e-3, "seed": 0}
 
@@ -78,6 +82,18 @@ def inject(fault: str, exit_code: int = 3) -> torch.Tensor | None:
 
         subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
         fault = "hang"
+    if fault in ("daemon", "daemon_hang"):  # a grandchild in a session of its own: out of the trial's group
+        import subprocess
+        import sys
+
+        subprocess.run([sys.executable, "-c", "import subprocess; subprocess.Popen(['sleep', '600'], "
+                        "start_new_session=True, stdin=subprocess.DEVNULL)"], check=True)
+        fault = "hang" if fault == "daemon_hang" else "none"
+    if fault == "delete_folder":  # a trial that cleans up after itself too eagerly
+        import shutil
+
+        shutil.rmtree(os.path.dirname(os.environ["ORCHESTRATE_RESULT_PATH"]))
+        fault = "none"
     if fault == "hang":
         while True:
             time.sleep(3600)

@@ -11,13 +11,11 @@ import os
 import sys
 from pathlib import Path
 
-from orchestrator import exits
-from orchestrator.errors import OrchestratorError, SpecError, UsageParser, print_error, silence_stdout
-from orchestrator.spec.load import load_spec
-
+# Nothing else at import: a Ctrl-C while the command's modules load is caught by ``entry``.
 
 USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--n-trials N] [--stop auto|budget]
                         [--device D] [--devices LIST] [--retry STATUSES] [--no-check] [--export FILE]
+                        [--new-study]
        orchestrate report SPEC [--format text|json] [--plots] [--out DIR] [--compare KNOB]
        orchestrate best SPEC [-o FILE]                              (the best configuration as YAML)
        orchestrate check SPEC [--repair]                            (do the study, MLflow and the trial folders agree?)
@@ -32,6 +30,9 @@ SUBCOMMANDS = {"report": "orchestrator.report.command", "best": "orchestrator.re
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from orchestrator import exits
+    from orchestrator.errors import UsageParser
+
     p = UsageParser(
         prog="orchestrate", usage=USAGE,
         description="Run the training sweep a YAML spec describes (or resume it), each trial in a "
@@ -63,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "before the first trial)")
     p.add_argument("--export", metavar="FILE", type=Path,
                    help="after the sweep, write the best configuration to FILE as flat YAML")
+    p.add_argument("--new-study", action="store_true",
+                   help="start a new study where the spec's study file is missing or empty (lost, emptied) "
+                        "though MLflow or the trial folders hold an earlier study's runs; those stay as they "
+                        "are, and are not read back into the new study")
     return p
 
 
@@ -78,6 +83,9 @@ def _statuses(text: str) -> tuple[str, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from orchestrator import exits
+    from orchestrator.errors import OrchestratorError, SpecError, print_error
+    from orchestrator.spec.load import load_spec
     from orchestrator.timeline import command_started
 
     command_started()
@@ -116,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.sweep.run import run
 
         return run(spec, export=args.export, retry=args.retry, check=not args.no_check,
-                   devices_flag=args.devices is not None, origins=origins)
+                   devices_flag=args.devices is not None, origins=origins, new_study=args.new_study)
     except OrchestratorError as exc:
         return print_error(exc)
     except KeyboardInterrupt:  # before the sweep's own handlers: nothing was started yet
@@ -124,28 +132,56 @@ def main(argv: list[str] | None = None) -> int:
         return exits.INTERRUPTED
 
 
+INTERRUPTED = {
+    "check": "it changes nothing: run it again",
+    "check --repair": "what it wrote is kept; run it again to finish",
+    "report": "it changes nothing", "best": "it changes nothing", "doctor": "it changes nothing",
+    "schema": "it changes nothing",
+}
+"""What a Ctrl-C outside a sweep left, by command (a sweep says so itself: ``sweep.loop``)."""
+
+
 def entry() -> None:
     """Console-script entry: unexpected errors keep their traceback and exit 1. A reader that
-    closes the pipe early (``orchestrate ... --dry-run | head``) ends the output quietly."""
-    from orchestrator.timeline import event
-
+    closes the pipe early (``orchestrate ... --dry-run | head``) ends the output quietly, and a
+    Ctrl-C anywhere (while the modules load, in ``check --repair``) is one line, exit 130."""
     try:
-        code = main()
-        sys.stdout.flush()  # a pipe's buffered output is written here, not at interpreter exit
-        event("exit")
-    except BrokenPipeError:
-        silence_stdout()  # no second error when Python flushes stdout at exit
-        sys.exit(exits.BROKEN_PIPE)
-    if "mlflow" in sys.modules:
-        # A sweep ran: its records are written (MLflow's writer drained, every store call
-        # committed) and its processes are gone. The interpreter's teardown of MLflow's and
-        # Optuna's modules (pandas, SQLAlchemy, ...) would keep the prompt ~1 CPU-s longer.
-        import logging
+        from orchestrator import exits
+        from orchestrator.errors import silence_stdout
+        from orchestrator.timeline import event
 
-        logging.shutdown()
-        sys.stderr.flush()
-        os._exit(code)
+        try:
+            code = main()
+            sys.stdout.flush()  # a pipe's buffered output is written here, not at interpreter exit
+            event("exit")
+        except BrokenPipeError:
+            silence_stdout()  # no second error when Python flushes stdout at exit
+            sys.exit(exits.BROKEN_PIPE)
+        if "mlflow" in sys.modules:
+            # A sweep ran: its records are written (MLflow's writer drained, every store call
+            # committed) and its processes are gone. The interpreter's teardown of MLflow's and
+            # Optuna's modules (pandas, SQLAlchemy, ...) would keep the prompt ~1 CPU-s longer.
+            import logging
+
+            logging.shutdown()
+            sys.stderr.flush()
+            os._exit(code)
+    except KeyboardInterrupt:
+        _interrupted(sys.argv[1:])
     sys.exit(code)
+
+
+def _interrupted(argv: list[str]) -> None:
+    """A Ctrl-C outside the sweep's own handlers: one line, exit 130, at once (no thread of
+    MLflow's or SQLAlchemy's to wait for; a store's file lock is released by the OS)."""
+    command = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    key = "check --repair" if command == "check" and "--repair" in argv else command
+    said = INTERRUPTED.get(key or "", "nothing was run") if command else "nothing was run"
+    try:
+        print(f"orchestrate{' ' + key if key else ''}: interrupted (Ctrl-C); {said}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
+    os._exit(130)
 
 
 if __name__ == "__main__":

@@ -28,10 +28,13 @@ BROKEN_PIPE = 128 + signal.SIGPIPE
 INTERRUPTED = 128 + signal.SIGINT
 """Ctrl-C: the running trials were killed and recorded as interrupted."""
 TERMINATED = 128 + signal.SIGTERM
+HUNG_UP = 128 + signal.SIGHUP
+"""SIGHUP (the terminal closed): the sweep stops as for SIGTERM."""
 
 
 def for_signal(signum: int) -> int:
-    """The code a sweep stopped by ``signum`` exits with (130 for Ctrl-C, 143 for SIGTERM)."""
+    """The code a sweep stopped by ``signum`` exits with (130 for Ctrl-C, 143 for SIGTERM, 129 for
+    SIGHUP, 141 for a closed pipe)."""
     return 128 + signum
 
 
@@ -40,4 +43,5 @@ HELP = (f"Exit codes: {OK} finished or stopped itself (OOM trials are results; s
         f"more than search.max_failures, or no feasible result because trials failed, {STORE_DOWN} a store "
         f"unreachable for longer than search.outage_s or refusing writes (a full disk...), or MLflow "
         f"missing records the study holds: the same command resumes and repairs, "
-        f"{INTERRUPTED} interrupted ({TERMINATED} on SIGTERM).")
+        f"{INTERRUPTED} interrupted ({TERMINATED} on SIGTERM, {HUNG_UP} on SIGHUP, {BROKEN_PIPE} when the reader of "
+        f"the output left): the trials in flight are recorded as interrupted.")

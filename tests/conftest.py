@@ -139,6 +139,31 @@ def trial_processes(marker: str, *more: str) -> list[int]:
     return pids
 
 
+def left_behind(folder: Path, wait_s: float = 10.0) -> list[str]:
+    """Live processes (not zombies) working in ``folder`` or under it, other than this one and its
+    ancestors, once up to ``wait_s`` has passed for them to end: what a sweep run there left
+    running (its trials' descendants included, ``setsid`` or not: they inherit the folder)."""
+    root = str(folder.resolve())
+    mine = {os.getpid(), os.getppid()}
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) in mine:
+                continue
+            try:
+                cwd = os.readlink(entry / "cwd")
+                state = (entry / "stat").read_text().rsplit(") ", 1)[-1][:1]
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if state != "Z" and (cwd == root or cwd.startswith(root + "/")):
+                found.append(f"{entry.name} {cmd.strip()}")
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
 def wait_for_trial(project: Path, timeout_s: float = 30) -> bool:
     """Wait until the sweep in ``project`` has given a trial its folder (its process is then being
     started). Not its processes: the slots' fork servers start before the study is open."""

@@ -22,6 +22,7 @@ import traceback
 from typing import Any, Callable
 
 from orchestrator.errors import first_line
+from orchestrator.harness import subreaper
 from orchestrator.harness.ahead import preload_params
 from orchestrator.trialdir import LOG, partial
 from orchestrator.harness.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, Status,
@@ -37,13 +38,14 @@ def watch_parent(interval_s: float = 0.5, thread: bool = True) -> None:
     ``thread=False``: PDEATHSIG alone (the Linux fork server, which must not start threads)."""
     expected = os.environ.get(PARENT_PID_ENV)
     parent = int(expected) if expected and expected.isdigit() else os.getppid()
-    signal.signal(signal.SIGTERM, lambda *_: os.killpg(os.getpgrp(), signal.SIGKILL))
+    signal.signal(signal.SIGTERM, lambda *_: end_all())
+    subreaper.become()  # its descendants stay in its tree, setsid or not, and end with it
     if sys.platform.startswith("linux"):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the orchestrator died before the line above took effect
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+        end_all()
     if not thread:
         return
 
@@ -51,9 +53,15 @@ def watch_parent(interval_s: float = 0.5, thread: bool = True) -> None:
         while True:
             time.sleep(interval_s)
             if os.getppid() != parent:
-                os.killpg(os.getpgrp(), signal.SIGKILL)
+                end_all()
 
     threading.Thread(target=loop, name="parent-watchdog", daemon=True).start()
+
+
+def end_all() -> None:
+    """This process, its process group and every descendant that left it (``subreaper``)."""
+    subreaper.end_descendants()
+    os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def pin_cores() -> None:
@@ -72,11 +80,18 @@ def write_result(path: str, result: TrialResult) -> None:
 def write_atomically(path: str, text: str) -> None:
     """``text`` to ``path``, under another name first, then renamed (a reader never sees half)."""
     tmp = partial(path)
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:  # a full disk: no half-written file left behind
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def run_config(config: TrialConfig, timeline: dict[str, float],
@@ -103,6 +118,7 @@ def run_config(config: TrialConfig, timeline: dict[str, float],
                     said()
                 sys.stdout.flush()
                 sys.stderr.flush()
+                subreaper.end_descendants()  # what the script started ends with it, setsid or not
                 os._exit(0)  # the window is measured: the script need not finish
 
             script.run(config, progress, finish)  # returns only by raising

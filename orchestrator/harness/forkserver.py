@@ -32,6 +32,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
+from orchestrator.harness import subreaper
 from orchestrator.harness.ahead import preload_params
 from orchestrator.harness.child import pin_cores, preload, run_given, watch_parent
 from orchestrator.harness.prepared import prepared
@@ -102,17 +103,28 @@ def fork_server(experiment: str) -> int:
 
 
 def _reap(children: dict[int, int], status: TextIO) -> None:
-    while children:
+    """Reap what exited: a trial (or the probe) is said; once one has, what it left behind,
+    re-parented to this server (a subreaper: ``subreaper``), is killed, and reaped here later."""
+    ended = False
+    while True:
         try:
             pid, wait_status, rusage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            break
         if not pid:
-            return
+            break
         fd = children.pop(pid, None)
-        if fd is not None:
-            os.close(fd)
+        if fd is None:  # an orphan this server adopted and killed
+            continue
+        os.close(fd)
+        ended = True
         status.write(encode_status(Status(Word.EXITED, pid, os.waitstatus_to_exitcode(wait_status), rusage.ru_maxrss)))
+    if ended:
+        for orphan in subreaper.adopted(children):
+            try:
+                os.kill(orphan, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def _child(body: Callable[[str, TextIO], int], path: str, log_path: str | None, go_fd: int, server_pid: int,
@@ -142,6 +154,7 @@ def _child(body: Callable[[str, TextIO], int], path: str, log_path: str | None, 
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        subreaper.end_descendants()  # what it started ends with it, setsid or not
         if os.environ.get("ORCHESTRATE_TEST_EXIT_DELAY_S"):  # tests only: a process slow to exit
             time.sleep(float(os.environ["ORCHESTRATE_TEST_EXIT_DELAY_S"]))
         os._exit(code)

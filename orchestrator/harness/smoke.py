@@ -92,6 +92,9 @@ def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
         ok({"ok": True, "device": backend.resolve(device), "seconds": round(time.perf_counter() - started, 3)})
         sys.stdout.flush()
         sys.stderr.flush()
+        from orchestrator.harness.subreaper import end_descendants
+
+        end_descendants()  # what the script started ends with it, setsid or not
         os._exit(0)
 
     handle = register_optimizer_step_post_hook(stepped)

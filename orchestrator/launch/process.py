@@ -29,6 +29,11 @@ SPARES_DIR = SPARES
 
 
 def kill_group(pgid: int) -> None:
+    """Kill a trial's process group (``pgid``: its leader's pid) and, first, every descendant of
+    its leader that left the group (``setsid``; ``harness.subreaper``)."""
+    from orchestrator.harness.subreaper import end_descendants
+
+    end_descendants(pgid)
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -91,7 +91,13 @@ class ProcessRun:
         self.prepared_next = False
         """Its slot's next process has been planned (once it had its result: ``SlotLauncher.tick``)."""
         config_path = trial_dir / trialdir.CONFIG
-        config_path.write_text(encode_config(replace(config, result_path=str(self.result_path))))
+        try:
+            config_path.write_text(encode_config(replace(config, result_path=str(self.result_path))))
+        except OSError:  # a full disk, say: the process it was given is left to nobody, so it goes now
+            interp.kill()
+            interp.close()
+            config_path.unlink(missing_ok=True)  # no half-written configuration left in its folder
+            raise
         if interp.log_path != self.log_path:  # a pre-started interpreter: its log becomes the trial's
             try:
                 os.replace(interp.log_path, self.log_path)

@@ -54,6 +54,13 @@ def main(argv: list[str]) -> int:
         stores, origins = overrides(args.storage, args.tracking_uri)
         spec = load_spec(args.spec, stores)
         guard(spec, origins)
+        from orchestrator.invocation import command
+        from orchestrator.report.closing import store_flags
+        from orchestrator.store.study import check_file
+
+        repair = command("check", spec.path, *store_flags(spec, origins), "--repair")
+        check_file(spec.storage, "storage")
+        check_file(spec.tracking_uri, "tracking_uri", f"`{repair}`")
         study = open_study(spec)
         if args.repair:
             repaired = _repair(spec)
@@ -66,10 +73,6 @@ def main(argv: list[str]) -> int:
         if not found:
             print("The study, MLflow and the trial folders agree.")
             return exits.OK
-        from orchestrator.invocation import command
-        from orchestrator.report.closing import store_flags
-
-        repair = command("check", spec.path, *store_flags(spec, origins), "--repair")
         print(f"{len(found)} difference(s)." + (f" Repair: {repair}" if any(d.repairable for d in found) else ""))
         return exits.DIFFERS
     except OrchestratorError as exc:
@@ -193,8 +196,14 @@ def _mlflow(spec: SweepSpec, uid: str) -> tuple[Any, Any, Any, dict[int, list[An
         if not parents:
             return client, experiment, None, {}
         return client, experiment, parents[0], child_runs(client, experiment.experiment_id, parents[0].info.run_id)
-    except MlflowException as exc:
-        raise StudyError(f"tracking_uri {shown(uri)}: {first_line(exc, typed=False)}") from None
+    except Exception as exc:  # noqa: BLE001 - a damaged or refusing store is one line; the rest as before
+        from orchestrator.store.writefault import named, unwritable
+
+        if (found := unwritable(named("MLflow's store", uri), exc)) is not None:
+            raise found from None
+        if isinstance(exc, MlflowException):
+            raise StudyError(f"tracking_uri {shown(uri)}: {first_line(exc, typed=False)}") from None
+        raise
 
 
 def _folder_root(study: Any, name: str, uid: str) -> Path:

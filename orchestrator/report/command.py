@@ -78,6 +78,9 @@ def main(argv: list[str]) -> int:
 
 def open_study(spec: SweepSpec) -> StoredStudy:
     """The spec's study, read once; a one-line error where there is none (nothing is created)."""
+    from orchestrator.store.study import check_file
+
+    check_file(spec.storage, "storage")  # a damaged file: one line with what to do
     url = absolute_uri(spec.storage)
     study = read_study(url, spec.name)
     if study is None:
@@ -109,7 +112,10 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
         from orchestrator.report.plots import write_plots
 
         folder = (out or Path("mlruns") / "reports" / spec.name).resolve()
-        paths = write_plots(results, plot_context(spec, rep, prov), folder, comp)
+        try:
+            paths = write_plots(results, plot_context(spec, rep, prov), folder, comp)
+        except OSError as exc:  # a read-only folder, a path under a file, a full disk: one line
+            raise unwritable_plots(folder, exc) from None
         rep.update(plots=[str(p) for p in paths], plots_dir=str(folder),
                    mlflow=tracking.log(paths, top_markdown(spec, best, comp)))
     if fmt == "json":
@@ -185,6 +191,20 @@ def best_command(spec: SweepSpec, study: Any) -> str:
     """A script spec's best trial as the command line that trains it, with its newline."""
     best = rank(results_of(study.get_trials(deepcopy=False)), spec)
     return f"{script_command(spec, study, pick_best(spec, best))}\n"
+
+
+def unwritable_plots(folder: Path, exc: OSError) -> OrchestratorError:
+    """The plots' folder cannot be written: exit 75 where only space is missing (the same
+    command works once it is freed), else 2 (another folder: ``--out``)."""
+    from orchestrator import exits
+    from orchestrator.store.writefault import DISK_FULL, cause
+
+    where = f" ({exc.filename})" if exc.filename else ""
+    error = OrchestratorError(f"cannot write the plots in {folder}: {exc.strerror or exc}{where}; "
+                              + ("free some space and run the same command" if cause(exc) == DISK_FULL
+                                 else "give a folder that can be written with --out DIR"))
+    error.exit_code = exits.STORE_DOWN if cause(exc) == DISK_FULL else exits.USAGE
+    return error
 
 
 def export_best(spec: SweepSpec, study: Any, path: Path) -> str:

@@ -57,8 +57,13 @@ def _save(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        fig.savefig(path)
+    except OSError:  # a full disk: no half-written plot left
+        path.unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -100,14 +100,14 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
 def _verdict(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | None, results: list[Any],
              memory_limit_gib: float | None, native_half: frozenset[str] | None) -> str | None:
     """Why the ``auto`` search is done with these results (None: it is not, or it does not apply)."""
-    from orchestrator.search.planner import Planner
     from orchestrator.search.keys import config_key
+    from orchestrator.search.planners import planner_for
     from orchestrator.store.study import planned
 
     if not configs or not planned(spec) or spec.search.stop != "auto":
         return None
     (metric, direction), = spec.objective.metrics
-    planner = Planner(configs, plan.searched, metric, direction, plan.device, spec.search.memory_order,
-                      spec.search.band, memory_limit_gib, native_half)
+    planner = planner_for(configs, plan.searched, metric, direction, plan.device, spec.search.memory_order,
+                          spec.search.band, memory_limit_gib, native_half, keep=True)  # the sweep takes it over
     decision = planner.decide({config_key(t.params): t for t in results}, set())
     return decision.verdict.reason if decision.config is None else None

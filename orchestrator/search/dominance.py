@@ -104,8 +104,26 @@ class DominanceIndex:
             if rule == "neutral":
                 continue
             seen: dict[str, int] = {}
-            code = [seen.setdefault(value_key(name, c[name]), len(seen)) if name in c else -1 for c in configs]
-            rank = [_rank(rule, c[name]) if name in c else None for c in configs]
+            memo: dict[Any, tuple[int, float | None]] = {}  # per distinct value: its code and rank
+            code, rank = [], []
+            for c in configs:
+                if name not in c:
+                    code.append(-1)
+                    rank.append(None)
+                    continue
+                value = c[name]
+                try:
+                    found = memo.get((type(value), value))
+                except TypeError:  # unhashable: not memoized
+                    found = None
+                if found is None:
+                    found = (seen.setdefault(value_key(name, value), len(seen)), _rank(rule, value))
+                    try:
+                        memo[(type(value), value)] = found
+                    except TypeError:
+                        pass
+                code.append(found[0])
+                rank.append(found[1])
             if rule is None or any(r is None for r, c in zip(rank, configs) if name in c) and not isinstance(rule, dict):
                 rank = [None] * len(configs)  # compared for equality only
             ranks.append([math.nan if r is None else r for r in rank])

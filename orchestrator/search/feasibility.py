@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from orchestrator.search.dominance import DominanceIndex, needs_at_least
-from orchestrator.search.keys import config_key
+from orchestrator.search.keys import config_key, value_keys_of
 
 SPREAD = 0.06
 """Relative error of a line's prediction (peaks are read off allocators that round up)."""
@@ -48,22 +48,24 @@ def scaling_dimension(names: Sequence[str], order: dict[str, Any], values: dict[
     return max(candidates, key=lambda n: len(values[n]), default=None)
 
 
-def group_key(config: dict[str, Any], scaling: str | None, order: dict[str, Any]) -> str:
-    return config_key({k: v for k, v in config.items() if k != scaling and order.get(k) != "neutral"})
-
-
 class FitIndex:
     """What ``fit_probabilities`` derives from the space alone, computed once per planner: the
     configurations' keys, their groups along the scaling dimension and the dominance index."""
 
-    def __init__(self, configs: list[dict[str, Any]], order: dict[str, Any], scaling: str | None) -> None:
-        self.keys = [config_key(c) for c in configs]
+    def __init__(self, configs: list[dict[str, Any]], order: dict[str, Any], scaling: str | None,
+                 keys: list[str] | None = None, pairs: list[list[tuple[str, str]]] | None = None) -> None:
+        """``keys``, ``pairs``: the configurations' ``config_key``s and ``keys.value_keys_of``,
+        where the caller has them already."""
+        self.keys = keys if keys is not None else [config_key(c) for c in configs]
         self.position = {k: i for i, k in enumerate(self.keys)}
         self.dominance = DominanceIndex(configs, order)
-        self.groups: dict[str, list[int]] = {}
+        self.groups: dict[Any, list[int]] = {}
+        """Per group (a tuple of its (name, value key) pairs but the scaling one), its configurations."""
         if scaling is not None:
-            for i, c in enumerate(configs):
-                self.groups.setdefault(group_key(c, scaling, order), []).append(i)
+            pairs = pairs if pairs is not None else value_keys_of(configs)
+            for i, row in enumerate(pairs):
+                group = tuple(sorted(p for p in row if p[0] != scaling and order.get(p[0]) != "neutral"))
+                self.groups.setdefault(group, []).append(i)
         self.siblings = _siblings(configs, self.groups, scaling, order) if scaling is not None else {}
         """Per group, the groups that differ from it in one parameter with a memory order, in the
         space's order, each with whether this group needs more memory than it."""

@@ -43,7 +43,7 @@ from orchestrator.search.feasibility import (
     fit_probabilities,
     scaling_dimension,
 )
-from orchestrator.search.keys import config_key, value_key
+from orchestrator.search.keys import config_key, value_key, value_keys_of
 from orchestrator.search.mixture import Model
 from orchestrator.search.priors import NOISE_FLOOR, THROUGHPUT, encode, ordered, values_of
 from orchestrator.search.verdict import Decision, Verdict, reason
@@ -90,9 +90,9 @@ class Planner:
         """Whether the bisection measures one batch below its first before going up (``_boundary_probe``)."""
         self._fitted: tuple[int, list[tuple[float, S.Hyper]]] | None = None
         self.values = values
-        self.fit_index = FitIndex(configs, order, self.scaling)
-        self.value_keys = [[(n, value_key(n, v)) for n, v in c.items()] for c in configs]
+        self.value_keys = value_keys_of(configs)
         """Per configuration, its (parameter, value key) pairs: what the stop rule's looks count."""
+        self.fit_index = FitIndex(configs, order, self.scaling, self.keys, self.value_keys)
         self._lead: list[int] | None = None
         self._durations: dict[int, float] = {}
         """Measured configurations' trial seconds (``cost``), read with the observations."""
@@ -227,7 +227,7 @@ class Planner:
         it may cost), then the spec's first."""
         prior = self.space.H @ self.space.prior_mean - self.space.H[:, self.scaling_feature] * \
             self.space.prior_mean[self.scaling_feature]
-        near = [i for i in range(len(prior)) if prior[i] >= prior.max() - LEAD_TIE]
+        near = np.flatnonzero(prior >= prior.max() - LEAD_TIE).tolist()  # one max, not one per configuration
         lead = min(near, key=lambda i: (self._memory_rank(self.configs[i]), i))
         rest = {k: v for k, v in self.configs[lead].items() if k != self.scaling}
         column = [i for i, c in enumerate(self.configs) if {k: v for k, v in c.items() if k != self.scaling} == rest]

@@ -25,6 +25,7 @@ from orchestrator.search.dominance import predicted_oom
 from orchestrator.faultpoints import reached
 from orchestrator.outcome import MEMORY_BOUNDARY, Outcome, Status
 from orchestrator.search.planner import Planner
+from orchestrator.search.planners import planner_for
 from orchestrator.search.verdict import Verdict
 from orchestrator.store.record import enqueue, is_attempt, status_of, write
 from orchestrator.store.records import results_of
@@ -93,8 +94,8 @@ class Proposer:
         self.planner: Planner | None = None
         if planned(spec) and self.configs:
             (metric, direction), = spec.objective.metrics
-            self.planner = Planner(self.configs, plan.searched, metric, direction, plan.device,
-                                   spec.search.memory_order, spec.search.band, memory_limit_gib, native_half)
+            self.planner = planner_for(self.configs, plan.searched, metric, direction, plan.device,
+                                       spec.search.memory_order, spec.search.band, memory_limit_gib, native_half)
         self.verdict: Verdict | None = None
         """The planner's last word on whether the search is done (``auto`` sampler)."""
         self.strays: list[int] = []

@@ -6,13 +6,14 @@ dry-run can use the rest without it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
 import platform
 import shutil
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from orchestrator.search.keys import canonical_float, config_key, value_key  # noqa: F401 - their home before keys.py
 from orchestrator.spec import knobs
@@ -84,10 +85,27 @@ def applicable(plan: Plan, device: str) -> list[str]:
     return sorted(names, key=lambda n: n != "device")
 
 
+_made: tuple[str, list[dict[str, Any]]] | None = None
+
+
 def configurations(plan: Plan) -> list[dict[str, Any]]:
     """Every configuration of a finite space, in spec order; knobs a device does not read are
-    left out of that device's configurations, so none differ only in an unread setting."""
-    out: list[dict[str, Any]] = []
+    left out of that device's configurations, so none differ only in an unread setting. The last
+    plan's are kept (a resumed study's command asks twice; 100,000 of them take a second): each
+    caller gets its own list of the same dictionaries, which nobody changes."""
+    global _made
+    key = repr(plan)
+    if _made is None or _made[0] != key:
+        _made = (key, list(_configurations(plan)))
+    return list(_made[1])
+
+
+def first_configuration(plan: Plan) -> dict[str, Any] | None:
+    """``configurations(plan)[0]`` without making the others (a space may hold 100,000)."""
+    return next(_configurations(plan), None)
+
+
+def _configurations(plan: Plan) -> Iterator[dict[str, Any]]:
     seen: set[str] = set()
     for device in plan.devices:
         names = [n for n in applicable(plan, device) if n != "device"]
@@ -97,8 +115,7 @@ def configurations(plan: Plan) -> list[dict[str, Any]]:
             key = config_key(config)
             if key not in seen:
                 seen.add(key)
-                out.append(config)
-    return out
+                yield config
 
 
 def count_configurations(plan: Plan) -> int | None:
@@ -108,9 +125,11 @@ def count_configurations(plan: Plan) -> int | None:
 def shared_env(plan: Plan) -> dict[str, str] | None:
     """The environment every trial of ``plan`` starts with, when all need the same one (most
     sweeps set no allocator variable); None when it differs between configurations."""
-    if plan.finite():
+    if plan.finite():  # over the values of what the environment depends on: the device and its knobs
+        relevant = dataclasses.replace(plan, searched={n: d for n, d in plan.searched.items()
+                                                       if n == "device" or n in knobs.ENV_KNOBS})
         envs = {json.dumps(knobs.trial_env(p, p["device"]), sort_keys=True)
-                for p in (trial_params(plan, c) for c in configurations(plan))}
+                for p in (trial_params(plan, c) for c in configurations(relevant))}
         return json.loads(envs.pop()) if len(envs) == 1 else None
     if any(n == "device" or n in knobs.ENV_KNOBS for n in plan.searched):
         return None

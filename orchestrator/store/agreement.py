@@ -33,7 +33,7 @@ from orchestrator.store.runs import MLFLOW_STATUS, TERMINAL, logged_metrics, par
 KINDS = {  # kind -> what the line says is wrong, and whether writing MLflow from the study repairs it
     "no_run": True, "duplicate_runs": True, "run_unfinished": True, "run_status": True, "status_tag": True,
     "metric": True, "param": True, "files": True, "orphan_run": True, "parent": True,
-    "cut_off": True, "folder": False,
+    "cut_off": True, "folder": False, "no_folder": False,
     "no_study": False,  # runs of a study deleted another way: `orchestrate delete SPEC --leftovers`
 }
 
@@ -120,7 +120,8 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
             artifacts: Callable[[str, str | None], set[str]] | None = None) -> list[Difference]:
     """Every difference between the study's ``trials`` and MLflow's child ``runs`` (by trial
     number), skipping ``in_flight`` trial numbers and waiting trials. ``folders`` (trial number ->
-    folder, as found on disk): a folder of no trial is a difference too. ``artifacts(run_id,
+    folder, as found on disk): a folder of no trial is a difference too, and so is a trial that ran
+    whose folder is missing. ``artifacts(run_id,
     folder)``: the file names a run holds in an artifact folder; given, missing files are
     differences (each is a call to MLflow: ``orchestrate check`` asks, the sweep does not)."""
     out: list[Difference] = []
@@ -136,6 +137,11 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
             continue
         out += _compare_trial(record_of(t, default_dir(t.number)), runs.get(t.number, []),
                               TrialRecord.of(t).mlflow_run_id, artifacts)
+        ran_in = TrialRecord.of(t).trial_dir  # set for a trial that ran a process
+        if folders is not None and ran_in and not Path(ran_in).is_dir():
+            out.append(Difference("no_folder", f"trial {t.number}: its folder {ran_in} is missing (its configuration, "
+                                  "log and result are gone from disk; its MLflow run keeps the copies it logged)",
+                                  t.number))
     for number in sorted(set(runs) - numbers):
         ids = ", ".join(r.info.run_id for r in runs[number])
         out.append(Difference("orphan_run", f"MLflow run(s) {ids} tagged trial_number={number}: the study has "

@@ -11,7 +11,9 @@ the study); a run that is not finished, or whose status, status tag, metrics or 
 finished again from the record (metrics, tags, files, terminal status); a missing parameter is
 logged; one that differs (MLflow's are write-once), or a second run of the same trial, is deleted
 (MLflow keeps deleted runs restorable) and the record written once. A run of no trial is deleted;
-the run the study names for a trial (``mlflow_run_id``), deleted by hand, is restored.
+the run the study names for a trial (``mlflow_run_id``), deleted by hand, is restored, and so is a trial's
+run that an earlier repair wrote (a told trial's attributes are fixed, so the study cannot name it:
+it is found among the parent run's deleted children by its ``trial_number`` tag).
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ def converge(tracker: Any, trials: list[Any], default_dir: Callable[[int], Path]
 def _repair(tracker: Any, record: Any, runs: list[Any], run_id: str | None, kinds: set[str]) -> None:
     if not runs and run_id:  # the run the study names was deleted: restored, the study's link holds
         runs = _restored(tracker, run_id)
+    if not runs:  # a run an earlier repair wrote (the study cannot name it: a told trial is fixed), deleted
+        runs = _restored_child(tracker, record.number)
     keep = keeper(runs, run_id) if runs else None
     if keep is not None and "param" in kinds and any(k in keep.data.params for k in record.params):
         keep = None  # a parameter differs: MLflow's are write-once, so the run is written again
@@ -106,6 +110,20 @@ def _restored(tracker: Any, run_id: str) -> list[Any]:
     except MlflowException:
         return []
     return [run]
+
+
+def _restored_child(tracker: Any, number: int) -> list[Any]:
+    """[trial ``number``'s deleted run under the study's parent run, restored], or []."""
+    from mlflow.entities import ViewType
+
+    deleted = tracker.client.search_runs(
+        [tracker.experiment_id], run_view_type=ViewType.DELETED_ONLY, max_results=20,
+        filter_string=f"tags.mlflow.parentRunId = '{tracker.parent_id}' and tags.trial_number = '{number}'")
+    if not deleted:
+        return []
+    run = keeper(deleted, None)
+    tracker.client.restore_run(run.info.run_id)
+    return [tracker.client.get_run(run.info.run_id)]
 
 
 def mark(study: Any, tracking_uri: str, parent_id: str | None, trials: int) -> None:

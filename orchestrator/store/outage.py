@@ -42,9 +42,33 @@ LOST = ("server closed the connection", "connection refused", "could not connect
 
 
 class StoreDown(OrchestratorError):
-    """A store stayed unreachable for longer than ``search.outage_s``."""
+    """A store stayed unreachable for longer than ``search.outage_s``. ``outcome``: what it
+    means for the study, said by the code that knows (``sweep.run``: whether the study was opened)."""
 
     exit_code = exits.STORE_DOWN
+
+    def __init__(self, what: str, outcome: str = "run the same command once it is back") -> None:
+        self.what, self.outcome = what, outcome
+        super().__init__(f"{what}; {outcome}")
+
+    def with_outcome(self, outcome: str) -> "StoreDown":
+        again = StoreDown(self.what, outcome)
+        again.exit_code = self.exit_code
+        return again
+
+
+NOTICE_S = 5.0
+"""A store call with no answer for this long, or a first failed one, is said on stderr, once per
+outage: the wait that follows can last ``search.outage_s``."""
+
+
+def _say(line: str) -> None:
+    import sys
+
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def connection_lost(exc: BaseException) -> bool:
@@ -85,11 +109,17 @@ class Outage:
     One per store; thread-safe (the heartbeat and the MLflow writer threads use it too)."""
 
     def __init__(self, store: str, limit_s: float, sleep: Callable[[float], None] = time.sleep,
-                 stop: Stopping | None = None) -> None:
+                 stop: Stopping | None = None, say: Callable[[str], None] = _say) -> None:
         """``store``: how the one-line error names it (a URL already masked: ``redact.shown``);
-        ``stop``: the sweep's ``launch.StopFlag``: Ctrl-C ends the wait."""
-        self.store, self.limit_s, self.sleep, self.stop = store, limit_s, sleep, stop
+        ``stop``: the sweep's ``launch.StopFlag``: Ctrl-C ends the wait; ``say``: where the line
+        that it is waiting goes (stderr)."""
+        self.store, self.limit_s, self.sleep, self.stop, self.say = store, limit_s, sleep, stop, say
         self._lock = threading.Lock()
+        self._calls: dict[int, float] = {}
+        """Calls in progress: their thread's id -> when they began (monotonic)."""
+        self._told = False
+        """The waiting line was said for the wait in progress."""
+        self._watch: threading.Thread | None = None
         self.down_since: float | None = None
         """Monotonic time of the first failure of the outage in progress (None: none)."""
         self.last_ended: float | None = None
@@ -101,6 +131,35 @@ class Outage:
         the outage killed is taken again before the work it guards goes on)."""
 
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        me = threading.get_ident()
+        with self._lock:
+            self._calls[me] = time.monotonic()
+            if self._watch is None:
+                self._watch = threading.Thread(target=self._watching, name="outage-notice", daemon=True)
+                self._watch.start()
+        try:
+            return self._call(fn, *args, **kwargs)
+        finally:
+            with self._lock:
+                self._calls.pop(me, None)
+                if not self._calls and self.down_since is None:
+                    self._told = False
+
+    def _watching(self) -> None:
+        """A call with no answer for ``NOTICE_S`` (a host that drops packets: no failure to see
+        for a connection timeout or two) is said, once per wait."""
+        while True:
+            time.sleep(1.0)
+            with self._lock:
+                oldest = min(self._calls.values(), default=None)
+                due = oldest is not None and time.monotonic() - oldest > NOTICE_S and not self._told
+                if due:
+                    self._told = True
+            if due:
+                self.say(f"orchestrate: waiting for {self.store}: no answer for {NOTICE_S:g} s; retrying for up to "
+                         f"search.outage_s={self.limit_s:g} s (Ctrl-C stops, and the same command resumes)")
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         delay = BACKOFF_S[0]
         retry = False
         while True:
@@ -119,8 +178,7 @@ class Outage:
                     raise
                 self._failed(exc)
                 if self.stop is not None and self.stop.tripped:
-                    stopped = StoreDown(f"stopped while {self.store} was unreachable; the study is saved: run "
-                                        "the same command to resume once it is back")
+                    stopped = StoreDown(f"stopped while {self.store} was unreachable")
                     stopped.exit_code = exits.for_signal(self.stop.signum or 2)
                     raise stopped from None
                 self.sleep(delay)
@@ -136,17 +194,22 @@ class Outage:
             if self.down_since is None:
                 self.down_since = now
                 self.outages += 1
+            tell = not self._told
+            self._told = True
             if now - self.down_since > self.limit_s:
                 self.gave_up = StoreDown(
                     f"{self.store} was unreachable for {now - self.down_since:.0f} s, more than "
-                    f"search.outage_s={self.limit_s:g} ({scrub(first_line(exc))}); the study is saved: run the "
-                    "same command to resume once it is back")
+                    f"search.outage_s={self.limit_s:g} ({scrub(first_line(exc))})")
                 raise self.gave_up from None
+        if tell:
+            self.say(f"orchestrate: {self.store} is unreachable ({scrub(first_line(exc))}); retrying for up to "
+                     f"search.outage_s={self.limit_s:g} s (Ctrl-C stops, and the same command resumes)")
 
     def _recovered(self) -> None:
         with self._lock:
             if self.down_since is not None:
                 self.down_since, self.last_ended = None, time.monotonic()
+                self._told = False
 
     def recently(self, within_s: float) -> bool:
         """An outage is in progress or ended less than ``within_s`` ago."""

@@ -27,9 +27,12 @@ def sqlite_path(url: str) -> Path | None:
     return None
 
 
-def check_url_opens(url: str, what: str, timeout_s: float | None = None) -> None:
-    """Fail early (before anything is created) when a storage URL cannot work; ``timeout_s``: how
-    long a PostgreSQL or MySQL server has to answer (else the driver's own, which may be none)."""
+def check_url_opens(url: str, what: str, timeout_s: float | None = None, rebuild: str = "the same command") -> None:
+    """Fail early (before anything is created) when a storage URL cannot work: among others, an
+    SQLite file that is damaged or not a database (``sqlitefile.damage``), with what to do
+    (``what``: ``storage`` or ``tracking_uri``; ``rebuild``: the command that rebuilds MLflow's
+    records from the study once its file is moved aside); ``timeout_s``: how long a PostgreSQL or
+    MySQL server has to answer (else the driver's own, which may be none)."""
     path = sqlite_path(url)
     if path is not None:
         if path.exists() and not path.is_file():
@@ -39,12 +42,7 @@ def check_url_opens(url: str, what: str, timeout_s: float | None = None) -> None
             raise StudyError(f"{what} {shown(url)}: folder {parent} does not exist; create it or fix the URL")
         if parent.exists() and not os.access(parent, os.W_OK):
             raise StudyError(f"{what} {shown(url)}: folder {parent} is not writable")
-        if path.exists():
-            with open(path, "rb") as f:
-                head = f.read(16)
-            if head and head != b"SQLite format 3\x00":
-                raise StudyError(f"{what} {shown(url)}: {path} is not an SQLite database; move it aside "
-                                 "or point the URL elsewhere")
+        check_file(url, what, rebuild)
         return
     if url.split(":", 1)[0] in ("http", "https", "databricks"):
         return
@@ -61,6 +59,28 @@ def check_url_opens(url: str, what: str, timeout_s: float | None = None) -> None
             engine.dispose()
     except Exception as exc:  # noqa: BLE001 - any driver error means the URL cannot be used
         raise StudyError(f"{what} {shown(url)}: cannot connect ({first_line(exc)})") from None
+
+
+def check_file(url: str, what: str, rebuild: str = "the same command") -> None:
+    """An SQLite store's file that is damaged or not a database (``sqlitefile.damage``): one
+    line naming it, with what to do (``check_url_opens``'s arguments); read-only, for the
+    commands that only read too (``check``, ``report``)."""
+    from orchestrator.store.sqlitefile import damage
+
+    path = sqlite_path(url)
+    if path is not None and (why := damage(path)) is not None:
+        raise StudyError(f"{what} {shown(url)}: {path} {why}; {damaged_remedy(path, what, rebuild)}")
+
+
+def damaged_remedy(path: Path, what: str, rebuild: str = "the same command") -> str:
+    """What to do with a store's damaged file: MLflow's is rebuilt from the study once moved
+    aside; the study is the source of truth, so its file is restored, or a new study started."""
+    from orchestrator.store.writefault import aside
+
+    if what == "tracking_uri":
+        return f"move it aside ({aside(path)}): {rebuild} then rebuilds MLflow's records from the study"
+    return (f"restore it from a backup, or move it aside ({aside(path)}) and start a new study with "
+            "--new-study (MLflow keeps the old study's runs)")
 
 
 def create_sqlite_atomically(url: str, init: Callable[[str], None]) -> None:
@@ -212,17 +232,27 @@ more while it is held (``coordination.StudyLock``)."""
 
 
 def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], worker: int = 0,
-               outage: Any = None):
+               outage: Any = None, absent: Callable[[str], None] | None = None):
     """Create the study, or load it and check it was made from the same spec. With a server
     database the storage keeps heartbeats (``coordination.Heartbeat`` records them; a trial silent
     for ``search.grace_period_s`` is stale), and every call goes through ``outage``
-    (``outage.Outage``: a lost connection is waited out for up to ``search.outage_s``)."""
+    (``outage.Outage``: a lost connection is waited out for up to ``search.outage_s``).
+    ``absent(why)``: called where the study's SQLite file is missing or empty, before anything is
+    created (it may refuse: ``lost``). A study deleted from its database another way (``optuna
+    delete-study``) is not refused: its runs are MLflow's leftovers, which ``check`` flags and
+    ``orchestrate delete SPEC --leftovers`` removes."""
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
+
+    from orchestrator.store.lost import why_missing
+    from orchestrator.store.sqlitefile import is_empty
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     directions = [d for _, d in spec.objective.metrics]
     kwargs = _storage_kwargs(storage_url, spec.search.grace_period_s)
+    path = sqlite_path(storage_url)
+    if absent is not None and path is not None and is_empty(path):
+        absent(why_missing(storage_url, path))
     try:
         create_sqlite_atomically(storage_url, lambda url: new_database(url, kwargs))
         storage = _storage(storage_url, kwargs, outage)
@@ -233,14 +263,16 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
         study = optuna.create_study(study_name=spec.name, storage=storage, directions=directions,
                                     sampler=make_sampler(spec, n_existing, worker), load_if_exists=True)
     except SQLAlchemyError as exc:
-        msg = first_line(exc, typed=False)
-        if "locked" in msg:
-            raise _unwritable(storage_url, exc).with_outcome(
+        from orchestrator.store.writefault import LOCKED, driver_line
+
+        found = _unwritable(storage_url, exc, None)
+        if found is not None and found.cause == LOCKED:
+            raise found.with_outcome(
                 "another program holds a write lock; close it (an open optuna-dashboard?) and retry") from None
-        if (found := _unwritable(storage_url, exc, None)) is not None:
+        if found is not None:
             raise found.with_outcome("nothing was started") from None
-        raise StudyError(f"storage {shown(storage_url)}: {msg}; the file may be corrupt: move it aside to "
-                         "start a new study") from None
+        raise StudyError(f"storage {shown(storage_url)}: {driver_line(getattr(exc, 'orig', None) or exc)}; the "
+                         "file may be corrupt: move it aside to start a new study") from None
     except (RuntimeError, ValueError) as exc:  # e.g. a schema from an unknown Optuna version
         raise StudyError(f"storage {shown(storage_url)}: {first_line(exc, typed=False)}") from None
 

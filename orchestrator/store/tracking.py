@@ -157,8 +157,8 @@ class Tracker:
                 quiet_lost_connections()
                 self.client = RetryingClient(create(outage, MlflowClient, tracking_uri=self.uri), outage)
             else:
-                self.client = RetryingClient(MlflowClient(tracking_uri=self.uri),
-                                             WriteGuard(store, "mlflow_write", sqlite_folder(self.uri)))
+                guard = WriteGuard(store, "mlflow_write", sqlite_folder(self.uri))
+                self.client = RetryingClient(guard.call(MlflowClient, tracking_uri=self.uri), guard)
             exp = self.client.get_experiment_by_name(experiment)
             if exp is None:
                 exp_id = self.client.create_experiment(experiment, artifact_location=artifact_root(self.uri, experiment))

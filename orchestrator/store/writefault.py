@@ -3,7 +3,11 @@ a database locked past its timeout. One line, not a traceback.
 
 ``cause(exc)`` reads an exception (and what caused it: SQLAlchemy wraps sqlite3 and psycopg2,
 Optuna and MLflow wrap SQLAlchemy) and says which of these it is, in a few words, or None for
-anything else. ``WriteGuard.call`` runs a store's call and turns such a failure into
+anything else: by error codes and exception types first (an errno, SQLite's result code,
+PostgreSQL's SQLSTATE, Optuna's and MLflow's errors of the normal flow), and only where none
+carries one by the driver's own first line, its quoted values left out, never the SQL statement
+or its parameters (a study named ``diskfull`` is not a full disk). ``corrupt(exc)`` says whether
+an SQLite file is damaged or not a database: ``StoreCorrupt``, exit 2, with what to do. ``WriteGuard.call`` runs a store's call and turns such a failure into
 ``StoreUnwritable``: the store, its URL (password masked: ``redact.shown``), the cause and the
 driver's own first line, with exit code 75 (``exits.STORE_DOWN``): the same command, run again
 once the store can be written, goes on from the study, and writes MLflow's missing records from
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,14 +39,34 @@ IO_ERROR = "a disk I/O error (a full or failing disk)"
 
 ERRNOS = {errno.ENOSPC: DISK_FULL, errno.EDQUOT: DISK_FULL, errno.EROFS: READ_ONLY, errno.EACCES: DENIED,
           errno.EPERM: DENIED, errno.EFBIG: DISK_FULL}
-WORDS = (  # lower-case words of each cause, as SQLite, PostgreSQL, the OS and MLflow's server say them
+SQLITE_CODES = {13: DISK_FULL, 8: READ_ONLY, 3: DENIED, 23: DENIED, 5: LOCKED, 6: LOCKED, 14: CANT_OPEN,
+                10: IO_ERROR}
+"""SQLite's primary result codes (``sqlite_errorcode & 0xff``, which ``sqlite3`` errors carry):
+SQLITE_FULL, READONLY, PERM, AUTH, BUSY, LOCKED, CANTOPEN, IOERR. Any other code is no write failure."""
+SQLITE_CORRUPT = {11, 26}
+"""SQLITE_CORRUPT and SQLITE_NOTADB: the file is damaged or not a database (``corrupt``)."""
+PG_CODES = {"53100": DISK_FULL, "25006": READ_ONLY, "42501": DENIED, "55P03": LOCKED}
+"""PostgreSQL's SQLSTATEs (psycopg2's ``pgcode``): disk_full, read_only_sql_transaction,
+insufficient_privilege, lock_not_available. Any other SQLSTATE is no write failure."""
+PG_TYPES = {"DiskFull": DISK_FULL, "ReadOnlySqlTransaction": READ_ONLY, "InsufficientPrivilege": DENIED,
+            "LockNotAvailable": LOCKED}
+"""psycopg2's classes of the same SQLSTATEs, for an error that carries its class but no code."""
+NOT_FAULTS = {"DuplicatedStudyError", "UpdateFinishedTrialError"}
+"""Optuna's exceptions of the normal flow (a study that exists, a trial another worker ended)."""
+MLFLOW_NOT_FAULTS = {"RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE",
+                     "INVALID_STATE", "NOT_FOUND"}
+"""MLflow's error codes that say the request, not the store, was wrong."""
+WORDS = (  # the last resort: lower-case words of each cause, in a driver's or the OS's own message
     ("database or disk is full", DISK_FULL), ("no space left on device", DISK_FULL),
-    ("disk quota exceeded", DISK_FULL), ("could not extend file", DISK_FULL), ("diskfull", DISK_FULL),
+    ("disk quota exceeded", DISK_FULL), ("could not extend file", DISK_FULL),
     ("attempt to write a readonly database", READ_ONLY), ("read-only file system", READ_ONLY),
-    ("readonly database", READ_ONLY), ("read-only transaction", READ_ONLY), ("readonlysqltransaction", READ_ONLY),
-    ("permission denied", DENIED), ("insufficientprivilege", DENIED), ("insufficient privilege", DENIED),
+    ("readonly database", READ_ONLY), ("read-only transaction", READ_ONLY),
+    ("permission denied", DENIED), ("insufficient privilege", DENIED),
     ("database is locked", LOCKED), ("unable to open database file", CANT_OPEN), ("disk i/o error", IO_ERROR),
 )
+CORRUPT_WORDS = ("database disk image is malformed", "file is not a database")
+_UNDECIDED = object()
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|\[[^\]]*\]")
 
 
 def named(what: str, url: str) -> str:
@@ -66,40 +91,140 @@ class StoreUnwritable(OrchestratorError):
     def with_outcome(self, outcome: str) -> "StoreUnwritable":
         """The same failure, its line ending with what happens now (``outcome``), unless the
         code nearer the failure said that already."""
-        return self if self.outcome else StoreUnwritable(self.store, self.cause, self.detail, outcome)
+        return self if self.outcome else type(self)(self.store, self.cause, self.detail, outcome)
+
+
+class StoreCorrupt(StoreUnwritable):
+    """A store's SQLite file is damaged or not a database (truncated, overwritten): running again
+    cannot help, so the line says what to do with the file (``outcome``), exit 2."""
+
+    exit_code = exits.USAGE
+
+    def __init__(self, store: str, cause: str, detail: str, outcome: str | None = None) -> None:
+        if outcome is None:
+            url = store.rsplit(" ", 1)[-1]  # ``named``'s: what, then the URL
+            move = f" ({aside(Path(url[len('sqlite:///'):]))})" if url.startswith("sqlite:///") else ""
+            outcome = (f"move it aside{move}: the sweep's command, or `orchestrate check` with --repair, then "
+                       "rebuilds MLflow's records from the study" if store.startswith("MLflow") else
+                       f"restore it from a backup, or move it aside{move} and start a new study with --new-study")
+        StoreUnwritable.__init__(self, store, cause, detail, outcome)
+        self.args = (f"{store} cannot be read: {cause} ({detail}); {outcome}",)
+
+
+CORRUPT = "the file is damaged or is not an SQLite database"
+
+
+def aside(path: Path) -> str:
+    """The command that moves a store's damaged file ``path`` aside, for a line to quote."""
+    import shlex
+
+    return f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.corrupt')}"
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    """``exc`` and what caused it (SQLAlchemy's ``orig``, ``raise ... from``), outermost first."""
+    out: list[BaseException] = []
+    while exc is not None and len(out) < 10 and exc not in out:
+        out.append(exc)
+        exc = getattr(exc, "orig", None) or exc.__cause__ or exc.__context__
+    return out
+
+
+def _by_code(exc: BaseException) -> Any:
+    """What ``exc``'s error code or type says: a cause, None (decidedly no write failure), or
+    ``_UNDECIDED`` (it carries neither)."""
+    if isinstance(exc, StoreUnwritable):
+        return exc.cause
+    if isinstance(exc, OSError) and isinstance(exc.errno, int):
+        return ERRNOS.get(exc.errno, _UNDECIDED)
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return None if code & 0xFF in SQLITE_CORRUPT else SQLITE_CODES.get(code & 0xFF)
+    kinds = [k.__name__ for k in type(exc).__mro__]
+    if any(k.__module__.startswith("psycopg2") for k in type(exc).__mro__):
+        pgcode = getattr(exc, "pgcode", None)
+        if pgcode:
+            return PG_CODES.get(pgcode)
+        return next((PG_TYPES[k] for k in kinds if k in PG_TYPES), _UNDECIDED)
+    if NOT_FAULTS & set(kinds):
+        return None
+    if getattr(exc, "error_code", None) in MLFLOW_NOT_FAULTS:
+        return None
+    return _UNDECIDED
+
+
+def driver_line(exc: BaseException) -> str:
+    """The first line of what a driver or the OS said, without SQLAlchemy's statement and
+    parameters (an OSError: its ``strerror``, not the file's name)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    primary = getattr(getattr(exc, "diag", None), "message_primary", None)
+    text = primary if isinstance(primary, str) and primary else str(exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    line = lines[0] if lines else ""
+    for mark in ("[SQL:", "[parameters:"):
+        line = line.split(mark, 1)[0].strip()
+    return line
+
+
+def _words(exc: BaseException) -> str:
+    """``driver_line`` without what may be a user's value: quoted text and bracketed groups."""
+    return _QUOTED.sub(" ", driver_line(exc)).lower()
+
+
+def _is_wrapper(exc: BaseException) -> bool:
+    """SQLAlchemy's errors quote the statement and its parameters: their driver's own error
+    (``orig``, in the chain) is read instead."""
+    return getattr(exc, "orig", None) is not None
 
 
 def cause(exc: BaseException | None) -> str | None:
-    """Which write failure ``exc`` (or an exception that caused it) is, or None (see the module)."""
-    seen = 0
-    while exc is not None and seen < 10:
-        if isinstance(exc, StoreUnwritable):
-            return exc.cause
-        code = getattr(exc, "errno", None)
-        if isinstance(exc, OSError) and code in ERRNOS:
-            return ERRNOS[code]
-        text = f"{type(exc).__name__}: {exc}".lower()
+    """Which write failure ``exc`` (or an exception that caused it) is, or None. Error codes and
+    exception types first (an errno, SQLite's result code, PostgreSQL's SQLSTATE, Optuna's and
+    MLflow's own errors); only where no exception in the chain carries one, the words of the
+    driver's own first line, its quoted values left out: never the SQL statement, its
+    parameters or a user's value (a study named ``diskfull`` is not a full disk)."""
+    return _decide(exc)[0]
+
+
+def _decide(exc: BaseException | None) -> tuple[str | None, BaseException | None]:
+    """The cause and the exception that decided it (``cause``)."""
+    chain = _chain(exc)
+    for e in chain:
+        verdict = _by_code(e)
+        if verdict is not _UNDECIDED:
+            return verdict, e
+    for e in chain:
+        if _is_wrapper(e):
+            continue
+        text = _words(e)
         for words, what in WORDS:
             if words in text:
-                return what
-        exc = exc.__cause__ or exc.__context__
-        seen += 1
-    return None
+                return what, e
+    return None, None
+
+
+def corrupt(exc: BaseException | None) -> bool:
+    """Whether ``exc`` says an SQLite file is damaged or not a database (SQLITE_CORRUPT,
+    SQLITE_NOTADB; by its words where no code is carried)."""
+    chain = _chain(exc)
+    for e in chain:
+        code = getattr(e, "sqlite_errorcode", None)
+        if isinstance(code, int):
+            return code & 0xFF in SQLITE_CORRUPT
+    return any(w in _words(e) for e in chain if not _is_wrapper(e) for w in CORRUPT_WORDS)
 
 
 def detail(exc: BaseException) -> str:
-    """The innermost first line that names the cause (the driver's own words), without secrets."""
-    found = None
-    seen = 0
-    while exc is not None and seen < 10:
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-        for line in lines:
-            if any(w in line.lower() for w, _ in WORDS) or (isinstance(exc, OSError) and exc.errno in ERRNOS):
-                found = line
-                break
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-        seen += 1
-    return scrub((found or "").removeprefix("(sqlite3.OperationalError) ")[:200])
+    """The driver's own first line about the cause (``driver_line`` of the exception that
+    decided it), without secrets."""
+    _, decided = _decide(exc)
+    if decided is None:
+        return ""
+    line = str(decided) if isinstance(decided, OSError) and decided.errno in ERRNOS else driver_line(decided)
+    if isinstance(decided, StoreUnwritable):
+        line = decided.detail
+    return scrub(line.removeprefix("(sqlite3.OperationalError) ")[:200])
 
 
 def unwritable(store: str, exc: BaseException, folder: Path | None = None) -> StoreUnwritable | None:
@@ -108,10 +233,23 @@ def unwritable(store: str, exc: BaseException, folder: Path | None = None) -> St
     to open database file", "disk I/O error") are then made precise by looking at it."""
     if isinstance(exc, StoreUnwritable):
         return exc
+    if corrupt(exc):
+        return StoreCorrupt(store, CORRUPT, scrub(driver_line(_chain(exc)[-1])))
     what = cause(exc)
     if what in (CANT_OPEN, IO_ERROR) and folder is not None:
         what = diagnose(folder) or what
     return None if what is None else StoreUnwritable(store, what, detail(exc) or type(exc).__name__)
+
+
+def folder_unwritable(root: Path, exc: BaseException) -> StoreUnwritable | None:
+    """``exc`` (an ``OSError`` writing a trial's files under ``root``, the study's trial folders)
+    as one line naming the folders, or None when it is no write failure."""
+    what = cause(exc)
+    if what is None:
+        return None
+    name = getattr(exc, "filename", None)
+    where = root if name is None or Path(name).resolve().is_relative_to(root) else Path(name).resolve().parent
+    return StoreUnwritable(f"the trial folders {where}", what, detail(exc) or type(exc).__name__)
 
 
 def diagnose(folder: Path) -> str | None:

@@ -210,7 +210,7 @@ def smoke_params(spec: SweepSpec, plan: Plan) -> dict[str, Any]:
     smallest if smaller), one micro-batch per step, no memory caps and no compile: it checks the
     experiment's code in seconds, not the knobs or the memory (a sweep of batches of thousands
     would otherwise smoke-test one of them)."""
-    from orchestrator.search.space import configurations, trial_params
+    from orchestrator.search.space import first_configuration, trial_params
 
     from orchestrator.spec.load import Choice
 
@@ -222,9 +222,9 @@ def smoke_params(spec: SweepSpec, plan: Plan) -> dict[str, Any]:
         else:
             first[name] = values[0]
     if plan.finite():
-        configs = configurations(plan)
-        if configs:
-            first = {**configs[0], **{k: v for k, v in first.items() if k == "batch_size"}}
+        config = first_configuration(plan)
+        if config is not None:
+            first = {**config, **{k: v for k, v in first.items() if k == "batch_size"}}
     params = trial_params(plan, first)
     for cap in ("memory_fraction", "cpu_memory_limit_gib", "mps_high_watermark_ratio",
                 "mps_low_watermark_ratio", "compile"):

@@ -16,6 +16,7 @@ life in between is a ``job.Job``; when to stop proposing is the ``stoppolicy.Sto
 from __future__ import annotations
 
 import dataclasses
+import math
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from orchestrator import metrics as M
 from orchestrator.faultpoints import reached
 from orchestrator.sweep.job import Job, State
 from orchestrator.harness.compiled import cache_folder
+from orchestrator.sweep.notices import QUIET_AGAIN_S, QUIET_S, quiet_notice, stray_notice
 from orchestrator.harness.protocol import TrialConfig, TrialSteps
 from orchestrator.launch import PRESTART, StopFlag
 from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome, Status
@@ -34,6 +36,7 @@ from orchestrator.search.verdict import Verdict
 from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
 from orchestrator.store.record import status_of, write
 from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags
+from orchestrator.store.writefault import StoreUnwritable, diagnose, folder_unwritable
 from orchestrator.search.space import Plan, trial_params
 from orchestrator.spec.load import SweepSpec
 from orchestrator.spec.script import script_call
@@ -69,14 +72,6 @@ class SweepResult:
     """One line for stderr when it did not finish (failure budget, Ctrl-C)."""
 
 
-def stray_notice(numbers: list[int], grace_s: float) -> str:
-    """What a sweep waiting for trials left RUNNING without parameters says (``proposer.View``)."""
-    which = f"trial {numbers[0]}" if len(numbers) == 1 else "trials " + ", ".join(map(str, numbers))
-    return (f"orchestrate: waiting for {which}, left RUNNING without a configuration by an "
-            f"orchestrator that died or lost the study's database; it is failed once its heartbeat is "
-            f"search.grace_period_s={grace_s:g} s old (longer just after the database restarted)")
-
-
 class Sweep:
     """One invocation of ``orchestrate SPEC``: run until the study is complete (``run.py`` repairs
     what a killed orchestrator left first: ``recovery.Recovery``)."""
@@ -109,6 +104,14 @@ class Sweep:
         """Trials another orchestrator declared dead (stale heartbeat) before they were told."""
         self._policy: StopPolicy | None = None
         self._on_result: Callable[[Any, Outcome, float], None] = lambda *a: None
+        self._quiet: dict[int, tuple[float, float]] = {}
+        """Trials running, by number: when (the runner's clock) their process started, and when
+        their next quiet line is due."""
+        self._longest_s = 0.0
+        """The longest trial of this run so far (a quiet line comes after three times it)."""
+        self.fault: StoreUnwritable | None = None
+        """The trial folders could not be written (a full disk): the sweep stops, as for Ctrl-C,
+        with exit 75 (``_stopped``)."""
 
     def trial_dir(self, number: int) -> Path:
         return trialdir.folder(self.work_dir, number)
@@ -126,17 +129,29 @@ class Sweep:
         ``on_notice(line)`` when the sweep waits, with nothing of its own running, for something
         a user would otherwise not see, and once when MLflow first refuses a write."""
         self._on_result = on_result
-        told: list[int] = []
         event("loop_start")
         self.best = rank(result_trials(self.study), self.spec)
         clock = self.runner.now
         started = clock()
-        policy = self._policy = StopPolicy(self.spec.search, started, self._best_value(), self.work_dir)
+        self._policy = StopPolicy(self.spec.search, started, self._best_value(), self.work_dir)
+        try:
+            return self._loop(on_notice, started)
+        except OSError as exc:  # writing a trial's files (its folder, its configuration, a log)
+            if (fault := folder_unwritable(self.work_dir, exc)) is None:
+                raise
+            self.fault = fault
+            return self._interrupted(clock() - started)
+
+    def _loop(self, on_notice: Callable[[str], None], started: float) -> SweepResult:
+        told: list[int] = []
+        clock, policy = self.runner.now, self._policy
+        assert policy is not None
         proposing, next_stale_check = True, started
         while True:
-            if self.stop.tripped:
+            if self.stop.tripped or self.fault is not None:
                 return self._interrupted(clock() - started)
-            if self.tracker.down is not None:  # the tracking store gave up (outage); the study is fine
+            if self.tracker.down is not None:  # the tracking store gave up (outage); the study is fine:
+                self._interrupted(clock() - started)  # the trials in flight are recorded as interrupted
                 raise self.tracker.down
             if (refused := self.tracker.notice()) is not None:  # it refused a write: once, and on
                 on_notice(refused)
@@ -156,6 +171,7 @@ class Sweep:
             self.runner.wait(0.05)
             next_stale_check = self._check_stale(next_stale_check)
             self._advance_all()  # take the results the wait brought
+            self._say_quiet(on_notice)
         policy.done(self.proposer.exhausted)
         return self._result(clock() - started)
 
@@ -248,8 +264,19 @@ class Sweep:
                                   "predicted_by": str(predicted_by), "detail": outcome.detail}, [])
         self._on_result(trial, outcome, self.runner.now())
 
+    def _say_quiet(self, on_notice: Callable[[str], None]) -> None:
+        """A line for each trial that has run long without a result (``QUIET_S``)."""
+        now = self.runner.now()
+        for job in self.jobs.values():
+            began, due = self._quiet.get(job.trial.number, (now, math.inf))
+            if now >= due and job.handle is not None and not job.handle.has_result:
+                on_notice(quiet_notice(job.trial.number, job.handle, now - began, self.spec.trial.timeout_s))
+                self._quiet[job.trial.number] = (began, now + QUIET_AGAIN_S)
+
     def _start(self, job: Job, folder: Path) -> TrialRun:
         """Step 3: the job's next process, on its slot."""
+        now = self.runner.now()
+        self._quiet[job.trial.number] = (now, now + max(QUIET_S, 3 * self._longest_s))
         guesses = self.proposer.next_envs(
             PRESTART, lambda c: knobs.trial_env(trial_params(self.plan, c), job.params["device"]), job.env)
         return self.runner.start(job.slot, job.config, folder, job.env, self.spec.trial.timeout_s, guesses)
@@ -261,6 +288,17 @@ class Sweep:
         trial = job.trial
         launched = job.outcome([m for m, _ in self.spec.objective.metrics])
         outcome = launched.outcome
+        self._quiet.pop(trial.number, None)
+        self._longest_s = max(self._longest_s, launched.duration_s)
+        if outcome.result is None and outcome.status in (Status.ERROR, Status.CRASHED) and \
+                (why := diagnose(job.trial_dir)) is not None:  # it could not write its result: not its fault
+            self.fault = StoreUnwritable(f"the trial folders {self.work_dir}", why,
+                                         f"trial {trial.number} could not write its result in {job.trial_dir}")
+            outcome = Outcome(Status.INTERRUPTED, f"its trial folder could not be written ({why}); it runs again "
+                              "when the sweep resumes")
+        elif outcome.result is None and not job.trial_dir.is_dir():  # the trial (or someone) deleted it
+            outcome = dataclasses.replace(outcome, detail=f"{outcome.detail or 'no result'}; its trial folder "
+                                          "was deleted while it ran")
         extra: dict[str, Any] = {M.DURATION_S: round(launched.duration_s, 3), "trial_dir": str(job.trial_dir),
                                  "process_peak_rss_gib": launched.peak_rss_gib,
                                  **self.runner.slots[job.slot].record()}
@@ -334,9 +372,16 @@ class Sweep:
                                       trialdir.files(job.trial_dir) if job.started else [])
             self._on_result(trial, Outcome(Status.INTERRUPTED, INTERRUPTED_DETAIL), self.runner.now())
         self.jobs.clear()
-        signum = self.stop.signum or signal.SIGINT
-        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
         assert self._policy is not None
+        if self.fault is not None:
+            return SweepResult(exits.STORE_DOWN, "KILLED", elapsed, self.best, self._policy.failures, message=(
+                f"orchestrate: {self.fault}; the sweep stopped: the trial(s) in flight were recorded as "
+                "interrupted and run again when it resumes, and the study keeps every result told before: run "
+                "the same command once the folder can be written."))
+        from orchestrator.sweep.output import NAMES
+
+        signum = self.stop.signum or signal.SIGINT
+        name = NAMES.get(signum, f"signal {signum}")
         return SweepResult(exits.for_signal(signum), "KILLED", elapsed, self.best, self._policy.failures,
                            message=f"orchestrate: stopped by {name}; the running trial(s) were killed and "
                                    "recorded as interrupted.")
@@ -354,12 +399,3 @@ def _link(trial: Any, run_id: str) -> None:
         write(trial, mlflow_run_id=run_id)
     except (UpdateFinishedTrialError, StoreUnwritable):  # the study's own write says so, in the loop
         pass
-
-
-def failure_line(failures: Failures, work_dir: Path) -> str:
-    """One line for a sweep that ended without a feasible result because trials failed."""
-    status, count = max(failures.by_status.items(), key=lambda kv: kv[1])
-    detail, log = failures.examples.get(status, ("", ""))
-    logs = f"; its log: {log}" if log else f"; logs in {work_dir}"
-    return (f"orchestrate: no configuration has a feasible result: {failures.count} trial(s) failed in this "
-            f"run, most often with status {status} ({count}x{': ' + detail if detail else ''}){logs}")

@@ -9,7 +9,6 @@ have been checked.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import sys
 from pathlib import Path
@@ -42,7 +41,7 @@ STOPPED = ("the sweep stopped: no trial was started after it, the trial(s) in fl
 
 
 def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = (), check: bool = True,
-        devices_flag: bool = False, origins: Origins = Origins()) -> int:
+        devices_flag: bool = False, origins: Origins = Origins(), new_study: bool = False) -> int:
     from orchestrator.sweep import checks
     from orchestrator.store.coordination import is_shared
     from orchestrator.search.space import guess_device, make_plan
@@ -83,7 +82,7 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
         finally:
             probe.close()
         slots, runner = start.ready(plan)  # the servers started with the probe, unless it found another device
-        return _open_and_drive(spec, plan, found, slots, shared, export, retry, runner, stop, origins)
+        return _open_and_drive(spec, plan, found, slots, shared, export, retry, runner, stop, origins, new_study)
     finally:
         start.close_runner()
 
@@ -115,7 +114,7 @@ def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
 
 def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: list[Slot], shared: bool,
                     export: Path | None, retry: tuple[str, ...], runner: ProcessRunner, stop: StopFlag,
-                    origins: Origins) -> int:
+                    origins: Origins, new_study: bool = False) -> int:
     from orchestrator import trialdir
     from orchestrator.store.coordination import Heartbeat, StudyLock
     from orchestrator.store.optuna_internals import storage_of
@@ -125,10 +124,14 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
     from orchestrator.store.studyrecord import StudyRecord, write_study
     from orchestrator.sweep.loop import Sweep
     from orchestrator.store.tracking import AsyncTracker, Tracker, absolute_uri
+    from orchestrator.store.outage import StoreDown
     from orchestrator.store.writefault import StoreUnwritable
 
-    previous = {s: signal.signal(s, stop.trip) for s in (signal.SIGINT, signal.SIGTERM)}
-    heartbeat = tracker = None
+    from orchestrator.sweep.output import guarded
+
+    heartbeat = tracker = study = None
+    guard = guarded(stop)  # SIGINT, SIGTERM, SIGHUP and a closed pipe stop the sweep alike
+    guard.__enter__()
     try:
         Path("mlruns").mkdir(exist_ok=True)
         with study_lock(spec.storage, spec.name):
@@ -137,7 +140,8 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
             with lock:  # several orchestrators starting at once: one creates, the others load
                 sync = Tracker(spec.tracking_uri, spec.name, runs, swept=tuple(plan.searched))
                 study = open_study(spec, spec.storage, fingerprint(spec, plan),
-                                   worker=os.getpid() if shared else 0, outage=db)
+                                   worker=os.getpid() if shared else 0, outage=db,
+                                   absent=None if new_study else _not_replaced(spec, sync))
                 recorded = StudyRecord.of(study)  # one read of the study's attributes
                 uid = recorded.uid
                 limit_gib, native = memory_limit(spec, plan, probe), native_half_of(plan)  # read once
@@ -172,6 +176,11 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
                 except StudyError as exc:  # e.g. every trial ran out of memory: the sweep still finished
                     print(f"orchestrate: not exported: {exc}", file=sys.stderr)
             return code
+    except StoreDown as exc:  # unreachable past search.outage_s: what it means depends on how far it got
+        if study is None:
+            raise exc.with_outcome("nothing was started: run the same command once it is back") from None
+        raise exc.with_outcome("the study keeps every result told before it: run the same command to resume "
+                               "once it is back") from None
     except StoreUnwritable as exc:  # a full disk, say: one line, and what it means for the sweep
         if tracker is None:
             raise exc.with_outcome("nothing was started: run the same command once it can be written") from None
@@ -182,8 +191,20 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
     finally:
         if heartbeat is not None:
             heartbeat.stop()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        guard.__exit__(None, None, None)
+
+
+def _not_replaced(spec: SweepSpec, tracker: Any) -> Any:
+    """``open_study``'s ``absent``: a missing study is refused where an earlier one of its name
+    left runs (``lost``); ``--new-study`` starts one anyway."""
+    from orchestrator.store.lost import found_runs, refuse
+    from orchestrator.store.tracking import absolute_uri
+
+    def absent(why: str) -> None:
+        found = found_runs(spec.name, tracker.client, tracker.experiment_id, Path("mlruns/.trials").resolve())
+        if found:
+            raise refuse(spec.name, absolute_uri(spec.storage), why, found)
+    return absent
 
 
 def outages(spec: SweepSpec, stop: StopFlag) -> tuple[Outage | None, Outage | None]:
@@ -320,7 +341,7 @@ def _finish(spec: SweepSpec, study: Study, tracker: AsyncTracker, recovery: Reco
     print("\n".join(summary(spec, results, best, sweep.target, spent, result.elapsed_s, result.stopped_because,
                             by_search, origins) + records.lines()))
     if result.code == exits.FAILED:
-        from orchestrator.sweep.loop import failure_line
+        from orchestrator.sweep.notices import failure_line
 
         print(failure_line(result.failures, sweep.work_dir), file=sys.stderr)
     sys.stdout.flush()

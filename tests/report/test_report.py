@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import struct
 import subprocess
@@ -254,6 +255,46 @@ def test_report_and_best_on_a_missing_study_say_one_line_and_create_nothing(tmp_
         assert f"no study 'tiny_report' in sqlite:///{tmp_path}/mlruns/optuna.db; run `orchestrate {spec}` first" \
             in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+
+
+@pytest.mark.slow
+def test_plots_that_cannot_be_written_are_one_line_and_leave_no_half_written_file(project: Path,
+                                                                                   tmp_path: Path) -> None:
+    """A path under a file, a real read-only mount, a real full tmpfs (skipped where nothing can
+    be mounted): one line naming the folder, exit 2 where another folder is needed, 75 where
+    freeing space is enough."""
+    (tmp_path / "afile").write_text("")
+    cases = [(tmp_path / "afile" / "plots", 2, "Not a directory")]
+    mounts = []
+    read_only, small = tmp_path / "ro", tmp_path / "small"
+    read_only.mkdir()
+    small.mkdir()
+    try:
+        if subprocess.run(["mount", "--bind", str(read_only), str(read_only)], capture_output=True).returncode == 0:
+            mounts.append(read_only)
+            if subprocess.run(["mount", "-o", "remount,bind,ro", str(read_only)], capture_output=True).returncode == 0:
+                cases.append((read_only / "plots", 2, "Read-only file system"))
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(small)],
+                          capture_output=True).returncode == 0:
+            mounts.append(small)
+            fd = os.open(small / "filler", os.O_WRONLY | os.O_CREAT)
+            try:
+                while True:
+                    os.write(fd, b"\0" * 4096)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+            cases.append((small / "plots", 75, "No space left on device"))
+        for folder, code, words in cases:
+            proc = orchestrate(["report", "spec.yaml", "--out", str(folder)], project)
+            lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+            assert proc.returncode == code and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+            assert lines[0].startswith(f"orchestrate: cannot write the plots in {folder}: {words}"), lines
+            assert not folder.is_dir() or not list(folder.glob("*.png"))  # no half-written plot
+    finally:
+        for m in mounts:
+            subprocess.run(["umount", "-l", str(m)], capture_output=True)
 
 
 def test_report_usage_error_is_one_line(tmp_path: Path) -> None:

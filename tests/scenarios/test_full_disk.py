@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_records, child_runs, orchestrate, write_spec
+from conftest import check_records, child_runs, left_behind, orchestrate, write_spec
 from orchestrator.cli import main
 
 pytestmark = pytest.mark.slow
@@ -51,8 +51,18 @@ def spec(directory: Path, name: str, n: int = 4) -> Path:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs at ``tmp_path/small``, unmounted (with anything mounted over it) afterwards."""
-    folder = tmp_path / "small"
-    folder.mkdir()
+    yield from mounted(tmp_path / "small")
+
+
+@pytest.fixture
+def trials_disk(project: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs holding the project's trial folders (``mlruns/.trials``): the study and
+    MLflow's store stay on the roomy disk."""
+    yield from mounted(project / "mlruns" / ".trials")
+
+
+def mounted(folder: Path) -> Iterator[Path]:
+    folder.mkdir(parents=True)
     try:
         proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)],
                               capture_output=True, text=True, timeout=30)
@@ -242,3 +252,54 @@ def test_both_stores_refusing_writes_are_two_lines_then_the_resume_converges(see
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert REPAIRED.search(resumed.stdout), resumed.stdout
     converged(project, path, "faults", 3, [])
+
+
+def test_trial_folders_on_a_full_disk_stop_the_sweep_in_one_line_then_it_resumes(project: Path,
+                                                                                  trials_disk: Path) -> None:
+    """The issue's 46-line traceback: the trial folders' disk full before the first trial (its
+    folder or configuration cannot be written), then again while a trial writes its result. Each
+    is one line naming the folders, exit 75, no trial left RUNNING, nothing left running; the
+    resume measures the trial cut off again and converges."""
+    path = spec(project, "trialsfull", 3)
+    fill(trials_disk)
+    first = orchestrate([str(path)], project)
+    assert first.returncode == 75, first.stdout + first.stderr
+    line = one_line(first.stderr, f"the trial folders {trials_disk}", "the disk is full", "the sweep stopped",
+                    "recorded as interrupted")
+    assert "Resume with: orchestrate" in line
+    trials = check_records(project, "trialsfull", 0)["study"].get_trials()  # nothing RUNNING, MLflow agrees
+    assert [t.user_attrs["status"] for t in trials] == ["interrupted"]
+    assert left_behind(project) == []
+
+    free(trials_disk)  # the next trial fills the disk while it measures: it cannot write its result
+    slow = path.read_text().replace("min_measure_s: 0.05", "min_measure_s: 1.5")
+    path.write_text(slow)
+    watcher = threading.Thread(target=_fill_during, args=(trials_disk,), daemon=True)
+    watcher.start()
+    mid = orchestrate([str(path)], project)
+    watcher.join(timeout=60)
+    assert mid.returncode == 75, mid.stdout + mid.stderr
+    one_line(mid.stderr, f"the trial folders {trials_disk}", "the disk is full", "could not write its result")
+    records = check_records(project, "trialsfull")
+    assert [t.user_attrs["status"] for t in records["study"].get_trials()][-2:] == ["ok", "interrupted"]
+    assert not list(trials_disk.glob("*/trial-*/result.json.tmp"))  # no half-written result left
+    assert left_behind(project) == []
+
+    free(trials_disk)
+    path.write_text(slow.replace("min_measure_s: 1.5", "min_measure_s: 0.05"))
+    resumed = orchestrate([str(path)], project)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    converged(project, path, "trialsfull", 3, [])
+
+
+def _fill_during(trials: Path) -> None:
+    """Fill ``trials`` once the sweep's second measured trial has its configuration (it is then
+    setting up or measuring: 1.5 s), before it writes its result."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        configs = sorted(trials.glob("*/trial-*/config.json"))
+        if len(configs) >= 3:  # trials 1 and 2 measured, 3 measuring (trial 0 was cut off before its configuration)
+            time.sleep(0.5)
+            fill(trials)
+            return
+        time.sleep(0.02)

@@ -116,6 +116,93 @@ def test_the_fault_point_fails_the_nth_write_and_every_one_after_but_no_read(mon
     assert guard.call(search_runs) == "read"
 
 
+def _raised(fn: Any) -> BaseException:
+    try:
+        fn()
+    except BaseException as exc:  # noqa: BLE001 - the exception is the value under test
+        return exc
+    raise AssertionError("nothing raised")
+
+
+def _sqlite_full(tmp_path: Path) -> None:
+    """A real SQLITE_FULL: a database capped at a few pages, written past its cap."""
+    con = sqlite3.connect(tmp_path / "capped.db")
+    con.execute("CREATE TABLE t (x BLOB)")
+    con.execute("PRAGMA max_page_count = 3")
+    con.execute("INSERT INTO t VALUES (zeroblob(100000))")
+
+
+def _sqlite_read_only(tmp_path: Path) -> None:
+    sqlite3.connect(tmp_path / "ro.db").execute("CREATE TABLE t (x)").connection.commit()
+    sqlite3.connect(f"file:{tmp_path / 'ro.db'}?mode=ro", uri=True).execute("INSERT INTO t VALUES (1)")
+
+
+def _duplicate_study(tmp_path: Path, name: str) -> None:
+    """Optuna's own DuplicatedStudyError, chained from SQLAlchemy's IntegrityError whose text
+    quotes the statement's parameters: the study's name."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    optuna.create_study(study_name=name, storage=url)
+    optuna.create_study(study_name=name, storage=url)
+
+
+def test_codes_and_types_decide_before_words_and_a_user_s_value_is_never_read(tmp_path: Path) -> None:
+    """The issue's study named ``diskfull`` (and one named as SQLite's full-disk message): a
+    duplicate is no write failure, whatever the parameters quoted in SQLAlchemy's text say; real
+    SQLite errors are read by their result codes."""
+    import sqlalchemy.exc
+    from mlflow.exceptions import MlflowException
+
+    for name in ("diskfull", "database or disk is full", "no space left on device"):
+        folder = tmp_path / name.replace(" ", "_")
+        folder.mkdir()
+        exc = _raised(lambda: _duplicate_study(folder, name))
+        assert type(exc).__name__ == "DuplicatedStudyError" and W.cause(exc) is None, exc
+    wrapped = sqlalchemy.exc.IntegrityError("INSERT INTO studies (study_name) VALUES (?)", ("database or disk is full",),
+                                            sqlite3.IntegrityError("UNIQUE constraint failed: studies.study_name"))
+    assert "database or disk is full" in str(wrapped) and W.cause(wrapped) is None
+    exists = MlflowException("Experiment 'database or disk is full' already exists.", error_code="RESOURCE_ALREADY_EXISTS")
+    assert W.cause(exists) is None
+    quoted = Exception("Experiment(name='no space left on device') cannot be created [parameters: ('read-only file system',)]")
+    assert W.cause(quoted) is None  # no code: the words, but not those inside quotes and brackets
+    full = _raised(lambda: _sqlite_full(tmp_path))
+    assert full.sqlite_errorcode == 13 and W.cause(full) == W.DISK_FULL  # type: ignore[attr-defined]
+    read_only = _raised(lambda: _sqlite_read_only(tmp_path))
+    assert read_only.sqlite_errorcode & 0xFF == 8 and W.cause(read_only) == W.READ_ONLY  # type: ignore[attr-defined]
+    found = W.unwritable("the study's store X", sqlalchemy.exc.OperationalError("INSERT ...", ("diskfull",), full))
+    assert found is not None and str(found) == "the study's store X cannot be written: the disk is full (database or disk is full)"
+
+
+def test_psycopg2_errors_are_read_by_their_class_and_sqlstate() -> None:
+    import psycopg2.errors
+
+    assert W.cause(psycopg2.errors.DiskFull("could not write")) == W.DISK_FULL
+    assert W.cause(psycopg2.errors.ReadOnlySqlTransaction("cannot execute")) == W.READ_ONLY
+    assert W.cause(psycopg2.errors.UniqueViolation('duplicate key value: Key (study_name)=(diskfull)')) is None
+    assert W.cause(psycopg2.OperationalError("server closed the connection unexpectedly")) is None
+
+
+def test_a_damaged_sqlite_file_is_corrupt_not_a_write_failure(tmp_path: Path) -> None:
+    """A real damaged file: its pages overwritten past its schema; its error is SQLITE_CORRUPT."""
+    db = tmp_path / "x.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE t (x)")
+    con.executemany("INSERT INTO t VALUES (?)", [(b"x" * 1000,)] * 200)
+    con.commit()
+    con.close()
+    with open(db, "r+b") as f:
+        f.seek(4096 * 2)
+        f.write(b"\xff" * 4096 * 5)
+    exc = _raised(lambda: sqlite3.connect(db).execute("SELECT sum(length(x)) FROM t").fetchall())
+    assert W.corrupt(exc) and W.cause(exc) is None
+    found = W.unwritable("MLflow's store sqlite:////p/mlflow.db", exc)
+    assert isinstance(found, W.StoreCorrupt) and found.exit_code == 2
+    assert str(found).startswith("MLflow's store sqlite:////p/mlflow.db cannot be read: the file is damaged")
+    assert "mv /p/mlflow.db /p/mlflow.db.corrupt" in str(found) and "--repair" in str(found)
+    assert not W.corrupt(sqlite3.OperationalError("database is locked"))
+
+
 def test_a_vague_sqlite_error_is_made_precise_by_looking_at_the_folder(tmp_path: Path) -> None:
     # a writable folder with room: nothing to say, SQLite's own words stay
     vague = sqlite3.OperationalError("unable to open database file")
@@ -185,6 +272,18 @@ def test_a_trial_in_flight_is_not_compared_and_a_folder_of_no_trial_is_a_differe
     found = compare([trial(0)], {0: [run(0)]}, lambda n: tmp_path, folders={0: tmp_path / "a", 3: tmp_path / "b"})
     assert [(d.kind, d.repairable) for d in found] == [("folder", False)]
     assert str(tmp_path / "b") in found[0].text
+
+
+def test_a_trial_whose_folder_is_missing_is_a_difference_only_where_folders_are_compared(tmp_path: Path) -> None:
+    """The issue's check that said "agree" with 0 of 2 folders: a trial that ran names its folder."""
+    (tmp_path / "trial-0000").mkdir()
+    trials = [trial(0, trial_dir=str(tmp_path / "trial-0000")), trial(1, trial_dir=str(tmp_path / "trial-0001")),
+              trial(2, "skipped")]  # skipped: no process, no folder
+    runs = {n: [run(n, tag=t.user_attrs["status"])] for n, t in enumerate(trials)}
+    found = compare(trials, runs, lambda n: tmp_path / f"trial-{n:04d}", folders={0: tmp_path / "trial-0000"})
+    assert [(d.kind, d.number, d.repairable) for d in found] == [("no_folder", 1, False)]
+    assert f"trial 1: its folder {tmp_path / 'trial-0001'} is missing" in found[0].text
+    assert compare(trials, runs, lambda n: tmp_path) == []  # the sweep's converge does not look
 
 
 def test_files_the_trial_folder_holds_and_mlflow_lacks_are_a_difference(tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ def test_a_study_deleted_and_started_again_gets_its_own_mlflow_records(project: 
     (old_parent,) = parent_runs(project, "edited")
     old_children = {r.info.run_id: r.data.tags["status"] for r in child_runs(project, "edited")}
     optuna.delete_study(study_name="edited", storage=f"sqlite:///{project}/mlruns/optuna.db")
-    assert orchestrate([str(spec)], project).returncode == 0
+    assert orchestrate([str(spec)], project).returncode == 0  # deleted on purpose: not refused
     parents = parent_runs(project, "edited")
     assert len(parents) == 2 and old_parent.info.run_id in {p.info.run_id for p in parents}
     children = child_runs(project, "edited")
@@ -92,3 +92,22 @@ def test_a_study_deleted_and_started_again_gets_its_own_mlflow_records(project: 
             assert run.data.tags["status"] == old_children[run.info.run_id]
             assert run.data.tags["mlflow.parentRunId"] == old_parent.info.run_id
     assert len(list((project / "mlruns" / ".trials").glob("edited-*"))) == 2
+
+
+def test_a_lost_or_emptied_study_file_is_not_replaced_silently(project: Path) -> None:
+    """The issue's 0-byte optuna.db, taken as a new study: every trial measured again. Now refused
+    in one line that says what was found, the file missing too; ``--new-study`` starts one."""
+    from conftest import child_runs
+
+    spec = write_spec(project, SPEC)
+    assert orchestrate([str(spec)], project).returncode == 0
+    db = project / "mlruns" / "optuna.db"
+    for why, lose in (("the file is empty", lambda: db.write_bytes(b"")), ("the file does not exist", db.unlink)):
+        lose()
+        refused = orchestrate([str(spec)], project)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert f"study 'edited' is missing from sqlite:///{db} ({why})" in refused.stderr
+        assert "holds 2 trial run(s)" in refused.stderr and "holds 2 trial folder(s)" in refused.stderr
+        assert "--new-study" in refused.stderr and not (db.exists() and db.stat().st_size)  # nothing made
+    assert orchestrate([str(spec), "--new-study"], project).returncode == 0
+    assert len(child_runs(project, "edited")) == 4  # the earlier runs kept beside the new study's

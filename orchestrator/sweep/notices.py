@@ -1,0 +1,52 @@
+"""What the sweep loop says on stderr besides the trials' lines: a trial quiet for long, trials
+left RUNNING by another orchestrator, and why a sweep ended without a feasible result."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from orchestrator.search.stoppolicy import Failures
+
+QUIET_S = float(os.environ.get("ORCHESTRATE_QUIET_S") or 60.0)
+"""A trial without a result for this long, or three times the longest trial of this run if that is
+more, gets a line (``quiet_notice``), and again every ``QUIET_AGAIN_S``: a hung trial is otherwise
+silent until its ``timeout_s`` (15 minutes by default). ``ORCHESTRATE_QUIET_S``: the tests' shorter one."""
+QUIET_AGAIN_S = 5 * QUIET_S
+
+
+def quiet_notice(number: int, run: Any, elapsed_s: float, timeout_s: float) -> str:
+    """The line for trial ``number`` running ``elapsed_s`` without a result (``run``: its
+    ``TrialRun``; a real process's phase and log are named)."""
+    phase = getattr(getattr(run, "phase", None), "value", None)
+    log = getattr(run, "log_path", None)
+    tail = ""
+    if log is not None:
+        from orchestrator.launch.trial import _last_line
+
+        last = _last_line(Path(log), 120)
+        tail = f"; its log: {log}" + (f" (last line: {last!r})" if last else " (empty)")
+    took = f"{elapsed_s:.0f} s" if elapsed_s < 120 else f"{elapsed_s / 60:.0f} min"
+    return (f"orchestrate: trial #{number} has run {took} without a result"
+            + (f" ({phase.replace('_', ' ')})" if phase else "")
+            + f"; it is killed at trial.timeout_s={timeout_s:g} s of its own time{tail}")
+
+
+def stray_notice(numbers: list[int], grace_s: float) -> str:
+    """What a sweep waiting for trials left RUNNING without parameters says (``proposer.View``)."""
+    which = f"trial {numbers[0]}" if len(numbers) == 1 else "trials " + ", ".join(map(str, numbers))
+    return (f"orchestrate: waiting for {which}, left RUNNING without a configuration by an "
+            f"orchestrator that died or lost the study's database; it is failed once its heartbeat is "
+            f"search.grace_period_s={grace_s:g} s old (longer just after the database restarted)")
+
+
+def failure_line(failures: Failures, work_dir: Path) -> str:
+    """One line for a sweep that ended without a feasible result because trials failed."""
+    status, count = max(failures.by_status.items(), key=lambda kv: kv[1])
+    detail, log = failures.examples.get(status, ("", ""))
+    logs = f"; its log: {log}" if log else f"; logs in {work_dir}"
+    if log and not Path(log).exists():
+        logs = f"; its log {log} is gone (its folder was deleted)"
+    return (f"orchestrate: no configuration has a feasible result: {failures.count} trial(s) failed in this "
+            f"run, most often with status {status} ({count}x{': ' + detail if detail else ''}){logs}")

@@ -1,0 +1,75 @@
+"""The sweep's own output, guarded: a reader that leaves (``orchestrate SPEC | head -1``: a closed
+pipe) or a terminal that closes (its writes fail with EIO after SIGHUP) stops the sweep as a
+signal does, instead of ending it with a traceback between a trial's start and its record.
+
+Python ignores SIGPIPE: a write to a closed pipe raises ``BrokenPipeError``. While the sweep runs,
+``sys.stdout`` and ``sys.stderr`` are ``Guarded`` streams: the first write that fails sends that
+stream to ``/dev/null`` from then on and trips the sweep's ``StopFlag`` with SIGPIPE (or SIGHUP,
+for a terminal gone), so the loop records the trials in flight as interrupted, closes MLflow's
+parent run and exits 141 (129); the one line that says so goes to stderr if it still reaches
+someone (``| head`` leaves the terminal on stderr).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+
+class Guarded:
+    """A text stream whose failed writes stop the sweep instead of raising (see the module)."""
+
+    def __init__(self, stream: Any, stop: Any) -> None:
+        self._stream, self._stop = stream, stop
+        self.lost = False
+
+    def write(self, text: str) -> int:
+        if not self.lost:
+            try:
+                return self._stream.write(text)
+            except OSError as exc:  # BrokenPipeError, or EIO from a terminal that hung up
+                self._gone(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.lost:
+            try:
+                self._stream.flush()
+            except OSError as exc:
+                self._gone(exc)
+
+    def _gone(self, exc: OSError) -> None:
+        self.lost = True
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        except (OSError, ValueError):
+            pass
+        if not self._stop.tripped:
+            self._stop.trip(signal.SIGPIPE if isinstance(exc, BrokenPipeError) else signal.SIGHUP)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ...: the stream's own
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def guarded(stop: Any) -> Iterator[None]:
+    """``sys.stdout`` and ``sys.stderr`` as ``Guarded`` streams (see the module), and SIGHUP
+    handled as SIGINT and SIGTERM are (``stop.trip``), until the block ends."""
+    out, err = sys.stdout, sys.stderr
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, stop.trip) for s in signals}
+    sys.stdout, sys.stderr = Guarded(out, stop), Guarded(err, stop)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP (its terminal closed)",
+         signal.SIGPIPE: "a closed pipe (the reader of its output left)"}
+"""How the line that ends an interrupted sweep names what stopped it."""

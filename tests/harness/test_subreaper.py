@@ -1,0 +1,97 @@
+"""A trial's descendants that left its process group (``setsid``) still end with it
+(``harness.subreaper``): real processes, a real orphan re-parented to a real subreaper. Each
+subreaper here is a process of its own (the test process must not become one)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.harness import subreaper
+from orchestrator.launch.process import is_alive
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER is Linux's")
+
+PARENT = """
+import subprocess, sys, time
+from orchestrator.harness import subreaper
+if sys.argv[2] == "subreaper":
+    assert subreaper.become()
+# a child that starts a grandchild in a session of its own, then exits: the grandchild is an orphan
+subprocess.run([sys.executable, "-c", "import subprocess; print(subprocess.Popen(['sleep', '120'], "
+                "start_new_session=True, stdin=subprocess.DEVNULL).pid)"], check=True, stdout=open(sys.argv[1], "w"))
+if sys.argv[3] == "adopted":
+    print(subreaper.adopted(set()), flush=True)
+time.sleep(120)
+"""
+
+
+def _orphan(tmp_path: Path, mode: str, report: str = "-") -> tuple[subprocess.Popen[str], int]:
+    """A process (a subreaper or not) whose grandchild called setsid and was orphaned."""
+    pid_file = tmp_path / f"{mode}.pid"
+    proc = subprocess.Popen([sys.executable, "-c", PARENT, str(pid_file), mode, report], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.02)
+    return proc, int(pid_file.read_text())
+
+
+def _parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_an_orphan_that_called_setsid_stays_in_a_subreaper_s_tree_and_ends_with_it(tmp_path: Path) -> None:
+    proc, orphan = _orphan(tmp_path, "subreaper")
+    try:
+        time.sleep(0.2)  # the middle process has exited: the orphan is re-parented
+        assert _parent_of(orphan) == proc.pid  # kept in the tree, not given to init
+        assert os.getsid(orphan) == orphan != os.getsid(proc.pid)  # out of the group: killpg misses it
+        assert orphan in subreaper.descendants(proc.pid)
+        assert subreaper.end_descendants(proc.pid) >= 1
+        deadline = time.monotonic() + 5
+        while is_alive(orphan) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not is_alive(orphan)
+    finally:
+        proc.kill()
+        proc.wait()
+        _kill(orphan)
+
+
+def test_without_a_subreaper_the_orphan_escapes_the_tree(tmp_path: Path) -> None:
+    """Why it is needed: the same orphan, its parent no subreaper, is out of reach of a walk."""
+    proc, orphan = _orphan(tmp_path, "plain")
+    try:
+        time.sleep(0.2)
+        assert _parent_of(orphan) != proc.pid and orphan not in subreaper.descendants(proc.pid)
+        assert is_alive(orphan)
+    finally:
+        proc.kill()
+        proc.wait()
+        _kill(orphan)
+
+
+def test_a_subreaper_sees_what_it_adopted_and_not_what_it_started(tmp_path: Path) -> None:
+    proc, orphan = _orphan(tmp_path, "subreaper", "adopted")
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == f"[{orphan}]"
+    finally:
+        proc.kill()
+        proc.wait()
+        _kill(orphan)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,177 @@
+"""Nothing outlives a sweep, and every way a sweep can be stopped is recorded: a trial's grandchild
+that calls ``setsid`` ends with its trial (timed out, finished, or its orchestrator killed); SIGHUP
+from a terminal that closed and a reader that closed the output pipe stop the sweep as SIGTERM
+does; Ctrl-C during ``check`` and ``check --repair`` is one line.
+
+Real processes and real signals: the fault-injection experiment's ``daemon`` faults start a real
+``sleep`` in a session of its own through a process that exits (an orphan, out of the trial's
+process group); the terminal is a real pseudo-terminal, closed; the pipe is a real pipe, closed
+after the first line. After each, no process works in the project's folder (``left_behind``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ORCHESTRATE, check_records, left_behind, orchestrate, write_spec
+
+pytestmark = pytest.mark.slow
+
+
+def spec(project: Path, name: str, faults: list[str], timeout_s: float = 3, min_measure_s: float = 0.05) -> Path:
+    return write_spec(project, f"""
+        name: {name}
+        experiment: experiments.faults
+        device: cpu
+        fixed: {{batch_size: 4}}
+        space:
+          fault: [{", ".join(faults)}]
+        search: {{sampler: grid}}
+        trial: {{warmup_steps: 1, measure_steps: 2, min_measure_s: {min_measure_s}, timeout_s: {timeout_s}}}
+        """)
+
+
+def sleepers(project: Path) -> list[int]:
+    """The ``daemon`` faults' grandchildren now running (they work in the project's folder)."""
+    root = str(project.resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.readlink(entry / "cwd").startswith(root) and \
+                    (entry / "cmdline").read_bytes() == b"sleep\x00600\x00":
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("fork", ["1", pytest.param("0", marks=pytest.mark.long)],
+                         ids=["fork-server", "interpreter-per-trial"])
+def test_a_setsid_grandchild_ends_with_its_trial_finished_or_timed_out(seeded_project: Path, fork: str) -> None:
+    """The issue's escape: before, both grandchildren were still running after the sweep."""
+    project = seeded_project
+    path = spec(project, "daemons", ["daemon", "daemon_hang"])
+    proc = orchestrate([str(path)], project, env={"ORCHESTRATE_FORK": fork})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trials = check_records(project, "daemons", 2)["study"].get_trials()
+    assert {t.params["fault"]: t.user_attrs["status"] for t in trials} == {"daemon": "ok", "daemon_hang": "timeout"}
+    assert left_behind(project) == []
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", pytest.param("SIGTERM", marks=pytest.mark.long)])
+def test_a_setsid_grandchild_ends_when_its_orchestrator_is_killed_or_stopped(seeded_project: Path, how: str) -> None:
+    """SIGKILL: nobody records anything, and the trial's watchdog (PR_SET_PDEATHSIG) ends its
+    descendants; SIGTERM: the sweep records the trial as interrupted, and the launcher ends them."""
+    project = seeded_project
+    path = spec(project, "killed", ["daemon_hang"], timeout_s=120)
+    proc = subprocess.Popen([ORCHESTRATE, str(path)], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while not sleepers(project):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(getattr(signal, how))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == (-signal.SIGKILL if how == "SIGKILL" else 143), out + err
+    assert left_behind(project) == []
+    if how == "SIGTERM":
+        assert err.strip().splitlines()[-1].startswith("orchestrate: stopped by SIGTERM")
+        check_records(project, "killed", 0)
+
+
+def test_a_closed_terminal_stops_the_sweep_as_sigterm_does(seeded_project: Path) -> None:
+    """A real pseudo-terminal as stdin, stdout and stderr, closed during trial 1; then SIGHUP, as
+    the kernel sends a session's processes when their terminal hangs up. Before: exit 129 from
+    Python's default action, the MLflow parent run and the trial left RUNNING."""
+    project = seeded_project
+    path = spec(project, "hangup", ["none", "hang"], timeout_s=60)
+    master, slave = os.openpty()
+    proc = subprocess.Popen([ORCHESTRATE, str(path)], cwd=project, stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 120
+    while b"#0 " not in seen and time.monotonic() < deadline:
+        try:
+            seen += os.read(master, 4096)
+        except OSError:
+            break
+    time.sleep(0.5)  # trial 1 (hang) is running
+    os.close(master)
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(timeout=60) == 129
+    records = check_records(project, "hangup", 1)  # nothing RUNNING; MLflow agrees with the study
+    assert [t.user_attrs["status"] for t in records["study"].get_trials()] == ["ok", "interrupted"]
+    assert _parent_status(project, "hangup") == "KILLED"
+    assert left_behind(project) == []
+
+
+def test_a_reader_that_leaves_the_pipe_stops_the_sweep_in_one_line(seeded_project: Path) -> None:
+    """``orchestrate spec | head -1``: the issue's exit 141 with the trial left RUNNING."""
+    project = seeded_project
+    path = spec(project, "piped", ["none", "hang"], timeout_s=60, min_measure_s=0.5)
+    run = subprocess.run(["bash", "-c", f"{ORCHESTRATE} {path} | head -1; echo ${{PIPESTATUS[0]}} > rc"], cwd=project,
+                         capture_output=True, text=True, timeout=300)
+    assert run.stdout.startswith("orchestrate: piped on cpu") and len(run.stdout.splitlines()) == 1
+    assert (project / "rc").read_text().strip() == "141"
+    lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("orchestrate: stopped by a closed pipe"), run.stderr
+    records = check_records(project, "piped")
+    assert all(t.state.name != "RUNNING" for t in records["study"].get_trials())
+    assert _parent_status(project, "piped") == "KILLED"
+    assert left_behind(project) == []
+
+
+def test_ctrl_c_during_check_and_repair_is_one_line_and_repair_converges_after_it(seeded_project: Path) -> None:
+    project = seeded_project
+    path = spec(project, "checked", ["none", "none"])
+    path.write_text(path.read_text().replace("fault: [none, none]", "hidden_size: [8, 16, 24]"))
+    assert orchestrate([str(path)], project).returncode == 0
+    (project / "mlruns" / "mlflow.db").unlink()  # --repair has three trials' records to write
+    interrupted = 0
+    for args, delay in ((["check", str(path)], 0.3), (["check", str(path), "--repair"], 1.0),
+                        (["check", str(path), "--repair"], 2.0)):
+        proc = subprocess.Popen([ORCHESTRATE, *args], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert "Traceback" not in err and len(lines) <= 1, (args, delay, err)
+        if proc.returncode == 130:  # else it had finished first
+            interrupted += 1
+            assert lines[0].startswith(f"orchestrate {' '.join(a for a in args if a.startswith(('c', '--')))}: "
+                                       "interrupted (Ctrl-C)"), lines
+    assert interrupted >= 2  # MLflow's import alone takes longer than 1 s
+    repaired = orchestrate(["check", str(path), "--repair"], project)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "The study, MLflow and the trial folders agree." in repaired.stdout
+    assert orchestrate(["check", str(path)], project).returncode == 0
+    assert left_behind(project) == []
+
+
+def _parent_status(project: Path, name: str) -> str:
+    from conftest import parent_runs
+
+    (parent,) = parent_runs(project, name)
+    return parent.info.status
+
+
+def test_a_trial_quiet_for_long_gets_a_line(seeded_project: Path) -> None:
+    """The issue's hung trial, silent until its timeout (15 minutes by default): a line once it has
+    run ``QUIET_S`` (2 s here) without a result, naming its phase and its log."""
+    project = seeded_project
+    path = spec(project, "quiet", ["hang"], timeout_s=8)
+    proc = orchestrate([str(path)], project, env={"ORCHESTRATE_QUIET_S": "2"})
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # the one trial timed out: nothing feasible
+    quiet = [ln for ln in proc.stderr.splitlines() if "without a result" in ln]
+    assert len(quiet) == 1, proc.stderr  # again only after 5 x 2 s, past the 8 s timeout
+    assert quiet[0].startswith("orchestrate: trial #0 has run ") and "it is killed at trial.timeout_s=8 s" in quiet[0]
+    assert "its log: " in quiet[0] and "trial-0000/trial.log" in quiet[0]
+    assert left_behind(project) == []

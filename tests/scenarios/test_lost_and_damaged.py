@@ -1,0 +1,179 @@
+"""Stores and folders damaged or lost between runs, as a new user damages them: an MLflow file
+truncated to 4 KB or overwritten with text, a study file truncated, a study whose name reads like
+a driver's error, trial folders deleted by hand or by the trial itself, MLflow runs deleted by
+hand. Each is one line that names the file and what to do (exit 2 where the user must act), and
+the way forward converges: MLflow rebuilt from the study, the same runs restored.
+
+Real files, damaged for real; the commands run as the installed ``orchestrate`` (the sweeps) or
+``orchestrator.cli.main`` in this process (``check``: MLflow is imported here already).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import check_records, left_behind, orchestrate, write_spec
+from orchestrator.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def spec(project: Path, name: str, extra: str = "", sizes: str = "8, 16, 24") -> Path:
+    return write_spec(project, f"""
+        name: {name}
+        experiment: experiments.faults
+        device: cpu
+        fixed: {{batch_size: 4{extra}}}
+        space:
+          hidden_size: [{sizes}]
+        search: {{sampler: grid}}
+        trial: {{warmup_steps: 1, measure_steps: 2, min_measure_s: 0.05, timeout_s: 60}}
+        """)
+
+
+def command(project: Path, *args: str) -> tuple[int, str, str]:
+    """``orchestrate ARGS`` in this process, in ``project``: exit code, stdout, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(project), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def one_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def run_ids(project: Path, name: str) -> list[str]:
+    from conftest import child_runs
+
+    return sorted(r.info.run_id for r in child_runs(project, name))
+
+
+@pytest.fixture
+def finished(project: Path) -> Path:
+    """A finished 3-trial study in ``project`` (its MLflow store made by the sweep itself)."""
+    path = spec(project, "damaged")
+    proc = orchestrate([str(path)], project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return path
+
+
+def test_a_damaged_mlflow_file_is_one_line_and_moved_aside_it_is_rebuilt_from_the_study(project: Path,
+                                                                                      finished: Path) -> None:
+    """The issue's tracebacks (sweep, check, --repair) for an MLflow file truncated to 4 KB or
+    replaced by text; then the remedy the line gives, and MLflow runs deleted by hand restored."""
+    db = project / "mlruns" / "mlflow.db"
+    good = db.read_bytes()
+    for name, damage in (("truncated to 4 KB", lambda: os.truncate(db, 4096)),
+                         ("text", lambda: db.write_text("this is not a database\n" * 20))):
+        db.write_bytes(good)
+        damage()
+        sweep = orchestrate([str(finished)], project)
+        assert sweep.returncode == 2, (name, sweep.stdout + sweep.stderr)
+        line = one_line(sweep.stderr)
+        assert line.startswith(f"{finished}:") and "tracking_uri: mlruns/mlflow.db " in line, line
+        assert "mv mlruns/mlflow.db mlruns/mlflow.db.corrupt" in line and "rebuilds MLflow's records" in line
+        for args in (["check", str(finished)], ["check", str(finished), "--repair"]):
+            code, out, err = command(project, *args)
+            assert code == 2 and out == "", (name, args, out, err)
+            line = one_line(err)
+            assert "mlruns/mlflow.db" in line and "move it aside" in line and "--repair" in line, line
+    shutil.move(db, db.with_name("mlflow.db.corrupt"))  # the line's remedy
+    code, out, err = command(project, "check", str(finished), "--repair")
+    assert code == 0 and "The study, MLflow and the trial folders agree." in out, out + err
+    from conftest import child_runs
+
+    runs = child_runs(project, "damaged")  # one finished run per trial, rebuilt (the study's
+    assert sorted(int(r.data.tags["trial_number"]) for r in runs) == [0, 1, 2]  # mlflow_run_id names the old file's)
+    assert all(r.info.status == "FINISHED" and r.data.metrics["samples_per_s"] > 0 for r in runs)
+
+    from mlflow.tracking import MlflowClient
+
+    before = run_ids(project, "damaged")
+    client = MlflowClient(f"sqlite:///{db}")
+    for run_id in before[:2]:  # runs the repair wrote, deleted by hand: restored, not written anew
+        client.delete_run(run_id)
+    code, out, err = command(project, "check", str(finished), "--repair")
+    assert code == 0 and "2 trial(s)' MLflow records written from the study" in out, out + err
+    assert run_ids(project, "damaged") == before
+    assert left_behind(project) == []
+
+
+def test_a_damaged_study_file_is_one_line_in_every_command(project: Path, finished: Path) -> None:
+    db = project / "mlruns" / "optuna.db"
+    os.truncate(db, 4096)
+    for args in ([str(finished)], [str(finished), "--dry-run"], ["report", str(finished)], ["best", str(finished)],
+                 ["check", str(finished)]):
+        proc = orchestrate(args, project)
+        assert proc.returncode == 2, (args, proc.stdout + proc.stderr)
+        line = one_line(proc.stderr)
+        assert "mlruns/optuna.db is truncated: 4,096 bytes" in line and "--new-study" in line, line
+    assert db.stat().st_size == 4096  # untouched
+
+
+def test_trial_folders_deleted_by_hand_or_by_the_trial_are_differences(project: Path, finished: Path) -> None:
+    """The issue's check that said "agree" with 0 of 2 folders, and the "its log: ..." line that
+    pointed at nothing."""
+    trials = sorted((project / "mlruns" / ".trials").glob("damaged-*/trial-*"))
+    shutil.rmtree(trials[0])
+    shutil.rmtree(trials[2])
+    code, out, err = command(project, "check", str(finished))
+    assert code == 1, out + err
+    assert f"trial 0: its folder {trials[0]} is missing" in out and f"trial 2: its folder {trials[2]} is missing" in out
+    assert "2 difference(s)." in out and "Repair:" not in out  # writing MLflow cannot bring them back
+
+    path = spec(project, "cleaner", ", fault: delete_folder", "8")
+    proc = orchestrate([str(path)], project)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "its trial folder was deleted while it ran" in proc.stdout
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "its log" in last and "is gone (its folder was deleted)" in last, last
+    code, out, err = command(project, "check", str(path))
+    assert code == 1 and "trial 0: its folder" in out and "is missing" in out, out + err
+
+
+def test_a_study_named_like_a_full_disk_resumes(seeded_project: Path) -> None:
+    """The issue's study named ``diskfull``: its second run read Optuna's DuplicatedStudyError,
+    whose SQL parameters hold the name, as a full disk (exit 75 on a roomy disk)."""
+    project = seeded_project
+    path = spec(project, "diskfull", sizes="8, 16")
+    first = orchestrate([str(path), "--n-trials", "1"], project)
+    assert first.returncode == 0, first.stdout + first.stderr
+    resumed = orchestrate([str(path)], project)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "1 of 2 trials done" in resumed.stdout
+    check_records(project, "diskfull", 2)
+
+
+def test_an_unreachable_tracking_server_is_said_at_once_and_no_study_is_claimed(project: Path) -> None:
+    """The issue's 5 silent minutes, then "the study is saved" where no study file was made:
+    nobody listens on the port; the wait is said at the first failed call, the end says that
+    nothing was started, and no study was created."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = spec(project, "unreachable", sizes="8")
+    path.write_text(path.read_text().replace("search: {sampler: grid}", "search: {sampler: grid, outage_s: 3}"))
+    proc = orchestrate([str(path), "--tracking-uri", f"http://127.0.0.1:{port}"], project)
+    assert proc.returncode == 75, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 2 and "Traceback" not in proc.stderr, lines
+    assert lines[0].startswith(f"orchestrate: the tracking store http://127.0.0.1:{port} is unreachable (")
+    assert "retrying for up to search.outage_s=3 s" in lines[0]
+    assert "more than search.outage_s=3" in lines[1] and lines[1].endswith("nothing was started: run the same "
+                                                                            "command once it is back")
+    assert "study is saved" not in proc.stderr and not (project / "mlruns" / "optuna.db").exists()
+    assert left_behind(project) == []

@@ -1,0 +1,60 @@
+"""A store that goes away is said at once, and waited out (``outage.Outage``): real connection
+errors from a real closed port, a call that hangs for real, and the line that ends the wait. The
+whole commands against a tracking server nobody listens on: tests/scenarios/test_lost_and_damaged.py."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from orchestrator.store import outage as O
+
+
+def refused() -> None:
+    """A real lost connection: a TCP connect to a port nobody listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def test_the_first_failure_is_said_at_once_once_per_outage_and_the_end_names_no_study() -> None:
+    lines: list[str] = []
+    waits: list[float] = []
+    guard = O.Outage("the tracking store http://127.0.0.1:9", 300, sleep=waits.append, say=lines.append)
+    calls = iter([refused, refused, lambda: "back", refused, lambda: "back again"])
+    assert guard.call(lambda: next(calls)()) == "back"
+    assert len(lines) == 1 and lines[0].startswith("orchestrate: the tracking store http://127.0.0.1:9 is unreachable (")
+    assert "Connection refused" in lines[0] and "retrying for up to search.outage_s=300 s" in lines[0]
+    assert waits == [0.5, 1.0]  # said once, though it failed twice
+    assert guard.call(lambda: next(calls)()) == "back again"
+    assert len(lines) == 2  # a new outage is said again
+
+    short = O.Outage("the tracking store X", 0.0, sleep=lambda s: time.sleep(0.01), say=lines.append)
+    with pytest.raises(O.StoreDown) as down:
+        short.call(refused)
+    text = str(down.value)
+    assert "the study is saved" not in text and text.endswith("run the same command once it is back")
+    assert str(down.value.with_outcome("nothing was started")).endswith("; nothing was started")
+
+
+def test_a_call_with_no_answer_is_said_within_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host that drops packets: no failure to see until a connection timeout; the wait is said
+    after ``NOTICE_S`` of it (made short here), once."""
+    monkeypatch.setattr(O, "NOTICE_S", 0.5)
+    lines: list[str] = []
+    guard = O.Outage("the study's database postgresql://db/optuna", 300, say=lines.append)
+    release = threading.Event()
+    started = time.monotonic()
+    worker = threading.Thread(target=guard.call, args=(lambda: release.wait(10),))
+    worker.start()
+    while not lines and time.monotonic() - started < 5:
+        time.sleep(0.05)
+    release.set()
+    worker.join()
+    assert len(lines) == 1 and time.monotonic() - started < 5, lines
+    assert lines[0].startswith("orchestrate: waiting for the study's database postgresql://db/optuna: no answer for 0.5 s")
+    assert guard.call(lambda: "quick") == "quick" and len(lines) == 1
