@@ -93,3 +93,12 @@ def noise_of(ci: float | None, measurements: int = 1) -> float | None:
     if ci is None:
         return None
     return ci / Z95 * math.sqrt(measurements)
+
+
+def shown(ci: float, table: bool = False) -> str:
+    """A 95% half-width (log scale) as a person reads it: ``+-4.0%`` where the interval is nearly
+    symmetric (up to 25%), else the factor either way, ``a factor of 6.8 either way`` (``table``:
+    ``x/6.8``, in a column headed ``+-95%``)."""
+    if ci <= 0.25:
+        return f"{ci:.1%}" if table else f"+-{ci:.1%}"
+    return f"x/{math.exp(ci):.1f}" if table else f"a factor of {math.exp(ci):.1f} either way"

@@ -160,7 +160,8 @@ class Proposer:
                     if decision.config is None:
                         if waiting:
                             return WAIT  # their results may change the verdict
-                        self.exhausted = decision.verdict.reason
+                        if len(v.results) < self.target or decision.verdict.unsure:  # else: as without a search
+                            self.exhausted = decision.verdict.reason
                         return DONE
                     again = v.results.get(config_key(decision.config)) if decision.why == "remeasure" else None
                     enqueue(self.study, decision.config, chosen_by=decision.why,

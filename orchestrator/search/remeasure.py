@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.harness.spread import shown
 from orchestrator.search.priors import pooled_noise
 
 ALLOWANCE = 0.5
@@ -154,22 +155,17 @@ def unsure_reason(best: tuple[str, Measured, float], rival: tuple[str, Measured,
     how noisy, and what would tell them apart. ``best``/``rival``: (parameters, record, value);
     ``spread``: one measurement's 95% half-width (log scale), the sweep's typical."""
     (b_text, b, b_value), (r_text, r, r_value) = best, rival
-    gap = b_value / r_value - 1 if r_value else math.inf
+    gap = abs(b_value / r_value - 1) if r_value else math.inf
     measured = (f"measured {b.measurements} and {r.measurements} times" if b.measurements > 1 or r.measurements > 1
                 else "measured once each")
     why = ("trial.repeats is a number, so nothing is measured again (trial.repeats: auto would)" if not enabled
-           else "measuring again used its allowance (half the time of the first measurements)" if allowance_spent
+           else "measuring again used its allowance, half the time of the first measurements" if allowance_spent
            else "more measurements could not settle it within the allowance")
-    noise = f", each measurement within +-{spread:.0%} at 95%" if spread is not None else ""
-    return (f"unsure: trial {b.number} ({b_text}) and trial {r.number} ({r_text}) are {gap:.1%} apart, "
+    noise = f", each measurement within {shown(spread)} at 95%" if spread is not None else ""
+    return (f"unsure of the answer: trial {b.number} ({b_text}) and trial {r.number} ({r_text}) are {gap:.1%} apart, "
             f"{measured}{noise}; the chance that the answer is more than {band:.0%} off is {chance:.0%} "
             f"({why}). To tell them apart: run on a quieter machine, measure longer (trial.min_measure_s), "
             f"or measure more (trial.repeats)")
-
-
-def noisy(spread: float | None, band: float) -> bool:
-    """Whether one measurement's 95% half-width is wider than the band the stop works to."""
-    return spread is not None and spread > band
 
 
 def describe(config: dict[str, Any]) -> str:

@@ -302,7 +302,7 @@ class Sweep:
         if self.plan.not_applied and "not_applied" not in tags:
             tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in self.plan.not_applied.items())
         self.tracker.finish_trial(job.run_ref, status, run_metrics(outcome.metrics, outcome.result, extra),
-                                  tags, trialdir.files(job.trial_dir, processes))
+                                  tags, trialdir.files(job.trial_dir, len(job.runs)))  # this trial's own processes
         reached("after_finish")
         if status in RESULT_STATUSES:
             self.best = rank(result_trials(self.study), self.spec)
