@@ -86,15 +86,6 @@ def combined_ci95(values: Sequence[float], windows_ci95: Sequence[float | None])
     return ci95(max(known), n) if known else None
 
 
-def noise_of(ci: float | None, measurements: int = 1) -> float | None:
-    """The spread (standard deviation of the log) of one measurement, from a value's
-    ``throughput_ci95`` over ``measurements``: what the search's model takes as that value's noise
-    is ``ci / 1.96`` (already over all its measurements)."""
-    if ci is None:
-        return None
-    return ci / Z95 * math.sqrt(measurements)
-
-
 def shown(ci: float, table: bool = False) -> str:
     """A 95% half-width (log scale) as a person reads it: ``+-4.0%`` where the interval is nearly
     symmetric (up to 25%), else the factor either way, ``a factor of 6.8 either way`` (``table``:

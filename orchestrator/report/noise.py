@@ -56,7 +56,7 @@ def noise_line(spec: SweepSpec, results: list[Any], load: dict[str, Any] | None 
     else:
         more = f"trial.repeats: auto, or more than {t.repeats}" if t.repeats > 1 else "trial.repeats: auto or 3"
     return (f"Noise: one measurement of the throughput is within {shown(spread)} at 95% here (median of {n} "
-            f"trial{'s' if n != 1 else ''}), wider than the {band:.0%} the answer is meant to be within "
+            f"trial{'s' if n != 1 else ''}), wider than the {band * 100:g}% the answer is meant to be within "
             f"(search.band){where}. Configurations closer than that may swap places when run again: run on a "
             f"quieter machine, measure longer ({longer}) or more often ({more})")
 

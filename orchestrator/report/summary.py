@@ -38,12 +38,12 @@ def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[s
     if status != Status.OK and detail:
         line += f"  ({short_detail(detail, DETAIL_WIDTH)})"
     notes = []
+    if status == Status.OK and metrics.get(M.SAMPLES_PER_S + "_spread") is not None:
+        notes.append(f"median of {repeats}, spread {metrics[M.SAMPLES_PER_S + '_spread']:.0%}")
     if status == Status.OK and metrics.get(M.THROUGHPUT_CI95) is not None:
         notes.append(f"{spread.shown(metrics[M.THROUGHPUT_CI95])} at 95%")
     if remeasure_of is not None:
         notes.append(f"#{remeasure_of}'s configuration measured again, alternating with its rival")
-    if status == Status.OK and metrics.get(M.SAMPLES_PER_S + "_spread") is not None:
-        notes.append(f"median of {repeats}, spread {metrics[M.SAMPLES_PER_S + '_spread']:.0%}")
     if status == Status.OK and metrics.get(M.COMPILE_S) is not None:  # within the trial's start-up, not its window
         notes.append(f"compiled in {metrics[M.COMPILE_S]:.1f} s")
     if neighbour_of is not None:

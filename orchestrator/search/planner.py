@@ -144,7 +144,7 @@ class Planner:
         open_ = [i for i in left if p_fit[i] > 0.0]
         too_large = sum(1 for i in left if p_fit[i] < 0.05)
         probe = self._boundary_probe(p_fit, results, in_flight) if open_ else None
-        model = self._model(idx, y, in_flight, p_fit) if open_ or self.again else None
+        model = self._model(idx, y, in_flight, p_fit) if open_ or stop else None
         rivals = self._rivals(model, in_flight) if stop else []
         if not open_ and not rivals:
             return Decision(None, Verdict(True, 0.0, len(left), too_large,
