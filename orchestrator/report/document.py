@@ -205,8 +205,10 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
     counts = ", ".join(f"{n} {s}" for s, n in rep["counts"].items() if n) or "none yet"
     lines += ["", f"Results: {counts}; trial time {rep['total_time_s']:.0f} s ({rep['total_time_s'] / 60:.1f} min)"]
     if rep["not_results"]:
-        lines.append(f"  {rep['not_results']} trial(s) interrupted, running, repeated or measured again later are "
-                     "shown above but are not results and not counted")
+        again = sum(r.get("remeasured_as") is not None for r in rows)
+        lines.append(f"  {rep['not_results']} trial(s) interrupted, running or repeated are shown above but are not "
+                     "results and not counted" + (f" ({again} of them measured again later: the later trial holds "
+                                                  "the configuration's result)" if again else ""))
     if noisy := noise_line(spec, [], (rep.get("load") or [None])[-1], rep["noise"].get("one_measurement_ci95"),
                            rep["noise"].get("trials", 0)):
         lines.append(noisy)

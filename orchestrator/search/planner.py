@@ -11,10 +11,14 @@ What it knows before any trial, and how it uses it:
   precision is faster on most GPU work), each effect with a spread the measurements overrule,
   plus a Gaussian process for everything else, parameters it knows nothing about included.
 
+- **Noise** (``remeasure``): each measurement's own spread (``throughput_ci95``); a measured
+  configuration whose spread lets it beat the best by more than the band is a rival, counted in
+  the stop's chance and, with ``trial.repeats: auto``, measured again alternately with the best.
+
 The priors order the search; measurements decide its stop. The first trials find the memory
-boundary of the most promising group (the configurations the priors rank best, across batch
-sizes) by bisection on the batch, starting in the middle of the list (on a CPU, with the batch
-below the first next). Then each trial is the one
+boundary of the most promising group (``boundary``: the configurations the priors rank best,
+across batch sizes) by bisection on the batch, starting in the middle of the list (on a CPU, with
+the batch below the first next). Then each trial is the one
 with the highest chance to fit and beat the best by more than the band. Every value of a searched
 parameter (batch size aside: the bisection measures its trend; for another numeric one, the values
 between two measured ones are interpolated) gets one look before the sweep may end, unless no
@@ -23,7 +27,8 @@ instead, so that only that parameter differs; the look comes once the likeliest 
 chance is below ``COVER_BELOW``, and always before the stop. The sweep ends when the chance that
 some configuration left (not measured, not running, not proven too large) beats the best measured
 by more than ``band`` falls below ``STOP_CHANCE``, estimated by sampling the model's joint
-posterior; the stop line names each value never measured and what the model predicts for it.
+posterior; the stop line names each value never measured and what the model predicts for it, and
+says where the search could not tell its best from a rival (``remeasure``).
 Pure: the proposer calls ``Planner.decide`` with what the study holds.
 """
 
@@ -36,6 +41,7 @@ import numpy as np
 
 from orchestrator.outcome import NOT_FITTING, Status
 from orchestrator.search import cost
+from orchestrator.search.boundary import Boundary
 from orchestrator.search import surrogate as S
 from orchestrator.search.feasibility import (
     FitIndex,
@@ -58,8 +64,6 @@ COVER_BELOW = 0.3
 """Below this chance for the likeliest configuration left (to fit and beat the best by more than
 the band), a parameter value never measured gets its one look (and always before the stop)."""
 REFIT_ALWAYS = 40
-LEAD_TIE = 0.05
-"""Prior effects (log throughput) closer than this to the best do not decide the first column."""
 PAIR_FITS = 0.2
 """A paired look this unlikely to fit goes to the largest batch of it that is likelier (``_paired``)."""
 TOP = 200
@@ -89,14 +93,14 @@ class Planner:
         self.space, self.scaling_feature = encode(configs, names, values, metric, device if self.maximize else None,
                                                    self.scaling, native_half)
         self.noise_floor = NOISE_FLOOR.get(device, max(NOISE_FLOOR.values()))
-        self.down_first = device == "cpu"
-        """Whether the bisection measures one batch below its first before going up (``_boundary_probe``)."""
         self._fitted: tuple[int, list[tuple[float, S.Hyper]]] | None = None
         self.values = values
+        self.boundary = Boundary(configs, self.keys, self.scaling, self.space, self.scaling_feature, order, values,
+                                 down_first=device == "cpu")
+        """The first trials: the most promising batch column's memory boundary (``boundary``)."""
         self.fit_index = FitIndex(configs, order, self.scaling)
         self.value_keys = [[(n, value_key(n, v)) for n, v in c.items()] for c in configs]
         """Per configuration, its (parameter, value key) pairs: what the stop rule's looks count."""
-        self._lead: list[int] | None = None
         self._seen = Measurements(self.noise_floor)
         """The measured configurations, read with the observations (``remeasure``)."""
 
@@ -143,7 +147,7 @@ class Planner:
         left = [i for i, k in enumerate(self.keys) if k not in results and k not in in_flight]
         open_ = [i for i in left if p_fit[i] > 0.0]
         too_large = sum(1 for i in left if p_fit[i] < 0.05)
-        probe = self._boundary_probe(p_fit, results, in_flight) if open_ else None
+        probe = self.boundary.probe(p_fit, results, in_flight) if open_ else None
         model = self._model(idx, y, in_flight, p_fit) if open_ or stop else None
         rivals = self._rivals(model, in_flight) if stop else []
         if not open_ and not rivals:
@@ -233,64 +237,6 @@ class Planner:
                 if key not in flying:
                     out[key].append(i)
         return out
-
-    # -- the first trials: the boundary of the most promising group ------------------------------
-    def _boundary_probe(self, p_fit: np.ndarray, results: dict[str, Any], in_flight: set[str]) -> int | None:
-        """Bisect the batch column of the group the priors rank first, while its boundary is open.
-        On a CPU, once its first batch has a result, the batch below it first: there a larger batch
-        is barely faster (the prior: +0.05 a doubling, either sign within its spread) and a trial
-        costs about its batch's samples (the step down half the first, the step up twice it)."""
-        if self.scaling is None:
-            return None
-        column = self._leading_column()
-        if any(self.keys[i] in in_flight for i in column):
-            return None
-        done = [i for i in column if self.keys[i] in results]
-        if self.down_first and len(done) == 1 and p_fit[done[0]] == 1.0:
-            below = [i for i in column if self.configs[i][self.scaling] < self.configs[done[0]][self.scaling]]
-            if below:
-                return below[-1]
-        fits = [i for i in column if p_fit[i] == 1.0]
-        fails = [i for i in column if p_fit[i] == 0.0]
-        low = max((self.configs[i][self.scaling] for i in fits), default=-math.inf)
-        high = min((self.configs[i][self.scaling] for i in fails), default=math.inf)
-        gap = [i for i in column if low < self.configs[i][self.scaling] < high and self.keys[i] not in results]
-        if not gap:
-            return None
-        return gap[len(gap) // 2]
-
-    def _leading_column(self) -> list[int]:
-        if self._lead is None:
-            self._lead = self._lead_column()
-        return self._lead
-
-    def _lead_column(self) -> list[int]:
-        """The batch column to bisect first: of the configurations the priors rank first (within
-        ``LEAD_TIE`` of the best, once batch size is set aside), the one that needs the least
-        memory by the memory order (a small gain such as accumulation's is not worth the memory
-        it may cost), then the spec's first."""
-        prior = self.space.H @ self.space.prior_mean - self.space.H[:, self.scaling_feature] * \
-            self.space.prior_mean[self.scaling_feature]
-        near = [i for i in range(len(prior)) if prior[i] >= prior.max() - LEAD_TIE]
-        lead = min(near, key=lambda i: (self._memory_rank(self.configs[i]), i))
-        rest = {k: v for k, v in self.configs[lead].items() if k != self.scaling}
-        column = [i for i, c in enumerate(self.configs) if {k: v for k, v in c.items() if k != self.scaling} == rest]
-        return sorted(column, key=lambda i: self.configs[i][self.scaling])
-
-    def _memory_rank(self, config: dict[str, Any]) -> float:
-        """How much memory ``config`` needs, in the memory order's units, batch size set aside: the
-        position of an ordered value (negated for ``decreasing``), a mapped rank, else 0."""
-        total = 0.0
-        for name, value in config.items():
-            rule = self.order.get(name)
-            if name == self.scaling or rule is None or rule == "neutral":
-                continue
-            if isinstance(rule, dict):
-                total += float(rule.get(value, 0))
-            else:
-                ranked = sorted(self.values[name])
-                total += ranked.index(value) * (1 if rule == "increasing" else -1)
-        return total
 
     def _look(self, model: Model | None, looks: list[tuple[str, list[int]]], p_fit: np.ndarray) -> int:
         """The one look to take: for each unseen value, the best measured configuration with that

@@ -158,8 +158,8 @@ class TrialSettings:
     repeats: Annotated[int, Bound(minimum=1, maximum=MAX_TRIAL_REPEATS)] | Literal["auto"] = "auto"
     """Processes per configuration; the recorded metrics are their median (memory: the largest).
     ``auto``: one, and where the auto search cannot tell its best from a rival within their spread,
-    both measured again, alternating, before it stops (at most half again the time of the first
-    measurements); with another sampler, one."""
+    both measured again, alternating, before it stops (at most a quarter of the time the first
+    measurements took); with another sampler, one."""
 
     @property
     def processes(self) -> int:
