@@ -122,3 +122,15 @@ def check(path: Path, levels: list[Level]) -> list[tuple[str, bool]]:
         out.append((f"{name}: at {label(lv.level)} a wrong answer not said in {got:.0%} of seeds <= "
                     f"{TARGETS['silent']:.0%}", got <= TARGETS["silent"]))
     return out
+
+
+def summary(levels: list[Level]) -> dict[str, Any]:
+    """The ``--json`` entry of one landscape: per level, the shares and the stop's medians."""
+    quiet = next((lv for lv in levels if lv.level == QUIET), None)
+    out = {}
+    for lv in levels:
+        stop = statistics.median(lv.stops)
+        out[lv.level] = {"answer": round(lv.share("answer"), 4), "unsure": round(lv.share("unsure"), 4),
+                         "silent": round(lv.silent(), 4), "stop_s": round(stop, 3),
+                         "vs_quiet": round(stop / statistics.median(quiet.stops), 3) if quiet else None}
+    return out

@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                 judged = noise_levels.run_levels(path, seeds, args.band, pool, levels)
                 noise_levels.report(path, judged)
                 checks += noise_levels.check(path, judged)
+                figures[path.name] = noise_levels.summary(judged)
             paths = []
         for path in paths:
             results, grid_total = run_landscape(path, seeds, args.band, args.noise, pool,

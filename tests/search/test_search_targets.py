@@ -77,3 +77,24 @@ def test_a_landscape_that_contradicts_a_prior_is_held_to_its_own_targets() -> No
     texts = [text for text, _ in b.check_targets(contradicting[0], results, grid)]
     assert all(t.startswith("[contradicts] ") for t in texts)
     assert any(f"<= {b.CONTRADICTING['ratio']}" in t for t in texts)
+
+
+@pytest.mark.parametrize("name", ["bert_tiny_cpu_rlimit_r3", "bert_base_seq512_h100_cap025"])
+def test_at_30_percent_noise_the_stop_says_it_is_unsure(name: str) -> None:
+    """Issue #38 (``search_efficiency.py --noise-levels`` prints the figures over 50 seeds): with
+    each measurement 30% noisy, the stop says it could not tell its best from a rival."""
+    levels = bench_module("noise_levels")
+    path = ROOT / "bench" / "landscapes" / f"{name}.csv"
+    for seed in SEEDS:
+        _, unsure, _ = levels.replay_one(str(path), "0.30", seed, 0.02)
+        assert unsure, (name, seed)
+
+
+@pytest.mark.parametrize("name", ["mlp_h100_cap006", "bert_tiny_cpu_rlimit_r3"])
+def test_at_10_percent_noise_an_answer_off_by_more_than_the_band_is_said(name: str) -> None:
+    """Issue #38: where the answer is more than 2% off the best, the stop says it is unsure."""
+    levels = bench_module("noise_levels")
+    path = ROOT / "bench" / "landscapes" / f"{name}.csv"
+    for seed in SEEDS:
+        in_band, unsure, _ = levels.replay_one(str(path), "0.10", seed, 0.02)
+        assert in_band or unsure, (name, seed)
