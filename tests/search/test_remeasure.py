@@ -26,11 +26,12 @@ def test_the_one_measured_less_recently_goes_next(best: int, rival: int, due: st
     assert R.next_of_pair(R.Measured(best), R.Measured(rival)) == due
 
 
-def test_the_allowance_is_half_the_first_measurements_time() -> None:
+def test_the_allowance_is_a_share_of_the_first_measurements_time() -> None:
     once = [R.Measured(0, 1, 4.0), R.Measured(1, 1, 4.0)]
-    assert R.allowance_left(once, 8.0) == pytest.approx(4.0)
+    assert R.allowance_left(once, 16.0) == pytest.approx(R.ALLOWANCE * 16.0) and R.again_allowed(once, 16.0)
     again = [R.Measured(0, 2, 4.0), R.Measured(1, 1, 4.0)]          # one measurement again: 4 s of it
-    assert R.allowance_left(again, 8.0) == pytest.approx(0.0) and not R.again_allowed(again, 8.0)
+    assert R.allowance_left(again, 16.0) == pytest.approx(R.ALLOWANCE * 16.0 - 4.0)
+    assert not R.again_allowed(again, 4.0 / R.ALLOWANCE)
 
 
 @pytest.mark.parametrize("gap, noise, want", [(0.0, 0.02, 2 * (0.02 * 1.645 / 0.02) ** 2),
