@@ -5,6 +5,7 @@ to stop? Replayed on recorded landscapes through the orchestrator's real sweep l
     python bench/search_efficiency.py bench/landscapes/x.csv --seeds 20 --first-seed 5000
     python bench/search_efficiency.py --noise 0.02 --json out.json  # measurements 2% noisy
     python bench/search_efficiency.py --check                       # exit 1 if a target fails
+    python bench/search_efficiency.py --noise-levels --first-seed 7000   # 2%, 10%, 30% CV, a drift
 
 Each landscape (``bench/landscapes/``, see its README) holds the real result of every
 configuration of a space. A search is replayed over it (``orchestrator.replay.strategies``): trials are
@@ -39,6 +40,9 @@ the stop in >= 95% of seeds at a median stop_ratio <= 0.40. On landscapes record
 a prior (``contradicts`` in landscapes.json; ``CONTRADICTING``): the band measured before the stop
 in >= 95% of seeds, ratio <= 0.30 and time to band <= 1.5x Lightning's. Prints figures and
 PASS/FAIL lines; exits 0 (``--check``: 1 when a target fails).
+
+``--noise-levels`` replays only the shipped search, at 2%, 10% and 30% CV and at a CV that drifts
+during the sweep, and judges its answer and its stop (``bench/noise_levels.py``, issue #38).
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ from orchestrator.replay.landscape import RECORDED_STATUSES, Landscape, load_lan
 from orchestrator.replay.strategies import (default_others, landscape_spec, lightning_pick, lightning_search,  # noqa: E402
                                  replay_run, time_to_band)
 from orchestrator.report.summary import fmt_params  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+import noise_levels  # noqa: E402
 
 LANDSCAPES = ROOT / "bench" / "landscapes"
 FIRST_SEED, SEEDS = 1000, 100  # seeds 0-299 tuned the TPE defaults; the auto search was built on 0
@@ -271,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gp", action="store_true", help="also replay Optuna's GPSampler (needs torch; slow)")
     p.add_argument("--slots", type=int, default=1, help="trials at a time on the simulated clock (issue #31: "
                    "compare --slots 2 with 1; default 1)")
+    p.add_argument("--noise-levels", nargs="?", const=",".join(noise_levels.LEVELS),
+                   help="replay the shipped search at these noise levels (default "
+                        f"{','.join(noise_levels.LEVELS)}) and judge its answer and stop (issue #38)")
     p.add_argument("--strategies", help="replay only these, comma-separated (grid, random, tpe+skip, shipped, "
                    "lightning, optuna-gp); targets are checked where shipped is among them")
     args = p.parse_args(argv)
@@ -284,13 +294,22 @@ def main(argv: list[str] | None = None) -> int:
     checks: list[tuple[str, bool]] = []
     figures: dict[str, Any] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        if args.noise_levels:
+            levels = tuple(args.noise_levels.split(","))
+            print(f"seeds {seeds.start}-{seeds.stop - 1}; the answer judged on the recorded throughput, band {args.band:.0%}")
+            for path in paths:
+                judged = noise_levels.run_levels(path, seeds, args.band, pool, levels)
+                noise_levels.report(path, judged)
+                checks += noise_levels.check(path, judged)
+                figures[path.name] = noise_levels.summary(judged)
+            paths = []
         for path in paths:
             results, grid_total = run_landscape(path, seeds, args.band, args.noise, pool,
                                                 args.gp or "optuna-gp" in wanted, wanted or None, args.slots)
             report(path, results, grid_total, args.band, seeds, args.noise)
             checks += check_targets(path, results, grid_total)
             figures[path.name] = summary(path, results, grid_total)
-    print("\nTargets (shipped = what a spec gets by default: the auto search, stop: auto):")
+    print("\nTargets (shipped = what a spec gets by default: the auto search, stop: auto, trial.repeats: auto):")
     for text, ok in checks:
         print(f"   {'PASS' if ok else 'FAIL'}  {text}")
     if args.json is not None:

@@ -7,6 +7,7 @@ TOKENS_PER_S = "tokens_per_s"
 STEP_TIME_MS_P50 = "step_time_ms_p50"
 STEP_TIME_MS_P90 = "step_time_ms_p90"
 THROUGHPUT_CV = "throughput_cv"            # coefficient of variation over sub-windows (0.02 = 2 %)
+THROUGHPUT_CI95 = "throughput_ci95"        # the throughput's 95% half-width, log scale (0.05 = +-5 %): harness/spread.py
 PEAK_MEMORY_GIB = "peak_memory_gib"        # the headline peak; meaning per backend in docs/measurement.md
 PEAK_ALLOCATED_GIB = "peak_allocated_gib"  # CUDA/MPS: peak bytes held by live tensors
 PEAK_RESERVED_GIB = "peak_reserved_gib"    # CUDA/MPS: peak bytes the caching allocator held

@@ -67,6 +67,11 @@
 #                                 rounds, then the hooks' cost, 4 bare/hooked pairs), then scripts swept end to end
 #                                 on CUDA: the BERT loop under a 15% cap (auto search), the Hugging Face Trainer and
 #                                 the Lightning examples (about 6 minutes on an H100)
+#   bash docs/gpu/session.sh n38  issue #38: the headline (bert_memory.yaml, auto search, trial.repeats: auto)
+#                                 from an empty folder twice, each in its own folder, then report: the
+#                                 throughput_ci95 of a quiet H100 (expected under the 2% band: no Noise line),
+#                                 how often the search measures again there and whether both runs answer alike;
+#                                 then bench/noise.py --no-load on the host's CPU (about 4 minutes)
 #   bash docs/gpu/session.sh f2   the same, 2 rounds, side by side with the code before (main's
 #                                 orchestrator/ and experiments/ copied into .before_first_trial/:
 #                                 git archive main orchestrator experiments | tar -x -C .before_first_trial);
@@ -257,6 +262,16 @@ d41)
   python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
   step devices; timeout 560 python3 bench/devices.py sweeps/bert_memory.yaml --one cuda:0 --many cuda:0,cuda:1 \
       --many auto --rounds 2 --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
+  ;;
+n38)
+  R=$PWD
+  for run in 1 2; do
+    step "headline $run"; d=$(mktemp -d); cd "$d"
+    { time timeout 280 $ORCH "$R/sweeps/bert_memory.yaml"; $ORCH report "$R/sweeps/bert_memory.yaml"; } \
+        > "$OUT/noise_headline_$run.log" 2>&1; cd "$R"
+  done
+  step noise-cpu; timeout 900 python3 bench/noise.py --no-load --json "$OUT/noise_cpu_h100_host.json" \
+      > "$OUT/noise_cpu_h100_host.log" 2>&1
   ;;
 esac
 step done; tail -n 40 "$OUT"/*.log

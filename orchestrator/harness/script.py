@@ -163,7 +163,8 @@ class Meter:
 
     def figures(self, elapsed: float, swap_end: swap.SwapSample) -> dict[str, Any]:
         """The window's figures, as ``train.figures`` gives a module's (no loss: the script keeps it)."""
-        from orchestrator.harness.train import _percentile, _subwindow_cv
+        from orchestrator.harness import spread
+        from orchestrator.harness.train import _percentile
 
         steps = len(self.marks) - 1
         if self.device == "cuda":
@@ -182,7 +183,7 @@ class Meter:
             M.TOKENS_PER_S: tokens / elapsed if tokens else None,
             M.STEP_TIME_MS_P50: statistics.median(step_ms),
             M.STEP_TIME_MS_P90: _percentile(step_ms, 0.9),
-            M.THROUGHPUT_CV: _subwindow_cv(step_ms),
+            **spread.window_figures(step_ms),  # throughput_cv, throughput_ci95: as a module's trial
             M.MEASURE_S: elapsed,
             M.MEASURE_STEPS: float(steps),
             M.STARTUP_S: self.startup_s,

@@ -23,7 +23,7 @@ import torch
 
 from orchestrator.spec import knobs
 from orchestrator import metrics as M
-from orchestrator.harness import backend, compiled, fallback, swap
+from orchestrator.harness import backend, compiled, fallback, spread, swap
 from orchestrator.harness import marks as MK
 from orchestrator.harness.protocol import TrialConfig
 from orchestrator.harness.workload import Workload
@@ -344,7 +344,7 @@ def figures(trial: Trial, warm: Warm, window: Window, fell_back: fallback.Fallba
                          if workload.tokens_per_sample else None),
         M.STEP_TIME_MS_P50: statistics.median(step_ms),
         M.STEP_TIME_MS_P90: _percentile(step_ms, 0.9),
-        M.THROUGHPUT_CV: _subwindow_cv(step_ms),
+        **spread.window_figures(step_ms),  # throughput_cv, throughput_ci95
         M.LOSS: mean_loss,
         M.LOSS_FIRST: warm.loss_first,
         M.MEASURE_S: elapsed,
@@ -386,14 +386,3 @@ def _percentile(values: list[float], q: float) -> float:
     k = (len(ordered) - 1) * q
     lo, hi = math.floor(k), math.ceil(k)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def _subwindow_cv(step_ms: list[float], parts: int = 5) -> float | None:
-    """Spread of throughput across sub-windows: std / mean of per-part step rates."""
-    n = min(parts, len(step_ms))
-    if n < 2:
-        return None
-    size = len(step_ms) // n
-    rates = [size / sum(step_ms[i * size:(i + 1) * size]) for i in range(n)]
-    mean = statistics.fmean(rates)
-    return statistics.pstdev(rates) / mean if mean else None

@@ -14,7 +14,6 @@ Never imports torch; Optuna only inside the functions that need it.
 from __future__ import annotations
 
 import copy
-import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, Callable
 
 from orchestrator.harness.protocol import TrialResult
 from orchestrator.replay.landscape import Landscape
+from orchestrator.replay.noise import Noise, measure
 from orchestrator.launch import Launched, StopFlag
 from orchestrator import trialdir
 from orchestrator.harness.protocol import TrialConfig
@@ -33,23 +33,24 @@ REPLAY_PATH = Path("<replay>")
 
 class ReplayLauncher:
     """``launch.launch_trial``'s signature; answers from the landscape and creates nothing on disk.
-    ``noise``: each measured throughput is the recorded one times ``exp(N(0, noise))`` (seeded by
-    ``seed``), as a second measurement of the same configuration would differ."""
+    ``noise``: what a measurement sees of the recorded throughput (``replay.noise``; a number is a
+    constant CV), seeded by ``seed``, at the time ``clock()`` says (the runner's simulated clock)."""
 
-    def __init__(self, landscape: Landscape, noise: float = 0.0, seed: int = 0) -> None:
-        self.landscape, self.noise = landscape, noise
+    def __init__(self, landscape: Landscape, noise: float | Noise = 0.0, seed: int = 0,
+                 clock: Callable[[], float] = lambda: 0.0) -> None:
+        self.landscape = landscape
+        self.noise = noise if isinstance(noise, Noise) else Noise(float(noise))
         self.rng = random.Random(seed)
+        self.clock = clock
         self.calls: list[dict[str, Any]] = []
 
     def __call__(self, config: TrialConfig, trial_dir: Path, env: dict[str, str], timeout_s: float,
                  stop: StopFlag | None = None) -> Launched:
         row = self.landscape.row(config.params)
         self.calls.append({c: row.params[c] for c in self.landscape.columns})
-        measured = row.samples_per_s
-        if measured is not None and self.noise:
-            measured *= math.exp(self.rng.gauss(0.0, self.noise))
-        metrics = {k: v for k, v in (("samples_per_s", measured),
-                                      ("peak_memory_gib", row.peak_memory_gib)) if v is not None}
+        metrics = measure(row.samples_per_s, self.noise, self.clock(), self.rng) if row.samples_per_s is not None else {}
+        if row.peak_memory_gib is not None:
+            metrics["peak_memory_gib"] = row.peak_memory_gib
         ok = row.status == Status.OK
         detail = None if ok else f"replayed from {self.landscape.path.name}: {row.status}"
         return Launched(Outcome(Status(row.status), detail, TrialResult(row.status, metrics=metrics)),
@@ -175,6 +176,10 @@ class Replayed:
     stopped_because: str | None
     end_s: float
     """The simulated clock when the sweep ended (it ended itself, or ran out of configurations)."""
+    answer: dict[str, Any] | None = None
+    """The best configuration the sweep reported (``records.rank``'s first), None if none fitted."""
+    unsure: bool = False
+    """The search stopped saying it could not tell its best from a rival (``search/remeasure``)."""
 
 
 def replay_sweep(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip: bool,
@@ -186,7 +191,7 @@ def replay_sweep(spec_dict: dict[str, Any], landscape: Landscape, seed: int, ski
 
 def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip: bool,
                sampler: Any = None, launcher: Callable[..., Launched] | None = None,
-               neighbours: bool = True, slots: int = 1, noise: float = 0.0) -> Replayed:
+               neighbours: bool = True, slots: int = 1, noise: float | Noise = 0.0) -> Replayed:
     """Run the orchestrator's sweep loop over ``landscape``. ``sampler`` replaces the one the spec
     names (``study.make_sampler``), to try another setting; ``neighbours=False`` turns off the
     queueing of a re-proposed configuration's nearest neighbour; ``slots`` trials run at once
@@ -208,12 +213,16 @@ def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip:
     study = optuna.create_study(directions=[d for _, d in spec.objective.metrics],
                                 sampler=sampler if sampler is not None else make_sampler(spec, 0))
     runner = ReplayRunner(launcher or ReplayLauncher(landscape, noise, seed), slots)
+    if isinstance(runner.launcher, ReplayLauncher):
+        runner.launcher.clock = lambda: runner.clock  # a drifting noise reads the simulated time
     sweep = Sweep(spec, plan, study, NullTracker(), REPLAY_PATH, StopFlag(), runner,  # type: ignore[arg-type]
                   neighbours=neighbours, memory_limit_gib=landscape.memory_limit_gib,
                   native_half=landscape.native_half)
     finished: dict[int, float] = {}
     result = sweep.run(lambda trial, outcome, now: finished.__setitem__(trial.number, now))
-    return Replayed(trial_records(study, finished), result.stopped_because, runner.clock)
+    answer = dict(result.best[0].params) if result.best else None
+    unsure = result.verdict is not None and result.verdict.unsure
+    return Replayed(trial_records(study, finished), result.stopped_because, runner.clock, answer, unsure)
 
 
 def trial_records(study: Any, finished: dict[int, float] | None = None) -> list[TrialRecord]:

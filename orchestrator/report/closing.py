@@ -10,6 +10,7 @@ from orchestrator import metrics as M
 from orchestrator.invocation import command, tool
 from orchestrator.outcome import NOT_FITTING
 from orchestrator.machine import cpu_flags
+from orchestrator.report.noise import noise_line
 from orchestrator.report.precision import half_precision_note
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
@@ -71,7 +72,8 @@ def closed_with(spec: SweepSpec, results: list[Any], best: list[Any], spent_s: f
 
 
 def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, spent_s: float,
-            elapsed_s: float, stopped_because: str | None, stopped_by_search: bool, origins: Origins) -> list[str]:
+            elapsed_s: float, stopped_because: str | None, stopped_by_search: bool, origins: Origins,
+            load: dict[str, Any] | None = None) -> list[str]:
     """The end-of-sweep lines: results, why it stopped (and how to go on), the best, the stores and
     the commands to resume, browse and report."""
     from orchestrator.store.tracking import absolute_uri
@@ -103,6 +105,8 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
     note = half_precision_note(results, cpu_flags(), None if fixed_isa is None else str(fixed_isa))
     if note:
         lines.append(note)
+    if noisy := noise_line(spec, results, load):  # the measurements' spread against the band
+        lines.append(noisy)
     tracking = absolute_uri(spec.tracking_uri)
     tracking_flags = stores[stores.index("--tracking-uri"):] if "--tracking-uri" in stores else []
     lines += [f"Study:   {shown(absolute_uri(spec.storage))} (study {spec.name!r})",

@@ -16,7 +16,8 @@ from orchestrator import metrics as M
 from orchestrator import trialdir
 from orchestrator.clip import short_detail
 from orchestrator.report.compare import comparison_lines
-from orchestrator.harness import swap
+from orchestrator.report.noise import load_lines, noise_line, one_measurement
+from orchestrator.harness import spread, swap
 from orchestrator.outcome import RESULT_STATUSES, Status
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
@@ -48,6 +49,7 @@ def trial_row(t: Any) -> dict[str, Any]:
             "repeat_of": rec.repeat_of, "mlflow_run_id": rec.mlflow_run_id,
             "processes": rec.process_count, "neighbour_of": rec.neighbour_of,
             "retry_of": rec.retry_of, "retry_reason": rec.retry_reason,
+            "remeasure_of": rec.remeasure_of, "measurements": rec.measurements,
             "mps_fallback_ops": _fallback_ops(t)}
 
 
@@ -57,10 +59,14 @@ def link_retries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_number = {r["number"]: r for r in rows}
     for r in rows:
         r.setdefault("retried_as", None)
+        r.setdefault("remeasured_as", None)
     for r in rows:
         earlier = by_number.get(r["retry_of"]) if r["retry_of"] is not None else None
         if earlier is not None:
             earlier["retried_as"] = r["number"]
+        again = by_number.get(r.get("remeasure_of")) if r.get("remeasure_of") is not None else None
+        if again is not None:  # measured again: the later trial holds both measurements
+            again["remeasured_as"] = r["number"]
     return rows
 
 
@@ -72,6 +78,10 @@ def retry_note(r: dict[str, Any]) -> str:
     if r.get("retried_as") is not None:
         parts.append(f"run again as #{r['retried_as']}" + (f" (--retry {r['status']}), no longer a result"
                                                            if r["status"] in COUNTED else ""))
+    if r.get("remeasure_of") is not None:
+        parts.append(f"#{r['remeasure_of']}'s configuration measured again")
+    if r.get("remeasured_as") is not None:
+        parts.append(f"measured again as #{r['remeasured_as']}, which holds the result")
     return "; ".join(parts)
 
 
@@ -106,6 +116,8 @@ def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list
         "best": trial_row(pick_best(spec, best)) if best else None,
         "pareto": [trial_row(t) for t in best] if multi else None,
         "comparison": comp, "device": device, "device_name": device_name, "torch_version": prov.get("torch_version"),
+        "noise": dict(zip(("one_measurement_ci95", "trials"), one_measurement(results))),
+        "load": StudyRecord.of(study).load if study is not None else None,
     }
 
 
@@ -167,7 +179,7 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
     width = {k: max([len(k)] + [len(str(r["params"].get(k, "-"))) for r in rows]) for k in names}
     align = {k: ">" if all(isinstance(r["params"].get(k), (int, float)) for r in rows) else "<" for k in names}
     head = f"{'#':>4s}  {'status':<11s} " + " ".join(f"{k:{align[k]}{width[k]}s}" for k in names) + \
-        f" {'samples/s':>10s} {'peak GiB':>8s} {'time s':>7s}  note"
+        f" {'samples/s':>10s} {'+-95%':>6s} {'peak GiB':>8s} {'time s':>7s}  note"
     where = rep["device"] + (f" ({rep['device_name']})" if rep["device_name"] else "")
     lines = [f"{spec.name}: {rep['results']} of {rep['target'] or '?'} trials have a result; on {where}"
              + (f", torch {rep['torch_version']}" if rep["torch_version"] else ""),
@@ -186,19 +198,31 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
         m = r["metrics"]
         lines.append(f"{r['number']:>4d}  {r['status']:<11s} " + " ".join(
             f"{str(r['params'].get(k, '-')):{align[k]}{width[k]}s}" for k in names) +
-            f" {fmt_num(m.get(M.SAMPLES_PER_S)):>10s} {fmt_num(m.get(M.PEAK_MEMORY_GIB), digits=2):>8s}"
+            f" {fmt_num(m.get(M.SAMPLES_PER_S)):>10s} {spread_text(m):>6s} {fmt_num(m.get(M.PEAK_MEMORY_GIB), digits=2):>8s}"
             f" {fmt_num(r['duration_s']):>7s}  {note}".rstrip())
     if not rows:
         lines.append("  (no trials yet)")
     counts = ", ".join(f"{n} {s}" for s, n in rep["counts"].items() if n) or "none yet"
     lines += ["", f"Results: {counts}; trial time {rep['total_time_s']:.0f} s ({rep['total_time_s'] / 60:.1f} min)"]
     if rep["not_results"]:
-        lines.append(f"  {rep['not_results']} trial(s) interrupted, running or repeated are shown above "
-                     "but are not results and not counted")
+        again = sum(r.get("remeasured_as") is not None for r in rows)
+        lines.append(f"  {rep['not_results']} trial(s) interrupted, running or repeated are shown above but are not "
+                     "results and not counted" + (f" ({again} of them measured again later: the later trial holds "
+                                                  "the configuration's result)" if again else ""))
+    if noisy := noise_line(spec, [], (rep.get("load") or [None])[-1], rep["noise"].get("one_measurement_ci95"),
+                           rep["noise"].get("trials", 0)):
+        lines.append(noisy)
+    lines += load_lines(rep.get("load"))
     lines += memory_pressure_lines(rows)
     if rep.get("comparison"):
         lines += [""] + comparison_lines(rep["comparison"])
     return "\n".join(lines)
+
+
+def spread_text(metrics: dict[str, Any]) -> str:
+    """A throughput's 95% half-width for the table (``throughput_ci95``), ``-`` where none."""
+    ci = metrics.get(M.THROUGHPUT_CI95)
+    return spread.shown(ci, table=True) if isinstance(ci, (int, float)) else "-"
 
 
 def swap_note(metrics: dict[str, Any]) -> str:

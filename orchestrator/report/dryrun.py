@@ -61,7 +61,9 @@ def print_plan(spec: SweepSpec) -> None:
     out.append(f"  trials       at most {target} in total for the study, across resumes{_progress(spec)}")
     out.append(f"               each: {t.warmup_steps} warm-up + at least {t.measure_steps} measured steps "
                f"and {t.min_measure_s:g} s; killed after {t.timeout_s:g} s"
-               + (f"; measured {t.repeats} times, each in a fresh process (median)" if t.repeats > 1 else ""))
+               + (f"; measured {t.processes} times, each in a fresh process (median)" if t.processes > 1 else "")
+               + ("; leaders closer than their spread are measured again (repeats: auto)"
+                  if t.repeats == "auto" and spec.search.sampler == "auto" else ""))
     out.append(f"  objective    {objective}")
     out.append(f"  storage      {storage} (Optuna study {spec.name!r})")
     art = artifact_root(tracking, spec.name)

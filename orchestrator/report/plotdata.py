@@ -8,6 +8,7 @@ the same rules without drawing anything. Drawing is ``plots``' job.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +97,24 @@ def metric_series(trials: list[Any], metric: str, layout: Layout | None = None
 
 def throughput_series(trials: list[Any], layout: Layout | None = None) -> dict[str, list[tuple[Any, float | None, str]]]:
     return metric_series(trials, M.SAMPLES_PER_S, layout)
+
+
+def interval(t: Any) -> tuple[float, float] | None:
+    """The 95% interval of a trial's throughput (``throughput_ci95``, a half-width on the log
+    scale: ``value * exp(-ci)`` to ``value * exp(ci)``); None where it recorded none."""
+    value, ci = metric_of(t, M.SAMPLES_PER_S), metric_of(t, M.THROUGHPUT_CI95)
+    if status(t) != Status.OK or not isinstance(value, (int, float)) or not isinstance(ci, (int, float)):
+        return None
+    return value * math.exp(-ci), value * math.exp(ci)
+
+
+def throughput_intervals(trials: list[Any], layout: Layout | None = None) -> dict[str, list[tuple[Any, float, float]]]:
+    """Line label -> [(x, low, high)]: the error bar of each point of ``throughput_series`` that has one."""
+    layout = layout or choose_layout(trials)
+    out: dict[str, list[tuple[Any, float, float]]] = {}
+    for name, pts in points(trials, layout).items():
+        out[name] = [(x, *bar) for x, t in pts if (bar := interval(t)) is not None]
+    return out
 
 
 def memory_series(trials: list[Any], layout: Layout | None = None) -> dict[str, list[tuple[Any, float | None, str]]]:

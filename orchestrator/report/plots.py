@@ -12,7 +12,7 @@ from typing import Any
 from orchestrator import metrics as M
 from orchestrator.outcome import Status
 from orchestrator.report.plotdata import (MEMORY_FAILURES, NOTES, choose_layout, history_series, metric_series, oom_grid,
-                                   pareto_points)
+                                   pareto_points, throughput_intervals)
 
 LINE_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
 MARKS = {Status.OOM: ("X", "tab:red", "out of memory"), Status.SWAPPED: ("D", "tab:orange", "fits but swaps"),
@@ -121,17 +121,27 @@ def plot_lines(trials: list[Any], ctx: PlotContext, path: Path, metric: str) -> 
     log = _x_axis(ax, xs, layout.x)
     floor = (ctx.limit[0] if ctx.limit else top * 1.05) if memory else 0.0
     kinds: set[str] = set()
+    bars = {} if memory else throughput_intervals(trials, layout)
+    if any(bars.values()):  # room for the bars, up to twice the fastest point (a wider one runs off the top)
+        top = min(2 * top, max([top] + [hi for pts in bars.values() for _, _, hi in pts]))
     for i, (name, pts) in enumerate(series.items()):
         ok = [(x, v) for x, v, _ in pts if v is not None]
         (line,) = ax.plot([x for x, _ in ok], [v for _, v in ok], marker="o", linewidth=2, label=name)
+        values = dict(ok)
         shift = i - (len(series) - 1) / 2  # side by side, so that failures at one x do not hide each other
+        drawn = [(x, lo, hi) for x, lo, hi in bars.get(name, ()) if x in values]
+        if drawn:  # the 95% interval of each point (throughput_ci95), beside the others' at the same x
+            at = [x * 2 ** (0.04 * shift) if log else x + shift * 0.008 * ((xs[-1] - xs[0]) or 1) for x, _, _ in drawn]
+            ax.errorbar(at, [values[x] for x, _, _ in drawn],
+                        yerr=[[values[x] - lo for x, lo, _ in drawn], [hi - values[x] for x, _, hi in drawn]],
+                        fmt="none", ecolor=line.get_color(), elinewidth=1.2, capsize=4, alpha=0.8)
         bad = [(x * 2 ** (0.15 * shift) if log else x + shift * 0.025 * ((xs[-1] - xs[0]) or 1), s)
                for x, v, s in pts if v is None]
         kinds |= _failures(ax, bad, floor, line.get_color())
     for value, text, style, colour in limits:
         ax.axhline(value, linestyle=style, color=colour, linewidth=1.5, label=text)
     _failure_legend(ax, kinds, " (drawn on the limit)" if memory and ctx.limit else "")
-    ax.set_ylabel(AXIS[metric])
+    ax.set_ylabel(AXIS[metric] + (" (bars: 95% interval)" if any(bars.values()) else ""))
     ax.set_ylim(0 if memory else -0.04 * top, top * 1.12)  # failures on the floor stay clear of the x labels
     ax.legend(loc="best", fontsize=9, framealpha=0.9)
     return _save(fig, path)

@@ -24,6 +24,7 @@ from orchestrator.spec.load import SweepSpec
 from orchestrator.store.urls import Origins
 
 if TYPE_CHECKING:
+    from orchestrator.search.verdict import Decision
     from orchestrator.search.space import Plan
 
 
@@ -74,10 +75,13 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
         return None  # retried on every invocation
     configs, target = target_of(spec, plan)
     native = machine.get("native_half")
-    stopped = _verdict(spec, plan, configs, results, machine.get("memory_limit_gib"),
-                       None if native is None else frozenset(native)) if len(results) < target else None
-    if len(results) < target and stopped is None:
-        return None
+    decision = _decision(spec, plan, configs, results, machine.get("memory_limit_gib"),
+                         None if native is None else frozenset(native))
+    if decision is None and len(results) < target or decision is not None and decision.config is not None:
+        return None  # the search goes on (with every result in: it measures its leaders again)
+    stopped = None
+    if decision is not None and (len(results) < target or decision.verdict.unsure):
+        stopped = decision.verdict.reason
     repaired = []
     if not recorded(study, spec.tracking_uri):  # MLflow may lack records: written from the study
         from orchestrator.store.converge import Settled
@@ -93,13 +97,15 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
     first = (f"orchestrate: {spec.name} on {', '.join(plan.devices)} (as recorded with the study: nothing to "
              f"run, so nothing was started), torch {machine['torch_version']}; {len(results)} of {target} trials done")
     best = rank(results, spec)
+    last_load = (attrs.load or [None])[-1]
     return [first] + summary(spec, results, best, target, trial_time_s(trials), 0.0, stopped,
-                             stopped is not None, origins) + repaired
+                             stopped is not None, origins, last_load) + repaired
 
 
-def _verdict(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | None, results: list[Any],
-             memory_limit_gib: float | None, native_half: frozenset[str] | None) -> str | None:
-    """Why the ``auto`` search is done with these results (None: it is not, or it does not apply)."""
+def _decision(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | None, results: list[Any],
+              memory_limit_gib: float | None, native_half: frozenset[str] | None) -> Decision | None:
+    """What the ``auto`` search would do next with these results (None: it does not apply): no
+    configuration means it is done, and its verdict says why."""
     from orchestrator.search.keys import config_key
     from orchestrator.search.planners import planner_for
     from orchestrator.store.study import planned
@@ -108,6 +114,6 @@ def _verdict(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | None, 
         return None
     (metric, direction), = spec.objective.metrics
     planner = planner_for(configs, plan.searched, metric, direction, plan.device, spec.search.memory_order,
-                          spec.search.band, memory_limit_gib, native_half, keep=True)  # the sweep takes it over
-    decision = planner.decide({config_key(t.params): t for t in results}, set())
-    return decision.verdict.reason if decision.config is None else None
+                          spec.search.band, memory_limit_gib, native_half, again=spec.trial.repeats == "auto",
+                          keep=True)  # the sweep takes it over
+    return planner.decide({config_key(t.params): t for t in results}, set())

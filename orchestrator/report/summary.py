@@ -7,6 +7,7 @@ from typing import Any
 
 from orchestrator import metrics as M
 from orchestrator.clip import short_detail
+from orchestrator.harness import spread
 from orchestrator.outcome import Status
 from orchestrator.spec.load import Choice, Range, SweepSpec
 from orchestrator.store.record import TrialRecord, status_of
@@ -28,7 +29,8 @@ def fmt_num(value: Any, unit: str = "", digits: int = 1) -> str:
 
 def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[str, float],
                duration_s: float | None, detail: str | None = None, repeats: int = 1,
-               neighbour_of: int | None = None, slot: str | None = None, retry_of: int | None = None) -> str:
+               neighbour_of: int | None = None, slot: str | None = None, retry_of: int | None = None,
+               remeasure_of: int | None = None) -> str:
     line = (f"#{number:<3d} {fmt_params(params):<60s} {status:<8s} "
             f"{fmt_num(metrics.get(M.SAMPLES_PER_S)):>10s} samples/s "
             f"{fmt_num(metrics.get(M.PEAK_MEMORY_GIB), ' GiB', 2):>10s} "
@@ -38,6 +40,10 @@ def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[s
     notes = []
     if status == Status.OK and metrics.get(M.SAMPLES_PER_S + "_spread") is not None:
         notes.append(f"median of {repeats}, spread {metrics[M.SAMPLES_PER_S + '_spread']:.0%}")
+    if status == Status.OK and metrics.get(M.THROUGHPUT_CI95) is not None:
+        notes.append(f"{spread.shown(metrics[M.THROUGHPUT_CI95])} at 95%")
+    if remeasure_of is not None:
+        notes.append(f"#{remeasure_of}'s configuration measured again, alternating with its rival")
     if status == Status.OK and metrics.get(M.COMPILE_S) is not None:  # within the trial's start-up, not its window
         notes.append(f"compiled in {metrics[M.COMPILE_S]:.1f} s")
     if neighbour_of is not None:
@@ -72,11 +78,14 @@ def best_table(spec: SweepSpec, best: list[Any], limit: int = 5) -> list[str]:
         return ["No configuration has a feasible measured result yet."]
     names = [m for m, _ in spec.objective.metrics]
     rows = []
-    header = f"  {'rank':>4s} {'trial':>5s}  {'parameters':<60s} " + " ".join(f"{n:>16s}" for n in names) + f" {'peak GiB':>9s}"
+    header = (f"  {'rank':>4s} {'trial':>5s}  {'parameters':<60s} " + " ".join(f"{n:>16s}" for n in names)
+              + f" {'+-95%':>7s} {'peak GiB':>9s}")
     rows.append(header)
     for i, t in enumerate(best[:limit], 1):
         metrics = TrialRecord.of(t).metrics
         vals = " ".join(f"{fmt_num(v, digits=2):>16s}" for v in t.values)
+        ci = metrics.get(M.THROUGHPUT_CI95)
         rows.append(f"  {i:>4d} {t.number:>5d}  {fmt_params(t.params):<60s} {vals} "
+                    f"{spread.shown(ci, table=True) if isinstance(ci, (int, float)) else '-':>7s} "
                     f"{fmt_num(metrics.get(M.PEAK_MEMORY_GIB), digits=2):>9s}")
     return rows

@@ -18,9 +18,11 @@ class Model:
     """The surrogate's weighted members (``surrogate.fit``) conditioned on the measurements, as one
     model (each member factored once)."""
 
-    def __init__(self, space: S.Space, members: list[tuple[float, S.Hyper]], idx: np.ndarray, y: np.ndarray) -> None:
+    def __init__(self, space: S.Space, members: list[tuple[float, S.Hyper]], idx: np.ndarray, y: np.ndarray,
+                 noise: np.ndarray | None = None, counts: np.ndarray | None = None) -> None:
+        """``noise``, ``counts``: each value's own spread and measurements (``surrogate.fit``'s)."""
         self.space, self.idx = space, idx
-        self.members = [(w, S.condition(space, idx, y, h)) for w, h in members]
+        self.members = [(w, S.condition(space, idx, y, h, noise, counts)) for w, h in members]
         self.cross = S.CrossCache(space, idx)
         self.chances: tuple[tuple[int, ...], np.ndarray] | None = None
         self.incumbent = -1
@@ -47,6 +49,14 @@ class Model:
             first += w * mean
             second += w * (sd * sd + mean * mean)
         return first + z * np.sqrt(np.clip(second - first * first, 0.0, None))
+
+    def gap(self, ref: int, at: np.ndarray) -> np.ndarray:
+        """The mixture's mean of g(at) - g(ref), one by one."""
+        out = np.zeros(len(at))
+        for w, c in self.members:
+            mean, _ = S.difference(self.space, c, ref, at, self.cross)
+            out += w * mean
+        return out
 
     def expected_gain(self, ref: int, at: np.ndarray) -> np.ndarray:
         out = np.zeros(len(at))

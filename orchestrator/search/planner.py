@@ -11,10 +11,14 @@ What it knows before any trial, and how it uses it:
   precision is faster on most GPU work), each effect with a spread the measurements overrule,
   plus a Gaussian process for everything else, parameters it knows nothing about included.
 
+- **Noise** (``remeasure``): each measurement's own spread (``throughput_ci95``); a measured
+  configuration whose spread lets it beat the best by more than the band is a rival, counted in
+  the stop's chance and, with ``trial.repeats: auto``, measured again alternately with the best.
+
 The priors order the search; measurements decide its stop. The first trials find the memory
-boundary of the most promising group (the configurations the priors rank best, across batch
-sizes) by bisection on the batch, starting in the middle of the list (on a CPU, with the batch
-below the first next). Then each trial is the one
+boundary of the most promising group (``boundary``: the configurations the priors rank best,
+across batch sizes) by bisection on the batch, starting in the middle of the list (on a CPU, with
+the batch below the first next). Then each trial is the one
 with the highest chance to fit and beat the best by more than the band. Every value of a searched
 parameter (batch size aside: the bisection measures its trend; for another numeric one, the values
 between two measured ones are interpolated) gets one look before the sweep may end, unless no
@@ -23,7 +27,8 @@ instead, so that only that parameter differs; the look comes once the likeliest 
 chance is below ``COVER_BELOW``, and always before the stop. The sweep ends when the chance that
 some configuration left (not measured, not running, not proven too large) beats the best measured
 by more than ``band`` falls below ``STOP_CHANCE``, estimated by sampling the model's joint
-posterior; the stop line names each value never measured and what the model predicts for it.
+posterior; the stop line names each value never measured and what the model predicts for it, and
+says where the search could not tell its best from a rival (``remeasure``).
 Pure: the proposer calls ``Planner.decide`` with what the study holds.
 """
 
@@ -36,6 +41,7 @@ import numpy as np
 
 from orchestrator.outcome import NOT_FITTING, Status
 from orchestrator.search import cost
+from orchestrator.search.boundary import Boundary
 from orchestrator.search import surrogate as S
 from orchestrator.search.feasibility import (
     FitIndex,
@@ -45,7 +51,8 @@ from orchestrator.search.feasibility import (
 )
 from orchestrator.search.keys import config_key, value_key, value_keys_of
 from orchestrator.search.mixture import Model
-from orchestrator.search.priors import NOISE_FLOOR, THROUGHPUT, encode, ordered, values_of
+from orchestrator.search.remeasure import Measured, Measurements, describe
+from orchestrator.search.priors import NOISE_FLOOR, THROUGHPUT, encode, measured_noise, ordered, values_of
 from orchestrator.search.verdict import Decision, Verdict, reason
 from orchestrator.metrics import DURATION_S
 from orchestrator.store.record import attrs_of, metrics_of, status_of
@@ -57,8 +64,6 @@ COVER_BELOW = 0.3
 """Below this chance for the likeliest configuration left (to fit and beat the best by more than
 the band), a parameter value never measured gets its one look (and always before the stop)."""
 REFIT_ALWAYS = 40
-LEAD_TIE = 0.05
-"""Prior effects (log throughput) closer than this to the best do not decide the first column."""
 PAIR_FITS = 0.2
 """A paired look this unlikely to fit goes to the largest batch of it that is likelier (``_paired``)."""
 TOP = 200
@@ -66,10 +71,12 @@ TOP = 200
 class Planner:
     def __init__(self, configs: list[dict[str, Any]], searched: dict[str, Any], metric: str, direction: str,
                  device: str, order: dict[str, Any], band: float = 0.02, cap_gib: float | None = None,
-                 native_half: frozenset[str] | None = None) -> None:
+                 native_half: frozenset[str] | None = None, again: bool = True) -> None:
         """``configs``: every configuration of the space, in spec order; ``searched``: the plan's
         dimensions (``space.Plan.searched``); ``device``: the resolved device (``swept``: several);
-        ``native_half``: on a CPU, the half precisions it has instructions for (None: unknown)."""
+        ``native_half``: on a CPU, the half precisions it has instructions for (None: unknown);
+        ``again``: whether a rival closer than its spread is measured again (``trial.repeats: auto``)."""
+        self.again = again
         self.configs, self.keys = configs, [config_key(c) for c in configs]
         self.index = {k: i for i, k in enumerate(self.keys)}
         self.metric, self.maximize = metric, direction == "maximize"
@@ -86,26 +93,29 @@ class Planner:
         self.space, self.scaling_feature = encode(configs, names, values, metric, device if self.maximize else None,
                                                    self.scaling, native_half)
         self.noise_floor = NOISE_FLOOR.get(device, max(NOISE_FLOOR.values()))
-        self.down_first = device == "cpu"
-        """Whether the bisection measures one batch below its first before going up (``_boundary_probe``)."""
         self._fitted: tuple[int, list[tuple[float, S.Hyper]]] | None = None
         self.values = values
+        self.boundary = Boundary(configs, self.keys, self.scaling, self.space, self.scaling_feature, order, values,
+                                 down_first=device == "cpu")
+        """The first trials: the most promising batch column's memory boundary (``boundary``)."""
         self.value_keys = value_keys_of(configs)
         """Per configuration, its (parameter, value key) pairs: what the stop rule's looks count."""
         self.fit_index = FitIndex(configs, order, self.scaling, self.keys, self.value_keys)
-        self._lead: list[int] | None = None
-        self._durations: dict[int, float] = {}
-        """Measured configurations' trial seconds (``cost``), read with the observations."""
+        self._seen = Measurements(self.noise_floor)
+        """The measured configurations, read with the observations (``remeasure``)."""
 
     # -- what the study holds ---------------------------------------------------------------------
     def _observations(self, results: dict[str, Any]) -> tuple[dict[str, Observed], list[int], list[float]]:
         memory: dict[str, Observed] = {}
         idx, y = [], []
-        self._durations = {}
+        seen = self._seen = Measurements(self.noise_floor)
         for key, t in results.items():
             if key not in self.index:
                 continue
             status = status_of(t)
+            record = attrs_of(t, (DURATION_S, "measurements", "processes"))
+            seconds = float(record.get(DURATION_S) or 0.0)
+            seen.first_s += seconds
             if status in NOT_FITTING:
                 memory[key] = Observed(False)
             elif status == Status.OK:
@@ -113,11 +123,11 @@ class Planner:
                 memory[key] = Observed(True, metrics.get("peak_memory_gib"))
                 value = t.values[0] if t.values else metrics.get(self.metric)
                 if value is not None and value > 0:
-                    idx.append(self.index[key])
+                    i, processes = self.index[key], int(record.get("processes") or 1)
+                    idx.append(i)
                     y.append(math.log(value) if self.maximize else -math.log(value))
-                    duration = attrs_of(t, (DURATION_S,)).get(DURATION_S)
-                    if isinstance(duration, (int, float)) and duration > 0:
-                        self._durations[self.index[key]] = float(duration)
+                    seen.add(i, Measured(getattr(t, "number", 0), int(record.get("measurements") or 1), seconds), value,
+                             measured_noise(metrics, self.metric, processes), processes)
         return memory, idx, y
 
     def decide(self, results: dict[str, Any], in_flight: set[str], stop: bool = True) -> Decision:
@@ -137,15 +147,16 @@ class Planner:
         left = [i for i, k in enumerate(self.keys) if k not in results and k not in in_flight]
         open_ = [i for i in left if p_fit[i] > 0.0]
         too_large = sum(1 for i in left if p_fit[i] < 0.05)
-        if not open_:
+        probe = self.boundary.probe(p_fit, results, in_flight) if open_ else None
+        model = self._model(idx, y, in_flight, p_fit) if open_ or stop else None
+        rivals = self._rivals(model, in_flight) if stop else []
+        if not open_ and not rivals:
             return Decision(None, Verdict(True, 0.0, len(left), too_large,
                                           reason(0.0, len(left), too_large, self.band, nothing_left=True)))
-        probe = self._boundary_probe(p_fit, results, in_flight)
-        model = self._model(idx, y, in_flight, p_fit)
-        verdict = self._verdict(model, open_, p_fit, len(left), too_large, bisecting=probe is not None)
+        verdict = self._verdict(model, open_, rivals, p_fit, len(left), too_large, bisecting=probe is not None)
         if probe is not None:
             return Decision(self.configs[probe], verdict, "boundary")
-        if verdict.done or verdict.lead < COVER_BELOW:
+        if open_ and (verdict.done or verdict.lead < COVER_BELOW):
             unseen = self._unseen(idx, open_, in_flight, p_fit)
             if unseen:  # the priors alone may not end a sweep: one look at each value first
                 verdict = Verdict(False, verdict.chance, verdict.left, verdict.too_large, lead=verdict.lead)
@@ -154,10 +165,47 @@ class Planner:
                     return Decision(self.configs[self._look(model, looks, p_fit)], verdict, "coverage")
                 if stop and verdict.chance < STOP_CHANCE:
                     return Decision(None, verdict)  # the looks in flight may change the verdict
-            if stop and verdict.done:
-                verdict.reason += self._unmeasured_note(model, idx, p_fit)
-                return Decision(None, verdict)
-        return Decision(self.configs[self._best_candidate(model, open_, p_fit)], verdict, "improvement")
+        if stop and verdict.done:
+            verdict.reason += self._unmeasured_note(model, idx, p_fit)
+            return Decision(None, verdict)
+        pick = self._best_candidate(model, open_ + rivals, p_fit)
+        if pick not in rivals:
+            return Decision(self.configs[pick], verdict, "improvement")
+        assert model is not None
+        again = self._again(model, pick, in_flight)  # the likeliest to change the answer was measured
+        if again is not None:
+            return Decision(self.configs[again], verdict, "remeasure")
+        if open_ and not (stop and self._verdict(model, open_, [], p_fit, len(left), too_large, False).done):
+            return Decision(self.configs[self._best_candidate(model, open_, p_fit)], verdict, "improvement")
+        if stop or not open_:  # nothing unmeasured is likely to win, and the rival cannot be settled
+            verdict.done, verdict.unsure = True, True
+            verdict.reason = self._unsure(model, pick, verdict.chance) + self._unmeasured_note(model, idx, p_fit)
+        return Decision(None, verdict)
+
+    # -- measuring again: where the best and a rival are closer than their spread (``remeasure``) -
+    def _rivals(self, model: Model | None, in_flight: set[str]) -> list[int]:
+        """Measured configurations other than the best, none of the two in flight: each may still
+        beat the best by more than the band, by as much as their spreads allow. None where no trial
+        reported its spread (a study from before, or an objective that is not a throughput)."""
+        if model is None or self._seen.noise() is None:
+            return []
+        return self._seen.rivals(model.incumbent, self._busy(in_flight))
+
+    def _again(self, model: Model, rival: int, in_flight: set[str]) -> int | None:
+        """Which of the best and ``rival`` to measure again (the one measured less recently), or None
+        where nothing is measured again (``trial.repeats`` a number, the allowance spent, ...)."""
+        if not self.again:
+            return None
+        gap = float(model.gap(model.incumbent, np.array([rival]))[0])
+        return self._seen.again(model.incumbent, rival, gap, self.threshold, self._busy(in_flight))
+
+    def _unsure(self, model: Model, rival: int, chance: float) -> str:
+        best = model.incumbent
+        return self._seen.unsure((best, describe(self.configs[best])), (rival, describe(self.configs[rival])),
+                                 chance, self.band, self.again)
+
+    def _busy(self, in_flight: set[str]) -> set[int]:
+        return {self.index[k] for k in in_flight if k in self.index}
 
     # -- evidence before the stop: every value measured once --------------------------------------
     def _measured_values(self, idx: list[int]) -> set[tuple[str, str]]:
@@ -189,64 +237,6 @@ class Planner:
                 if key not in flying:
                     out[key].append(i)
         return out
-
-    # -- the first trials: the boundary of the most promising group ------------------------------
-    def _boundary_probe(self, p_fit: np.ndarray, results: dict[str, Any], in_flight: set[str]) -> int | None:
-        """Bisect the batch column of the group the priors rank first, while its boundary is open.
-        On a CPU, once its first batch has a result, the batch below it first: there a larger batch
-        is barely faster (the prior: +0.05 a doubling, either sign within its spread) and a trial
-        costs about its batch's samples (the step down half the first, the step up twice it)."""
-        if self.scaling is None:
-            return None
-        column = self._leading_column()
-        if any(self.keys[i] in in_flight for i in column):
-            return None
-        done = [i for i in column if self.keys[i] in results]
-        if self.down_first and len(done) == 1 and p_fit[done[0]] == 1.0:
-            below = [i for i in column if self.configs[i][self.scaling] < self.configs[done[0]][self.scaling]]
-            if below:
-                return below[-1]
-        fits = [i for i in column if p_fit[i] == 1.0]
-        fails = [i for i in column if p_fit[i] == 0.0]
-        low = max((self.configs[i][self.scaling] for i in fits), default=-math.inf)
-        high = min((self.configs[i][self.scaling] for i in fails), default=math.inf)
-        gap = [i for i in column if low < self.configs[i][self.scaling] < high and self.keys[i] not in results]
-        if not gap:
-            return None
-        return gap[len(gap) // 2]
-
-    def _leading_column(self) -> list[int]:
-        if self._lead is None:
-            self._lead = self._lead_column()
-        return self._lead
-
-    def _lead_column(self) -> list[int]:
-        """The batch column to bisect first: of the configurations the priors rank first (within
-        ``LEAD_TIE`` of the best, once batch size is set aside), the one that needs the least
-        memory by the memory order (a small gain such as accumulation's is not worth the memory
-        it may cost), then the spec's first."""
-        prior = self.space.H @ self.space.prior_mean - self.space.H[:, self.scaling_feature] * \
-            self.space.prior_mean[self.scaling_feature]
-        near = np.flatnonzero(prior >= prior.max() - LEAD_TIE).tolist()  # one max, not one per configuration
-        lead = min(near, key=lambda i: (self._memory_rank(self.configs[i]), i))
-        rest = {k: v for k, v in self.configs[lead].items() if k != self.scaling}
-        column = [i for i, c in enumerate(self.configs) if {k: v for k, v in c.items() if k != self.scaling} == rest]
-        return sorted(column, key=lambda i: self.configs[i][self.scaling])
-
-    def _memory_rank(self, config: dict[str, Any]) -> float:
-        """How much memory ``config`` needs, in the memory order's units, batch size set aside: the
-        position of an ordered value (negated for ``decreasing``), a mapped rank, else 0."""
-        total = 0.0
-        for name, value in config.items():
-            rule = self.order.get(name)
-            if name == self.scaling or rule is None or rule == "neutral":
-                continue
-            if isinstance(rule, dict):
-                total += float(rule.get(value, 0))
-            else:
-                ranked = sorted(self.values[name])
-                total += ranked.index(value) * (1 if rule == "increasing" else -1)
-        return total
 
     def _look(self, model: Model | None, looks: list[tuple[str, list[int]]], p_fit: np.ndarray) -> int:
         """The one look to take: for each unseen value, the best measured configuration with that
@@ -302,8 +292,9 @@ class Planner:
             ref = np.array([model.incumbent])
             low = model.mean(ref) + model.offset + model.upper(model.incumbent, at, z=-cost.LOW_Z)
             return np.array(step) / np.exp(low)
-        measured = list(self._durations)
-        line = cost.fit(work(measured), np.array([self._durations[i] for i in measured])) if measured else None
+        durations = self._seen.durations()
+        measured = list(durations)
+        line = cost.fit(work(measured), np.array([durations[i] for i in measured])) if measured else None
         if line is None:
             return None
         return lambda at: line[0] + line[1] * work(at, pessimistic=True)
@@ -334,24 +325,28 @@ class Planner:
         if not idx:
             return None
         i, yc = np.array(idx), np.array(y) - float(np.mean(y))
-        members = self._members(i, yc)
-        model = Model(self.space, members, i, yc)
+        noise, counts = self._seen.noise(), np.array(self._seen.processes, dtype=float)
+        floor = self.noise_floor if noise is None else 0.0  # measured spreads replace the device's floor
+        members = self._members(i, yc, noise, floor, counts)
+        model = Model(self.space, members, i, yc, noise, counts)
         incumbent = idx[int(np.argmax(model.mean(np.array(idx))))]
         running = np.array([self.index[k] for k in in_flight if k in self.index and p_fit[self.index[k]] > 0.5])
         if len(running):  # what is running counts as measured at its predicted value (kriging believer)
-            model = Model(self.space, members, np.concatenate([i, running]),
-                          np.concatenate([yc, model.mean(running)]))
+            believed = None if noise is None else np.concatenate([noise, np.full(len(running), float(np.median(noise)))])
+            model = Model(self.space, members, np.concatenate([i, running]), np.concatenate([yc, model.mean(running)]),
+                          believed, np.concatenate([counts, np.ones(len(running))]))
         model.incumbent, model.offset = incumbent, float(np.mean(y))
         return model
 
-    def _members(self, i: np.ndarray, yc: np.ndarray) -> list[tuple[float, S.Hyper]]:
+    def _members(self, i: np.ndarray, yc: np.ndarray, noise: np.ndarray | None = None,
+                 floor: float | None = None, counts: np.ndarray | None = None) -> list[tuple[float, S.Hyper]]:
         """The hyperparameter mixture: fitted at every decision up to ``REFIT_ALWAYS`` measurements;
         past them, again once they grew by a fifth (between refits new measurements move the
         posterior, not the weights). A resumed study refits at once, so a verdict depends on the
         measurements, not on how many runs made them (below ``REFIT_ALWAYS``)."""
         n = len(i)
         if self._fitted is None or n <= REFIT_ALWAYS or n >= 1.2 * self._fitted[0] or n < self._fitted[0]:
-            self._fitted = (n, S.fit(self.space, i, yc, self.noise_floor))
+            self._fitted = (n, S.fit(self.space, i, yc, self.noise_floor if floor is None else floor, noise, counts))
         return self._fitted[1]
 
     def _chances(self, model: Model, open_: list[int], p_fit: np.ndarray) -> np.ndarray:
@@ -373,20 +368,24 @@ class Planner:
             score = p_fit[open_] * model.expected_gain(model.incumbent, np.array(open_))
         return open_[int(np.argmax(score - 1e-12 * np.arange(len(open_))))]
 
-    def _verdict(self, model: Model | None, open_: list[int], p_fit: np.ndarray, left: int, too_large: int,
-                 bisecting: bool) -> Verdict:
+    def _verdict(self, model: Model | None, open_: list[int], rivals: list[int], p_fit: np.ndarray, left: int,
+                 too_large: int, bisecting: bool) -> Verdict:
+        """The chance that some configuration beats the best measured by more than the band: one
+        not measured (and fitting), or one measured (a rival: ``remeasure``) whose spread allows it."""
         if model is None or bisecting:
             return Verdict(False, 1.0, left, too_large)
-        marginal = self._chances(model, open_, p_fit)
+        candidates = open_ + rivals
+        marginal = self._chances(model, candidates, p_fit)
         if marginal.sum() < STOP_CHANCE:  # even summed (a bound on "any"), small enough
             chance = float(marginal.sum())
         elif marginal.max() >= STOP_CHANCE:  # one alone is likely enough: no need to sample
             chance = float(marginal.max())
         else:
             ranked = np.argsort(-marginal)
-            top = np.array([open_[j] for j in ranked[:TOP]])
+            top = np.array([candidates[j] for j in ranked[:TOP]])
             rest = float(marginal[ranked[TOP:]].sum())
             chance = min(1.0, model.chance_any_above(model.incumbent, top, p_fit[top], self.threshold) + rest)
         done = chance < STOP_CHANCE
+        lead = float(marginal[:len(open_)].max()) if open_ else 0.0
         return Verdict(done, chance, left, too_large, reason(chance, left, too_large, self.band) if done else "",
-                       lead=float(marginal.max()))
+                       lead=lead)

@@ -15,15 +15,15 @@ from orchestrator.search.planner import Planner
 _kept: tuple[str, Planner] | None = None
 
 
-def planner_for(configs: list[dict[str, Any]], *args: Any, keep: bool = False) -> Planner:
-    """``Planner(configs, *args)``: the one kept by the last call with ``keep`` when it was given
+def planner_for(configs: list[dict[str, Any]], *args: Any, keep: bool = False, **kwargs: Any) -> Planner:
+    """``Planner(configs, *args, **kwargs)``: the one kept by the last call with ``keep`` when it was given
     the same (taken over: it is kept no more), else a new one (kept, with ``keep``). The space's
     configurations come from the same plan: their number and ends tell them apart."""
     global _kept
-    key = repr((len(configs), configs[:1], configs[-1:], args))
+    key = repr((len(configs), configs[:1], configs[-1:], args, sorted(kwargs.items())))
     if _kept is not None and _kept[0] == key:
         planner, _kept = _kept[1], None
         return planner
-    planner = Planner(configs, *args)
+    planner = Planner(configs, *args, **kwargs)
     _kept = (key, planner) if keep else None
     return planner

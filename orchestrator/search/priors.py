@@ -17,6 +17,7 @@ from orchestrator.search import surrogate as S
 from orchestrator.search.keys import value_key
 
 THROUGHPUT = ("samples_per_s", "tokens_per_s")
+STEP_TIMES = ("step_time_ms_p50", "step_time_ms_p90")
 LOG_DIMENSIONS = ("batch_size", "effective_batch_size", "grad_accum_steps", "seq_len", "num_workers")
 
 # Prior effects on the natural log of throughput (samples or tokens per second): (mean, spread).
@@ -63,8 +64,37 @@ UNKNOWN_ORDERED = (0.0, 0.15)
 """An ordered parameter nothing is known about: per unit of its range (scaled to [0, 1])."""
 UNKNOWN_CATEGORICAL = (0.0, 0.2)
 NOISE_FLOOR = {"cpu": 0.06, "mps": 0.03, "cuda": 0.01}
-"""The least measurement noise assumed (relative spread of one process's throughput): two
-identical CPU processes differ by 6-18% on a small machine, GPU ones by about 1%."""
+"""The least measurement noise assumed where no trial reported its spread (relative spread of one
+process's throughput): two identical CPU processes differ by 6-18% on a small machine, GPU ones
+by about 1%. Trials that report their spread (``throughput_ci95``) replace it: the model then
+takes each measurement's own (``measured_noise``, ``pooled_noise``)."""
+LEAST_NOISE = 0.002
+"""A reported spread below this (a window of identical steps) counts as this: no measurement is exact."""
+
+
+def measured_noise(metrics: dict[str, Any], metric: str, measurements: int = 1) -> float | None:
+    """The noise of one measurement of a recorded objective value, as the standard deviation of its
+    log: its ``throughput_ci95`` (``harness/spread``, over its ``measurements``) over 1.96, times
+    the square root of their number, for a throughput or a step time; None where the trial reported
+    none."""
+    ci = metrics.get("throughput_ci95")
+    if not isinstance(ci, (int, float)) or ci != ci or metric not in THROUGHPUT + STEP_TIMES:
+        return None
+    return max(LEAST_NOISE, float(ci) / 1.96 * math.sqrt(max(1, measurements)))
+
+
+def pooled_noise(own: list[float | None], measurements: list[int], least: float = 0.0) -> list[float] | None:
+    """Each recorded value's noise (standard deviation of its log) from every measurement's own
+    (``measured_noise``; None: it reported none) and how many measurements made it: one window's
+    spread is an estimate from five parts, so no measurement counts as quieter than the sweep's
+    median one (a noisy machine is noisy for every trial), nor than ``least`` (the device's
+    ``NOISE_FLOOR``: a steady window does not make two processes agree); over ``n`` measurements,
+    that over ``sqrt(n)``. None where no trial reported a spread."""
+    known = [u for u in own if u is not None]
+    if not known:
+        return None
+    typical = max(least, float(np.median(known)))
+    return [max(typical, u if u is not None else typical) / math.sqrt(max(1, n)) for u, n in zip(own, measurements)]
 
 
 def values_of(configs: list[dict[str, Any]], name: str) -> tuple[Any, ...]:

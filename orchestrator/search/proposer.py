@@ -27,7 +27,7 @@ from orchestrator.outcome import MEMORY_BOUNDARY, Outcome, Status
 from orchestrator.search.planner import Planner
 from orchestrator.search.planners import planner_for
 from orchestrator.search.verdict import Verdict
-from orchestrator.store.record import enqueue, is_attempt, status_of, write
+from orchestrator.store.record import TrialRecord, enqueue, is_attempt, status_of, write
 from orchestrator.store.records import results_of
 from orchestrator.search.space import Plan, config_key, configurations, nearest, suggest
 from orchestrator.spec.load import SweepSpec
@@ -95,7 +95,8 @@ class Proposer:
         if planned(spec) and self.configs:
             (metric, direction), = spec.objective.metrics
             self.planner = planner_for(self.configs, plan.searched, metric, direction, plan.device,
-                                       spec.search.memory_order, spec.search.band, memory_limit_gib, native_half)
+                                       spec.search.memory_order, spec.search.band, memory_limit_gib, native_half,
+                                       again=spec.trial.repeats == "auto")
         self.verdict: Verdict | None = None
         """The planner's last word on whether the search is done (``auto`` sampler)."""
         self.strays: list[int] = []
@@ -146,9 +147,12 @@ class Proposer:
                 v = self.view()
                 self.strays = v.strays if self.owner is not None else []  # a server database's (see View)
                 waiting = bool(v.in_flight or self.strays)
-                if len(v.results) >= self.target:
+                # with every configuration measured, the auto search may still measure its leaders
+                # again (``remeasure``), unless ``n_trials`` said how many to run
+                settling = self.planner is not None and self.target == len(self.configs or ())
+                if len(v.results) >= self.target and not settling:
                     return WAIT if self.strays else DONE
-                if len(v.results) + len(v.in_flight) >= self.target:
+                if len(v.results) + len(v.in_flight) >= self.target and not settling:
                     return WAIT  # the rest of the budget is in flight
                 if not v.queued and self.planner is not None:
                     decision = self.planner.decide(v.results, set(v.in_flight) | self.failed_here,
@@ -157,9 +161,12 @@ class Proposer:
                     if decision.config is None:
                         if waiting:
                             return WAIT  # their results may change the verdict
-                        self.exhausted = decision.verdict.reason
+                        if len(v.results) < self.target or decision.verdict.unsure:  # else: as without a search
+                            self.exhausted = decision.verdict.reason
                         return DONE
-                    enqueue(self.study, decision.config, chosen_by=decision.why)
+                    again = v.results.get(config_key(decision.config)) if decision.why == "remeasure" else None
+                    enqueue(self.study, decision.config, chosen_by=decision.why,
+                            **({"remeasure_of": again.number} if again is not None else {}))
                 elif not v.queued:
                     forced = None
                     if self.spec.search.sampler == "grid":
@@ -189,7 +196,7 @@ class Proposer:
                 sampled = suggest(trial, self.plan)
                 event("ask_end", trial.number)
                 key = config_key(sampled)
-                if key in v.results:
+                if key in v.results and TrialRecord.of(trial).remeasure_of is None:
                     self._answer_repeat(trial, v.results[key])
                     self._queue_neighbour(sampled, v.results[key].number, v)
                     continue

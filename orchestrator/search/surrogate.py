@@ -4,7 +4,9 @@ The latent objective of configuration ``x`` (a log throughput, say) is modelled 
 
     g(x) = h(x) . beta  +  f(x),     beta ~ N(prior_mean, diag(prior_sd^2)),   f ~ GP(0, s_f^2 k)
 
-and a measurement is ``g(x) + noise`` with ``noise ~ N(0, s_n^2)``. The linear part carries what
+and a measurement is ``g(x) + noise`` with ``noise ~ N(0, s_n^2 + s_i^2)``: ``s_i`` is the spread
+measurement ``i`` reported itself (its window's, or its repeats': ``priors.measured_noise``), ``s_n``
+what the measurements show beyond it. The linear part carries what
 is known before any trial (``priors.PRIORS``: more batch is faster, checkpointing is slower,
 ...) with a spread that lets the data overrule it; ``f`` is a stationary GP for what the linear
 part misses: a Matern 5/2 kernel over the ordered dimensions (scaled to [0, 1]) times an
@@ -28,6 +30,10 @@ import numpy as np
 SIGMA_F = (0.08, 0.16, 0.32)
 """How far the objective may stray from the linear part (log units): 8% at least."""
 SIGMA_N = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16)
+BEYOND_MEASURED = 0.02
+"""Where each measurement reports its spread, the most noise the model assumes beyond it: with
+few measurements any ``s_n`` explains them, and a wide one would make a clearly slower measured
+configuration a likely rival of the best (``remeasure``)."""
 LENGTHSCALES = (0.15, 0.3, 0.6)
 """Of the stationary part, in units of each ordered dimension's range (one for all of them)."""
 RHOS = (0.3, 0.7)
@@ -82,8 +88,18 @@ def covariance(space: Space, a: np.ndarray, b: np.ndarray, hyper: Hyper) -> np.n
     return linear + hyper.sigma_f ** 2 * kernel(space, a, b, hyper)
 
 
-def _log_likelihood(space: Space, idx: np.ndarray, y: np.ndarray, hyper: Hyper) -> float:
-    K = covariance(space, idx, idx, hyper) + hyper.sigma_n ** 2 * np.eye(len(idx))
+def _noise_variance(hyper: Hyper, n: int, noise: np.ndarray | None, counts: np.ndarray | None = None) -> np.ndarray:
+    """Each value's noise variance: ``s_n^2`` plus its own reported spread squared, for a value that
+    is the median of ``counts`` measurements ``s_n^2 / counts`` (its reported spread already counts
+    them): noise that more measurements average out, not a roughness of the landscape."""
+    own = np.zeros(n) if noise is None else np.asarray(noise, dtype=float) ** 2
+    per = np.ones(n) if counts is None else np.asarray(counts, dtype=float)
+    return hyper.sigma_n ** 2 / per + own
+
+
+def _log_likelihood(space: Space, idx: np.ndarray, y: np.ndarray, hyper: Hyper,
+                    noise: np.ndarray | None = None, counts: np.ndarray | None = None) -> float:
+    K = covariance(space, idx, idx, hyper) + np.diag(_noise_variance(hyper, len(idx), noise, counts))
     r = y - space.H[idx] @ space.prior_mean
     try:
         L = np.linalg.cholesky(K)
@@ -93,15 +109,22 @@ def _log_likelihood(space: Space, idx: np.ndarray, y: np.ndarray, hyper: Hyper) 
     return float(-0.5 * alpha @ alpha - np.log(np.diag(L)).sum() - 0.5 * len(idx) * math.log(2 * math.pi))
 
 
-def fit(space: Space, idx: np.ndarray, y: np.ndarray, noise_floor: float = 0.0) -> list[tuple[float, Hyper]]:
+def fit(space: Space, idx: np.ndarray, y: np.ndarray, noise_floor: float = 0.0,
+        noise: np.ndarray | None = None, counts: np.ndarray | None = None) -> list[tuple[float, Hyper]]:
     """The hyperparameter settings of the grids above weighted by their marginal likelihood (a
     flat prior over the grid), the ``MEMBERS`` heaviest: with few measurements the weights are
-    flat and the mixture is wide, so the model does not claim what it has not seen."""
+    flat and the mixture is wide, so the model does not claim what it has not seen. ``noise``:
+    each measurement's own spread (log units), added to ``s_n``, which then stays at most
+    ``BEYOND_MEASURED`` (a configuration measured several times reports the spread between its
+    measurements itself); ``counts``: how many measurements each value is the median of;
+    ``noise_floor``: the least ``s_n``."""
     n_ord, n_cat = space.Z.shape[1], space.C.shape[1]
-    noise = tuple(s for s in SIGMA_N if s >= noise_floor) or (max(SIGMA_N),)
-    grid = [Hyper(f, n, (ell,) * n_ord, (rho,) * n_cat) for f in SIGMA_F for n in noise
+    ceiling = max(noise_floor, BEYOND_MEASURED) if noise is not None else math.inf
+    beyond = tuple(s for s in SIGMA_N if noise_floor <= s <= ceiling) or (noise_floor,)
+    grid = [Hyper(f, n, (ell,) * n_ord, (rho,) * n_cat) for f in SIGMA_F for n in beyond
             for ell in (LENGTHSCALES if n_ord else LENGTHSCALES[:1]) for rho in (RHOS if n_cat else RHOS[:1])]
-    scores = np.array([_log_likelihood(space, idx, y, h) for h in grid]) if len(idx) else np.zeros(len(grid))
+    scores = (np.array([_log_likelihood(space, idx, y, h, noise, counts) for h in grid]) if len(idx)
+              else np.zeros(len(grid)))
     order = np.argsort(-scores)[:MEMBERS]
     w = np.exp(scores[order] - scores[order[0]])
     w /= w.sum()
@@ -134,8 +157,10 @@ class Conditioned:
     """``K^-1 (y - prior mean)``."""
 
 
-def condition(space: Space, idx: np.ndarray, y: np.ndarray, hyper: Hyper) -> Conditioned:
-    K = covariance(space, idx, idx, hyper) + (hyper.sigma_n ** 2 + 1e-10) * np.eye(len(idx))
+def condition(space: Space, idx: np.ndarray, y: np.ndarray, hyper: Hyper,
+              noise: np.ndarray | None = None, counts: np.ndarray | None = None) -> Conditioned:
+    """``noise``, ``counts``: each value's own spread and measurements (``fit``'s)."""
+    K = covariance(space, idx, idx, hyper) + np.diag(_noise_variance(hyper, len(idx), noise, counts) + 1e-10)
     Linv = np.linalg.inv(np.linalg.cholesky(K)) if len(idx) else np.zeros((0, 0))
     alpha = Linv.T @ (Linv @ (y - space.H[idx] @ space.prior_mean)) if len(idx) else np.zeros(0)
     return Conditioned(hyper, idx, Linv, alpha)

@@ -20,7 +20,10 @@ class Verdict:
     """Of those, how many are proven or predicted (p < 0.05) not to fit."""
     reason: str = ""
     lead: float = 1.0
-    """The likeliest single configuration's chance to fit and beat the best by more than the band."""
+    """The likeliest unmeasured configuration's chance to fit and beat the best by more than the band."""
+    unsure: bool = False
+    """Done without being sure: a measured rival may still beat the best by more than the band
+    (``remeasure``); ``reason`` says which, and what would tell them apart."""
 
 
 @dataclass
@@ -28,7 +31,8 @@ class Decision:
     config: dict[str, Any] | None
     verdict: Verdict
     why: str = ""
-    """How the configuration was chosen (``boundary`` or ``improvement``), for the record."""
+    """How the configuration was chosen (``boundary``, ``coverage``, ``improvement`` or ``remeasure``:
+    measured again, alternating with the best), for the record."""
 
 
 def reason(chance: float, left: int, too_large: int, band: float, nothing_left: bool = False) -> str:

@@ -155,8 +155,17 @@ class TrialSettings:
     timeout_s: PositiveFloat = 900.0
     """The trial's process group is killed after this long (imports not counted). Per process:
     with repeats, each repeat has this long."""
-    repeats: Annotated[int, Bound(minimum=1, maximum=MAX_TRIAL_REPEATS)] = 1
-    """Processes per configuration; the recorded metrics are their median (memory: the largest)."""
+    repeats: Annotated[int, Bound(minimum=1, maximum=MAX_TRIAL_REPEATS)] | Literal["auto"] = "auto"
+    """Processes per configuration; the recorded metrics are their median (memory: the largest).
+    ``auto``: one, and where the auto search cannot tell its best from a rival within their spread,
+    both measured again, alternating, before it stops (at most a quarter of the time the first
+    measurements took); with another sampler, one."""
+
+    @property
+    def processes(self) -> int:
+        """Processes each trial runs: ``repeats``, or one for ``auto`` (the search measures again
+        in trials of their own)."""
+        return 1 if self.repeats == "auto" else self.repeats
 
 
 @dataclass(frozen=True)

@@ -266,8 +266,11 @@ def check_trial(c: Checker, raw: Any) -> TrialSettings:
     path = ("trial",)
     t = c.mapping(path, raw, ("warmup_steps", "measure_steps", "min_measure_s", "timeout_s", "repeats"))
     d = TrialSettings()
-    repeats = c.integer(path + ("repeats",), t.get("repeats", d.repeats), 1, "repeats")
-    if repeats > MAX_TRIAL_REPEATS:
+    repeats = t.get("repeats", d.repeats)
+    if repeats != "auto" and (not knobs.is_int(repeats) or repeats < 1):
+        raise c.fail(path + ("repeats",), "repeats must be a positive integer or auto (as many as the noise "
+                     "needs: the auto search measures its leaders again where it cannot tell them apart)", repeats)
+    if isinstance(repeats, int) and repeats > MAX_TRIAL_REPEATS:
         raise c.fail(path + ("repeats",), f"repeats must be at most {MAX_TRIAL_REPEATS} (each repeat is a "
                      "whole training process)", repeats)
     return TrialSettings(

@@ -84,6 +84,8 @@ def type_schema(hint: Any, where: str) -> dict[str, Any]:
         return schema
     if origin in (typing.Union, types.UnionType) and type(None) in args and len(args) == 2:
         return nullable(type_schema(next(a for a in args if a is not type(None)), where))
+    if origin in (typing.Union, types.UnionType):  # e.g. a number or a word (trial.repeats: auto)
+        return {"anyOf": [type_schema(a, where) for a in args]}
     if origin is typing.Literal:
         return {"enum": list(args)}
     if hint in _PLAIN:

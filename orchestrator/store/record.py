@@ -14,7 +14,7 @@ What is stored, by who writes it:
   - a proposal answered without a process (``proposer``): ``status`` ``repeat`` with
     ``repeat_of``, or ``deferred`` with ``deferred_to``; the asking orchestrator: ``orchestrator``;
   - a queued configuration (``proposer``, ``recovery``): ``chosen_by``, ``neighbour_of``,
-    ``retry_of``, ``retry_reason``;
+    ``retry_of``, ``retry_reason``, ``remeasure_of``; a measured-again result: ``measurements``;
   - a trial cut off (``loop``, ``recovery``): ``status`` ``interrupted``, ``detail``.
 
 A status this version does not know (written by a newer one) reads as ``Status.UNKNOWN``: not a
@@ -84,6 +84,11 @@ class TrialRecord:
     retry_reason: str | None = None
     chosen_by: str | None = None
     """Why the ``auto`` search queued it."""
+    remeasure_of: int | None = None
+    """Measures this trial's configuration again (the ``auto`` search, ``trial.repeats: auto``):
+    its result combines both trials' measurements, and supersedes that trial's."""
+    measurements: int | None = None
+    """Trials that measured its configuration, this one included (with ``remeasure_of``)."""
     orchestrator: str | None = None
     """The orchestrator that asked for it (shared studies)."""
     worker: str | None = None

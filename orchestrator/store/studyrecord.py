@@ -19,9 +19,12 @@ RECORDED_ATTR = "orchestrate.recorded"
 the study's ``trials`` trials when it was last compared (``store.agreement``). A run that opens the
 study takes it away before it writes to MLflow, and sets it again once MLflow agrees at its end."""
 PARENT_RUN_ATTR = "mlflow_parent_run_id"
+LOAD_ATTR = "orchestrate.load"
+"""``[{"at", "cores", "before", "during": {"min", "median", "max"}, "readings", "steal"}, ...]``: the
+machine's load before and during each run of the sweep (``machineload``), the last ten."""
 
 KEYS = {"fingerprint": FINGERPRINT_ATTR, "uid": UID_ATTR, "machine": MACHINE_ATTR, "recorded": RECORDED_ATTR,
-        "parent_run_id": PARENT_RUN_ATTR}
+        "parent_run_id": PARENT_RUN_ATTR, "load": LOAD_ATTR}
 """Each field of ``StudyRecord`` and the attribute that stores it."""
 
 
@@ -39,6 +42,8 @@ class StudyRecord:
     """The mark that MLflow holds every trial (``converge.mark``); None while a run writes."""
     parent_run_id: str | None = None
     """The study's MLflow parent run."""
+    load: list[dict[str, Any]] | None = None
+    """The machine's load before and during each run of the sweep (``machineload.LoadLog.summary``)."""
 
     @classmethod
     def of(cls, study: Any) -> StudyRecord:

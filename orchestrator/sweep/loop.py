@@ -29,12 +29,13 @@ from orchestrator.faultpoints import reached
 from orchestrator.sweep.job import Job, State
 from orchestrator.harness.compiled import cache_folder
 from orchestrator.sweep.notices import QUIET_AGAIN_S, QUIET_S, quiet_notice, stray_notice
+from orchestrator.sweep.repeats import remeasured
 from orchestrator.harness.protocol import TrialConfig, TrialSteps
 from orchestrator.launch import PRESTART, StopFlag
 from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome, Status
 from orchestrator.search.verdict import Verdict
 from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
-from orchestrator.store.record import status_of, write
+from orchestrator.store.record import TrialRecord, status_of, write
 from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags
 from orchestrator.store.writefault import StoreUnwritable, diagnose, folder_unwritable
 from orchestrator.search.space import Plan, trial_params
@@ -249,7 +250,7 @@ class Sweep:
                              compile_cache=cache_folder(str(self.work_dir)))
         env = knobs.trial_env(params, device)
         self.jobs[slot] = Job(trial, proposal.sampled, params, config, env, self.trial_dir(trial.number),
-                              slot, run_ref, self.spec.trial.repeats)
+                              slot, run_ref, self.spec.trial.processes)
 
     def _record_skip(self, trial: Any, run_ref: Any, device: str, predicted_by: int) -> None:
         outcome = Outcome(Status.SKIPPED, f"predicted out of memory: needs at least as much memory as "
@@ -302,12 +303,17 @@ class Sweep:
         extra: dict[str, Any] = {M.DURATION_S: round(launched.duration_s, 3), "trial_dir": str(job.trial_dir),
                                  "process_peak_rss_gib": launched.peak_rss_gib,
                                  **self.runner.slots[job.slot].record()}
+        again = TrialRecord.of(trial).remeasure_of
+        if again is not None and outcome.status == Status.OK:  # combined with its earlier measurements
+            outcome, measured = remeasured(outcome, self.study.get_trials(deepcopy=False)[again],
+                                           [m for m, _ in self.spec.objective.metrics])
+            extra["measurements"] = measured
         first = job.runs[0]
         if first.started_at is not None:
             extra["started_at"] = round(first.started_at, 3)
             extra["slot_free_at"] = None if first.slot_free_at is None else round(first.slot_free_at, 3)
         processes = outcome.processes
-        if job.repeats > 1:
+        if job.repeats > 1 or again is not None:
             extra["processes"] = processes
             if outcome.repeat_metrics:
                 extra["repeat_metrics"] = list(outcome.repeat_metrics)
@@ -334,7 +340,7 @@ class Sweep:
         if self.plan.not_applied and "not_applied" not in tags:
             tags["not_applied"] = "; ".join(f"{k}: {v}" for k, v in self.plan.not_applied.items())
         self.tracker.finish_trial(job.run_ref, status, run_metrics(outcome.metrics, outcome.result, extra),
-                                  tags, trialdir.files(job.trial_dir, processes))
+                                  tags, trialdir.files(job.trial_dir, len(job.runs)))  # this trial's own processes
         reached("after_finish")
         if status in RESULT_STATUSES:
             self.best = rank(result_trials(self.study), self.spec)

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator import exits
 from orchestrator.errors import SpecError, StudyError
+from orchestrator import machineload
 from orchestrator.launch import StopFlag
 from orchestrator.invocation import command
+from orchestrator.machineload import LoadLog, kept
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
 from orchestrator.sweep.startup import Startup, warm_imports
@@ -48,6 +50,7 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     from orchestrator.store.study import check_not_locked
     from orchestrator.sweep.preflight import preflight
 
+    load = LoadLog(machineload.read())  # before anything of the sweep's runs: others' work
     if export is not None and not (export.parent.resolve().is_dir() and os.access(export.parent.resolve(), os.W_OK)):
         raise SpecError(f"cannot write {export}: folder {export.parent.resolve()} does not exist or "
                         "is not writable", file="--export")
@@ -82,7 +85,7 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
         finally:
             probe.close()
         slots, runner = start.ready(plan)  # the servers started with the probe, unless it found another device
-        return _open_and_drive(spec, plan, found, slots, shared, export, retry, runner, stop, origins, new_study)
+        return _open_and_drive(spec, plan, found, slots, shared, export, retry, runner, stop, origins, load, new_study)
     finally:
         start.close_runner()
 
@@ -114,7 +117,7 @@ def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
 
 def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: list[Slot], shared: bool,
                     export: Path | None, retry: tuple[str, ...], runner: ProcessRunner, stop: StopFlag,
-                    origins: Origins, new_study: bool = False) -> int:
+                    origins: Origins, load: LoadLog, new_study: bool = False) -> int:
     from orchestrator import trialdir
     from orchestrator.store.coordination import Heartbeat, StudyLock
     from orchestrator.store.optuna_internals import storage_of
@@ -166,8 +169,8 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
                           memory_limit_gib=limit_gib, native_half=native)
             if heartbeat is not None:
                 heartbeat.track(sweep.running_trial_ids)
-            result = _drive(spec, probe, study, sweep, slots, interrupted, queued, origins)
-            code = _finish(spec, study, tracker, recovery, sweep, result, origins, shared)
+            result = _drive(spec, probe, study, sweep, slots, interrupted, queued, load, origins)
+            code = _finish(spec, study, tracker, recovery, sweep, result, origins, shared, load)
             if export is not None and result.code == exits.OK:  # from the study: MLflow's records need not be there
                 from orchestrator.report.command import export_best
 
@@ -254,7 +257,7 @@ def memory_limit(spec: SweepSpec, plan: Plan, probe: dict[str, Any]) -> float | 
 
 
 def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, slots: list[Slot],
-           interrupted: int, queued: dict[str, int], origins: Origins = Origins()) -> SweepResult:
+           interrupted: int, queued: dict[str, int], load: LoadLog, origins: Origins = Origins()) -> SweepResult:
     from tqdm import tqdm
 
     from orchestrator.outcome import RUN_AGAIN, Status
@@ -291,10 +294,12 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, s
 
     def on_result(trial: Any, outcome: Outcome, _now: float) -> None:
         # the live trial carries what was just told: no re-read of the whole study
+        load.note()
         rec = TrialRecord.of(trial)
         bar.write(trial_line(trial.number, trial.params, outcome.status, outcome.metrics,
                              rec.duration_s, outcome.detail, rec.process_count,
-                             rec.neighbour_of, rec.slot if len(slots) > 1 else None, rec.retry_of),
+                             rec.neighbour_of, rec.slot if len(slots) > 1 else None, rec.retry_of,
+                             rec.remeasure_of),
                   file=sys.stdout)
         if outcome.status in (Status.REPEAT, Status.DEFERRED, Status.INTERRUPTED):
             return
@@ -302,7 +307,7 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, s
         if best:
             bar.set_postfix_str(f"best #{best[0].number}: " + ", ".join(
                 f"{m}={v:,.1f}" for (m, _), v in zip(spec.objective.metrics, best[0].values)))
-        if outcome.status != Status.ERROR:
+        if outcome.status != Status.ERROR and rec.remeasure_of is None:  # measured again: no new result
             bar.update(1)
 
     try:
@@ -318,13 +323,22 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, s
 
 
 def _finish(spec: SweepSpec, study: Study, tracker: AsyncTracker, recovery: Recovery, sweep: Sweep,
-            result: SweepResult, origins: Origins, shared: bool) -> int:
+            result: SweepResult, origins: Origins, shared: bool, load: LoadLog) -> int:
     """The summary, once MLflow has what it can take (``converge.settle``); the exit code: 75
     when MLflow still lacks records (nothing ends with 0 while a result is missing from a store)."""
     from orchestrator.report.closing import closed_with, summary, trial_time_s
     from orchestrator.store.converge import settle
     from orchestrator.store.records import rank, results_of
 
+    from orchestrator.store.studyrecord import StudyRecord, write_study
+
+    from orchestrator.store.writefault import StoreUnwritable
+
+    loaded = load.summary()
+    try:
+        write_study(study, load=kept(StudyRecord.of(study).load, loaded))  # the machine's load, for report
+    except StoreUnwritable:  # what explains the noise, not a result: the study's own writes say why
+        pass
     trials = study.get_trials(deepcopy=False)  # one read of the study for the summary and the parent run
     results = results_of(trials)
     best = rank(results, spec)
@@ -339,7 +353,7 @@ def _finish(spec: SweepSpec, study: Study, tracker: AsyncTracker, recovery: Reco
         return code
     by_search = result.verdict is not None and result.verdict.done
     print("\n".join(summary(spec, results, best, sweep.target, spent, result.elapsed_s, result.stopped_because,
-                            by_search, origins) + records.lines()))
+                            by_search, origins, loaded) + records.lines()))
     if result.code == exits.FAILED:
         from orchestrator.sweep.notices import failure_line
 

@@ -199,7 +199,8 @@ def _settings() -> list[tuple[str, str, dict[str, Any]]]:
 def _limit_cases() -> list[tuple[str, Any, bool]]:
     """(section.key, value, accepted) at and just past every limit the schema states."""
     cases = []
-    for name, key, prop in _settings():
+    forms = [(name, key, form) for name, key, prop in _settings() for form in prop.get("anyOf", [prop])]
+    for name, key, prop in forms:  # a number or a word (trial.repeats: auto): each form's limits
         integer = "integer" in prop.get("type", ())
         below = 1 if integer else 0.5
         if "minimum" in prop:

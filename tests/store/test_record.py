@@ -30,7 +30,7 @@ EVERY_FIELD: dict[str, Any] = {
     "repeat_metrics": [{M.SAMPLES_PER_S: 1.0}, {M.SAMPLES_PER_S: 2.0}], "env": {"PYTORCH_CUDA_ALLOC_CONF": "x"},
     "mlflow_run_id": "abc123", "reason": "predicted_oom", "predicted_by": 4, "repeat_of": 2, "deferred_to": -1,
     "neighbour_of": 7, "retry_of": 1, "retry_reason": "error", "chosen_by": "the surrogate's best",
-    "orchestrator": "host:1234", "worker": "w1",
+    "orchestrator": "host:1234", "worker": "w1", "remeasure_of": 2, "measurements": 3,
 }
 
 
@@ -188,7 +188,7 @@ def test_every_field_of_a_study_round_trips(tmp_path: Path) -> None:
     assert StudyRecord.of(s) == StudyRecord()
     values = {"fingerprint": {"device": "cpu", "space": {"dtype": ["float32"]}}, "uid": "0123abcd",
               "machine": {"devices": ["cpu"], "memory_limit_gib": None}, "recorded": {"trials": 3},
-              "parent_run_id": "p1"}
+              "parent_run_id": "p1", "load": [{"at": 1.0, "cores": 2, "before": 1.3, "readings": 4}]}
     assert set(values) == set(KEYS) == {f.name for f in fields(StudyRecord)}
     write_study(s, **values)
     assert StudyRecord.of(s) == StudyRecord(**values)
@@ -196,7 +196,7 @@ def test_every_field_of_a_study_round_trips(tmp_path: Path) -> None:
     # stored under the keys every version used
     assert s.user_attrs == {"orchestrate.fingerprint": values["fingerprint"], "orchestrate.uid": "0123abcd",
                             "orchestrate.machine": values["machine"], "orchestrate.recorded": {"trials": 3},
-                            "mlflow_parent_run_id": "p1"}
+                            "mlflow_parent_run_id": "p1", "orchestrate.load": values["load"]}
     write_study(s, recorded=None)
     assert StudyRecord.of(s).recorded is None
 

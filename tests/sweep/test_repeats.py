@@ -7,6 +7,7 @@ processes and reads the study and the MLflow runs back through their own APIs.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -168,3 +169,36 @@ def test_sigkill_after_a_repeated_trial_was_told_then_resume_completes_its_run(p
     client = MlflowClient(f"sqlite:///{project}/mlruns/mlflow.db")
     assert {a.path for a in client.list_artifacts(run.info.run_id, "repeat-2")} == \
         {"repeat-2/trial.log", "repeat-2/result.json", "repeat-2/config.json"}
+
+
+def test_repeats_combine_their_throughputs_95_percent_interval() -> None:
+    """``throughput_ci95`` over the processes: the larger of their own spread and their windows'
+    (``harness/spread.combined_ci95``), over the square root of their number."""
+    runs = [ok(100.0, 1.0), ok(150.0, 1.0)]
+    for r in runs:
+        r.outcome.result.metrics["throughput_ci95"] = 0.02
+    m = combine(runs, 2, ["samples_per_s"]).outcome.metrics
+    assert m["throughput_ci95"] == pytest.approx(1.96 * statistics.stdev([math.log(100), math.log(150)]) / math.sqrt(2))
+
+
+def test_a_configuration_measured_again_is_combined_with_its_earlier_measurements() -> None:
+    """The auto search's measurement again (``remeasure_of``): the new trial's result is the median
+    of every measurement of the configuration, and says how many trials made it."""
+    from types import SimpleNamespace
+
+    from orchestrator.sweep.repeats import remeasured
+
+    earlier = SimpleNamespace(user_attrs={"status": "ok", "metrics": {"samples_per_s": 100.0, "throughput_ci95": 0.1},
+                                          "measurements": 1})
+    now = ok(120.0, 1.0).outcome
+    now.result.metrics["throughput_ci95"] = 0.1
+    outcome, trials = remeasured(now, earlier, ["samples_per_s"])
+    assert trials == 2 and outcome.processes == 2 and len(outcome.repeat_metrics) == 2
+    assert outcome.metrics["samples_per_s"] == pytest.approx(110.0)
+    assert outcome.metrics["samples_per_s_spread"] == pytest.approx(20 / 110)
+    between = statistics.stdev([math.log(100), math.log(120)])        # wider than the windows' 0.1 / 1.96
+    assert outcome.metrics["throughput_ci95"] == pytest.approx(1.96 * between / math.sqrt(2))
+    third, trials = remeasured(ok(130.0, 1.0).outcome, SimpleNamespace(user_attrs={
+        "status": "ok", "metrics": outcome.metrics, "repeat_metrics": list(outcome.repeat_metrics),
+        "measurements": 2}), ["samples_per_s"])
+    assert trials == 3 and third.metrics["samples_per_s"] == 120.0    # the median of 100, 120, 130

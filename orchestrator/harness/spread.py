@@ -1,0 +1,95 @@
+"""How noisy a throughput is: the spread of one timed window, and of several measurements of one
+configuration. Standard library only, so that every side can call it: the harness's timed
+window (``train.figures``), a script's trial, the repeats (``sweep/repeats``) and the replay.
+
+A window's throughput is its samples over its seconds. Split into ``SUBWINDOWS`` parts of equal
+steps, each part has a throughput of its own; how far those spread is what the window can tell
+about the machine's noise:
+
+- ``throughput_cv``: the parts' population standard deviation over their mean (as recorded since
+  the first version);
+- ``throughput_ci95``: the half-width of the configuration's 95% interval, on the log scale:
+  the recorded throughput ``x`` lies in ``x * exp(-ci95) .. x * exp(ci95)`` (for small values,
+  ``+-ci95`` relative: 0.05 = +-5%). It is ``1.96 * s / sqrt(n)`` for ``n`` measurements each
+  spread by ``s``, the sample standard deviation of the log of the parts' throughputs. One window
+  counts as one measurement, not as ``SUBWINDOWS``: a second process measures a load that came
+  and went between the windows, which the parts of one window cannot see. On the 2-core machine
+  here, under a busy loop switched on and off, processes of one configuration differed by about as
+  much as the parts of one window did (``bench/noise.py`` measures both).
+
+With several measurements (``trial.repeats``, or a configuration measured again by the search),
+``s`` is the larger of their own spread (the log of their throughputs) and the median of their
+windows' ``s``: two measurements that agree by chance do not make a noisy machine quiet.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Sequence
+
+from orchestrator import metrics as M
+
+SUBWINDOWS = 5
+Z95 = 1.96
+
+
+def subwindow_rates(step_s: Sequence[float], parts: int = SUBWINDOWS) -> list[float]:
+    """Throughput (steps per second) of ``parts`` consecutive groups of equal steps; steps left
+    over at the end are not counted. Fewer than two steps: none."""
+    n = min(parts, len(step_s))
+    if n < 2:
+        return []
+    size = len(step_s) // n
+    sums = [sum(step_s[i * size:(i + 1) * size]) for i in range(n)]
+    return [size / s for s in sums if s > 0] if all(s > 0 for s in sums) else []
+
+
+def window_spread(step_s: Sequence[float], parts: int = SUBWINDOWS) -> tuple[float | None, float | None]:
+    """``(throughput_cv, s)`` of one window from its step times (seconds, or any one unit): the
+    parts' coefficient of variation and the sample standard deviation of their log; None where the
+    window has fewer than two steps."""
+    rates = subwindow_rates(step_s, parts)
+    if len(rates) < 2:
+        return None, None
+    mean = statistics.fmean(rates)
+    cv = statistics.pstdev(rates) / mean
+    return cv, statistics.stdev(math.log(r) for r in rates)
+
+
+def ci95(spread: float | None, measurements: int = 1) -> float | None:
+    """The 95% half-width (log scale) of a value measured ``measurements`` times, each spread by
+    ``spread`` (the standard deviation of the log of one measurement)."""
+    if spread is None or measurements < 1:
+        return None
+    return Z95 * spread / math.sqrt(measurements)
+
+
+def window_figures(step_s: Sequence[float], parts: int = SUBWINDOWS) -> dict[str, float | None]:
+    """The window's spread figures by metric name (``metrics.THROUGHPUT_CV``, ``THROUGHPUT_CI95``):
+    what a trial records beside its throughput. A script's runner calls this with its steps' times."""
+    cv, s = window_spread(step_s, parts)
+    return {M.THROUGHPUT_CV: cv, M.THROUGHPUT_CI95: ci95(s)}
+
+
+def combined_ci95(values: Sequence[float], windows_ci95: Sequence[float | None]) -> float | None:
+    """``throughput_ci95`` of a configuration measured ``len(values)`` times (each value a
+    throughput > 0; ``windows_ci95``: each measurement's own ``throughput_ci95``, None where it has
+    none): see the module's docstring."""
+    n = len(values)
+    if n == 0 or any(v <= 0 for v in values):
+        return None
+    own = [c / Z95 for c in windows_ci95 if c is not None]
+    within = statistics.median(own) if own else None
+    between = statistics.stdev(math.log(v) for v in values) if n > 1 else None
+    known = [s for s in (within, between) if s is not None]
+    return ci95(max(known), n) if known else None
+
+
+def shown(ci: float, table: bool = False) -> str:
+    """A 95% half-width (log scale) as a person reads it: ``+-4.0%`` where the interval is nearly
+    symmetric (up to 25%), else the factor either way, ``a factor of 6.8 either way`` (``table``:
+    ``x/6.8``, in a column headed ``+-95%``)."""
+    if ci <= 0.25:
+        return f"{ci:.1%}" if table else f"+-{ci:.1%}"
+    return f"x/{math.exp(ci):.1f}" if table else f"a factor of {math.exp(ci):.1f} either way"

@@ -1,0 +1,133 @@
+"""Measuring again (``search/remeasure``, issue #38): a measured rival closer to the best than their
+spreads counts in the stop's chance; with ``trial.repeats: auto`` the two are measured again,
+alternating, within an allowance; else the stop says it is unsure, which rival, and what to do.
+The rules are pure (tables); the planner's use of them is checked on a small space, and the sweep's
+(the trial recorded with both measurements) by a replayed sweep."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from orchestrator.replay.landscape import load_landscape
+from orchestrator.replay.noise import Noise
+from orchestrator.replay.strategies import landscape_spec, replay_run
+from orchestrator.search import remeasure as R
+from orchestrator.search.dominance import DEFAULT_ORDER
+from orchestrator.search.planner import Planner
+from orchestrator.search.space import config_key
+
+
+@pytest.mark.parametrize("best, rival, due", [(3, 7, "best"), (9, 4, "rival")])
+def test_the_one_measured_less_recently_goes_next(best: int, rival: int, due: str) -> None:
+    assert R.next_of_pair(R.Measured(best), R.Measured(rival)) == due
+
+
+def test_the_allowance_is_a_share_of_the_first_measurements_time() -> None:
+    once = [R.Measured(0, 1, 4.0), R.Measured(1, 1, 4.0)]
+    assert R.allowance_left(once, 16.0) == pytest.approx(R.ALLOWANCE * 16.0) and R.again_allowed(once, 16.0)
+    again = [R.Measured(0, 2, 4.0), R.Measured(1, 1, 4.0)]          # one measurement again: 4 s of it
+    assert R.allowance_left(again, 16.0) == pytest.approx(R.ALLOWANCE * 16.0 - 4.0)
+    assert not R.again_allowed(again, 4.0 / R.ALLOWANCE)
+
+
+@pytest.mark.parametrize("gap, noise, want", [(0.0, 0.02, 2 * (0.02 * 1.645 / 0.02) ** 2),
+                                              (-0.05, 0.02, 2 * (0.02 * 1.645 / 0.07) ** 2),
+                                              (-0.05, 0.10, 2 * (0.10 * 1.645 / 0.07) ** 2)])
+def test_the_measurements_needed_grow_with_the_noise_and_shrink_with_the_gap(gap: float, noise: float,
+                                                                              want: float) -> None:
+    assert R.needed(gap, noise, 0.02) == pytest.approx(want)
+
+
+def test_one_more_round_always_then_only_where_the_allowance_can_settle_it() -> None:
+    a, b = R.Measured(0, 1, 1.0), R.Measured(1, 1, 1.0)
+    assert R.worth_it(-0.01, 0.30, 0.02, a, b, left_s=2.0)          # measured once each: one more round
+    a2, b2 = R.Measured(0, 2, 1.0), R.Measured(1, 2, 1.0)
+    assert R.worth_it(-0.10, 0.02, 0.02, a2, b2, left_s=2.0)        # a clear gap, quiet: settles
+    assert not R.worth_it(-0.01, 0.30, 0.02, a2, b2, left_s=2.0)    # 30% noise: would need hundreds
+
+
+def test_the_unsure_line_names_both_trials_the_gap_the_chance_and_what_to_do() -> None:
+    line = R.unsure_reason(("batch_size=64", R.Measured(12, 3), 103.0), ("batch_size=128", R.Measured(15, 2), 100.0),
+                           0.31, 0.02, 0.196, allowance_spent=True)
+    for part in ("unsure of the answer", "trial 12 (batch_size=64)", "trial 15 (batch_size=128)", "3.0% apart",
+                 "measured 3 and 2 times", "+-19.6% at 95%", "more than 2% off is 31%", "allowance",
+                 "quieter machine", "trial.min_measure_s", "trial.repeats"):
+        assert part in line, (part, line)
+    assert "trial.repeats: auto would" in R.unsure_reason(("a", R.Measured(1), 1.0), ("b", R.Measured(2), 1.0),
+                                                          0.3, 0.02, None, False, enabled=False)
+
+
+# -- the planner -----------------------------------------------------------------------------------
+SPACE = [{"batch_size": b, "dtype": d} for b in (16, 32, 64) for d in ("float32", "bfloat16")]
+
+
+def trial(number: int, value: float, ci: float | None, measurements: int = 1, duration: float = 2.0) -> Any:
+    metrics = {"samples_per_s": value, "peak_memory_gib": 0.5}
+    if ci is not None:
+        metrics["throughput_ci95"] = ci
+    attrs = {"status": "ok", "metrics": metrics, "duration_s": duration, "measurements": measurements,
+             "processes": measurements}
+    return SimpleNamespace(number=number, user_attrs=attrs, values=[value])
+
+
+def every_configuration(values: dict[tuple[int, str], float], ci: float | None) -> dict[str, Any]:
+    return {config_key({"batch_size": b, "dtype": d}): trial(i, v, ci)
+            for i, ((b, d), v) in enumerate(values.items())}
+
+
+FLAT = {(16, "float32"): 600.0, (16, "bfloat16"): 610.0, (32, "float32"): 800.0, (32, "bfloat16"): 810.0,
+        (64, "float32"): 1000.0, (64, "bfloat16"): 1010.0}
+"""Two precisions 1% apart at every batch: the leaders are closer than a 10% spread."""
+
+
+def planner(again: bool = True) -> Planner:
+    return Planner(SPACE, {}, "samples_per_s", "maximize", "cuda", dict(DEFAULT_ORDER), again=again)
+
+
+def test_leaders_closer_than_their_spread_are_measured_again_the_older_first() -> None:
+    d = planner().decide(every_configuration(FLAT, ci=0.196), set())
+    assert d.why == "remeasure" and not d.verdict.done
+    assert d.config == {"batch_size": 64, "dtype": "float32"}      # trial 4, measured before trial 5
+
+
+def test_with_a_number_of_repeats_nothing_is_measured_again_and_the_stop_says_it_is_unsure() -> None:
+    d = planner(again=False).decide(every_configuration(FLAT, ci=0.196), set())
+    assert d.config is None and d.verdict.done and d.verdict.unsure
+    assert d.verdict.reason.startswith("unsure of the answer: trial ") and "trial.repeats: auto would" in d.verdict.reason
+
+
+def test_quiet_measurements_settle_the_same_leaders_without_measuring_again() -> None:
+    apart = {**FLAT, (64, "bfloat16"): 1200.0}                     # 20% ahead, each within +-0.4%
+    d = planner().decide(every_configuration(apart, ci=0.004), set())
+    assert d.config is None and d.verdict.done and not d.verdict.unsure
+
+
+def test_without_a_reported_spread_measured_configurations_are_not_rivals() -> None:
+    """A study from before (or an objective that is not a throughput): as before this issue."""
+    d = planner().decide(every_configuration(FLAT, ci=None), set())
+    assert d.config is None and not d.verdict.unsure
+
+
+def test_nothing_is_measured_again_while_one_of_the_two_is_in_flight() -> None:
+    results = every_configuration(FLAT, ci=0.196)
+    d = planner().decide(results, {config_key({"batch_size": 64, "dtype": "bfloat16"})})
+    assert d.why != "remeasure" or d.config != {"batch_size": 64, "dtype": "bfloat16"}
+
+
+# -- the sweep: a replayed one, every trial 10% noisy ---------------------------------------------
+def test_a_replayed_sweep_records_each_measurement_again_with_the_earlier_ones(tmp_path: Any) -> None:
+    rows = ["batch_size,dtype,status,samples_per_s,peak_memory_gib,duration_s"]
+    rows += [f"{b},{d},ok,{FLAT[(b, d)]},{0.1 * b},1.0" for b, d in FLAT]
+    path = tmp_path / "flat.csv"
+    path.write_text("\n".join(rows) + "\n")
+    land = load_landscape(path)
+    run = replay_run({**landscape_spec(land), "search": {}}, land, seed=3, skip=True, noise=Noise(0.10))
+    again = [r for r in run.records if r.measured and r.repeat_of is None and r.status == "ok"]
+    keys = [config_key(r.params) for r in again]
+    assert len(keys) > len(set(keys)), "no configuration was measured again at 10% noise"
+    assert run.unsure or run.stopped_because is None or "likely to beat" in run.stopped_because
+    assert run.answer is not None and math.isfinite(land.row(run.answer).samples_per_s)
