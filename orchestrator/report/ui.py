@@ -224,9 +224,9 @@ RUN_NAME, CREATED = "attributes.`Run Name`", "runDateAndNestInfo"
 and its start time with the run status mark."""
 CREATED_WIDTH = 44
 """Room for the run status mark only (the start time, cut off, is in the run's page)."""
-SPREAD_METRICS = ("throughput_ci95", M.THROUGHPUT_CV)
-"""The throughput's spread, shown beside it: the first of these the runs have (``throughput_ci95``
-is what issue #38's noise work records, ``throughput_cv`` what every trial has recorded so far)."""
+SPREAD_METRICS = (M.THROUGHPUT_CI95, M.THROUGHPUT_CV)
+"""The throughput's spread, shown beside it: the first of these the runs have (``throughput_ci95``,
+the 95% half-width every trial records; ``throughput_cv`` alone in studies recorded before it)."""
 
 
 def name_width(names: list[str]) -> int:

@@ -162,3 +162,17 @@ def trace_tags(attrs: dict[str, Any]) -> dict[str, str]:
 def trial_trace_tags(trial: Any, extra: dict[str, Any] | None = None) -> dict[str, str]:
     """``trace_tags`` of what the trial recorded, ``extra`` (not written yet) over it."""
     return trace_tags({**attrs_of(trial, TRACE_ATTRS), **(extra or {})})
+
+
+def link_run(trial: Any, run_id: str) -> None:
+    """The trial's MLflow run id as a user attribute, from the tracker's writer thread, while the
+    trial is still running (a finished trial's attributes are fixed: then its run is found by its
+    ``trial_number`` tag)."""
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    from orchestrator.store.writefault import StoreUnwritable
+
+    try:
+        write(trial, mlflow_run_id=run_id)
+    except (UpdateFinishedTrialError, StoreUnwritable):  # the study's own write says so, in the loop
+        pass

@@ -36,7 +36,7 @@ from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome, S
 from orchestrator.search.verdict import Verdict
 from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
 from orchestrator.store.record import TrialRecord, status_of, write
-from orchestrator.store.records import rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags
+from orchestrator.store.records import link_run, rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags
 from orchestrator.store.writefault import StoreUnwritable, diagnose, folder_unwritable
 from orchestrator.search.space import Plan, trial_params
 from orchestrator.spec.load import SweepSpec
@@ -237,7 +237,7 @@ class Sweep:
         device = params["device"]
         placement = self.runner.slots[slot].record()
         run_ref = self.tracker.start_trial(trial.number, params, {"device": device, **{
-            k: str(v) for k, v in placement.items()}}, on_created=lambda run_id: _link(trial, run_id))
+            k: str(v) for k, v in placement.items()}}, on_created=lambda run_id: link_run(trial, run_id))
         reached("after_run_start")
         if proposal.predicted_by is not None:
             self._record_skip(trial, run_ref, device, proposal.predicted_by)
@@ -392,16 +392,3 @@ class Sweep:
                            message=f"orchestrate: stopped by {name}; the running trial(s) were killed and "
                                    "recorded as interrupted.")
 
-
-def _link(trial: Any, run_id: str) -> None:
-    """The trial's MLflow run id as a user attribute, from the tracker's writer thread, while the
-    trial is still running (a finished trial's attributes are fixed: then its run is found by its
-    ``trial_number`` tag)."""
-    from optuna.exceptions import UpdateFinishedTrialError
-
-    from orchestrator.store.writefault import StoreUnwritable
-
-    try:
-        write(trial, mlflow_run_id=run_id)
-    except (UpdateFinishedTrialError, StoreUnwritable):  # the study's own write says so, in the loop
-        pass

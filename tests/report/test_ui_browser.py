@@ -62,7 +62,7 @@ def test_mlflow_ui_answers_on_the_first_screen(tmp_path_factory: pytest.TempPath
     assert set(rows) == set(runs)  # every trial's run, flat (not folded under the parent)
     statuses = {name: run.data.tags["status"] for name, run in runs.items()}
     assert sorted(statuses.values()).count("ok") == 4 and "oom" in statuses.values()
-    first_screen = ["attributes.`Run Name`", "tags.`status`", "metrics.`samples_per_s`", "metrics.`throughput_cv`",
+    first_screen = ["attributes.`Run Name`", "tags.`status`", "metrics.`samples_per_s`", "metrics.`throughput_ci95`",
                     "metrics.`peak_memory_gib`"]
     for name, row in rows.items():
         missing = [c for c in first_screen if not row.get(c, {}).get("shown")]
