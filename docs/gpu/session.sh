@@ -89,6 +89,11 @@
 #                                 1, 2 and 4 GPUs, each from an empty folder, the order rotated, twice each
 #                                 (bench/devices.py), with what ran beside each configuration's window on the
 #                                 other slots, each slot's first trial and the command's end
+#   bash docs/gpu/session.sh l41a issue #41's new landscapes, part 1: a Hugging Face decoder (GPT-2 small, 512 tokens)
+#                                 under a 12% cap and a Hugging Face encoder (BERT-base masked LM), each a full grid
+#                                 (about 7 minutes on an H100)
+#   bash docs/gpu/session.sh l41b part 2, the compile landscapes: the small BERT and a 153M Llama under a 10% cap,
+#                                 each with compile as a dimension (about 9 minutes on an H100)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -98,7 +103,7 @@ ORCH="python3 -m orchestrator.cli"
 step() { echo "=== $1 ($(date +%T))"; }
 landscape() {  # record sweeps/landscape_$1_cuda.yaml in an empty folder, export it as $OUT/$2.csv
   step "landscape $1"; local d; d=$(mktemp -d)
-  (cd "$d" && time timeout 280 $ORCH "$OLDPWD/sweeps/landscape_$1_cuda.yaml") > "$OUT/landscape_$1.log" 2>&1
+  (cd "$d" && time timeout "${LT:-280}" $ORCH "$OLDPWD/sweeps/landscape_$1_cuda.yaml") > "$OUT/landscape_$1.log" 2>&1
   python3 bench/export_landscape.py "sqlite:///$d/mlruns/optuna.db" "landscape_$1_cuda" "$OUT/$2.csv" >> "$OUT/landscape_$1.log" 2>&1
 }
 { nvidia-smi --query-gpu=index,name,memory.total,driver_version,pci.bus_id --format=csv; nproc; python3 -c "import torch; print(torch.__version__)"; nvidia-smi topo -m; lscpu | grep -E "NUMA|Thread|Socket|Model name"; } > "$OUT/machine.txt" 2>&1
@@ -260,8 +265,25 @@ c40)
   ;;
 d41)
   python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
-  step devices; timeout 560 python3 bench/devices.py sweeps/bert_memory.yaml --one cuda:0 --many cuda:0,cuda:1 \
-      --many auto --rounds 2 --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
+  step devices; timeout 560 python3 bench/devices.py sweeps/bert_memory.yaml --one cuda:0 ${D41_MANY:---many cuda:0,cuda:1 --many auto} \
+      --rounds 2 --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
+  ;;
+l41a)
+  export HF_HUB_OFFLINE=1
+  LT=290 landscape hf_gpt2_cap012 hf_gpt2_h100_cap012
+  LT=290 landscape hf_bert hf_bert_h100
+  ;;
+l41b)
+  export HF_HUB_OFFLINE=1
+  LT=290 landscape bert_mini_compile bert_mini_compile_h100
+  LT=290 landscape hf_llama_compile hf_llama_compile_h100_cap010
+  ;;
+l41c)  # the three batch-64 rows l41b's grid had no time for (its 290 s ran out at the 18th)
+  export HF_HUB_OFFLINE=1
+  sed -e 's/^name: .*/name: landscape_hf_llama_compile_b64_cuda/' -e 's/batch_size: \[4, 8, 16, 32, 64\]/batch_size: [64]/' \
+      sweeps/landscape_hf_llama_compile_cuda.yaml > sweeps/landscape_hf_llama_compile_b64_cuda.yaml
+  LT=200 landscape hf_llama_compile_b64 hf_llama_compile_h100_cap010_b64
+  rm -f sweeps/landscape_hf_llama_compile_b64_cuda.yaml
   ;;
 n38)
   R=$PWD
@@ -270,7 +292,7 @@ n38)
     { time timeout 280 $ORCH "$R/sweeps/bert_memory.yaml"; $ORCH report "$R/sweeps/bert_memory.yaml"; } \
         > "$OUT/noise_headline_$run.log" 2>&1; cd "$R"
   done
-  step noise-cpu; timeout 900 python3 bench/noise.py --no-load --json "$OUT/noise_cpu_h100_host.json" \
+  step noise-cpu; timeout "${N38_NOISE_S:-900}" python3 bench/noise.py --no-load --json "$OUT/noise_cpu_h100_host.json" \
       > "$OUT/noise_cpu_h100_host.log" 2>&1
   ;;
 esac
