@@ -51,7 +51,7 @@ from orchestrator.search.feasibility import (
 )
 from orchestrator.search.keys import config_key, value_key, value_keys_of
 from orchestrator.search.mixture import Model
-from orchestrator.search.remeasure import Measured, Measurements, describe
+from orchestrator.search.remeasure import Measured, Measurements, describe, process_values
 from orchestrator.search.priors import NOISE_FLOOR, THROUGHPUT, encode, measured_noise, ordered, values_of
 from orchestrator.search.verdict import Decision, Verdict, reason
 from orchestrator.metrics import DURATION_S
@@ -113,7 +113,7 @@ class Planner:
             if key not in self.index:
                 continue
             status = status_of(t)
-            record = attrs_of(t, (DURATION_S, "measurements", "processes"))
+            record = attrs_of(t, (DURATION_S, "measurements", "processes", "repeat_metrics"))
             seconds = float(record.get(DURATION_S) or 0.0)
             seen.first_s += seconds
             if status in NOT_FITTING:
@@ -128,6 +128,7 @@ class Planner:
                     y.append(math.log(value) if self.maximize else -math.log(value))
                     seen.add(i, Measured(getattr(t, "number", 0), int(record.get("measurements") or 1), seconds), value,
                              measured_noise(metrics, self.metric, processes), processes)
+                    seen.add_processes(process_values(record.get("repeat_metrics"), self.metric))
         return memory, idx, y
 
     def decide(self, results: dict[str, Any], in_flight: set[str], stop: bool = True) -> Decision:
@@ -346,7 +347,11 @@ class Planner:
         measurements, not on how many runs made them (below ``REFIT_ALWAYS``)."""
         n = len(i)
         if self._fitted is None or n <= REFIT_ALWAYS or n >= 1.2 * self._fitted[0] or n < self._fitted[0]:
-            self._fitted = (n, S.fit(self.space, i, yc, self.noise_floor if floor is None else floor, noise, counts))
+            # once processes of one configuration were compared here, their disagreement is in each
+            # measurement's noise (``Measurements.floor``): the model adds the least of its grid beyond it
+            beyond = S.BEYOND_MEASURED if self._seen.between_dof == 0 else S.SIGMA_N[0]
+            self._fitted = (n, S.fit(self.space, i, yc, self.noise_floor if floor is None else floor, noise, counts,
+                                     beyond))
         return self._fitted[1]
 
     def _chances(self, model: Model, open_: list[int], p_fit: np.ndarray) -> np.ndarray:

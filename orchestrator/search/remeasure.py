@@ -28,7 +28,12 @@ from typing import Any
 import numpy as np
 
 from orchestrator.harness.spread import shown
-from orchestrator.search.priors import pooled_noise
+from orchestrator.search.priors import STEP_TIMES, THROUGHPUT, pooled_noise
+
+FLOOR_WEIGHT = 2.0
+"""How many degrees of freedom the device's assumed noise floor (``priors.NOISE_FLOOR``) counts
+for against the processes measured here (``Measurements.floor``): as if it had been measured by two
+extra pairs of processes, so that one lucky pair cannot talk it down alone."""
 
 ALLOWANCE = 0.25
 """Measuring again may cost this fraction of the time the first measurements took: on a noisy
@@ -66,15 +71,38 @@ class Measurements:
     """Per value, the measurements (processes) it is the median of."""
     first_s: float = 0.0
     """Seconds of every result's latest trial, failed ones included: what the first measurements cost."""
+    between_ss: float = 0.0
+    """Over every configuration measured by more than one process: the squared deviations of each
+    process's log value from its configuration's mean (``add_processes``)."""
+    between_dof: int = 0
+    """Their degrees of freedom: each such configuration's processes less one."""
 
     def add(self, i: int, measured: Measured, value: float, own: float | None, processes: int) -> None:
         self.measured[i], self.values[i] = measured, value
         self.own.append(own)
         self.processes.append(processes)
 
+    def add_processes(self, values: list[float]) -> None:
+        """One configuration's values as each of its processes measured it (> 0): how far two
+        processes of one configuration disagree on this machine, for ``floor``."""
+        logs = [math.log(v) for v in values if v > 0]
+        if len(logs) > 1:
+            mean = sum(logs) / len(logs)
+            self.between_ss += sum((x - mean) ** 2 for x in logs)
+            self.between_dof += len(logs) - 1
+
+    def floor(self) -> float:
+        """The least noise of one measurement (standard deviation of its log): the device's
+        ``noise_floor`` as a prior worth ``FLOOR_WEIGHT`` degrees of freedom, pooled with what
+        processes of the same configuration measured here (``add_processes``). A quiet H100 whose
+        processes agree within 0.3% is no longer held to the 1% assumed for every GPU (its headline
+        stopped unsure of three configurations 0.0-0.5% apart), and a machine whose processes
+        disagree by more than their windows show is priced at what they disagree by."""
+        return math.sqrt((FLOOR_WEIGHT * self.noise_floor ** 2 + self.between_ss) / (FLOOR_WEIGHT + self.between_dof))
+
     def noise(self) -> np.ndarray | None:
         """Each value's noise (``priors.pooled_noise``), None where no trial reported a spread."""
-        pooled = pooled_noise(self.own, self.processes, self.noise_floor)
+        pooled = pooled_noise(self.own, self.processes, self.floor())
         return None if pooled is None else np.array(pooled)
 
     def typical(self) -> float | None:
@@ -98,9 +126,10 @@ class Measurements:
         left_s = allowance_left(list(self.measured.values()), self.first_s)
         if left_s <= 0:
             return None
-        noise = self.typical() or self.noise_floor
+        floor = self.floor()
+        noise = self.typical() or floor
         a, b = self.measured[best], self.measured[rival]
-        if not worth_it(gap, max(noise, self.noise_floor), threshold, a, b, left_s):
+        if not worth_it(gap, max(noise, floor), threshold, a, b, left_s):
             return None
         pick = best if next_of_pair(a, b) == "best" else rival
         return None if pick in busy else pick
@@ -112,6 +141,17 @@ class Measurements:
         (i, i_text), (j, j_text) = best, rival
         return unsure_reason((i_text, self.measured[i], self.values[i]), (j_text, self.measured[j], self.values[j]),
                              chance, band, None if spread is None else 1.96 * spread, spent, enabled)
+
+
+def process_values(runs: Any, metric: str) -> list[float]:
+    """The objective as each process of one configuration measured it (a trial's recorded
+    ``repeat_metrics``); none where it is not a throughput or a step time (whose spread is relative:
+    ``priors.measured_noise``) or a process lacks it."""
+    if metric not in THROUGHPUT + STEP_TIMES or not isinstance(runs, list):
+        return []
+    values = [r.get(metric) for r in runs if isinstance(r, dict)]
+    ok = [float(v) for v in values if isinstance(v, (int, float)) and v > 0]
+    return ok if len(ok) == len(runs) else []
 
 
 def next_of_pair(best: Measured, rival: Measured) -> str:

@@ -110,16 +110,17 @@ def _log_likelihood(space: Space, idx: np.ndarray, y: np.ndarray, hyper: Hyper,
 
 
 def fit(space: Space, idx: np.ndarray, y: np.ndarray, noise_floor: float = 0.0,
-        noise: np.ndarray | None = None, counts: np.ndarray | None = None) -> list[tuple[float, Hyper]]:
+        noise: np.ndarray | None = None, counts: np.ndarray | None = None,
+        beyond_measured: float = BEYOND_MEASURED) -> list[tuple[float, Hyper]]:
     """The hyperparameter settings of the grids above weighted by their marginal likelihood (a
     flat prior over the grid), the ``MEMBERS`` heaviest: with few measurements the weights are
     flat and the mixture is wide, so the model does not claim what it has not seen. ``noise``:
     each measurement's own spread (log units), added to ``s_n``, which then stays at most
     ``BEYOND_MEASURED`` (a configuration measured several times reports the spread between its
     measurements itself); ``counts``: how many measurements each value is the median of;
-    ``noise_floor``: the least ``s_n``."""
+    ``noise_floor``: the least ``s_n``; ``beyond_measured``: the most, where ``noise`` is given."""
     n_ord, n_cat = space.Z.shape[1], space.C.shape[1]
-    ceiling = max(noise_floor, BEYOND_MEASURED) if noise is not None else math.inf
+    ceiling = max(noise_floor, beyond_measured) if noise is not None else math.inf
     beyond = tuple(s for s in SIGMA_N if noise_floor <= s <= ceiling) or (noise_floor,)
     grid = [Hyper(f, n, (ell,) * n_ord, (rho,) * n_cat) for f in SIGMA_F for n in beyond
             for ell in (LENGTHSCALES if n_ord else LENGTHSCALES[:1]) for rho in (RHOS if n_cat else RHOS[:1])]

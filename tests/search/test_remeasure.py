@@ -118,6 +118,55 @@ def test_nothing_is_measured_again_while_one_of_the_two_is_in_flight() -> None:
     assert d.why != "remeasure" or d.config != {"batch_size": 64, "dtype": "bfloat16"}
 
 
+# -- the floor: what processes of one configuration measured here --------------------------------
+def test_processes_that_agree_lower_the_floor_and_processes_that_disagree_raise_it() -> None:
+    assumed = R.Measurements(0.01)
+    assert assumed.floor() == pytest.approx(0.01)                 # nothing measured twice: the device's
+    quiet = R.Measurements(0.01)
+    for pair in ([2593.3, 2595.8], [2591.5, 2596.0], [2596.3, 2595.3]):  # a quiet H100's pairs (n38)
+        quiet.add_processes(pair)
+    assert 0.004 < quiet.floor() < 0.0065                         # the prior still counts: two pairs' worth
+    busy = R.Measurements(0.01)
+    busy.add_processes([78.3, 25.7])                              # the newcomer's two runs of one configuration
+    assert busy.floor() > 0.3
+
+
+def test_the_processes_of_a_trial_are_read_for_throughputs_and_step_times_only() -> None:
+    runs = [{"samples_per_s": 100.0, "step_time_ms_p50": 5.0}, {"samples_per_s": 104.0, "step_time_ms_p50": 4.8}]
+    assert R.process_values(runs, "samples_per_s") == [100.0, 104.0]
+    assert R.process_values(runs, "step_time_ms_p50") == [5.0, 4.8]
+    assert R.process_values(runs, "loss") == []
+    assert R.process_values([runs[0], {}], "samples_per_s") == []  # one process without it: none
+    assert R.process_values(None, "samples_per_s") == []
+
+
+def remeasured_trial(number: int, values: list[float], ci: float) -> Any:
+    t = trial(number, sorted(values)[len(values) // 2], ci, measurements=len(values))
+    t.user_attrs["repeat_metrics"] = [{"samples_per_s": v, "throughput_ci95": ci} for v in values]
+    return t
+
+
+def test_leaders_whose_processes_agree_on_a_quiet_gpu_end_the_search_sure_of_it() -> None:
+    """The headline on a quiet H100 (docs/gpu/noise/): three configurations 0.0-0.5% apart, each
+    measured twice within +-0.5%, stopped 'unsure' at a chance of 7-8% while the 1% floor assumed
+    for every GPU stood, and up to 2% more beyond each measurement; the pairs say they agree."""
+    first = {(16, "float32"): 1200.0, (16, "bfloat16"): 1900.0, (32, "float32"): 1500.0}
+    pairs = {(32, "bfloat16"): [2593.3, 2595.8], (64, "float32"): [2591.5, 2596.0], (64, "bfloat16"): [2596.3, 2595.3]}
+
+    def decide(spread: float) -> Any:
+        results = every_configuration({**first, **{k: v[0] for k, v in pairs.items()}}, ci=0.004)
+        for n, ((b, d), values) in enumerate(pairs.items()):
+            apart = [values[0], values[1] * (1 + spread)]
+            results[config_key({"batch_size": b, "dtype": d})] = remeasured_trial(10 + n, apart, 0.004)
+        return planner().decide(results, set())
+
+    quiet = decide(0.0)
+    assert quiet.config is None and quiet.verdict.done and not quiet.verdict.unsure, quiet.verdict.reason
+    assert quiet.verdict.chance < 0.02
+    busy = decide(0.15)                                            # the same pairs 15% apart: not sure at all
+    assert busy.verdict.chance > 5 * quiet.verdict.chance
+
+
 # -- the sweep: a replayed one, every trial 10% noisy ---------------------------------------------
 def test_a_replayed_sweep_records_each_measurement_again_with_the_earlier_ones(tmp_path: Any) -> None:
     rows = ["batch_size,dtype,status,samples_per_s,peak_memory_gib,duration_s"]
