@@ -89,6 +89,9 @@
 #                                 1, 2 and 4 GPUs, each from an empty folder, the order rotated, twice each
 #                                 (bench/devices.py), with what ran beside each configuration's window on the
 #                                 other slots, each slot's first trial and the command's end
+#   bash docs/gpu/session.sh s37b issue #37 again: the module against the script on CUDA with 3-s windows and 4
+#                                 alternating rounds, the hooks' cost with the time inside them, then the same
+#                                 comparison on the host's CPU (the tiny BERT; about 8 minutes on an H100)
 #   bash docs/gpu/session.sh l41a issue #41's new landscapes, part 1: a Hugging Face decoder (GPT-2 small, 512 tokens)
 #                                 under a 12% cap and a Hugging Face encoder (BERT-base masked LM), each a full grid
 #                                 (about 7 minutes on an H100)
@@ -267,6 +270,13 @@ d41)
   python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
   step devices; timeout 560 python3 bench/devices.py sweeps/bert_memory.yaml --one cuda:0 ${D41_MANY:---many cuda:0,cuda:1 --many auto} \
       --rounds 2 --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
+  ;;
+s37b)
+  step script-vs-module-cuda; timeout 380 python3 bench/script_vs_module.py --device cuda --rounds 4 --min-measure-s 3 \
+      --json "$OUT/script_vs_module_cuda.json" > "$OUT/script_vs_module_cuda.log" 2>&1
+  step script-vs-module-cpu; timeout 180 python3 bench/script_vs_module.py --device cpu --model tiny --seq-len 64 \
+      --points float32:16 float32:64 bfloat16:64 --rounds 3 --hook-pairs 0 --min-measure-s 2 \
+      --json "$OUT/script_vs_module_cpu.json" > "$OUT/script_vs_module_cpu.log" 2>&1
   ;;
 l41a)
   export HF_HUB_OFFLINE=1
