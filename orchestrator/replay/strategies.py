@@ -193,7 +193,7 @@ def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip:
                sampler: Any = None, launcher: Callable[..., Launched] | None = None,
                neighbours: bool = True, slots: int = 1, noise: float | Noise = 0.0) -> Replayed:
     """Run the orchestrator's sweep loop over ``landscape``. ``sampler`` replaces the one the spec
-    names (``study.make_sampler``), to try another setting; ``neighbours=False`` turns off the
+    names (``strategy.make_sampler``), to try another setting; ``neighbours=False`` turns off the
     queueing of a re-proposed configuration's nearest neighbour; ``slots`` trials run at once
     (``ReplayRunner``); ``noise``: ``ReplayLauncher``'s. The sweep gets the memory limit a real
     run's probe would have reported (``Landscape.memory_limit_gib``)."""
@@ -201,7 +201,7 @@ def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip:
 
     from orchestrator.search.space import make_plan
     from orchestrator.spec.load import check_spec
-    from orchestrator.store.study import make_sampler
+    from orchestrator.search.strategy import make_sampler
     from orchestrator.sweep.loop import Sweep
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -41,7 +41,7 @@ def print_plan(spec: SweepSpec) -> None:
     storage, tracking = shown(absolute_uri(spec.storage)), shown(absolute_uri(spec.tracking_uri))
     seed = f", seed {spec.search.seed}" if spec.search.seed is not None else ""
     t = spec.trial
-    from orchestrator.store.study import planned
+    from orchestrator.search.strategy import planned
 
     if planned(spec):
         search = ("auto search: " + (f"ends once no configuration left is likely to beat the best by more "

@@ -108,7 +108,7 @@ def _decision(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | None,
     configuration means it is done, and its verdict says why."""
     from orchestrator.search.keys import config_key
     from orchestrator.search.planners import planner_for
-    from orchestrator.store.study import planned
+    from orchestrator.search.strategy import planned
 
     if not configs or not planned(spec) or spec.search.stop != "auto":
         return None

@@ -194,46 +194,16 @@ def _held(fd: int, name: str, lock_path: Path) -> StudyError:
                       "see docs/scale.md)")
 
 
-def make_sampler(spec: SweepSpec, n_existing: int, worker: int = 0):
-    """Samplers are not stored by Optuna: rebuilt from the spec on every run. The seed is offset by
-    the number of trials already in the study, so a resume does not replay the first proposals,
-    and by ``worker`` (a per-process number when several orchestrators share a study: same-seed
-    workers that start together would otherwise propose the same points, optuna#3790)."""
-    import optuna
-
-    seed = None if spec.search.seed is None else (spec.search.seed + 7919 * n_existing + 104729 * worker) % 2**32
-    name = spec.search.sampler
-    if name == "auto" and not planned(spec):
-        name = "tpe"  # a continuous space or several objectives: the planner does not apply
-    if name == "tpe":
-        # 5 random start-up trials instead of Optuna's 10: memory sweeps are small (tens of
-        # configurations), and on both recorded landscapes this reached the best configuration
-        # sooner for every seed set tried (bench/search_efficiency.py --startup 5 10).
-        # constant_liar (Optuna 5's default, said here on purpose): trials in flight count as
-        # bad, so concurrent proposals (several slots or orchestrators) spread out.
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, constant_liar=True)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
-    return optuna.samplers.RandomSampler(seed=seed)  # grid, auto: every trial is enqueued by the sweep
-
-
-def planned(spec: SweepSpec) -> bool:
-    """Whether the ``auto`` search (``planner``) chooses the trials: a finite space, one objective."""
-    from orchestrator.spec.load import Range
-
-    return (spec.search.sampler == "auto" and len(spec.objective.metrics) == 1
-            and not any(isinstance(d, Range) and d.step is None for d in spec.space.values()))
-
-
 POOL = {"pool_size": 2, "max_overflow": 2}
 """Connections one orchestrator holds to a server database for the study: the loop and the
 heartbeat thread (and the MLflow writer linking a run) at once, at most 4; the study lock takes one
 more while it is held (``coordination.StudyLock``)."""
 
 
-def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], worker: int = 0,
+def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], sampler: Callable[[int], Any],
                outage: Any = None, absent: Callable[[str], None] | None = None):
-    """Create the study, or load it and check it was made from the same spec. With a server
+    """Create the study, or load it and check it was made from the same spec, with the sampler
+    ``sampler(n)`` gives for a study of ``n`` trials (``strategy.make_sampler``). With a server
     database the storage keeps heartbeats (``coordination.Heartbeat`` records them; a trial silent
     for ``search.grace_period_s`` is stale), and every call goes through ``outage``
     (``outage.Outage``: a lost connection is waited out for up to ``search.outage_s``).
@@ -261,7 +231,7 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
         except KeyError:  # no such study yet
             n_existing = 0
         study = optuna.create_study(study_name=spec.name, storage=storage, directions=directions,
-                                    sampler=make_sampler(spec, n_existing, worker), load_if_exists=True)
+                                    sampler=sampler(n_existing), load_if_exists=True)
     except SQLAlchemyError as exc:
         from orchestrator.store.writefault import LOCKED, driver_line
 

@@ -34,7 +34,8 @@ from orchestrator.harness.protocol import TrialConfig, TrialSteps
 from orchestrator.launch import PRESTART, StopFlag
 from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome, Status
 from orchestrator.search.verdict import Verdict
-from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
+from orchestrator.search.proposer import Asked, Proposer
+from orchestrator.search.strategy import Done, Wait
 from orchestrator.store.record import TrialRecord, status_of, write
 from orchestrator.store.records import link_run, rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags
 from orchestrator.store.writefault import StoreUnwritable, diagnose, folder_unwritable
@@ -207,11 +208,10 @@ class Sweep:
         for i in range(len(self.runner.slots)):
             while i not in self.jobs:
                 proposal = self.proposer.next()
-                if proposal == DONE:
+                if isinstance(proposal, Done):
                     return False
-                if proposal == WAIT:
+                if isinstance(proposal, Wait):
                     return True
-                assert isinstance(proposal, Proposal)
                 self._prepare(proposal, i)
         return True
 
@@ -230,7 +230,7 @@ class Sweep:
         return self.best[0].values[0] if self.best and len(self.spec.objective.metrics) == 1 else None
 
     # -- one trial ----------------------------------------------------------------------------------
-    def _prepare(self, proposal: Proposal, slot: int) -> None:
+    def _prepare(self, proposal: Asked, slot: int) -> None:
         """Steps 1-2 for a proposed configuration; a predicted OOM is recorded at once as skipped."""
         trial = proposal.trial
         params = trial_params(self.plan, proposal.sampled)

@@ -123,6 +123,7 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
     from orchestrator.store.optuna_internals import storage_of
     from orchestrator.store.recovery import Recovery
     from orchestrator.search.space import fingerprint
+    from orchestrator.search.strategy import make_sampler
     from orchestrator.store.study import open_study, study_lock
     from orchestrator.store.studyrecord import StudyRecord, write_study
     from orchestrator.sweep.loop import Sweep
@@ -142,8 +143,9 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
             lock = StudyLock(spec.storage, spec.name, db)
             with lock:  # several orchestrators starting at once: one creates, the others load
                 sync = Tracker(spec.tracking_uri, spec.name, runs, swept=tuple(plan.searched))
+                worker = os.getpid() if shared else 0
                 study = open_study(spec, spec.storage, fingerprint(spec, plan),
-                                   worker=os.getpid() if shared else 0, outage=db,
+                                   lambda n: make_sampler(spec, n, worker), outage=db,
                                    absent=None if new_study else _not_replaced(spec, sync))
                 recorded = StudyRecord.of(study)  # one read of the study's attributes
                 uid = recorded.uid
@@ -278,9 +280,8 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, s
     for status, count in queued.items():
         if status not in RUN_AGAIN:
             again.append(f"{count} '{status}' result(s) will run again (--retry)")
-    search = "auto search" if sweep.proposer.planner is not None else f"{spec.search.sampler} sampler"
     print(f"orchestrate: {spec.name} on {where}, torch {probe.get('torch_version')}; "
-          f"{n if n is not None else 'continuous'} configurations, {search}; "
+          f"{n if n is not None else 'continuous'} configurations, {sweep.proposer.strategy.label}; "
           f"{done} of {sweep.target} trials done"
           + "".join(f"; {a}" for a in again), flush=True)
     for k, why in sweep.plan.not_applied.items():
