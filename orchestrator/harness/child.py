@@ -25,7 +25,7 @@ from orchestrator.errors import first_line
 from orchestrator.harness import subreaper
 from orchestrator.harness.ahead import preload_params
 from orchestrator.trialdir import LOG, partial
-from orchestrator.harness.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, Status,
+from orchestrator.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, Status,
                                            TrialConfig, TrialResult, Word, decode_config, decode_order,
                                            encode_result, encode_status)
 

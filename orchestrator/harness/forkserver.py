@@ -36,7 +36,7 @@ from orchestrator.harness import subreaper
 from orchestrator.harness.ahead import preload_params
 from orchestrator.harness.child import pin_cores, preload, run_given, watch_parent
 from orchestrator.harness.prepared import prepared
-from orchestrator.harness.protocol import (GO, PARENT_PID_ENV, STATUS_FD_ENV, Kind, Order, Status, Word, decode_order,
+from orchestrator.protocol import (GO, PARENT_PID_ENV, STATUS_FD_ENV, Kind, Order, Status, Word, decode_order,
                                            encode_order, encode_status, probe_answer)
 
 

@@ -18,7 +18,7 @@ import traceback
 from typing import Any
 
 from orchestrator.harness.child import run_given, watch_parent
-from orchestrator.harness.protocol import Kind, Status, Word, decode_order, encode_status
+from orchestrator.protocol import Kind, Status, Word, decode_order, encode_status
 
 PREPARE_FAILED = 3
 """The exit code of a prepared process whose device could not be initialised (the previous

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from orchestrator.harness.protocol import FORK_SERVER_FLAG, Kind, Order, Status, Word
+from orchestrator.protocol import FORK_SERVER_FLAG, Kind, Order, Status, Word
 from orchestrator.launch.process import Interpreter, TrialProcess, is_alive, kill_group
 
 

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.harness.protocol import TrialResult
+from orchestrator.protocol import TrialResult
 from orchestrator.replay.landscape import Landscape
 from orchestrator.replay.noise import Noise, measure
 from orchestrator.launch import Launched, StopFlag
 from orchestrator import trialdir
-from orchestrator.harness.protocol import TrialConfig
+from orchestrator.protocol import TrialConfig
 from orchestrator.outcome import Outcome, Status
 from orchestrator.store import record
 

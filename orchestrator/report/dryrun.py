@@ -15,7 +15,7 @@ def print_plan(spec: SweepSpec) -> None:
     from orchestrator.store.tracking import absolute_uri, artifact_root
 
     if spec.script is not None:
-        from orchestrator.sweep.checks import check_script_file
+        from orchestrator.spec.script import check_script_file
 
         check_script_file(spec)
         origin = str(spec.script_file)

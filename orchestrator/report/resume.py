@@ -106,7 +106,7 @@ def _decision(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | None,
               memory_limit_gib: float | None, native_half: frozenset[str] | None) -> Decision | None:
     """What the ``auto`` search would do next with these results (None: it does not apply): no
     configuration means it is done, and its verdict says why."""
-    from orchestrator.search.keys import config_key
+    from orchestrator.keys import config_key
     from orchestrator.search.planners import planner_for
     from orchestrator.search.strategy import planned
 

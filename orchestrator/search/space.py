@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from orchestrator.search.keys import canonical_float, config_key, value_key  # noqa: F401 - their home before keys.py
+from orchestrator.keys import canonical_float, config_key, value_key  # noqa: F401 - their home before keys.py
 from orchestrator.spec import knobs
 from orchestrator.spec.load import Choice, Dimension, SweepSpec
 

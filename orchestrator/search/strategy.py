@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.outcome import MEMORY_BOUNDARY
-from orchestrator.search.keys import config_key
+from orchestrator.keys import config_key
 from orchestrator.search.planners import planner_for
 from orchestrator.search.verdict import Verdict
 from orchestrator.spec.load import Range, SweepSpec

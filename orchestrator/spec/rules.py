@@ -210,7 +210,7 @@ def check_search(c: Checker, raw: Any, space: dict[str, Dimension]) -> SearchSet
 
 
 def check_memory_order(c: Checker, raw: Any, space: dict[str, Dimension]) -> dict[str, Any]:
-    from orchestrator.search.dominance import DEFAULT_ORDER, ORDER_WORDS
+    from orchestrator.spec.model import DEFAULT_ORDER, ORDER_WORDS
 
     path = ("search", "memory_order")
     c.mapping(path, raw, tuple(raw) if isinstance(raw, dict) else ())

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 from orchestrator import metrics as M
 from orchestrator import trialdir
-from orchestrator.harness.protocol import TrialResult, decode_result
+from orchestrator.protocol import TrialResult, decode_result
 from orchestrator.outcome import Status
 from orchestrator.store.record import TrialRecord
 from orchestrator.store.records import run_metrics, run_tags, trial_trace_tags

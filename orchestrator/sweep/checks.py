@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import SpecError
 from orchestrator.redact import child_env
-from orchestrator.harness.protocol import PARENT_PID_ENV
+from orchestrator.protocol import PARENT_PID_ENV
 from orchestrator.spec.load import SweepSpec
 from orchestrator.timeline import event
 
@@ -54,7 +54,7 @@ class Probe:
         self._stderr = ""
         smoke_script = _smoke_script(spec, smoke)
         if server is not None:
-            from orchestrator.harness.protocol import Kind, Order
+            from orchestrator.protocol import Kind, Order
 
             self.folder = Path(folder)
             self.request = self.folder / "request.json"
@@ -120,7 +120,7 @@ class Probe:
         return (json.loads(line[len(prefix):]) if line is not None else None), self._ended
 
     def _forked(self, name: str) -> tuple[dict[str, Any] | None, bool]:
-        from orchestrator.harness.protocol import probe_answer
+        from orchestrator.protocol import probe_answer
 
         ended = self.child.reap()  # before the file: an answer is written before the exit
         try:
@@ -272,14 +272,6 @@ def unknown_names(workload: str, paths: list[tuple[str, str]], accepted: list[st
             found.append(error((section, name), f"unknown parameter for {workload}; {did}"
                                f"it takes {', '.join(sorted(accepted))} and the harness knobs"))
     return found
-
-
-def check_script_file(spec: SweepSpec) -> None:
-    """A script spec's file must be there when the sweep (or its dry run) starts."""
-    if spec.script is not None and spec.script_file is None:
-        from orchestrator.spec.script import missing
-
-        raise spec.error(("script",), missing(spec.script, spec.path.parent))
 
 
 def check_cuda_fraction(spec: SweepSpec) -> None:

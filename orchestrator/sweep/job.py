@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.harness.protocol import TrialConfig
+from orchestrator.protocol import TrialConfig
 from orchestrator.launch import Launched
 from orchestrator.outcome import INTERRUPTED_DETAIL, Outcome, Status
 from orchestrator.sweep.repeats import combine

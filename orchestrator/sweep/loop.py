@@ -30,7 +30,7 @@ from orchestrator.sweep.job import Job, State
 from orchestrator.harness.compiled import cache_folder
 from orchestrator.sweep.notices import QUIET_AGAIN_S, QUIET_S, quiet_notice, stray_notice
 from orchestrator.sweep.repeats import remeasured
-from orchestrator.harness.protocol import TrialConfig, TrialSteps
+from orchestrator.protocol import TrialConfig, TrialSteps
 from orchestrator.launch import PRESTART, StopFlag
 from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome, Status
 from orchestrator.search.verdict import Verdict

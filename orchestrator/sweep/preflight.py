@@ -55,7 +55,8 @@ def preflight(spec: SweepSpec, origins: Origins = Origins(), *, tracking_server:
 
 def workload(spec: SweepSpec) -> None:
     """The script's file, or the experiment module and the names it declares."""
-    from orchestrator.sweep.checks import check_script_file, unknown_params
+    from orchestrator.spec.script import check_script_file
+    from orchestrator.sweep.checks import unknown_params
 
     if spec.script is not None:
         check_script_file(spec)

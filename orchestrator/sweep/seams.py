@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from orchestrator.harness.protocol import TrialConfig
+from orchestrator.protocol import TrialConfig
 from orchestrator.launch import Launched
 from orchestrator.launch.slots import Slot
 

@@ -145,7 +145,7 @@ def slots_for(spec: SweepSpec, device: str, devices_flag: bool) -> list[Slot]:
 def probe_env(spec: SweepSpec) -> dict[str, str]:
     """A probe of its own touches the device on the study's first GPU slot, never on another's."""
     if spec.devices and any(d.startswith("cuda") for d in spec.devices):
-        from orchestrator.launch.slots import list_gpus
+        from orchestrator.machine import list_gpus
 
         gpus = list_gpus()
         first = next((d for d in spec.devices if d.startswith("cuda")), "cuda")

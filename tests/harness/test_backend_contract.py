@@ -16,7 +16,7 @@ import torch
 
 from orchestrator.spec import knobs
 from orchestrator.harness import backend
-from orchestrator.harness.protocol import config_of
+from orchestrator.protocol import config_of
 
 pytestmark = pytest.mark.contract
 

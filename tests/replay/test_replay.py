@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.harness.protocol import TrialConfig, TrialSteps
+from orchestrator.protocol import TrialConfig, TrialSteps
 from orchestrator.replay.landscape import LandscapeError, load_landscape
 from orchestrator.replay.strategies import (NullTracker, ReplayLauncher, TrialRecord,
                                  landscape_spec, lightning_pick, lightning_search,

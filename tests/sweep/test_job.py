@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.harness.protocol import TrialResult
+from orchestrator.protocol import TrialResult
 from orchestrator.sweep.job import Job, State
 from orchestrator.launch import Launched
 from orchestrator.outcome import Outcome
