@@ -60,9 +60,9 @@ class Startup:
         try:
             if server is None:
                 self.close_runner()
-                self.probe = checks.Probe(spec, smoke, probe_env(spec))
+                self.probe = checks.start_probe(spec, smoke, probe_env(spec))
             else:
-                self.probe = checks.Probe(spec, smoke, server=server, folder=folder)
+                self.probe = checks.start_probe(spec, smoke, server=server, folder=folder)
                 self.runner.prepare(guessed.device)  # forked after the probe: the first trials' processes
         except BaseException:
             self.close_runner()
