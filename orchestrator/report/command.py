@@ -25,7 +25,7 @@ from orchestrator.report.document import (best_lines, build_report, device_of, p
 from orchestrator.spec.load import SweepSpec, load_spec
 from orchestrator.store.studyread import StoredStudy, read_study
 from orchestrator.report.summary import fmt_num
-from orchestrator.store.tracking import absolute_uri
+from orchestrator.urls import absolute_uri
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     args = _parser(command).parse_args(rest)
     try:
-        from orchestrator.store.urls import guard, overrides
+        from orchestrator.urls import guard, overrides
 
         stores, origins = overrides(args.storage, args.tracking_uri)
         spec = load_spec(args.spec, stores)

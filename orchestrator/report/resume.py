@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import StudyError
 from orchestrator.outcome import RUN_AGAIN
 from orchestrator.spec.load import SweepSpec
-from orchestrator.store.urls import Origins
+from orchestrator.urls import Origins
 
 if TYPE_CHECKING:
     from orchestrator.search.verdict import Decision
@@ -36,10 +36,10 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
     from orchestrator.store.record import is_attempt, status_of
     from orchestrator.store.records import rank, results_of
     from orchestrator.search.space import config_key, fingerprint, guess_device, make_plan
-    from orchestrator.store.study import sqlite_path
+    from orchestrator.urls import sqlite_path
     from orchestrator.store.studyrecord import StudyRecord
     from orchestrator.store.studyread import read_study
-    from orchestrator.store.tracking import absolute_uri
+    from orchestrator.urls import absolute_uri
 
     if sqlite_path(spec.storage) is None:
         return None

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Union
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.yamlsource import dotted
+from orchestrator.urls import DEFAULT_STORAGE, DEFAULT_TRACKING_URI  # noqa: F401 - the spec's defaults
 
 Sampler = Literal["auto", "grid", "random", "tpe", "nsga2"]
 Stop = Literal["auto", "budget"]
@@ -22,8 +23,6 @@ Direction = Literal["maximize", "minimize"]
 SAMPLERS = ("auto", "grid", "random", "tpe", "nsga2")
 STOPS = ("auto", "budget")
 DIRECTIONS = ("maximize", "minimize")
-DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
-DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 MAX_TRIAL_REPEATS = 20
 
 Order = Union[str, dict]

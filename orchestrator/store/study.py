@@ -17,14 +17,7 @@ from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
 from orchestrator.store.studyrecord import StudyRecord, write_study
-
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URL, else None."""
-    if url.startswith("sqlite:///"):
-        return Path(url[len("sqlite:///"):])
-    return None
+from orchestrator.urls import is_sqlite, sqlite_folder, sqlite_path, sqlite_url
 
 
 def check_url_opens(url: str, what: str, timeout_s: float | None = None, rebuild: str = "the same command") -> None:
@@ -94,7 +87,7 @@ def create_sqlite_atomically(url: str, init: Callable[[str], None]) -> None:
         stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
     try:
-        init(f"sqlite:///{tmp.resolve()}")
+        init(sqlite_url(tmp.resolve()))
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)  # a full disk keeps no half-made store (and gets its space back)
@@ -283,7 +276,7 @@ def _storage_kwargs(url: str, grace_s: float) -> dict[str, Any]:
     import optuna
 
     kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
+    if is_sqlite(url):
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
         return kwargs
     kwargs.update(heartbeat_interval=max(1, int(grace_s / 4)), grace_period=max(2, int(grace_s)))
@@ -320,9 +313,9 @@ def _storage(url: str, kwargs: dict[str, Any], outage: Any) -> Any:
 
     from orchestrator.store.optuna_internals import cached
     from orchestrator.store.outage import create, retrying_storage
-    from orchestrator.store.writefault import WriteGuard, named, sqlite_folder
+    from orchestrator.store.writefault import WriteGuard, named
 
-    if outage is None or url.startswith("sqlite"):
+    if outage is None or is_sqlite(url):
         guard = WriteGuard(named("the study's store", url), "study_write", sqlite_folder(url))
         return retrying_storage(cached(guard.call(optuna.storages.RDBStorage, url, **kwargs)), guard)
     rdb = create(outage, optuna.storages.RDBStorage, url, **kwargs)
@@ -332,7 +325,7 @@ def _storage(url: str, kwargs: dict[str, Any], outage: Any) -> Any:
 def _unwritable(url: str, exc: BaseException, default: Any = StudyError) -> Any:
     """``exc`` as the study store's ``StoreUnwritable``; where it is no write failure, a
     ``StudyError`` with its first line (or ``default``, None: None)."""
-    from orchestrator.store.writefault import named, sqlite_folder, unwritable
+    from orchestrator.store.writefault import named, unwritable
 
     found = unwritable(named("the study's store", url), exc, sqlite_folder(url))
     if found is not None or default is None:
@@ -350,8 +343,7 @@ def spec_mismatch(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dic
 
 def _mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:
     from orchestrator.invocation import command
-    from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
-    from orchestrator.store.urls import Origins, command_flags
+    from orchestrator.urls import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, Origins, command_flags
 
     flags = command_flags(spec, Origins(), (DEFAULT_STORAGE, DEFAULT_TRACKING_URI))
     return StudyError(

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from orchestrator.errors import SpecError, StudyError, each_error, raise_all
 from orchestrator.redact import shown
 from orchestrator.spec.load import Choice, SweepSpec
-from orchestrator.store.urls import Origins
+from orchestrator.urls import Origins
 
 REACH_TIMEOUT_S = 5.0
 """How long a server (a database, a tracking server, the Hugging Face hub) has to answer."""

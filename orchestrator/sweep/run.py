@@ -23,7 +23,7 @@ from orchestrator.machineload import LoadLog, kept
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
 from orchestrator.sweep.startup import Startup, warm_imports
-from orchestrator.store.urls import Origins
+from orchestrator.urls import Origins, is_sqlite
 from orchestrator.timeline import event
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def _has_ok_result(spec: SweepSpec) -> bool:
     """Whether an SQLite study already holds a measured result (read-only, creating nothing):
     then the experiment has worked before and the smoke step is skipped."""
     from orchestrator.store.optuna_sql import trial_counts
-    from orchestrator.store.study import sqlite_path
+    from orchestrator.urls import sqlite_path
 
     path = sqlite_path(spec.storage)
     return bool(path is not None and (trial_counts(path, spec.name) or {}).get("COMPLETE"))
@@ -127,7 +127,8 @@ def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: l
     from orchestrator.store.study import open_study, study_lock
     from orchestrator.store.studyrecord import StudyRecord, write_study
     from orchestrator.sweep.loop import Sweep
-    from orchestrator.store.tracking import AsyncTracker, Tracker, absolute_uri
+    from orchestrator.store.tracking import AsyncTracker, Tracker
+    from orchestrator.urls import absolute_uri
     from orchestrator.store.outage import StoreDown
     from orchestrator.store.writefault import StoreUnwritable
 
@@ -203,7 +204,7 @@ def _not_replaced(spec: SweepSpec, tracker: Any) -> Any:
     """``open_study``'s ``absent``: a missing study is refused where an earlier one of its name
     left runs (``lost``); ``--new-study`` starts one anyway."""
     from orchestrator.store.lost import found_runs, refuse
-    from orchestrator.store.tracking import absolute_uri
+    from orchestrator.urls import absolute_uri
 
     def absent(why: str) -> None:
         found = found_runs(spec.name, tracker.client, tracker.experiment_id, Path("mlruns/.trials").resolve())
@@ -218,7 +219,7 @@ def outages(spec: SweepSpec, stop: StopFlag) -> tuple[Outage | None, Outage | No
     from orchestrator.store.outage import Outage
 
     def guard(url: str, what: str) -> Outage | None:
-        if url.startswith("sqlite"):
+        if is_sqlite(url):
             return None
         return Outage(f"the {what} {shown(url)}", spec.search.outage_s, stop=stop)
     return guard(spec.storage, "study's database"), guard(spec.tracking_uri, "tracking store")
