@@ -28,6 +28,11 @@ DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 STORAGE_ENV = ("ORCHESTRATE_STORAGE",)
 TRACKING_ENV = ("ORCHESTRATE_TRACKING_URI", "MLFLOW_TRACKING_URI")
+STORAGE_HELP = (f"Optuna storage URL (default: ${STORAGE_ENV[0]}, else the spec's storage, else {DEFAULT_STORAGE}); "
+                "keep a password out of it: PGPASSWORD, ~/.pgpass")
+TRACKING_HELP = (f"MLflow tracking URI (default: ${TRACKING_ENV[0]} or ${TRACKING_ENV[1]}, else the spec's "
+                 f"tracking_uri, else {DEFAULT_TRACKING_URI})")
+"""Every command's ``--storage`` and ``--tracking-uri`` help: the order ``overrides`` applies."""
 
 
 @dataclass(frozen=True)

@@ -5,25 +5,25 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.protocol import (GO, LEAVE, Kind, Order, Status, Word, decode_order, decode_status, encode_order,
+from orchestrator.protocol import (GO, LEAVE, Kind, Order, StatusLine, Word, decode_order, decode_status, encode_order,
                                            encode_status, probe_answer)
 
 STATUSES = [
-    (Status(Word.READY), "ready\n"),
-    (Status(Word.WINDOW), "window\n"),
-    (Status(Word.RESULT), "result\n"),
-    (Status(Word.FORKED, 1234), "1234 forked\n"),
-    (Status(Word.READY, 1234), "1234 ready\n"),  # a prepared process: its device is initialised
-    (Status(Word.WINDOW, 1234), "1234 window\n"),
-    (Status(Word.RESULT, 1234), "1234 result\n"),
-    (Status(Word.EXITED, 1234, 0, 812345), "1234 exited 0 812345\n"),
-    (Status(Word.EXITED, 1234, -9, 0), "1234 exited -9 0\n"),  # killed by SIGKILL
-    (Status(Word.EXITED, 77, 3, 1024), "77 exited 3 1024\n"),
+    (StatusLine(Word.READY), "ready\n"),
+    (StatusLine(Word.WINDOW), "window\n"),
+    (StatusLine(Word.RESULT), "result\n"),
+    (StatusLine(Word.FORKED, 1234), "1234 forked\n"),
+    (StatusLine(Word.READY, 1234), "1234 ready\n"),  # a prepared process: its device is initialised
+    (StatusLine(Word.WINDOW, 1234), "1234 window\n"),
+    (StatusLine(Word.RESULT, 1234), "1234 result\n"),
+    (StatusLine(Word.EXITED, 1234, 0, 812345), "1234 exited 0 812345\n"),
+    (StatusLine(Word.EXITED, 1234, -9, 0), "1234 exited -9 0\n"),  # killed by SIGKILL
+    (StatusLine(Word.EXITED, 77, 3, 1024), "77 exited 3 1024\n"),
 ]
 
 
 @pytest.mark.parametrize(("status", "line"), STATUSES, ids=[line.strip() for _, line in STATUSES])
-def test_a_status_is_written_as_its_line_and_read_back(status: Status, line: str) -> None:
+def test_a_status_is_written_as_its_line_and_read_back(status: StatusLine, line: str) -> None:
     assert encode_status(status) == line
     assert decode_status(line) == status
     assert decode_status(line.strip()) == status  # the launcher strips before it reads

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from orchestrator.harness.ahead import encode_params
 from orchestrator.protocol import (CPU_CORES_ENV, LEAVE, PARENT_PID_ENV, PRELOAD_ENV, SERVE_FLAG, STATUS_FD_ENV,
-                                           Order, Status, Word, decode_status, encode_order)
+                                           Order, StatusLine, Word, decode_status, encode_order)
 from orchestrator.timeline import event
 from orchestrator.trialdir import SPARES
 
@@ -182,7 +182,7 @@ class Interpreter(TrialProcess):
             if status is not None:
                 self._said(status)
 
-    def _said(self, status: Status) -> None:
+    def _said(self, status: StatusLine) -> None:
         if status.pid is not None:  # of a forked trial: a fork server's (``ForkServer``)
             return
         if status.word is Word.READY:

@@ -27,7 +27,7 @@ from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec, load_spec
 from orchestrator.store.agreement import Difference, compare
 from orchestrator.store.record import TrialRecord
-from orchestrator.urls import absolute_uri, sqlite_path
+from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri, sqlite_path
 
 SHOWN_PER_KIND = 20  # lines of one kind before "... and N more"
 
@@ -37,8 +37,8 @@ def _parser() -> argparse.ArgumentParser:
         "Compare the study, its MLflow experiment and its trial folders (read-only); print each "
         "difference. Exit 0 when they agree, 1 when they differ."))
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
-    p.add_argument("--storage", help="Optuna storage URL (default: the spec's)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    p.add_argument("--storage", help=STORAGE_HELP)
+    p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.add_argument("--repair", action="store_true", help="write MLflow's missing or wrong records from the "
                    "study (the source of truth) and end trials cut off by a dead orchestrator, as a sweep's "
                    "start does; then check again")

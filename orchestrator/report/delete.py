@@ -27,7 +27,7 @@ from orchestrator import exits, trialdir
 from orchestrator.errors import OrchestratorError, StudyError, UsageParser, first_line, print_error
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec, load_spec
-from orchestrator.urls import absolute_uri
+from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,8 +35,8 @@ def _parser() -> argparse.ArgumentParser:
         "Delete the spec's study, its MLflow runs and its trial folders, and the MLflow runs of no "
         "study that an earlier study of the same name left; says what goes and asks first."))
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
-    p.add_argument("--storage", help="Optuna storage URL (default: the spec's)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    p.add_argument("--storage", help=STORAGE_HELP)
+    p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.add_argument("--yes", action="store_true", help="do not ask (for scripts)")
     p.add_argument("--leftovers", action="store_true",
                    help="delete only the MLflow runs and trial folders that belong to no study (what "

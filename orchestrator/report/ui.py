@@ -33,7 +33,7 @@ from orchestrator.redact import child_env, first_line, has_secret, pasteable, sh
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.store.tracking import quiet_mlflow_logs
-from orchestrator.urls import absolute_uri
+from orchestrator.urls import TRACKING_HELP, absolute_uri
 
 HOST = "127.0.0.1"
 ARTIFACT_DIR = "report"
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "runner). The Optuna study opens in optuna-dashboard: optuna-dashboard sqlite:///$PWD/mlruns/optuna.db"))
     p.add_argument("spec", nargs="?", metavar="SPEC", help="a sweep spec: use its tracking_uri and open its experiment")
     p.add_argument("--port", type=int, default=5000, metavar="N", help="port on 127.0.0.1 (default: 5000)")
-    p.add_argument("--tracking-uri", metavar="URI", help=f"MLflow tracking URI (default: the spec's, else {DEFAULT_TRACKING_URI})")
+    p.add_argument("--tracking-uri", metavar="URI", help=TRACKING_HELP)
     return p
 
 

@@ -216,7 +216,7 @@ class Proposer:
 
     def next_envs(self, n: int, env_of: Callable[[dict[str, Any]], dict[str, str]],
                   current: dict[str, str]) -> list[dict[str, str]]:
-        """Environments the next ``n`` trials will probably need (for pre-started interpreters):
+        """Environments the next ``n`` trials will probably need (the processes the slot prepares ahead, ``launch/spares.py``):
         the grid's next configurations; otherwise the current trial's (most sweeps set none)."""
         if self.spec.search.sampler != "grid" or self.configs is None:
             return [current]

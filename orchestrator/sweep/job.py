@@ -106,8 +106,9 @@ class Job:
             self.state = State.INTERRUPTED
         return self.state
 
-    def outcome(self, metrics: list[str]) -> Launched:
-        """FINISHED: the processes' outcomes combined (``repeats.combine``)."""
+    def combined(self, metrics: list[str]) -> Launched:
+        """FINISHED: what its processes left, combined into one (``repeats.combine``): the outcome,
+        the time, the peak memory."""
         return combine(self.runs, self.repeats, metrics)
 
     @property
