@@ -41,7 +41,7 @@ from orchestrator.launch import SlotLauncher, fork_server_usable, wait_for_activ
 from orchestrator.search.space import configurations, make_plan, trial_params  # noqa: E402
 from orchestrator.spec.load import load_spec  # noqa: E402
 from orchestrator import trialdir  # noqa: E402
-from orchestrator.harness.protocol import TrialConfig, config_of  # noqa: E402
+from orchestrator.protocol import TrialConfig, config_of  # noqa: E402
 
 
 def trial_config(spec, plan, sampled: dict, number: int) -> TrialConfig:  # noqa: ANN001

@@ -60,8 +60,7 @@ def in_process(root: Path, space: dict[str, list]) -> str:
 import sys, time
 sys.path.insert(0, {str(root)!r})
 from orchestrator.spec.load import load_spec
-from orchestrator.search.space import make_plan
-from orchestrator.search.proposer import configurations
+from orchestrator.search.space import configurations, make_plan
 from orchestrator.search.planner import Planner
 spec = load_spec(sys.argv[1], {{}}); plan = make_plan(spec, "cpu")
 t0 = time.perf_counter(); configs = configurations(plan); t1 = time.perf_counter()

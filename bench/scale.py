@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.replay.landscape import Landscape, load_landscape  # noqa: E402
-from orchestrator.replay.strategies import TrialRecord, landscape_spec, replay_sweep  # noqa: E402
+from orchestrator.replay.strategies import ReplayedTrial, landscape_spec, replay_sweep  # noqa: E402
 from orchestrator.launch.slots import available_cores  # noqa: E402
 from orchestrator.search.space import config_key  # noqa: E402
 
@@ -91,7 +91,7 @@ class Replay:
     """Configurations of the grid without a result at the end (must be 0)."""
 
 
-def in_flight(records: Iterable[TrialRecord]) -> int:
+def in_flight(records: Iterable[ReplayedTrial]) -> int:
     """The most measured trials running at once: each occupies ``[finished_at - cost_s, finished_at)``."""
     edges: list[tuple[float, int]] = []
     for r in records:

@@ -72,7 +72,7 @@ def spec_of(landscape: Any, script: bool) -> dict[str, Any]:
 def replay(landscape: Any, script: bool, seeds: range, noise: float) -> dict[str, Any]:
     """The figures of one landscape under one naming, over ``seeds``."""
     from orchestrator.replay.strategies import replay_run
-    from orchestrator.search.keys import config_key
+    from orchestrator.keys import config_key
 
     spec = spec_of(landscape, script)
     best = max(r.samples_per_s for r in landscape.rows.values() if r.status == "ok" and r.samples_per_s)

@@ -123,7 +123,7 @@ def run_hooked(argv: list[str]) -> int:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from orchestrator.harness import backend, swap, train
-    from orchestrator.harness.protocol import ScriptCall, TrialConfig, TrialSteps
+    from orchestrator.protocol import ScriptCall, TrialConfig, TrialSteps
     from orchestrator.harness.script import Meter, counting_batches, run_script
 
     script = ScriptCall(argv[0], argv[1:], None)

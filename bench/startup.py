@@ -50,7 +50,7 @@ from orchestrator.launch import Host, SlotLauncher, wait_for_activity  # noqa: E
 from orchestrator.search.space import configurations, make_plan, trial_params  # noqa: E402
 from orchestrator.spec.load import load_spec  # noqa: E402
 from orchestrator import trialdir  # noqa: E402
-from orchestrator.harness.protocol import TrialConfig, config_of  # noqa: E402
+from orchestrator.protocol import TrialConfig, config_of  # noqa: E402
 
 PHASE_NAMES = {MK.DEVICE_READY: "device init", MK.LIMITS_APPLIED: "limits", MK.BUILT: "build",
                MK.WRAPPED: "checkpointing/compile", MK.OPTIMIZER_READY: "optimizer",

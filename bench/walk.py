@@ -29,7 +29,10 @@ length depends on how long the trial ran. The *folded* walk is read off the call
 (a node per call of one of our functions, its children the calls it made), in which a call whose
 whole subtree equals an earlier sibling's is dropped, as a reader follows a loop's body once per
 distinct path through it: depth first, into each call and back to its caller. Its figures are the
-ones to compare. Each root runs ``--rounds`` times; the figures are printed per
+ones to compare. ``--start FILE:FUNCTION`` (always ``sweep/run.py:run``) also reads the folded walk
+from the first call of that function on: its *stays* are the walk's entries (one per stay in a
+file, transitions + 1); and the same without the sweep loop (``LOOP``'s calls not entered): the
+start-up and the close. Each root runs ``--rounds`` times; the figures are printed per
 round, so their spread shows.
 """
 
@@ -48,6 +51,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
+LOOP = "sweep/loop.py:run"
+"""The sweep loop: left out of the start-up's walk (``--start``'s second figure)."""
 ROOT = HERE.parents[1]
 
 SPEC = textwrap.dedent("""\
@@ -144,22 +149,49 @@ def trace(root: Path, spec: Path, out: Path) -> None:
 
 
 # -- the figures ---------------------------------------------------------------------------------------
-def folded_walk(nodes: list[list[Any]], roots: list[int]) -> list[str]:
+def folded_walk(nodes: list[list[Any]], roots: list[int], skip: str | None = None) -> list[str]:
     """The files in the order a depth-first read of the folded call tree enters them: into each call
     and back to its caller, each distinct subtree once among its siblings (a loop's body once per
-    distinct path through it)."""
+    distinct path through it); calls of ``skip`` (``FILE:FUNCTION``) are not entered."""
     walk: list[str] = []
+    skipped = _split(skip) if skip else None
 
     def enter(i: int) -> None:
         file, _, children = nodes[i]
         walk.append(file)
         for c in dict.fromkeys(children):
+            if skipped is not None and (nodes[c][0], nodes[c][1].split(":")[0]) == skipped:
+                continue
             enter(c)
             walk.append(file)
 
     for r in dict.fromkeys(roots):
         enter(r)
     return [f for k, f in enumerate(walk) if k == 0 or walk[k - 1] != f]
+
+
+def subtree(nodes: list[list[Any]], roots: list[int], start: str) -> list[int]:
+    """The first call of ``start`` (``FILE:FUNCTION``, the file under ``orchestrator/``) met in a
+    depth-first read of the call tree, as the root of a walk of its own; none if it was never called."""
+    file, function = _split(start)
+    seen: set[int] = set()
+
+    def find(i: int) -> int | None:
+        if i in seen:
+            return None
+        seen.add(i)
+        node_file, node_function, children = nodes[i]
+        if node_file == file and node_function.split(":")[0] == function:
+            return i
+        return next((found for c in children if (found := find(c)) is not None), None)
+
+    return next(([found] for r in roots if (found := find(r)) is not None), [])
+
+
+def _split(where: str) -> tuple[str, str]:
+    """``sweep/run.py:run`` as (``orchestrator/sweep/run.py``, ``run``)."""
+    file, _, function = where.rpartition(":")
+    return f"orchestrator/{file}", function
 
 
 def wing_of(path: str, top: set[str]) -> tuple[str, str]:
@@ -230,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--show", action="store_true", help="also print each root's folded walk")
     p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--timeout-s", type=float, default=600)
+    p.add_argument("--start", action="append", default=["sweep/run.py:run"], metavar="FILE:FUNCTION",
+                   help="also the folded walk from the first call of this function (default and always: "
+                        "sweep/run.py:run, where the sweep's start-up begins)")
     p.add_argument("--trace", nargs=3, metavar=("ROOT", "SPEC", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.trace:
@@ -243,8 +278,14 @@ def main(argv: list[str] | None = None) -> int:
             data = run_round(root, args.python, args.timeout_s)
             folded = folded_walk(data["nodes"], data["roots"])
             entry = report.setdefault(str(root), {"rounds": []})
+            starts = {}
+            for start in dict.fromkeys(args.start):
+                below = subtree(data["nodes"], data["roots"], start)
+                for name, skip in ((start, None), (f"{start} without {LOOP}", LOOP)):
+                    w = folded_walk(data["nodes"], below, skip)
+                    starts[name] = figures(w, top) if w else None
             entry["rounds"].append({"raw": figures(data["walk"], top), "folded": figures(folded, top),
-                                    "modules_loaded": len(data["loaded"])})
+                                    "modules_loaded": len(data["loaded"]), "from": starts})
             entry["loaded"] = data["loaded"]
             entry["folded_walk"] = folded
     print(f"orchestrate SPEC on a one-trial CPU sweep (experiments.mlp, batch 8, float32), traced in the parent's "
@@ -257,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{f['returns']} returns, {f['climbs']} climbs ({f['climbs_to_top']} into top), "
                   f"{f['edges']} distinct edges | raw, as polled: {raw['transitions']} transitions, "
                   f"{raw['returns']} returns, {raw['climbs']} climbs | {r['modules_loaded']} modules loaded")
+            for start, g in r["from"].items():
+                print(f"    from {start}: " + ("never called" if g is None else
+                      f"{g['transitions'] + 1} stays in {g['files']} files, {g['climbs']} climbs "
+                      f"({g['climbs_to_top']} into top), {g['returns']} returns"))
         last = entry["rounds"][-1]["folded"]
         print("  files entered per wing: " + ", ".join(f"{w} {n}" for w, n in sorted(last["by_wing"].items())))
         print("  most visited (folded): " + ", ".join(f"{f.removeprefix('orchestrator/')} {n}x"

@@ -32,6 +32,7 @@ SUBCOMMANDS = {"report": "orchestrator.report.command", "best": "orchestrator.re
 def build_parser() -> argparse.ArgumentParser:
     from orchestrator import exits
     from orchestrator.errors import UsageParser
+    from orchestrator.urls import STORAGE_HELP, TRACKING_HELP
 
     p = UsageParser(
         prog="orchestrate", usage=USAGE,
@@ -44,10 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check what a run checks (the spec, the experiment's parameter names, the store folders and "
                         "servers, a hub model: 5 s for a server to answer), every failure at once; print the plan; "
                         "create nothing, import no torch")
-    p.add_argument("--storage", help="Optuna storage URL (default: $ORCHESTRATE_STORAGE, else the spec's, else "
-                   "sqlite:///mlruns/optuna.db); keep a password out of it: PGPASSWORD, ~/.pgpass")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $ORCHESTRATE_TRACKING_URI or "
-                   "$MLFLOW_TRACKING_URI, else the spec's, else sqlite:///mlruns/mlflow.db)")
+    p.add_argument("--storage", help=STORAGE_HELP)
+    p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.add_argument("--n-trials", type=int, help="the budget: at most this many trials with a result in the "
                    "study (overrides search.n_trials)")
     p.add_argument("--stop", metavar="auto|budget", help="auto: end once no configuration left is likely to "
@@ -97,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        from orchestrator.store.urls import guard, overrides
+        from orchestrator.urls import guard, overrides
 
         stores, origins = overrides(args.storage, args.tracking_uri)
         try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from orchestrator.harness.protocol import TrialResult, decode_result
+from orchestrator.protocol import TrialResult, decode_result
 
 
 class Status(str, Enum):

@@ -34,7 +34,7 @@ def harness_json(args: list[str], prefix: str, timeout_s: float) -> dict[str, An
     otherwise break ``import torch``. In a session of its own, which it kills if this process dies
     (``ORCHESTRATE_PARENT_PID``: ``child.watch_parent``); without the credentials only this process
     uses (``redact.child_env``)."""
-    from orchestrator.harness.protocol import PARENT_PID_ENV
+    from orchestrator.protocol import PARENT_PID_ENV
     from orchestrator.redact import child_env
 
     try:
@@ -84,7 +84,7 @@ def run_trial(params: dict[str, Any], work: Path, name: str, timeout_s: float, e
               steps: tuple[int, int, float]) -> dict[str, Any]:
     """One real trial through the sweep's launcher; its status, detail, metrics and info."""
     from orchestrator.spec import knobs
-    from orchestrator.harness.protocol import TrialConfig, TrialSteps
+    from orchestrator.protocol import TrialConfig, TrialSteps
     from orchestrator.launch import launch_trial
 
     config = TrialConfig(experiment, params, TrialSteps(*steps), allow_swap=True)

@@ -2,10 +2,10 @@
 
 ``doctor`` runs ``python -m orchestrator.harness.doctor`` (one ``import torch``) for the facts and
 derives the rest here, without torch: MPS's caps in GiB from the ``PYTORCH_MPS_*`` variables (their
-parsing as torch 2.13 does it: ../shared/notes/mps_cuda_cpu_memory.md, section 1) and the warnings.
+parsing as torch 2.13 does it: docs/mac.md and docs/knobs.md) and the warnings.
 
 ``doctor --check`` proves, on the resolved device, that each memory knob takes effect, and times
-the CPU against the device (``doctorcheck``: real trials through the sweep's own launcher, at most
+the CPU against the device (``doctor/check.py``: real trials through the sweep's own launcher, at most
 two minutes). This module holds the facts, their text, and the command.
 """
 

@@ -32,7 +32,7 @@ if __name__ == "__main__" and sys.platform.startswith("linux"):
 from orchestrator.harness import subreaper  # noqa: E402 - after the parent's death is watched
 from orchestrator.harness.child import main, serve  # noqa: E402
 from orchestrator.harness.forkserver import fork_server  # noqa: E402
-from orchestrator.harness.protocol import FORK_SERVER_FLAG, SERVE_FLAG  # noqa: E402
+from orchestrator.protocol import FORK_SERVER_FLAG, SERVE_FLAG  # noqa: E402
 
 if __name__ == "__main__":
     if len(sys.argv) in (3, 4) and sys.argv[1] == SERVE_FLAG:  # [4]: the study's folder, for ps

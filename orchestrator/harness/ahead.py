@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from orchestrator.harness.protocol import PRELOAD_ENV
+from orchestrator.protocol import PRELOAD_ENV
 
 HOOK = "preload"
 """The name of a module's hook: ``preload(fixed: dict) -> None``."""

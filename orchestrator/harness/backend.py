@@ -2,7 +2,7 @@
 
 MPS cannot run on the machines this project is tested on: its paths are covered by contract
 tests that check which torch calls are made (tests/harness/test_backend_contract.py), not by real runs.
-Facts behind each call: ../shared/notes/mps_cuda_cpu_memory.md.
+Facts behind each call: docs/mac.md and docs/knobs.md.
 """
 
 from __future__ import annotations

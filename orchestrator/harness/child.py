@@ -25,7 +25,7 @@ from orchestrator.errors import first_line
 from orchestrator.harness import subreaper
 from orchestrator.harness.ahead import preload_params
 from orchestrator.trialdir import LOG, partial
-from orchestrator.harness.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, Status,
+from orchestrator.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, StatusLine,
                                            TrialConfig, TrialResult, Word, decode_config, decode_order,
                                            encode_result, encode_status)
 
@@ -236,7 +236,7 @@ def serve(experiment: str) -> int:
     pin_cores()
     preload(experiment, preload_params())
     timeline["imports_done"] = time.time()
-    status.write(encode_status(Status(Word.READY)))
+    status.write(encode_status(StatusLine(Word.READY)))
     order = decode_order(sys.stdin.readline())
     if order.kind is not Kind.RUN:  # leave
         return 0
@@ -253,12 +253,12 @@ def run_given(config_path: str, status: Any, timeline: dict[str, Any], pid: int 
         config = decode_config(f.read())
 
     def gate() -> None:
-        status.write(encode_status(Status(Word.WINDOW, pid)))
+        status.write(encode_status(StatusLine(Word.WINDOW, pid)))
         sys.stdin.readline()  # go (or EOF: the launcher is gone, and the watchdog acts)
         timeline["go"] = time.time()
 
     def said() -> None:
-        status.write(encode_status(Status(Word.RESULT, pid)))
+        status.write(encode_status(StatusLine(Word.RESULT, pid)))
 
     run_config(config, timeline, gate, said)
     sys.stdout.flush()

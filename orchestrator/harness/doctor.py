@@ -8,7 +8,7 @@ purpose: one ``import torch``, one ``sysctl`` on macOS, no ``collect_env``.
 on the CPU, then on DEVICE unless it is the CPU (``doctor --check``'s speed line), and prints
 ``MATMUL {"cpu": GFLOP/s, "device": GFLOP/s}``.
 
-MPS facts follow ../shared/notes/mps_cuda_cpu_memory.md; its calls are contract-tested
+MPS facts follow docs/mac.md; its calls are contract-tested
 (tests/doctor/test_doctor.py), never run here: no Mac was available.
 """
 

@@ -36,7 +36,7 @@ from orchestrator.harness import subreaper
 from orchestrator.harness.ahead import preload_params
 from orchestrator.harness.child import pin_cores, preload, run_given, watch_parent
 from orchestrator.harness.prepared import prepared
-from orchestrator.harness.protocol import (GO, PARENT_PID_ENV, STATUS_FD_ENV, Kind, Order, Status, Word, decode_order,
+from orchestrator.protocol import (GO, PARENT_PID_ENV, STATUS_FD_ENV, Kind, Order, StatusLine, Word, decode_order,
                                            encode_order, encode_status, probe_answer)
 
 
@@ -54,7 +54,7 @@ def fork_server(experiment: str) -> int:
     server_pid = os.getpid()
     children: dict[int, int] = {}  # trial pid -> write end of its "go" pipe
     pending = b""
-    status.write(encode_status(Status(Word.READY)))
+    status.write(encode_status(StatusLine(Word.READY)))
     while True:
         try:
             readable, _, _ = select.select([0, wake_r], [], [])
@@ -99,7 +99,7 @@ def fork_server(experiment: str) -> int:
                        str(order.config), str(order.log), go_r, server_pid, status)  # never returns
             os.close(go_r)
             children[pid] = go_w
-            status.write(encode_status(Status(Word.FORKED, pid)))
+            status.write(encode_status(StatusLine(Word.FORKED, pid)))
 
 
 def _reap(children: dict[int, int], status: TextIO) -> None:
@@ -118,7 +118,7 @@ def _reap(children: dict[int, int], status: TextIO) -> None:
             continue
         os.close(fd)
         ended = True
-        status.write(encode_status(Status(Word.EXITED, pid, os.waitstatus_to_exitcode(wait_status), rusage.ru_maxrss)))
+        status.write(encode_status(StatusLine(Word.EXITED, pid, os.waitstatus_to_exitcode(wait_status), rusage.ru_maxrss)))
     if ended:
         for orphan in subreaper.adopted(children):
             try:
@@ -174,7 +174,7 @@ def _probe(request_path: str, status: TextIO) -> int:
 
     def say(name: str, out: dict[str, Any]) -> None:
         write_atomically(probe_answer(request_path, name), json.dumps(out, indent=1, default=str))
-        status.write(encode_status(Status(Word.RESULT, os.getpid())))
+        status.write(encode_status(StatusLine(Word.RESULT, os.getpid())))
 
     answer(request["experiment"], request["device"], request["fixed"], request.get("smoke"), say,
            request.get("smoke_script"), os.path.join(os.path.dirname(request_path), "probe.log"))

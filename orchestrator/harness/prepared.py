@@ -18,7 +18,7 @@ import traceback
 from typing import Any
 
 from orchestrator.harness.child import run_given, watch_parent
-from orchestrator.harness.protocol import Kind, Status, Word, decode_order, encode_status
+from orchestrator.protocol import Kind, StatusLine, Word, decode_order, encode_status
 
 PREPARE_FAILED = 3
 """The exit code of a prepared process whose device could not be initialised (the previous
@@ -44,7 +44,7 @@ def prepared(device: str, status: Any, timeline: dict[str, Any]) -> int:
         traceback.print_exc()
         return PREPARE_FAILED
     timeline["prepared"] = time.time()
-    status.write(encode_status(Status(Word.READY, pid)))
+    status.write(encode_status(StatusLine(Word.READY, pid)))
     order = decode_order(sys.stdin.readline())
     if order.kind is not Kind.RUN:
         return 0

@@ -102,7 +102,7 @@ def answer(module_name: str, device: str, fixed: dict, smoke: dict | None, say: 
 
         os.environ["ORCHESTRATE_SMOKE"] = "1"  # an experiment may tell the smoke step from a trial
         if smoke_script is not None:
-            from orchestrator.harness.protocol import ScriptCall
+            from orchestrator.protocol import ScriptCall
             from orchestrator.harness.smoke import script_smoke
 
             call = ScriptCall(smoke_script["path"], list(smoke_script["argv"]), smoke_script.get("samples_per_step"))

@@ -42,7 +42,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from orchestrator import metrics as M
 from orchestrator.harness import backend, swap
 from orchestrator.harness import marks as MK
-from orchestrator.harness.protocol import ScriptCall, TrialConfig
+from orchestrator.protocol import ScriptCall, TrialConfig
 
 
 class ScriptEnded(Exception):

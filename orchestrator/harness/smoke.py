@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import Any, Callable
 
 from orchestrator.errors import first_line
-from orchestrator.harness.protocol import TrialConfig, TrialSteps
+from orchestrator.protocol import TrialConfig, TrialSteps
 
 UNCAPPED = ("cpu_memory_limit_gib", "memory_fraction")
 """Knobs that cap memory: left out, so a small step cannot fail for the cap's sake."""

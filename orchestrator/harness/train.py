@@ -25,7 +25,7 @@ from orchestrator.spec import knobs
 from orchestrator import metrics as M
 from orchestrator.harness import backend, compiled, fallback, spread, swap
 from orchestrator.harness import marks as MK
-from orchestrator.harness.protocol import TrialConfig
+from orchestrator.protocol import TrialConfig
 from orchestrator.harness.workload import Workload
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

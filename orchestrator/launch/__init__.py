@@ -17,7 +17,7 @@ trial. One job per module:
 - ``slot.py``: one slot's trials, one at a time (``SlotLauncher``, ``launch_trial``);
 - ``runner.py``: the sweep's runner over the slots (``ProcessRunner``).
 
-The lines exchanged with the processes are ``orchestrator/harness/protocol.py``'s.
+The lines exchanged with the processes are ``orchestrator/protocol.py``'s.
 """
 
 from orchestrator.launch.forked import Forked, ForkServer, fork_server_usable

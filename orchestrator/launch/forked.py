@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from orchestrator.harness.protocol import FORK_SERVER_FLAG, Kind, Order, Status, Word
+from orchestrator.protocol import FORK_SERVER_FLAG, Kind, Order, StatusLine, Word
 from orchestrator.launch.process import Interpreter, TrialProcess, is_alive, kill_group
 
 
@@ -60,7 +60,7 @@ class ForkServer(Interpreter):
         self.send(Order(Kind.PREPARE, device=device))
         return trial
 
-    def _said(self, status: Status) -> None:
+    def _said(self, status: StatusLine) -> None:
         if status.pid is None:
             super()._said(status)
             return
@@ -127,7 +127,7 @@ class Forked(TrialProcess):
             self.send(Order(Kind.RUN, config=self._given))
             self._given = None
 
-    def heard(self, status: Status) -> None:
+    def heard(self, status: StatusLine) -> None:
         """What its server said of it: at its window, its result written, or reaped."""
         if status.word is Word.READY:
             self.ready, self.running_since = True, time.monotonic()

@@ -4,7 +4,7 @@ when the orchestrator dies: the child's ``watch_parent``). Never imports torch.
 
 ``TrialProcess`` is what the rest of the launcher uses of one: ``Interpreter`` here (a fresh or
 pre-started ``python -m orchestrator.harness --serve``), or a trial forked by a fork server
-(``forked.py``). The lines on the pipes are ``orchestrator/harness/protocol.py``'s.
+(``forked.py``). The lines on the pipes are ``orchestrator/protocol.py``'s.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.harness.ahead import encode_params
-from orchestrator.harness.protocol import (CPU_CORES_ENV, LEAVE, PARENT_PID_ENV, PRELOAD_ENV, SERVE_FLAG, STATUS_FD_ENV,
-                                           Order, Status, Word, decode_status, encode_order)
+from orchestrator.protocol import (CPU_CORES_ENV, LEAVE, PARENT_PID_ENV, PRELOAD_ENV, SERVE_FLAG, STATUS_FD_ENV,
+                                           Order, StatusLine, Word, decode_status, encode_order)
 from orchestrator.timeline import event
 from orchestrator.trialdir import SPARES
 
@@ -182,7 +182,7 @@ class Interpreter(TrialProcess):
             if status is not None:
                 self._said(status)
 
-    def _said(self, status: Status) -> None:
+    def _said(self, status: StatusLine) -> None:
         if status.pid is not None:  # of a forked trial: a fork server's (``ForkServer``)
             return
         if status.word is Word.READY:

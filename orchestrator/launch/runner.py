@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.harness.protocol import TrialConfig
+from orchestrator.protocol import TrialConfig
 from orchestrator.launch.host import Host
 from orchestrator.launch.process import StopFlag
 from orchestrator.launch.slot import SlotLauncher, wait_for_activity

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from orchestrator import trialdir
-from orchestrator.harness.protocol import TrialConfig
+from orchestrator.protocol import TrialConfig
 from orchestrator.launch.forked import Forked
 from orchestrator.launch.host import Host
 from orchestrator.launch.process import Interpreter, StopFlag

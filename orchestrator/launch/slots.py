@@ -17,26 +17,15 @@ list, and lets CPU trials run on such slots, so the scheduling is tested without
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import socket
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import SpecError
-
-
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    uuid: str
-    name: str = ""
-    memory_mib: int | None = None
-    pci_bus_id: str = ""
-    """As nvidia-smi writes it (``00000000:18:00.0``); empty when unknown."""
+from orchestrator.machine import Gpu, list_gpus
 
 
 @dataclass(frozen=True)
@@ -57,50 +46,6 @@ class Slot:
         if self.cores is not None:
             out["cpu_cores"] = _ranges(self.cores)
         return out
-
-
-def list_gpus() -> list[Gpu]:
-    """The GPUs this process may use: ``nvidia-smi``'s list, narrowed by an inherited
-    ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs). Empty when there is no NVIDIA driver."""
-    fake = os.environ.get("ORCHESTRATE_TEST_GPUS")
-    if fake:
-        gpus = []
-        for item in fake.split(","):
-            index, _, uuid = item.partition(":")
-            gpus.append(Gpu(int(index), uuid or f"GPU-test-{index}", "test GPU"))
-    else:
-        gpus = list(_nvidia_smi())
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None or fake:
-        return gpus
-    wanted = [v.strip() for v in visible.split(",") if v.strip()]
-    picked = []
-    for w in wanted:
-        match = next((g for g in gpus if str(g.index) == w or g.uuid == w or g.uuid.startswith(w)), None)
-        if match is None:
-            break  # CUDA stops at the first invalid entry too
-        picked.append(match)
-    return picked
-
-
-@functools.lru_cache(maxsize=1)
-def _nvidia_smi() -> tuple[Gpu, ...]:
-    """``nvidia-smi``'s GPUs, asked once per process (start-up asks twice: the probe's GPU, the slots);
-    a tuple, so no caller can change the cached answer."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name,memory.total,pci.bus_id",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    if out.returncode != 0:
-        return ()
-    gpus = []
-    for line in out.stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 4 and parts[0].isdigit():
-            gpus.append(Gpu(int(parts[0]), parts[1], parts[2], int(parts[3]) if parts[3].isdigit() else None,
-                            parts[4] if len(parts) > 4 else ""))
-    return tuple(gpus)
 
 
 def available_cores() -> frozenset[int]:

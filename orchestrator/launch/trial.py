@@ -25,7 +25,7 @@ from pathlib import Path
 
 from orchestrator import trialdir
 from orchestrator.faultpoints import reached
-from orchestrator.harness.protocol import GO, Kind, Order, TrialConfig, encode_config
+from orchestrator.protocol import GO, Kind, Order, TrialConfig, encode_config
 from orchestrator.launch.process import StopFlag, TrialProcess, cpu_seconds
 from orchestrator.outcome import Outcome, classify
 from orchestrator.timeline import event

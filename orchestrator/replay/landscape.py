@@ -18,7 +18,7 @@ from typing import Any
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.outcome import Status
-from orchestrator.search.keys import config_key
+from orchestrator.keys import config_key
 
 INDEX = "landscapes.json"
 

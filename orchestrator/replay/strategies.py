@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.harness.protocol import TrialResult
+from orchestrator.protocol import TrialResult
 from orchestrator.replay.landscape import Landscape
 from orchestrator.replay.noise import Noise, measure
 from orchestrator.launch import Launched, StopFlag
 from orchestrator import trialdir
-from orchestrator.harness.protocol import TrialConfig
+from orchestrator.protocol import TrialConfig
 from orchestrator.outcome import Outcome, Status
 from orchestrator.store import record
 
@@ -140,7 +140,7 @@ class ReplayRunner:
 
 
 @dataclass(frozen=True)
-class TrialRecord:
+class ReplayedTrial:
     """One trial of a replayed search, in the order the search made it."""
 
     number: int
@@ -172,7 +172,7 @@ def landscape_spec(landscape: Landscape, name: str = "replay", device: str | Non
 class Replayed:
     """A replayed sweep: its trials in the order their results were known, and how it ended."""
 
-    records: list["TrialRecord"]
+    records: list["ReplayedTrial"]
     stopped_because: str | None
     end_s: float
     """The simulated clock when the sweep ended (it ended itself, or ran out of configurations)."""
@@ -184,7 +184,7 @@ class Replayed:
 
 def replay_sweep(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip: bool,
                  sampler: Any = None, launcher: Callable[..., Launched] | None = None,
-                 neighbours: bool = True, slots: int = 1) -> list[TrialRecord]:
+                 neighbours: bool = True, slots: int = 1) -> list[ReplayedTrial]:
     """``replay_run``'s trials (see there)."""
     return replay_run(spec_dict, landscape, seed, skip, sampler, launcher, neighbours, slots).records
 
@@ -193,7 +193,7 @@ def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip:
                sampler: Any = None, launcher: Callable[..., Launched] | None = None,
                neighbours: bool = True, slots: int = 1, noise: float | Noise = 0.0) -> Replayed:
     """Run the orchestrator's sweep loop over ``landscape``. ``sampler`` replaces the one the spec
-    names (``study.make_sampler``), to try another setting; ``neighbours=False`` turns off the
+    names (``strategy.make_sampler``), to try another setting; ``neighbours=False`` turns off the
     queueing of a re-proposed configuration's nearest neighbour; ``slots`` trials run at once
     (``ReplayRunner``); ``noise``: ``ReplayLauncher``'s. The sweep gets the memory limit a real
     run's probe would have reported (``Landscape.memory_limit_gib``)."""
@@ -201,8 +201,9 @@ def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip:
 
     from orchestrator.search.space import make_plan
     from orchestrator.spec.load import check_spec
-    from orchestrator.store.study import make_sampler
+    from orchestrator.search.strategy import make_sampler
     from orchestrator.sweep.loop import Sweep
+    from orchestrator.sweep.seams import SweepOptions
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     data = copy.deepcopy(spec_dict)
@@ -216,16 +217,16 @@ def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip:
     if isinstance(runner.launcher, ReplayLauncher):
         runner.launcher.clock = lambda: runner.clock  # a drifting noise reads the simulated time
     sweep = Sweep(spec, plan, study, NullTracker(), REPLAY_PATH, StopFlag(), runner,  # type: ignore[arg-type]
-                  neighbours=neighbours, memory_limit_gib=landscape.memory_limit_gib,
-                  native_half=landscape.native_half)
+                  SweepOptions(neighbours=neighbours, memory_limit_gib=landscape.memory_limit_gib,
+                               native_half=landscape.native_half))
     finished: dict[int, float] = {}
     result = sweep.run(lambda trial, outcome, now: finished.__setitem__(trial.number, now))
     answer = dict(result.best[0].params) if result.best else None
     unsure = result.verdict is not None and result.verdict.unsure
-    return Replayed(trial_records(study, finished), result.stopped_because, runner.clock, answer, unsure)
+    return Replayed(replayed_trials(study, finished), result.stopped_because, runner.clock, answer, unsure)
 
 
-def trial_records(study: Any, finished: dict[int, float] | None = None) -> list[TrialRecord]:
+def replayed_trials(study: Any, finished: dict[int, float] | None = None) -> list[ReplayedTrial]:
     """What the study recorded, trial by trial (repeats are told by the sweep, not run), in the
     order their results were known."""
     out = []
@@ -236,13 +237,13 @@ def trial_records(study: Any, finished: dict[int, float] | None = None) -> list[
         repeat_of = rec.repeat_of if rec.repeat_of is not None else rec.deferred_to
         ran = status not in (Status.SKIPPED, Status.DEFERRED) and repeat_of is None
         sps = rec.metrics.get("samples_per_s") if ran and status == Status.OK else None
-        out.append(TrialRecord(t.number, dict(t.params), status, sps,
+        out.append(ReplayedTrial(t.number, dict(t.params), status, sps,
                                float(rec.duration_s or 0.0) if ran else 0.0, repeat_of, finished.get(t.number)))
     return sorted(out, key=lambda r: (r.finished_at if r.finished_at is not None else 0.0, r.number))
 
 
 def lightning_search(landscape: Landscape, batch: str = "batch_size", precision: str | None = "dtype",
-                     others: dict[str, Any] | None = None) -> list[TrialRecord]:
+                     others: dict[str, Any] | None = None) -> list[ReplayedTrial]:
     """PyTorch Lightning's batch-size finder in power mode, once per precision: start at the
     smallest batch, double while it fits, keep the largest that fitted. Lightning tunes one fixed
     configuration, so every other column is held at ``others`` (default: ``False`` for a boolean
@@ -252,13 +253,13 @@ def lightning_search(landscape: Landscape, batch: str = "batch_size", precision:
     others = dict(others) if others is not None else default_others(landscape, batch, precision)
     batches = set(landscape.values(batch))
     precisions = landscape.values(precision) if precision in landscape.columns else (None,)
-    out: list[TrialRecord] = []
+    out: list[ReplayedTrial] = []
     for p in precisions:
         b = min(batches)
         while True:
             params = {**others, batch: b, **({precision: p} if p is not None else {})}
             row = landscape.row(params)
-            out.append(TrialRecord(len(out), {c: row.params[c] for c in landscape.columns}, row.status,
+            out.append(ReplayedTrial(len(out), {c: row.params[c] for c in landscape.columns}, row.status,
                                    row.samples_per_s if row.status == Status.OK else None, row.duration_s))
             larger = [x for x in batches if x > b]
             if row.status != Status.OK or not larger:
@@ -277,9 +278,9 @@ def default_others(landscape: Landscape, batch: str, precision: str | None) -> d
     return out
 
 
-def lightning_pick(records: list[TrialRecord], precision: str | None = "dtype") -> TrialRecord | None:
+def lightning_pick(records: list[ReplayedTrial], precision: str | None = "dtype") -> ReplayedTrial | None:
     """"Then pick the fastest": among the largest fitting batch of each precision, the fastest."""
-    largest: dict[Any, TrialRecord] = {}
+    largest: dict[Any, ReplayedTrial] = {}
     for r in records:
         if r.status == Status.OK:
             largest[r.params.get(precision) if precision else None] = r  # doubling: the last ok is the largest
@@ -297,8 +298,8 @@ class BandHit:
     """Replayed time until then: the sum of the measured trials' recorded durations."""
 
 
-def time_to_band(records: list[TrialRecord], threshold: float,
-                 truth: Callable[[TrialRecord], float | None] | None = None) -> BandHit | None:
+def time_to_band(records: list[ReplayedTrial], threshold: float,
+                 truth: Callable[[ReplayedTrial], float | None] | None = None) -> BandHit | None:
     """The first measured trial whose throughput is ``>= threshold``; None if none reaches it. A
     skipped or repeated trial never counts as finding it (nothing was measured). ``truth``: the
     throughput to judge by (default what the trial measured; with replay noise, the recorded one)."""

@@ -27,7 +27,7 @@ from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec, load_spec
 from orchestrator.store.agreement import Difference, compare
 from orchestrator.store.record import TrialRecord
-from orchestrator.store.tracking import absolute_uri
+from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri, sqlite_path
 
 SHOWN_PER_KIND = 20  # lines of one kind before "... and N more"
 
@@ -37,8 +37,8 @@ def _parser() -> argparse.ArgumentParser:
         "Compare the study, its MLflow experiment and its trial folders (read-only); print each "
         "difference. Exit 0 when they agree, 1 when they differ."))
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
-    p.add_argument("--storage", help="Optuna storage URL (default: the spec's)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    p.add_argument("--storage", help=STORAGE_HELP)
+    p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.add_argument("--repair", action="store_true", help="write MLflow's missing or wrong records from the "
                    "study (the source of truth) and end trials cut off by a dead orchestrator, as a sweep's "
                    "start does; then check again")
@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv[1:])
     try:
         from orchestrator.report.command import open_study
-        from orchestrator.store.urls import guard, overrides
+        from orchestrator.urls import guard, overrides
 
         stores, origins = overrides(args.storage, args.tracking_uri)
         spec = load_spec(args.spec, stores)
@@ -131,7 +131,8 @@ def _lines(found: list[Difference]) -> list[str]:
 def _live(spec: SweepSpec, study: Any) -> tuple[str | None, set[int]]:
     """Whether a sweep runs the study now (what to say, or None), and the trial numbers it has
     in flight: RUNNING ones, and those told less than a grace period ago."""
-    from orchestrator.store.study import check_not_locked, sqlite_path
+    from orchestrator.store.study import check_not_locked
+    from orchestrator.urls import sqlite_path
 
     grace = datetime.timedelta(seconds=spec.search.grace_period_s)
     running = {t.number for t in study.trials if t.state.name == "RUNNING"}
@@ -177,7 +178,7 @@ def _mlflow(spec: SweepSpec, uid: str) -> tuple[Any, Any, Any, dict[int, list[An
     """MLflow's client, the experiment, the study's parent run and its child runs by trial number,
     read without creating anything (no store, no experiment: None and no runs)."""
     uri = absolute_uri(spec.tracking_uri)
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+    if (path := sqlite_path(uri)) is not None and not path.is_file():
         return None, None, None, {}
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient

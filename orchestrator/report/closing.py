@@ -15,7 +15,7 @@ from orchestrator.report.precision import half_precision_note
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.record import TrialRecord, has_status, status_of
-from orchestrator.store.urls import Origins, command_flags, from_environment
+from orchestrator.urls import Origins, command_flags, from_environment
 from orchestrator.report.summary import best_table, fmt_params, status_counts
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
             load: dict[str, Any] | None = None) -> list[str]:
     """The end-of-sweep lines: results, why it stopped (and how to go on), the best, the stores and
     the commands to resume, browse and report."""
-    from orchestrator.store.tracking import absolute_uri
+    from orchestrator.urls import absolute_uri
 
     lines = ["", f"{spec.name}: {len(results)} of {target} trials have a result ({status_counts(results)}); "
              f"trial time {spent_s:.0f} s, this run {elapsed_s:.0f} s."]

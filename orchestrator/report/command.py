@@ -1,7 +1,7 @@
 """``orchestrate report`` and ``orchestrate best``: read a study (finished or not) and show it.
 
 The study is only read (``studyread``: for SQLite, its tables directly, without Optuna); nothing
-is created where it does not exist. ``reportdoc`` says what the report holds. Plots are drawn only
+is created where it does not exist. ``report/document.py`` says what the report holds. Plots are drawn only
 when asked for (``--plots`` or ``--out``): then matplotlib draws them and MLflow, opened only for
 this, logs them on the study's parent run. torch is never imported, and no device is probed.
 """
@@ -25,7 +25,7 @@ from orchestrator.report.document import (best_lines, build_report, device_of, p
 from orchestrator.spec.load import SweepSpec, load_spec
 from orchestrator.store.studyread import StoredStudy, read_study
 from orchestrator.report.summary import fmt_num
-from orchestrator.store.tracking import absolute_uri
+from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
@@ -35,8 +35,8 @@ def _parser(command: str) -> argparse.ArgumentParser:
         if command == "report" else "Print the best feasible configuration as flat YAML (a script spec: the "
         "command line that trains it); -o writes the YAML."))
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
-    p.add_argument("--storage", help="Optuna storage URL (default: the spec's)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    p.add_argument("--storage", help=STORAGE_HELP)
+    p.add_argument("--tracking-uri", help=TRACKING_HELP)
     if command == "report":
         p.add_argument("--format", choices=("text", "json"), default="text")
         p.add_argument("--plots", action="store_true", help="also draw the plots (PNG) and log them, with the "
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     args = _parser(command).parse_args(rest)
     try:
-        from orchestrator.store.urls import guard, overrides
+        from orchestrator.urls import guard, overrides
 
         stores, origins = overrides(args.storage, args.tracking_uri)
         spec = load_spec(args.spec, stores)

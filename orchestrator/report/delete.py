@@ -27,7 +27,7 @@ from orchestrator import exits, trialdir
 from orchestrator.errors import OrchestratorError, StudyError, UsageParser, first_line, print_error
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec, load_spec
-from orchestrator.store.tracking import absolute_uri
+from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,8 +35,8 @@ def _parser() -> argparse.ArgumentParser:
         "Delete the spec's study, its MLflow runs and its trial folders, and the MLflow runs of no "
         "study that an earlier study of the same name left; says what goes and asks first."))
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
-    p.add_argument("--storage", help="Optuna storage URL (default: the spec's)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's)")
+    p.add_argument("--storage", help=STORAGE_HELP)
+    p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.add_argument("--yes", action="store_true", help="do not ask (for scripts)")
     p.add_argument("--leftovers", action="store_true",
                    help="delete only the MLflow runs and trial folders that belong to no study (what "
@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv[1:])
     try:
-        from orchestrator.store.urls import guard, overrides
+        from orchestrator.urls import guard, overrides
 
         stores, origins = overrides(args.storage, args.tracking_uri)
         spec = load_spec(args.spec, stores)
@@ -171,7 +171,8 @@ def _folder(spec: SweepSpec, study: Any, uid: str) -> Path:
 
 def refuse_if_running(spec: SweepSpec, study: Any) -> None:
     """A study an orchestrator runs now is not deleted under it."""
-    from orchestrator.store.study import check_not_locked, sqlite_path
+    from orchestrator.store.study import check_not_locked
+    from orchestrator.urls import sqlite_path
 
     if sqlite_path(spec.storage) is not None:
         check_not_locked(spec.storage, spec.name)  # one line naming the holder's pid
@@ -214,7 +215,7 @@ def no_study(spec: SweepSpec, uid: str | None) -> list[Any]:
     from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
     from orchestrator.store.agreement import Difference
     from orchestrator.store.leftovers import describe, leftover_groups
-    from orchestrator.store.urls import Origins, command_flags
+    from orchestrator.urls import Origins, command_flags
 
     try:
         found = leftover_groups(spec.tracking_uri, spec.name, spec.storage, uid)

@@ -24,7 +24,7 @@ from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepS
 from orchestrator.report.summary import best_table, fmt_num, fmt_params
 from orchestrator.store.record import TrialRecord, status_of
 from orchestrator.store.studyrecord import StudyRecord
-from orchestrator.store.tracking import absolute_uri
+from orchestrator.urls import absolute_uri
 
 COUNTED = RESULT_STATUSES  # ok, oom, swapped, skipped, timeout, crashed, diverged
 TOP_MARK = "\n\n#### Top configurations"  # the part of the parent run's description a report rewrites

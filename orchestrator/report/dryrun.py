@@ -12,10 +12,11 @@ def print_plan(spec: SweepSpec) -> None:
     from orchestrator.search.space import count_configurations, guess_device, make_plan
     from orchestrator.redact import shown
     from orchestrator.report.summary import describe_dim
-    from orchestrator.store.tracking import absolute_uri, artifact_root
+    from orchestrator.store.tracking import artifact_root
+    from orchestrator.urls import absolute_uri
 
     if spec.script is not None:
-        from orchestrator.sweep.checks import check_script_file
+        from orchestrator.spec.script import check_script_file
 
         check_script_file(spec)
         origin = str(spec.script_file)
@@ -41,7 +42,7 @@ def print_plan(spec: SweepSpec) -> None:
     storage, tracking = shown(absolute_uri(spec.storage)), shown(absolute_uri(spec.tracking_uri))
     seed = f", seed {spec.search.seed}" if spec.search.seed is not None else ""
     t = spec.trial
-    from orchestrator.store.study import planned
+    from orchestrator.search.strategy import planned
 
     if planned(spec):
         search = ("auto search: " + (f"ends once no configuration left is likely to beat the best by more "
@@ -107,7 +108,7 @@ def commands(spec: SweepSpec, plan: object) -> list[str]:
 def _progress(spec: SweepSpec) -> str:
     """How far an existing SQLite study is, read without creating or changing anything."""
     from orchestrator.store.optuna_sql import trial_counts
-    from orchestrator.store.study import sqlite_path
+    from orchestrator.urls import sqlite_path
 
     path = sqlite_path(spec.storage)
     counts = {} if path is None else trial_counts(path, spec.name)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import StudyError
 from orchestrator.outcome import RUN_AGAIN
 from orchestrator.spec.load import SweepSpec
-from orchestrator.store.urls import Origins
+from orchestrator.urls import Origins
 
 if TYPE_CHECKING:
     from orchestrator.search.verdict import Decision
@@ -36,10 +36,10 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
     from orchestrator.store.record import is_attempt, status_of
     from orchestrator.store.records import rank, results_of
     from orchestrator.search.space import config_key, fingerprint, guess_device, make_plan
-    from orchestrator.store.study import sqlite_path
+    from orchestrator.urls import sqlite_path
     from orchestrator.store.studyrecord import StudyRecord
     from orchestrator.store.studyread import read_study
-    from orchestrator.store.tracking import absolute_uri
+    from orchestrator.urls import absolute_uri
 
     if sqlite_path(spec.storage) is None:
         return None
@@ -106,9 +106,9 @@ def _decision(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | None,
               memory_limit_gib: float | None, native_half: frozenset[str] | None) -> Decision | None:
     """What the ``auto`` search would do next with these results (None: it does not apply): no
     configuration means it is done, and its verdict says why."""
-    from orchestrator.search.keys import config_key
+    from orchestrator.keys import config_key
     from orchestrator.search.planners import planner_for
-    from orchestrator.store.study import planned
+    from orchestrator.search.strategy import planned
 
     if not configs or not planned(spec) or spec.search.stop != "auto":
         return None

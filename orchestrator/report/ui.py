@@ -32,7 +32,8 @@ from orchestrator.outcome import Status
 from orchestrator.redact import child_env, first_line, has_secret, pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.studyrecord import StudyRecord
-from orchestrator.store.tracking import absolute_uri, quiet_mlflow_logs
+from orchestrator.store.tracking import quiet_mlflow_logs
+from orchestrator.urls import TRACKING_HELP, absolute_uri
 
 HOST = "127.0.0.1"
 ARTIFACT_DIR = "report"
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "runner). The Optuna study opens in optuna-dashboard: optuna-dashboard sqlite:///$PWD/mlruns/optuna.db"))
     p.add_argument("spec", nargs="?", metavar="SPEC", help="a sweep spec: use its tracking_uri and open its experiment")
     p.add_argument("--port", type=int, default=5000, metavar="N", help="port on 127.0.0.1 (default: 5000)")
-    p.add_argument("--tracking-uri", metavar="URI", help=f"MLflow tracking URI (default: the spec's, else {DEFAULT_TRACKING_URI})")
+    p.add_argument("--tracking-uri", metavar="URI", help=TRACKING_HELP)
     return p
 
 
@@ -63,7 +64,7 @@ def main(argv: list[str]) -> int:
         if args.spec:
             from orchestrator.spec.load import load_spec
 
-            from orchestrator.store.urls import guard, overrides
+            from orchestrator.urls import guard, overrides
 
             stores, origins = overrides(None, args.tracking_uri)
             spec = load_spec(args.spec, stores)
@@ -100,7 +101,7 @@ def server_env(uri: str, environ: dict[str, str] | None = None) -> dict[str, str
 
 def check_store(uri: str) -> str:
     """The absolute URI of an existing store; the one-line error if there are no runs yet."""
-    from orchestrator.store.study import sqlite_path
+    from orchestrator.urls import sqlite_path
 
     uri = absolute_uri(uri)
     path = sqlite_path(uri)
@@ -161,7 +162,7 @@ class ParentRun:
 
     @classmethod
     def find(cls, spec: SweepSpec, study: Any) -> "ParentRun":
-        from orchestrator.store.study import sqlite_path
+        from orchestrator.urls import sqlite_path
 
         uri = absolute_uri(spec.tracking_uri)
         path = sqlite_path(uri)

@@ -19,25 +19,11 @@ from __future__ import annotations
 
 import math
 
-from typing import Any, Iterable, Union
+from typing import Any, Iterable
 
-from orchestrator.search.keys import value_key
+from orchestrator.keys import value_key
+from orchestrator.spec.model import DEFAULT_ORDER, ORDER_WORDS, Order  # noqa: F401 - the spec's words for memory orders
 
-Order = Union[str, dict]
-ORDER_WORDS = ("increasing", "decreasing", "neutral")
-
-DEFAULT_ORDER: dict[str, Order] = {
-    "batch_size": "increasing",
-    "seq_len": "increasing",
-    "effective_batch_size": "increasing",  # more accumulation at the same micro-batch: see grad_accum_steps
-    "grad_accum_steps": "increasing",  # from 2 on, one more gradient-sized buffer (see the module)
-    "dtype": {"float32": 2, "float16": 1, "bfloat16": 1},
-    "activation_checkpointing": {False: 1, True: 0},
-    "memory_fraction": "decreasing",
-    "cpu_memory_limit_gib": "decreasing",
-    "lr": "neutral",
-    "seed": "neutral",
-}
 
 
 def _same(a: Any, b: Any) -> bool:

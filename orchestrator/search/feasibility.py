@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from orchestrator.search.dominance import DominanceIndex, needs_at_least
-from orchestrator.search.keys import config_key, value_keys_of
+from orchestrator.keys import config_key, value_keys_of
 
 SPREAD = 0.06
 """Relative error of a line's prediction (peaks are read off allocators that round up)."""

@@ -49,7 +49,7 @@ from orchestrator.search.feasibility import (
     fit_probabilities,
     scaling_dimension,
 )
-from orchestrator.search.keys import config_key, value_key, value_keys_of
+from orchestrator.keys import config_key, value_key, value_keys_of
 from orchestrator.search.mixture import Model
 from orchestrator.search.remeasure import Measured, Measurements, describe, process_values
 from orchestrator.search.priors import NOISE_FLOOR, THROUGHPUT, encode, measured_noise, ordered, values_of

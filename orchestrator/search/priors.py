@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.search import surrogate as S
-from orchestrator.search.keys import value_key
+from orchestrator.keys import value_key
 
 THROUGHPUT = ("samples_per_s", "tokens_per_s")
 STEP_TIMES = ("step_time_ms_p50", "step_time_ms_p90")

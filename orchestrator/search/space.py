@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from orchestrator.search.keys import canonical_float, config_key, value_key  # noqa: F401 - their home before keys.py
+from orchestrator.keys import canonical_float, config_key, value_key  # noqa: F401 - their home before keys.py
 from orchestrator.spec import knobs
 from orchestrator.spec.load import Choice, Dimension, SweepSpec
 
@@ -137,19 +137,11 @@ def shared_env(plan: Plan) -> dict[str, str] | None:
     return knobs.trial_env(params, params["device"])
 
 
-def distribution(dim: Dimension):
-    """The Optuna distribution for one dimension."""
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    if isinstance(dim, Choice):
-        return CategoricalDistribution(list(dim.values))
-    if dim.integer:
-        return IntDistribution(int(dim.low), int(dim.high), log=dim.log, step=int(dim.step or 1))
-    return FloatDistribution(float(dim.low), float(dim.high), log=dim.log, step=dim.step)
-
-
 def suggest(trial: Any, plan: Plan) -> dict[str, Any]:
-    """Sample one configuration define-by-run: the device first, then what that device reads."""
+    """Sample one configuration define-by-run: the device first, then what that device reads. The
+    one mapping from a spec's dimension to Optuna's distribution: a list is categorical, an
+    integer range ``IntDistribution`` (step 1 unless given), any other range ``FloatDistribution``;
+    both bounds inclusive, ``log`` as the spec says."""
     params: dict[str, Any] = {}
     device = plan.device
     if "device" in plan.searched:

@@ -8,10 +8,9 @@ import sys
 from typing import Any
 
 from orchestrator.spec import knobs
-from orchestrator.search.dominance import DEFAULT_ORDER, ORDER_WORDS
 from orchestrator.errors import UsageParser
 from orchestrator.spec.schema import REGENERATE, SCHEMA_FILE, schema_json, spec_schema
-from orchestrator.spec.model import MAX_CONFIGURATIONS
+from orchestrator.spec.model import DEFAULT_ORDER, MAX_CONFIGURATIONS, ORDER_WORDS
 
 LOADER_ONLY = (
     "A parameter is either in `fixed` or in `space`, never both; `fixed.device` is refused (use the top-level "

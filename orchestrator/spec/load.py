@@ -2,8 +2,8 @@
 
 Every error names the file, the line, the field path, the rule and the value received, e.g.
 ``sweeps/x.yaml:12: space.batch_size[2]: batch sizes must be positive integers, got -8``.
-Nothing here touches the disk besides reading the spec. The pieces: ``specmodel`` (what a checked
-spec is), ``specrules`` (the rule of each section), ``specspace`` (the rules of the parameters:
+Nothing here touches the disk besides reading the spec. The pieces: ``spec/model.py`` (what a checked
+spec is), ``spec/rules.py`` (the rule of each section), ``spec/space_rules.py`` (the rules of the parameters:
 fixed values, space entries and their combinations), this module (reading, overrides from flags,
 and the rules that join the sections).
 """
@@ -23,7 +23,7 @@ from orchestrator.spec.script import check_script, refuse_loop_knobs
 from orchestrator.spec.space_rules import check_combinations, check_dimension, check_space_size, check_value  # noqa: F401
 from orchestrator.spec.yamlsource import load_yaml
 
-# The data model lives in ``specmodel`` and the rules in ``specrules`` and ``specspace``; the names
+# The data model lives in ``spec/model.py`` and the rules in ``spec/rules.py`` and ``spec/space_rules.py``; the names
 # other modules use are re-exported here (above), so ``from orchestrator.spec.load import SweepSpec``
 # stays the way in.
 

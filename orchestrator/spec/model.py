@@ -4,18 +4,18 @@ rule in ``orchestrator.spec.rules`` has passed. Nothing here reads a file.
 This is also where the spec is documented: ``orchestrator.spec.schema`` reads each YAML-facing field's
 type (a ``Literal`` is a set of words, ``Bound`` a numeric limit), default and the docstring under
 it, and writes the JSON Schema and the reference page from them. A new field needs its check in
-``specrules``, a docstring here, and ``orchestrate schema`` run again (the command is in the
+``orchestrator.spec.rules``, a docstring here, and ``orchestrate schema`` run again (the command is in the
 failing test's message)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from orchestrator.search.dominance import DEFAULT_ORDER
 from orchestrator.errors import SpecError
 from orchestrator.spec.yamlsource import dotted
+from orchestrator.urls import DEFAULT_STORAGE, DEFAULT_TRACKING_URI  # noqa: F401 - the spec's defaults
 
 Sampler = Literal["auto", "grid", "random", "tpe", "nsga2"]
 Stop = Literal["auto", "budget"]
@@ -23,9 +23,26 @@ Direction = Literal["maximize", "minimize"]
 SAMPLERS = ("auto", "grid", "random", "tpe", "nsga2")
 STOPS = ("auto", "budget")
 DIRECTIONS = ("maximize", "minimize")
-DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
-DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 MAX_TRIAL_REPEATS = 20
+
+Order = Union[str, dict]
+"""How memory grows with a parameter: one of ``ORDER_WORDS`` or a mapping of value to rank
+(``search/dominance.py`` applies it)."""
+ORDER_WORDS = ("increasing", "decreasing", "neutral")
+
+DEFAULT_ORDER: dict[str, Order] = {
+    "batch_size": "increasing",
+    "seq_len": "increasing",
+    "effective_batch_size": "increasing",  # more accumulation at the same micro-batch: see grad_accum_steps
+    "grad_accum_steps": "increasing",  # from 2 on, one more gradient-sized buffer (see the module)
+    "dtype": {"float32": 2, "float16": 1, "bfloat16": 1},
+    "activation_checkpointing": {False: 1, True: 0},
+    "memory_fraction": "decreasing",
+    "cpu_memory_limit_gib": "decreasing",
+    "lr": "neutral",
+    "seed": "neutral",
+}
+
 MAX_CONFIGURATIONS = 100_000
 """The most configurations a finite space (lists and stepped ranges) may hold, and the most values a
 range may list: more is a mistake (a grid over it would not end, and listing it would take more
@@ -35,7 +52,7 @@ memory than any sweep), refused when the spec is loaded."""
 @dataclass(frozen=True)
 class Bound:
     """A numeric field's limits, as its type says them (``Annotated[int, Bound(minimum=1)]``):
-    ``minimum`` and ``maximum`` inclusive, ``above`` exclusive. ``specrules`` enforces them (with
+    ``minimum`` and ``maximum`` inclusive, ``above`` exclusive. ``orchestrator.spec.rules`` enforces them (with
     its own wording) and ``orchestrator.spec.schema`` publishes them; a test holds the two together."""
 
     minimum: float | None = None

@@ -17,6 +17,7 @@ from orchestrator.spec.model import (DEFAULT_STORAGE, DEFAULT_TRACKING_URI, DIRE
                                     SAMPLERS, STOPS, Choice, Constraint, Dimension, Direction, Objective, Range,
                                     SearchSettings, TrialSettings, nearest_line)
 from orchestrator.spec.yamlsource import dotted
+from orchestrator.urls import is_sqlite_file
 
 
 def show(value: Any, spelled: str | None = None) -> str:
@@ -210,7 +211,7 @@ def check_search(c: Checker, raw: Any, space: dict[str, Dimension]) -> SearchSet
 
 
 def check_memory_order(c: Checker, raw: Any, space: dict[str, Dimension]) -> dict[str, Any]:
-    from orchestrator.search.dominance import DEFAULT_ORDER, ORDER_WORDS
+    from orchestrator.spec.model import DEFAULT_ORDER, ORDER_WORDS
 
     path = ("search", "memory_order")
     c.mapping(path, raw, tuple(raw) if isinstance(raw, dict) else ())
@@ -304,7 +305,7 @@ def check_url(c: Checker, path: tuple, value: Any, what: str) -> str:
         if not _URL.match(value):
             raise c.fail(path, "MLflow 3 refuses a plain folder as tracking store; "
                          f"use a URL such as {example}", value)
-    if re.fullmatch(r"sqlite:///(?!:memory:$)[^?]+", checked):
+    if is_sqlite_file(checked):
         return checked  # a database file: the usual case needs no SQLAlchemy (0.2-0.5 s to import)
     from sqlalchemy.engine import make_url  # no engine is created here
     from sqlalchemy.exc import ArgumentError

@@ -32,10 +32,9 @@ from typing import Any, Callable
 
 from orchestrator.spec import knobs
 from orchestrator.spec import model as specmodel
-from orchestrator.search.dominance import ORDER_WORDS
 from orchestrator.metrics import OBJECTIVE_METRICS
 from orchestrator.spec.load import EXPERIMENT_PATTERN, NAME_PATTERN, REQUIRED_TOP, TOP_KEYS
-from orchestrator.spec.model import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, DIRECTIONS, Bound, SweepSpec
+from orchestrator.spec.model import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, DIRECTIONS, ORDER_WORDS, Bound, SweepSpec
 from orchestrator.spec.rules import DEVICE_SLOT
 from orchestrator.spec.space_rules import RANGE_KEYS
 

@@ -88,7 +88,7 @@ def script_call(spec: Any, params: dict[str, Any]) -> Any:
     of a script spec, None for a module's."""
     if spec.script is None:
         return None
-    from orchestrator.harness.protocol import ScriptCall
+    from orchestrator.protocol import ScriptCall
 
     return ScriptCall(str(spec.script_file or spec.script), script_argv(spec.args, params),
                       samples_per_step(spec.samples_per_step, params))
@@ -297,3 +297,9 @@ def _check_format(c: Any, path: tuple, name: str, spec: str, fixed: dict[str, An
             format(value, spec)
         except (ValueError, TypeError) as exc:
             raise c.fail(path, f"{{{name}:{spec}}} cannot format {name}={value!r}: {exc}", text) from None
+
+
+def check_script_file(spec: Any) -> None:
+    """A script spec's file must be there when the sweep (or its dry run) starts."""
+    if spec.script is not None and spec.script_file is None:
+        raise spec.error(("script",), missing(spec.script, spec.path.parent))

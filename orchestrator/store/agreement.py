@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 from orchestrator import metrics as M
 from orchestrator import trialdir
-from orchestrator.harness.protocol import TrialResult, decode_result
+from orchestrator.protocol import TrialResult, decode_result
 from orchestrator.outcome import Status
 from orchestrator.store.record import TrialRecord
 from orchestrator.store.records import run_metrics, run_tags, trial_trace_tags
@@ -205,16 +205,17 @@ def recorded(study: Any, tracking_uri: str) -> bool:
     (and, for an SQLite store, that store still holds that many finished runs under the parent):
     then a finished study's command need not open MLflow. Reads two small SQLite queries at most."""
     from orchestrator.redact import shown
-    from orchestrator.store.tracking import absolute_uri
+    from orchestrator.urls import absolute_uri, sqlite_path
 
     mark = StudyRecord.of(study).recorded
     uri = absolute_uri(tracking_uri)
     if not isinstance(mark, dict) or mark.get("tracking_uri") != shown(uri) or \
             mark.get("trials") != len(study.trials):
         return False
-    if not uri.startswith("sqlite:///"):
+    path = sqlite_path(uri)
+    if path is None:
         return True
-    return _finished_runs(Path(uri[len("sqlite:///"):]), str(mark.get("parent_run_id"))) == (mark["trials"],) * 2
+    return _finished_runs(path, str(mark.get("parent_run_id"))) == (mark["trials"],) * 2
 
 
 def _finished_runs(path: Path, parent: str) -> tuple[int, int] | None:

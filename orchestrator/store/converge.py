@@ -129,7 +129,7 @@ def _restored_child(tracker: Any, number: int) -> list[Any]:
 def mark(study: Any, tracking_uri: str, parent_id: str | None, trials: int) -> None:
     """Set the study's mark (``studyrecord.RECORDED_ATTR``): MLflow holds all ``trials`` trials. A
     study that cannot take it stays unmarked: the next finished-study command compares again."""
-    from orchestrator.store.tracking import absolute_uri
+    from orchestrator.urls import absolute_uri
 
     try:
         write_study(study, recorded={"tracking_uri": shown(absolute_uri(tracking_uri)),

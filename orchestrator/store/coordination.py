@@ -18,11 +18,12 @@ import threading
 from typing import Any, Callable, Iterable
 
 from orchestrator.timeline import event
+from orchestrator.urls import is_sqlite
 
 
 def is_shared(storage_url: str) -> bool:
     """Whether several orchestrators may share a study in this storage (a server database)."""
-    return not storage_url.startswith("sqlite")
+    return not is_sqlite(storage_url)
 
 
 class StudyLock:

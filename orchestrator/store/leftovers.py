@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.redact import shown
-from orchestrator.store.tracking import absolute_uri
+from orchestrator.urls import absolute_uri, sqlite_path
 
 
 @dataclass
@@ -92,10 +92,8 @@ def leftover_groups(tracking_uri: str, name: str, storage: str, uid: str | None)
 
 def open_experiment(tracking_uri: str, name: str) -> tuple[Any, Any]:
     """MLflow's client and experiment ``name`` (None where the store or the experiment is not there)."""
-    from pathlib import Path
-
     uri = absolute_uri(tracking_uri)
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+    if (path := sqlite_path(uri)) is not None and not path.is_file():
         return None, None
     from mlflow.tracking import MlflowClient
 

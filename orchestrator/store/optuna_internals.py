@@ -65,13 +65,26 @@ def stale_trial_ids(study: Any) -> list[int]:
     return storage_of(study)._get_stale_trial_ids(study_id(study))
 
 
-def heartbeat_base() -> type:
-    """Optuna's ``BaseHeartbeat``, the interface a storage with heartbeats implements: the
-    ``outage.RetryingStorage`` that wraps the study's storage subclasses it, so that Optuna still
-    sees heartbeats. Private module: ``optuna.storages._heartbeat`` (no public export)."""
+def storage_interface() -> tuple[tuple[type, ...], frozenset[str]]:
+    """What a wrapper of the study's storage (``outage.RetryingStorage``) must be, and the methods
+    it must pass on: Optuna's ``BaseStorage`` and ``BaseHeartbeat`` (so that Optuna still sees
+    heartbeats), and their methods: the public ones, and the private ones that Optuna calls on a
+    storage and a storage must implement (``BaseHeartbeat._get_stale_trial_ids``, abstract:
+    ``fail_stale_trials`` and ``stale_trial_ids`` call it). Private module:
+    ``optuna.storages._heartbeat`` (no public export)."""
+    from optuna.storages import BaseStorage
     from optuna.storages._heartbeat import BaseHeartbeat
 
-    return BaseHeartbeat
+    bases = (BaseStorage, BaseHeartbeat)
+    names = frozenset(n for base in bases for n in vars(base)
+                      if (not n.startswith("_") or n in base.__abstractmethods__) and callable(getattr(base, n)))
+    return bases, names
+
+
+def heartbeat_base() -> type:
+    """Optuna's ``BaseHeartbeat``, the interface a storage with heartbeats implements
+    (``storage_interface``)."""
+    return storage_interface()[0][1]
 
 
 def cached(rdb: Any) -> Any:

@@ -238,11 +238,10 @@ def create(outage: Outage, fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
 def retrying_storage(inner: Any, outage: Outage) -> Any:
     """``inner`` (an Optuna ``BaseStorage`` with heartbeats) with every call guarded."""
     from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
-    from optuna.storages import BaseStorage
 
-    from orchestrator.store.optuna_internals import heartbeat_base
+    from orchestrator.store.optuna_internals import storage_interface
 
-    bases = (BaseStorage, heartbeat_base())
+    bases, names = storage_interface()  # Optuna's private names stay behind the door
 
     def guarded(name: str) -> Callable[..., Any]:
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -279,12 +278,13 @@ def retrying_storage(inner: Any, outage: Outage) -> Any:
                 raise
         return self.outage.call(create)
 
-    def getattr_(self: Any, name: str) -> Any:  # what Optuna's own classes reach for (_get_stale_trial_ids)
+    def getattr_(self: Any, name: str) -> Any:  # the inner storage's other public attributes
+        if name.startswith("_") and not name.startswith("__"):
+            raise AttributeError(f"{name}: a private name of Optuna's storage is reached through "
+                                 "store/optuna_internals.py, not passed on")
         target = getattr(self.inner, name)
         return (lambda *a, **k: self.outage.call(target, *a, **k)) if callable(target) else target
 
-    names = {n for base in bases for n in vars(base)
-             if (not n.startswith("_") or n in base.__abstractmethods__) and callable(getattr(base, n))}
     namespace: dict[str, Any] = {n: guarded(n) for n in names}
     namespace.update(set_trial_state_values=set_trial_state_values, create_new_study=create_new_study,
                      __getattr__=getattr_, __doc__="Optuna's storage, each call through an Outage guard.")

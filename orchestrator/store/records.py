@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator import metrics as M
-from orchestrator.harness.protocol import TrialResult
+from orchestrator.protocol import TrialResult
 from orchestrator.outcome import INFEASIBLE, RESULT_STATUSES, Outcome, Status
-from orchestrator.search.keys import config_key
+from orchestrator.keys import config_key
 from orchestrator.spec.load import SweepSpec
 from orchestrator.store.record import attrs_of, is_attempt, status_of, write
 

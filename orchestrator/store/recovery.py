@@ -30,7 +30,7 @@ from orchestrator import trialdir
 from orchestrator.outcome import DIED_DETAIL, RUN_AGAIN, Status
 from orchestrator.store.record import TrialRecord, enqueue, is_attempt, status_of, write, write_stored
 from orchestrator.store.records import results_of
-from orchestrator.search.keys import config_key
+from orchestrator.keys import config_key
 
 if TYPE_CHECKING:
     from optuna.study import Study

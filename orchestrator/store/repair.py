@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
+from orchestrator.urls import is_sqlite
 
 
 def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, float]]], files: bool = False) -> int:
@@ -27,7 +28,8 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
     from orchestrator.store.recovery import Recovery
     from orchestrator.store.study import load_study, study_lock
     from orchestrator.store.studyrecord import StudyRecord, write_study
-    from orchestrator.store.tracking import Tracker, absolute_uri
+    from orchestrator.store.tracking import Tracker
+    from orchestrator.urls import absolute_uri
 
     shared = is_shared(spec.storage)
     with study_lock(spec.storage, spec.name):
@@ -58,7 +60,7 @@ def _find_parent(tracker: Any, spec: SweepSpec, uid: str) -> bool:
     if runs:
         tracker.parent_id = runs[0].info.run_id
         return False
-    from orchestrator.store.tracking import absolute_uri
+    from orchestrator.urls import absolute_uri
 
     tracker.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
     return True
@@ -73,7 +75,7 @@ def artifacts(client: Any) -> Callable[[str, str | None], set[str]]:
 
 def _outage(spec: SweepSpec) -> Any:
     """A tracking server's lost connection is waited out, as in a sweep (``outage.Outage``)."""
-    if spec.tracking_uri.startswith("sqlite"):
+    if is_sqlite(spec.tracking_uri):
         return None
     from orchestrator.store.outage import Outage
 

@@ -17,14 +17,7 @@ from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
 from orchestrator.store.studyrecord import StudyRecord, write_study
-
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URL, else None."""
-    if url.startswith("sqlite:///"):
-        return Path(url[len("sqlite:///"):])
-    return None
+from orchestrator.urls import is_sqlite, sqlite_folder, sqlite_path, sqlite_url
 
 
 def check_url_opens(url: str, what: str, timeout_s: float | None = None, rebuild: str = "the same command") -> None:
@@ -94,7 +87,7 @@ def create_sqlite_atomically(url: str, init: Callable[[str], None]) -> None:
         stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
     try:
-        init(f"sqlite:///{tmp.resolve()}")
+        init(sqlite_url(tmp.resolve()))
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)  # a full disk keeps no half-made store (and gets its space back)
@@ -194,46 +187,16 @@ def _held(fd: int, name: str, lock_path: Path) -> StudyError:
                       "see docs/scale.md)")
 
 
-def make_sampler(spec: SweepSpec, n_existing: int, worker: int = 0):
-    """Samplers are not stored by Optuna: rebuilt from the spec on every run. The seed is offset by
-    the number of trials already in the study, so a resume does not replay the first proposals,
-    and by ``worker`` (a per-process number when several orchestrators share a study: same-seed
-    workers that start together would otherwise propose the same points, optuna#3790)."""
-    import optuna
-
-    seed = None if spec.search.seed is None else (spec.search.seed + 7919 * n_existing + 104729 * worker) % 2**32
-    name = spec.search.sampler
-    if name == "auto" and not planned(spec):
-        name = "tpe"  # a continuous space or several objectives: the planner does not apply
-    if name == "tpe":
-        # 5 random start-up trials instead of Optuna's 10: memory sweeps are small (tens of
-        # configurations), and on both recorded landscapes this reached the best configuration
-        # sooner for every seed set tried (bench/search_efficiency.py --startup 5 10).
-        # constant_liar (Optuna 5's default, said here on purpose): trials in flight count as
-        # bad, so concurrent proposals (several slots or orchestrators) spread out.
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, constant_liar=True)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
-    return optuna.samplers.RandomSampler(seed=seed)  # grid, auto: every trial is enqueued by the sweep
-
-
-def planned(spec: SweepSpec) -> bool:
-    """Whether the ``auto`` search (``planner``) chooses the trials: a finite space, one objective."""
-    from orchestrator.spec.load import Range
-
-    return (spec.search.sampler == "auto" and len(spec.objective.metrics) == 1
-            and not any(isinstance(d, Range) and d.step is None for d in spec.space.values()))
-
-
 POOL = {"pool_size": 2, "max_overflow": 2}
 """Connections one orchestrator holds to a server database for the study: the loop and the
 heartbeat thread (and the MLflow writer linking a run) at once, at most 4; the study lock takes one
 more while it is held (``coordination.StudyLock``)."""
 
 
-def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], worker: int = 0,
+def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], sampler: Callable[[int], Any],
                outage: Any = None, absent: Callable[[str], None] | None = None):
-    """Create the study, or load it and check it was made from the same spec. With a server
+    """Create the study, or load it and check it was made from the same spec, with the sampler
+    ``sampler(n)`` gives for a study of ``n`` trials (``strategy.make_sampler``). With a server
     database the storage keeps heartbeats (``coordination.Heartbeat`` records them; a trial silent
     for ``search.grace_period_s`` is stale), and every call goes through ``outage``
     (``outage.Outage``: a lost connection is waited out for up to ``search.outage_s``).
@@ -261,7 +224,7 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], w
         except KeyError:  # no such study yet
             n_existing = 0
         study = optuna.create_study(study_name=spec.name, storage=storage, directions=directions,
-                                    sampler=make_sampler(spec, n_existing, worker), load_if_exists=True)
+                                    sampler=sampler(n_existing), load_if_exists=True)
     except SQLAlchemyError as exc:
         from orchestrator.store.writefault import LOCKED, driver_line
 
@@ -313,7 +276,7 @@ def _storage_kwargs(url: str, grace_s: float) -> dict[str, Any]:
     import optuna
 
     kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
+    if is_sqlite(url):
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 30}}
         return kwargs
     kwargs.update(heartbeat_interval=max(1, int(grace_s / 4)), grace_period=max(2, int(grace_s)))
@@ -350,9 +313,9 @@ def _storage(url: str, kwargs: dict[str, Any], outage: Any) -> Any:
 
     from orchestrator.store.optuna_internals import cached
     from orchestrator.store.outage import create, retrying_storage
-    from orchestrator.store.writefault import WriteGuard, named, sqlite_folder
+    from orchestrator.store.writefault import WriteGuard, named
 
-    if outage is None or url.startswith("sqlite"):
+    if outage is None or is_sqlite(url):
         guard = WriteGuard(named("the study's store", url), "study_write", sqlite_folder(url))
         return retrying_storage(cached(guard.call(optuna.storages.RDBStorage, url, **kwargs)), guard)
     rdb = create(outage, optuna.storages.RDBStorage, url, **kwargs)
@@ -362,7 +325,7 @@ def _storage(url: str, kwargs: dict[str, Any], outage: Any) -> Any:
 def _unwritable(url: str, exc: BaseException, default: Any = StudyError) -> Any:
     """``exc`` as the study store's ``StoreUnwritable``; where it is no write failure, a
     ``StudyError`` with its first line (or ``default``, None: None)."""
-    from orchestrator.store.writefault import named, sqlite_folder, unwritable
+    from orchestrator.store.writefault import named, unwritable
 
     found = unwritable(named("the study's store", url), exc, sqlite_folder(url))
     if found is not None or default is None:
@@ -380,8 +343,7 @@ def spec_mismatch(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dic
 
 def _mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:
     from orchestrator.invocation import command
-    from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
-    from orchestrator.store.urls import Origins, command_flags
+    from orchestrator.urls import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, Origins, command_flags
 
     flags = command_flags(spec, Origins(), (DEFAULT_STORAGE, DEFAULT_TRACKING_URI))
     return StudyError(

@@ -36,6 +36,7 @@ from orchestrator.errors import StudyError
 from orchestrator.redact import first_line, shown
 from orchestrator.store import optuna_sql as sql
 from orchestrator.store.optuna_sql import SCHEMAS
+from orchestrator.urls import sqlite_path, sqlite_url
 
 CONSTRAINTS_KEY = "constraints"  # optuna.study._constrained_optimization._CONSTRAINTS_KEY
 INT_DISTRIBUTIONS = ("IntDistribution", "IntUniformDistribution", "IntLogUniformDistribution")
@@ -103,7 +104,7 @@ def read_study(url: str, name: str) -> StoredStudy | None:
     is none. An SQLite file is only read (a missing file or table stays missing); through Optuna,
     its storage creates its tables in an empty database, as ``optuna.load_study`` does. A storage
     that cannot be read is a ``StudyError`` that names the URL without its password."""
-    path = _sqlite_path(url)
+    path = sqlite_path(url)
     if path is not None:
         try:
             return _read_sqlite(path, name)
@@ -115,7 +116,7 @@ def read_study(url: str, name: str) -> StoredStudy | None:
 def _read_sqlite(path: Path, name: str) -> StoredStudy | None:
     """Study ``name`` from the SQLite file at ``path``, in one read transaction (a sweep writing
     at the same time is seen before or after each of its commits, never half-way)."""
-    url = f"sqlite:///{path}"
+    url = sqlite_url(path)
     con = _connect(path, url)
     if con is None:
         return None
@@ -142,10 +143,6 @@ def from_optuna(study: Any) -> StoredStudy:
 
 class _OtherSchema(Exception):
     """The file holds Optuna tables of a revision this module does not read."""
-
-
-def _sqlite_path(url: str) -> Path | None:
-    return Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
 
 
 def _connect(path: Path, url: str) -> sqlite3.Connection | None:

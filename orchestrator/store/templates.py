@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator.urls import sqlite_path
+
 
 def cache_dir() -> Path:
     """Where templates are kept (``$XDG_CACHE_HOME/orchestrate``, else ``~/.cache/orchestrate``)."""
@@ -27,7 +29,8 @@ def from_template(url: str, name: str, build: Callable[[str], Any], check: Calla
     builds under a temporary name) as a copy of the template ``name``, if ``check(url)`` accepts
     the copy (it raises for a store it cannot use); else ``build(url)``, and keep a copy of what
     it built as the template."""
-    target = Path(url[len("sqlite:///"):])
+    target = sqlite_path(url)
+    assert target is not None, url
     template = cache_dir() / name
     if template.is_file():
         try:

@@ -12,6 +12,7 @@ from typing import Any
 
 from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
+from orchestrator.urls import SQLITE_IN_MEMORY, absolute_uri, is_sqlite, sqlite_folder, sqlite_path
 from orchestrator.store.runs import (COLOR_TAG, MLFLOW_STATUS, child_runs, metric_batch, param_text, run_color,
                                      run_name)
 
@@ -26,17 +27,8 @@ def quiet_mlflow_logs() -> None:
 
 def artifact_root(tracking_uri: str, experiment: str) -> str | None:
     """Artifacts beside a local SQLite store (``mlruns/<experiment>/...``); None = MLflow's choice."""
-    if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri[len("sqlite:///"):]).resolve()
-        return (db.parent / experiment).as_uri()
-    return None
-
-
-def absolute_uri(uri: str) -> str:
-    """``sqlite:///mlruns/x.db`` relative to the working directory, made absolute for printing."""
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
-    return uri
+    folder = sqlite_folder(tracking_uri)
+    return (folder / experiment).as_uri() if folder is not None else None
 
 
 def template_path() -> Path:
@@ -65,7 +57,8 @@ def new_store(url: str) -> None:
 
     from orchestrator.store.writefault import cause
 
-    target = Path(url[len("sqlite:///"):])
+    target = sqlite_path(url)
+    assert target is not None
     template = template_path()
     try:
         source = open(template, "rb")
@@ -107,7 +100,7 @@ def _schema_head() -> str | None:
     from mlflow.store.db.utils import _get_alembic_config
 
     try:
-        return ScriptDirectory.from_config(_get_alembic_config("sqlite://")).get_current_head()
+        return ScriptDirectory.from_config(_get_alembic_config(SQLITE_IN_MEMORY)).get_current_head()
     except Exception:  # noqa: BLE001 - no answer: never trust the template
         return None
 
@@ -136,7 +129,7 @@ class Tracker:
 
         from orchestrator.store.outage import RetryingClient
         from orchestrator.store.study import create_sqlite_atomically
-        from orchestrator.store.writefault import WriteGuard, named, quiet_write_failures, sqlite_folder, unwritable
+        from orchestrator.store.writefault import WriteGuard, named, quiet_write_failures, unwritable
 
         quiet_mlflow_logs()
         quiet_write_failures()
@@ -149,7 +142,7 @@ class Tracker:
                 if (refused := unwritable(store, exc, sqlite_folder(self.uri))) is None:
                     raise
                 raise refused from None
-            if outage is not None and not self.uri.startswith("sqlite"):
+            if outage is not None and not is_sqlite(self.uri):
                 from orchestrator.store.outage import create, mlflow_pool, quiet_lost_connections, shorten_mlflow_retries
 
                 shorten_mlflow_retries()

@@ -29,6 +29,7 @@ from typing import Any, Callable
 from orchestrator import exits
 from orchestrator.errors import OrchestratorError
 from orchestrator.redact import scrub
+from orchestrator.urls import absolute_uri, sqlite_path
 
 DISK_FULL = "the disk is full"
 READ_ONLY = "the store is read-only"
@@ -74,9 +75,7 @@ def named(what: str, url: str) -> str:
     path made absolute, its password masked."""
     from orchestrator.redact import shown
 
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-        url = "sqlite:///" + str(Path(url[len("sqlite:///"):]).resolve())
-    return f"{what} {shown(url)}"
+    return f"{what} {shown(absolute_uri(url))}"
 
 
 class StoreUnwritable(OrchestratorError):
@@ -103,7 +102,8 @@ class StoreCorrupt(StoreUnwritable):
     def __init__(self, store: str, cause: str, detail: str, outcome: str | None = None) -> None:
         if outcome is None:
             url = store.rsplit(" ", 1)[-1]  # ``named``'s: what, then the URL
-            move = f" ({aside(Path(url[len('sqlite:///'):]))})" if url.startswith("sqlite:///") else ""
+            path = sqlite_path(url)
+            move = f" ({aside(path)})" if path is not None else ""
             outcome = (f"move it aside{move}: the sweep's command, or `orchestrate check` with --repair, then "
                        "rebuilds MLflow's records from the study" if store.startswith("MLflow") else
                        f"restore it from a backup, or move it aside{move} and start a new study with --new-study")
@@ -264,11 +264,6 @@ def diagnose(folder: Path) -> str | None:
     if fs.f_bavail == 0 or fs.f_favail == 0:
         return DISK_FULL
     return DENIED if not os.access(folder, os.W_OK) else None
-
-
-def sqlite_folder(url: str) -> Path | None:
-    """The folder of an SQLite URL's file (None for any other URL)."""
-    return Path(url[len("sqlite:///"):]).resolve().parent if url.startswith("sqlite:///") else None
 
 
 class WriteGuard:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import SpecError
 from orchestrator.redact import child_env
-from orchestrator.harness.protocol import PARENT_PID_ENV
+from orchestrator.protocol import PARENT_PID_ENV
 from orchestrator.spec.load import SweepSpec
 from orchestrator.timeline import event
 
@@ -26,57 +26,46 @@ class Probe:
     It imports the module, checks its fixed parameters and resolves the device (``result``);
     given a smoke configuration it then runs one training step of it
     (``orchestrator.harness.smoke``; ``smoke``): a broken experiment fails here, in seconds, with
-    its own file:line. Two ways (``orchestrator/harness/probe.py``'s ``answer`` either way):
+    its own file:line. One class per transport (``orchestrator/harness/probe.py``'s ``answer``
+    either way; ``start_probe`` picks one):
 
-    - given ``server``, the slot's fork server (``launch.ForkServer``) forks it once its own
-      imports are done, and it writes its answers to files beside its request, in ``folder`` (of
-      its own, outside the project: ``startup.probe_folder``; removed by ``close``): one import of
-      torch serves the probe and the trials;
-    - else ``python -m orchestrator.harness.probe``, a process of its own that prints ``PROBE
-      {json}`` and ``SMOKE {json}``, in a session of its own, which it kills if this process dies
-      (``ORCHESTRATE_PARENT_PID``)."""
+    - ``ForkedProbe``: the slot's fork server forks it once its own imports are done, and it
+      writes its answers to files: one import of torch serves the probe and the trials;
+    - ``ProcessProbe``: ``python -m orchestrator.harness.probe``, a process of its own that prints
+      its answers."""
 
     TIMEOUT_S = 300
 
-    def __init__(self, spec: SweepSpec, smoke: dict[str, Any] | None = None,
-                 env: dict[str, str] | None = None, server: Any = None, folder: Any = None) -> None:
-        import os
-        import tempfile
-        from pathlib import Path
-
-        self.spec, self.server, self.asked_smoke = spec, server, smoke is not None
+    def __init__(self, spec: SweepSpec, smoke: dict[str, Any] | None) -> None:
+        self.spec, self.asked_smoke = spec, smoke is not None
+        self.device = spec.device if "device" not in spec.space else "auto"
+        self.smoke_script = _smoke_script(spec, smoke)
         self._done = False
         """Its last answer has been read: a forked probe then exits by itself."""
-        device = spec.device if "device" not in spec.space else "auto"
-        self._lines: list[str] = []
-        self._buffer = b""
-        self._ended = False
         self._stderr = ""
-        smoke_script = _smoke_script(spec, smoke)
-        if server is not None:
-            from orchestrator.harness.protocol import Kind, Order
 
-            self.folder = Path(folder)
-            self.request = self.folder / "request.json"
-            self.request.write_text(json.dumps({"experiment": spec.workload, "device": device,
-                                                "fixed": spec.fixed, "smoke": smoke,
-                                                "smoke_script": smoke_script}, default=str))
-            self.child = server.fork(self.folder / "probe.log")
-            self.child.send(Order(Kind.PROBE, config=str(self.request)))
-            event("probe_start", forked=True)
-            return
-        args = [sys.executable, "-m", "orchestrator.harness.probe", spec.workload, device,
-                json.dumps(spec.fixed, default=str)]
-        if smoke is not None:
-            args.append(json.dumps(smoke, default=str))
-            if smoke_script is not None:
-                args.append(json.dumps(smoke_script, default=str))
-        self._err = tempfile.TemporaryFile()  # a pipe could fill up with a traceback and block the child
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._err,
-                                     env={**child_env(), **(env or {}), PARENT_PID_ENV: str(os.getpid())},
-                                     start_new_session=True)
-        event("probe_start")
+    # -- what each transport says -----------------------------------------------------------------
+    def _look(self, name: str) -> tuple[dict[str, Any] | None, bool]:
+        """The answer ``name`` if it has come, and whether the probe has ended."""
+        raise NotImplementedError
 
+    def _status_fd(self) -> int | None:
+        """The file descriptor whose lines say the probe got further (None: gone)."""
+        raise NotImplementedError
+
+    def _take(self) -> None:
+        """What the process said since the last look."""
+        raise NotImplementedError
+
+    def _output(self) -> str:
+        """What the probe printed, to say why it failed."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """The probe ends (killed if it still runs), and its files are removed."""
+        raise NotImplementedError
+
+    # -- the answers ------------------------------------------------------------------------------
     def _answer(self, name: str, timeout_s: float, what: str) -> dict[str, Any] | None:
         """The probe's answer ``name`` (``probe``, ``smoke``), waited for; None if the probe ended
         without it (``_stderr`` then holds its output)."""
@@ -84,7 +73,7 @@ class Probe:
 
         deadline = time.monotonic() + timeout_s
         while True:
-            found, ended = self._forked(name) if self.server is not None else self._printed(name)
+            found, ended = self._look(name)
             if found is not None:
                 return found
             if ended:
@@ -94,53 +83,11 @@ class Probe:
             if left <= 0:
                 self.close()
                 raise self.spec.error(("experiment",), f"{what} took more than {timeout_s:g} s")
-            fd = self.server.status_fd if self.server is not None else self.proc.stdout.fileno()
+            fd = self._status_fd()
             if fd is None:  # the server's pipe closed: it is gone (reaped on the next look)
                 time.sleep(0.01)
             elif select.select([fd], [], [], left)[0]:
                 self._take()
-
-    def _take(self) -> None:
-        """What the process said since the last look."""
-        import os
-
-        if self.server is not None:
-            self.server.read_status()
-            return
-        chunk = os.read(self.proc.stdout.fileno(), 65536)
-        if not chunk:  # the child ended
-            self.proc.wait()
-            self._ended = True
-        *lines, self._buffer = (self._buffer + chunk).split(b"\n")
-        self._lines += [ln.decode(errors="replace") for ln in lines]
-
-    def _printed(self, name: str) -> tuple[dict[str, Any] | None, bool]:
-        prefix = f"{name.upper()} "
-        line = next((ln for ln in self._lines if ln.startswith(prefix)), None)
-        return (json.loads(line[len(prefix):]) if line is not None else None), self._ended
-
-    def _forked(self, name: str) -> tuple[dict[str, Any] | None, bool]:
-        from orchestrator.harness.protocol import probe_answer
-
-        ended = self.child.reap()  # before the file: an answer is written before the exit
-        try:
-            with open(probe_answer(str(self.request), name)) as f:
-                return json.load(f), ended
-        except FileNotFoundError:
-            return None, ended
-
-    def _output(self) -> str:
-        """The probe's output (a forked one's log, else its server's: it died importing)."""
-        if self.server is None:
-            self._err.seek(0)
-            return self._err.read().decode(errors="replace")
-        for log in (self.folder / "probe.log", self.server.log_path):
-            try:
-                if text := log.read_text(errors="replace"):
-                    return text
-            except OSError:
-                pass
-        return ""
 
     def result(self) -> dict[str, Any]:
         """The probe's answer; a SpecError naming the spec's line when the module is unusable."""
@@ -170,16 +117,112 @@ class Probe:
         self.close()
         return answer
 
-    def close(self) -> None:
-        """The probe ends (killed if it still runs: a forked one is reaped by its server), and
-        its files are removed."""
-        if self.server is not None:
-            import shutil
 
-            if self.child.returncode is None and not self._done:
-                self.child.kill()
-            shutil.rmtree(self.folder, ignore_errors=True)
-            return
+class ForkedProbe(Probe):
+    """Forked by the slot's fork server (``launch.ForkServer``), it writes its answers to files
+    beside its request, in ``folder`` (of its own, outside the project: ``startup.probe_folder``;
+    removed by ``close``)."""
+
+    def __init__(self, spec: SweepSpec, smoke: dict[str, Any] | None, server: Any, folder: Any) -> None:
+        from pathlib import Path
+
+        from orchestrator.protocol import Kind, Order
+
+        super().__init__(spec, smoke)
+        self.server, self.folder = server, Path(folder)
+        self.request = self.folder / "request.json"
+        self.request.write_text(json.dumps({"experiment": spec.workload, "device": self.device,
+                                            "fixed": spec.fixed, "smoke": smoke,
+                                            "smoke_script": self.smoke_script}, default=str))
+        self.child = server.fork(self.folder / "probe.log")
+        self.child.send(Order(Kind.PROBE, config=str(self.request)))
+        event("probe_start", forked=True)
+
+    def _look(self, name: str) -> tuple[dict[str, Any] | None, bool]:
+        from orchestrator.protocol import probe_answer
+
+        ended = self.child.reap()  # before the file: an answer is written before the exit
+        try:
+            with open(probe_answer(str(self.request), name)) as f:
+                return json.load(f), ended
+        except FileNotFoundError:
+            return None, ended
+
+    def _status_fd(self) -> int | None:
+        return self.server.status_fd
+
+    def _take(self) -> None:
+        self.server.read_status()
+
+    def _output(self) -> str:
+        """The forked probe's log, else its server's (it died importing)."""
+        for log in (self.folder / "probe.log", self.server.log_path):
+            try:
+                if text := log.read_text(errors="replace"):
+                    return text
+            except OSError:
+                pass
+        return ""
+
+    def close(self) -> None:
+        """Killed if it still runs (its server reaps it); its folder removed."""
+        import shutil
+
+        if self.child.returncode is None and not self._done:
+            self.child.kill()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class ProcessProbe(Probe):
+    """A process of its own that prints ``PROBE {json}`` and ``SMOKE {json}``, in a session of its
+    own, which it kills if this process dies (``ORCHESTRATE_PARENT_PID``)."""
+
+    def __init__(self, spec: SweepSpec, smoke: dict[str, Any] | None, env: dict[str, str] | None = None) -> None:
+        import os
+        import tempfile
+
+        super().__init__(spec, smoke)
+        self._lines: list[str] = []
+        self._buffer = b""
+        self._ended = False
+        args = [sys.executable, "-m", "orchestrator.harness.probe", spec.workload, self.device,
+                json.dumps(spec.fixed, default=str)]
+        if smoke is not None:
+            args.append(json.dumps(smoke, default=str))
+            if self.smoke_script is not None:
+                args.append(json.dumps(self.smoke_script, default=str))
+        self._err = tempfile.TemporaryFile()  # a pipe could fill up with a traceback and block the child
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._err,
+                                     env={**child_env(), **(env or {}), PARENT_PID_ENV: str(os.getpid())},
+                                     start_new_session=True)
+        event("probe_start")
+
+    def _look(self, name: str) -> tuple[dict[str, Any] | None, bool]:
+        prefix = f"{name.upper()} "
+        line = next((ln for ln in self._lines if ln.startswith(prefix)), None)
+        return (json.loads(line[len(prefix):]) if line is not None else None), self._ended
+
+    def _status_fd(self) -> int | None:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.fileno()
+
+    def _take(self) -> None:
+        import os
+
+        assert self.proc.stdout is not None
+        chunk = os.read(self.proc.stdout.fileno(), 65536)
+        if not chunk:  # the child ended
+            self.proc.wait()
+            self._ended = True
+        *lines, self._buffer = (self._buffer + chunk).split(b"\n")
+        self._lines += [ln.decode(errors="replace") for ln in lines]
+
+    def _output(self) -> str:
+        self._err.seek(0)
+        return self._err.read().decode(errors="replace")
+
+    def close(self) -> None:
+        """Killed with its session if it still runs; its pipes closed."""
         if self.proc.poll() is None:
             import os
             import signal
@@ -192,6 +235,15 @@ class Probe:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self._err.close()
+
+
+def start_probe(spec: SweepSpec, smoke: dict[str, Any] | None, env: dict[str, str] | None = None,
+                server: Any = None, folder: Any = None) -> Probe:
+    """A probe forked by ``server`` (its files in ``folder``), else one in a process of its own
+    (``env`` added to its environment)."""
+    if server is not None:
+        return ForkedProbe(spec, smoke, server, folder)
+    return ProcessProbe(spec, smoke, env)
 
 
 def _smoke_script(spec: SweepSpec, smoke: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -272,14 +324,6 @@ def unknown_names(workload: str, paths: list[tuple[str, str]], accepted: list[st
             found.append(error((section, name), f"unknown parameter for {workload}; {did}"
                                f"it takes {', '.join(sorted(accepted))} and the harness knobs"))
     return found
-
-
-def check_script_file(spec: SweepSpec) -> None:
-    """A script spec's file must be there when the sweep (or its dry run) starts."""
-    if spec.script is not None and spec.script_file is None:
-        from orchestrator.spec.script import missing
-
-        raise spec.error(("script",), missing(spec.script, spec.path.parent))
 
 
 def check_cuda_fraction(spec: SweepSpec) -> None:

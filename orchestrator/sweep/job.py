@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.harness.protocol import TrialConfig
+from orchestrator.protocol import TrialConfig
 from orchestrator.launch import Launched
 from orchestrator.outcome import INTERRUPTED_DETAIL, Outcome, Status
 from orchestrator.sweep.repeats import combine
@@ -106,8 +106,9 @@ class Job:
             self.state = State.INTERRUPTED
         return self.state
 
-    def outcome(self, metrics: list[str]) -> Launched:
-        """FINISHED: the processes' outcomes combined (``repeats.combine``)."""
+    def combined(self, metrics: list[str]) -> Launched:
+        """FINISHED: what its processes left, combined into one (``repeats.combine``): the outcome,
+        the time, the peak memory."""
         return combine(self.runs, self.repeats, metrics)
 
     @property

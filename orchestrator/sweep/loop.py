@@ -4,7 +4,7 @@ search is done.
 Per trial (so that a SIGKILL at any point can be repaired on the next start, ``recovery``):
   1. ask            -> Optuna trial RUNNING (``proposer``; heartbeat with a server database)
   2. MLflow run     -> child run RUNNING, tagged with the trial number (writer thread)
-  3. the process    -> result file (``launch``: a pre-started interpreter of the slot)
+  3. the process    -> result file (``launch``: forked by the slot's fork server)
   4. tell Optuna    -> the result, with status and metrics as user attributes
   5. finish MLflow  -> metrics, tags, artifacts, terminal status (writer thread, idempotent)
 A slot's next trial is proposed (1-2) as soon as its current one has a result, while that
@@ -30,11 +30,12 @@ from orchestrator.sweep.job import Job, State
 from orchestrator.harness.compiled import cache_folder
 from orchestrator.sweep.notices import QUIET_AGAIN_S, QUIET_S, quiet_notice, stray_notice
 from orchestrator.sweep.repeats import remeasured
-from orchestrator.harness.protocol import TrialConfig, TrialSteps
+from orchestrator.protocol import TrialConfig, TrialSteps
 from orchestrator.launch import PRESTART, StopFlag
 from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome, Status
 from orchestrator.search.verdict import Verdict
-from orchestrator.search.proposer import DONE, WAIT, Proposal, Proposer
+from orchestrator.search.proposer import Asked, Proposer
+from orchestrator.search.strategy import Done, Wait
 from orchestrator.store.record import TrialRecord, status_of, write
 from orchestrator.store.records import link_run, rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags
 from orchestrator.store.writefault import StoreUnwritable, diagnose, folder_unwritable
@@ -42,15 +43,13 @@ from orchestrator.search.space import Plan, trial_params
 from orchestrator.spec.load import SweepSpec
 from orchestrator.spec.script import script_call
 from orchestrator.search.stoppolicy import Failures, StopPolicy
-from orchestrator.sweep.seams import Runner, TrialRun, TrialTracker
+from orchestrator.sweep.seams import Runner, SweepOptions, TrialRun, TrialTracker
 from orchestrator.timeline import event
 from orchestrator import trialdir
 
 if TYPE_CHECKING:
     from optuna.study import Study
 
-    from orchestrator.store.coordination import StudyLock
-    from orchestrator.store.recovery import Recovery
 
 
 @dataclass
@@ -78,24 +77,19 @@ class Sweep:
     what a killed orchestrator left first: ``recovery.Recovery``)."""
 
     def __init__(self, spec: SweepSpec, plan: Plan, study: Study, tracker: TrialTracker, work_dir: Path,
-                 stop: StopFlag, runner: Runner, neighbours: bool = True, lock: StudyLock | None = None,
-                 recovery: Recovery | None = None, superseded: dict[str, int] | None = None,
-                 heartbeat: Callable[[Any], None] | None = None, owner: str | None = None,
-                 memory_limit_gib: float | None = None, native_half: frozenset[str] | None = None) -> None:
+                 stop: StopFlag, runner: Runner, options: SweepOptions = SweepOptions()) -> None:
         """``tracker``: ``tracking.AsyncTracker`` (or ``replay.NullTracker``); ``runner``:
         ``ProcessRunner`` (or ``replay.ReplayRunner``, which answers from a recorded table on a
-        simulated clock); ``lock``: ``coordination.StudyLock``; ``recovery``: a
-        ``recovery.Recovery`` that fails other orchestrators' stale trials (server databases);
-        ``superseded``, ``heartbeat``, ``owner``, ``memory_limit_gib``, ``native_half``: the
-        ``Proposer``'s."""
+        simulated clock); ``options``: ``seams.SweepOptions`` (most are the ``Proposer``'s)."""
         import contextlib
 
+        o = options
         self.spec, self.plan, self.study, self.tracker = spec, plan, study, tracker
-        self.work_dir, self.stop, self.runner, self.recovery = work_dir, stop, runner, recovery
-        self.proposer = Proposer(spec, plan, study, lock or contextlib.nullcontext(), self._answered,
-                                 heartbeat=heartbeat or (lambda trial: None), neighbours=neighbours,
-                                 memory_limit_gib=memory_limit_gib, superseded=superseded, owner=owner,
-                                 native_half=native_half)
+        self.work_dir, self.stop, self.runner, self.recovery = work_dir, stop, runner, o.recovery
+        self.proposer = Proposer(spec, plan, study, o.lock or contextlib.nullcontext(), self._answered,
+                                 heartbeat=o.heartbeat or (lambda trial: None), neighbours=o.neighbours,
+                                 memory_limit_gib=o.memory_limit_gib, superseded=o.superseded, owner=o.owner,
+                                 native_half=o.native_half)
         self.target = self.proposer.target
         self.configs = self.proposer.configs
         self.best: list[Any] = []
@@ -207,11 +201,10 @@ class Sweep:
         for i in range(len(self.runner.slots)):
             while i not in self.jobs:
                 proposal = self.proposer.next()
-                if proposal == DONE:
+                if isinstance(proposal, Done):
                     return False
-                if proposal == WAIT:
+                if isinstance(proposal, Wait):
                     return True
-                assert isinstance(proposal, Proposal)
                 self._prepare(proposal, i)
         return True
 
@@ -230,7 +223,7 @@ class Sweep:
         return self.best[0].values[0] if self.best and len(self.spec.objective.metrics) == 1 else None
 
     # -- one trial ----------------------------------------------------------------------------------
-    def _prepare(self, proposal: Proposal, slot: int) -> None:
+    def _prepare(self, proposal: Asked, slot: int) -> None:
         """Steps 1-2 for a proposed configuration; a predicted OOM is recorded at once as skipped."""
         trial = proposal.trial
         params = trial_params(self.plan, proposal.sampled)
@@ -287,7 +280,7 @@ class Sweep:
         from optuna.exceptions import UpdateFinishedTrialError
 
         trial = job.trial
-        launched = job.outcome([m for m, _ in self.spec.objective.metrics])
+        launched = job.combined([m for m, _ in self.spec.objective.metrics])
         outcome = launched.outcome
         self._quiet.pop(trial.number, None)
         self._longest_s = max(self._longest_s, launched.duration_s)

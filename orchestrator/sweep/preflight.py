@@ -24,7 +24,7 @@ from typing import Any, Callable
 from orchestrator.errors import SpecError, StudyError, each_error, raise_all
 from orchestrator.redact import shown
 from orchestrator.spec.load import Choice, SweepSpec
-from orchestrator.store.urls import Origins
+from orchestrator.urls import Origins
 
 REACH_TIMEOUT_S = 5.0
 """How long a server (a database, a tracking server, the Hugging Face hub) has to answer."""
@@ -55,7 +55,8 @@ def preflight(spec: SweepSpec, origins: Origins = Origins(), *, tracking_server:
 
 def workload(spec: SweepSpec) -> None:
     """The script's file, or the experiment module and the names it declares."""
-    from orchestrator.sweep.checks import check_script_file, unknown_params
+    from orchestrator.spec.script import check_script_file
+    from orchestrator.sweep.checks import unknown_params
 
     if spec.script is not None:
         check_script_file(spec)

@@ -24,7 +24,7 @@ import dataclasses
 import statistics
 from typing import Any, Sequence
 
-from orchestrator.harness.protocol import TrialResult
+from orchestrator.protocol import TrialResult
 from orchestrator.launch import Launched
 from orchestrator.harness.spread import combined_ci95
 from orchestrator.metrics import SAMPLES_PER_S, THROUGHPUT_CI95

@@ -1,4 +1,7 @@
-"""``orchestrate SPEC``: check, open, recover, then drive the sweep loop and print its summary.
+"""``orchestrate SPEC``: ``run`` below is the whole command, one named step after another: the
+machine's load, the checks, a finished study's answer, the probe of the experiment, the stores, the
+recovery, the sweep loop, the summary, the export. Each step is a function of this file, in that
+order, or of ``stores.py`` (the study and MLflow, opened and held).
 
 Start-up overlaps its slow parts (``startup.py``): the slot's fork server starts first and answers
 the experiment probe (one import of torch, which the trials then share), while MLflow and Optuna
@@ -17,84 +20,140 @@ from typing import TYPE_CHECKING, Any
 from orchestrator import exits
 from orchestrator.errors import SpecError, StudyError
 from orchestrator import machineload
-from orchestrator.launch import StopFlag
 from orchestrator.invocation import command
 from orchestrator.machineload import LoadLog, kept
-from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
+from orchestrator.sweep.state import Run
 from orchestrator.sweep.startup import Startup, warm_imports
-from orchestrator.store.urls import Origins
+from orchestrator.sweep.stores import open_stores, recover, stores_held
 from orchestrator.timeline import event
+from orchestrator.urls import Origins
 
 if TYPE_CHECKING:
-    from optuna.study import Study
-
-    from orchestrator.launch import ProcessRunner
-    from orchestrator.launch.slots import Slot
     from orchestrator.outcome import Outcome
-    from orchestrator.search.space import Plan
-    from orchestrator.store.outage import Outage
-    from orchestrator.store.recovery import Recovery
-    from orchestrator.store.tracking import AsyncTracker
     from orchestrator.sweep.loop import Sweep, SweepResult
-
-STOPPED = ("the sweep stopped: no trial was started after it, the trial(s) in flight run again when it resumes, "
-           "and the study keeps every result told before it: run the same command once it can be written")
 
 
 def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = (), check: bool = True,
         devices_flag: bool = False, origins: Origins = Origins(), new_study: bool = False) -> int:
-    from orchestrator.sweep import checks
+    """``orchestrate SPEC``, step by step: each step is a function of this file, below in this order,
+    but for the stores' (``stores.py``)."""
     from orchestrator.store.coordination import is_shared
-    from orchestrator.search.space import guess_device, make_plan
-    from orchestrator.store.study import check_not_locked
+    from orchestrator.sweep.output import guarded
     from orchestrator.sweep.preflight import preflight
 
-    load = LoadLog(machineload.read())  # before anything of the sweep's runs: others' work
+    r = Run(spec, origins, LoadLog(machineload.read()), shared=is_shared(spec.storage))
+    check_export(export)
+    preflight(spec, origins)  # the workload, its names, the stores, a hub model: every failure at once
+    if not r.shared and (lines := finished_already(spec, origins, retry)) is not None:
+        print("\n".join(lines))  # nothing to run: no probe, no device, no MLflow
+        return exits.OK
+    start = start_probe(r, check, devices_flag)  # the slot's fork server answers the probe
+    try:
+        check_experiment(r, start)
+        r.slots, r.runner = start.ready(r.plan)  # the servers started with the probe, unless it found another device
+        with guarded(r.stop), stores_held(r):  # SIGINT, SIGTERM, SIGHUP and a closed pipe stop the sweep alike
+            open_stores(r, new_study)
+            recover(r, retry)
+            sweep = make_sweep(r)
+            result = run_sweep(r, sweep)
+            code = summarize(r, sweep, result)
+            export_best(r, export, result)
+            return code
+    finally:
+        start.close_runner()
+
+
+def check_export(export: Path | None) -> None:
+    """A file ``--export`` cannot write is refused before anything runs."""
     if export is not None and not (export.parent.resolve().is_dir() and os.access(export.parent.resolve(), os.W_OK)):
         raise SpecError(f"cannot write {export}: folder {export.parent.resolve()} does not exist or "
                         "is not writable", file="--export")
-    preflight(spec, origins)  # the workload, its names, the stores, a hub model: every failure at once
-    shared = is_shared(spec.storage)
-    if not shared:
-        check_not_locked(spec.storage, spec.name)
-        if not retry:
-            from orchestrator.report.resume import finished
 
-            lines = finished(spec, origins)
-            if lines is not None:  # nothing to run: no probe, no device, no MLflow
-                print("\n".join(lines))
-                return exits.OK
+
+def finished_already(spec: SweepSpec, origins: Origins, retry: tuple[str, ...]) -> list[str] | None:
+    """An SQLite study that another orchestrate holds is refused; a finished one (without
+    ``--retry``) answers from its record: the lines to print, else None."""
+    from orchestrator.store.study import check_not_locked
+
+    check_not_locked(spec.storage, spec.name)
+    if retry:
+        return None
+    from orchestrator.report.resume import finished
+
+    return finished(spec, origins)
+
+
+def start_probe(r: Run, check: bool, devices_flag: bool) -> Startup:
+    """The probe of the experiment on the guessed device, with the smoke step unless ``--no-check``
+    (or the study already holds a measured result), and the slots' fork servers (``startup``)."""
+    from orchestrator.search.space import guess_device, make_plan
+    from orchestrator.sweep import checks
+
+    spec = r.spec
     guess = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else guess_device()
     guessed = make_plan(spec, guess)
-    smoke = checks.smoke_params(spec, guessed) if check and (shared or not _has_ok_result(spec)) else None
-    stop = StopFlag()
-    start = Startup(spec, guessed, smoke, devices_flag, stop)  # the fork server answers the probe
+    smoke = checks.smoke_params(spec, guessed) if check and (r.shared or not _has_ok_result(spec)) else None
+    r.plan = guessed
+    return Startup(spec, guessed, smoke, devices_flag, r.stop)
+
+
+def check_experiment(r: Run, start: Startup) -> None:
+    """The probe's answer, while MLflow and Optuna are imported beside its torch: the
+    experiment's parameters, the device (and the plan for it), the smoke step."""
+    from orchestrator.search.space import make_plan
+    from orchestrator.sweep import checks
+
+    spec, guessed, probe = r.spec, r.plan, start.probe
+    assert guessed is not None
     try:
-        probe = start.probe
-        try:
-            warm_imports()  # MLflow's and Optuna's, beside the probe's torch
-            found = probe.result()
-            checks.check_experiment_params(spec, found)
-            device = found["device"]
-            if device == "cuda":
-                checks.check_cuda_fraction(spec)
-            plan = guessed if device == guess and "device" not in spec.space else make_plan(spec, device)
-            if smoke is not None:
-                _check_smoke(spec, probe.smoke())
-        finally:
-            probe.close()
-        slots, runner = start.ready(plan)  # the servers started with the probe, unless it found another device
-        return _open_and_drive(spec, plan, found, slots, shared, export, retry, runner, stop, origins, load, new_study)
+        warm_imports()  # MLflow's and Optuna's, beside the probe's torch
+        r.found = found = probe.result()
+        checks.check_experiment_params(spec, found)
+        device = found["device"]
+        if device == "cuda":
+            checks.check_cuda_fraction(spec)
+        if device != guessed.device or "device" in spec.space:
+            r.plan = make_plan(spec, device)
+        if probe.asked_smoke:
+            _check_smoke(spec, probe.smoke())
     finally:
-        start.close_runner()
+        probe.close()
+
+
+def make_sweep(r: Run) -> Sweep:
+    """The sweep loop, given its parts (``seams``)."""
+    from orchestrator.sweep.loop import Sweep
+    from orchestrator.sweep.seams import SweepOptions
+
+    assert r.study is not None and r.tracker is not None and r.work_dir is not None and r.runner is not None
+    sweep = Sweep(r.spec, r.plan, r.study, r.tracker, r.work_dir, r.stop, r.runner, SweepOptions(
+        lock=r.lock, recovery=r.recovery if r.shared else None, superseded=r.superseded,
+        heartbeat=r.heartbeat.beat_one if r.heartbeat else None,
+        owner=f"{socket.gethostname()}:{os.getpid()}" if r.shared else None,
+        memory_limit_gib=r.limit_gib, native_half=r.native))
+    if r.heartbeat is not None:
+        r.heartbeat.track(sweep.running_trial_ids)
+    return sweep
+
+
+def export_best(r: Run, export: Path | None, result: SweepResult) -> None:
+    """``--export``: the best configuration, from the study (MLflow's records need not be there)."""
+    if export is None or result.code != exits.OK:
+        return
+    from orchestrator.report.command import export_best as export_study
+
+    try:
+        print(export_study(r.spec, r.study, export))
+    except StudyError as exc:  # e.g. every trial ran out of memory: the sweep still finished
+        print(f"orchestrate: not exported: {exc}", file=sys.stderr)
 
 
 def _has_ok_result(spec: SweepSpec) -> bool:
     """Whether an SQLite study already holds a measured result (read-only, creating nothing):
     then the experiment has worked before and the smoke step is skipped."""
     from orchestrator.store.optuna_sql import trial_counts
-    from orchestrator.store.study import sqlite_path
+    from orchestrator.urls import sqlite_path
 
     path = sqlite_path(spec.storage)
     return bool(path is not None and (trial_counts(path, spec.name) or {}).get("COMPLETE"))
@@ -115,149 +174,8 @@ def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
                      + " (fix the experiment, or skip this check with --no-check)")
 
 
-def _open_and_drive(spec: SweepSpec, plan: Plan, probe: dict[str, Any], slots: list[Slot], shared: bool,
-                    export: Path | None, retry: tuple[str, ...], runner: ProcessRunner, stop: StopFlag,
-                    origins: Origins, load: LoadLog, new_study: bool = False) -> int:
-    from orchestrator import trialdir
-    from orchestrator.store.coordination import Heartbeat, StudyLock
-    from orchestrator.store.optuna_internals import storage_of
-    from orchestrator.store.recovery import Recovery
-    from orchestrator.search.space import fingerprint
-    from orchestrator.store.study import open_study, study_lock
-    from orchestrator.store.studyrecord import StudyRecord, write_study
-    from orchestrator.sweep.loop import Sweep
-    from orchestrator.store.tracking import AsyncTracker, Tracker, absolute_uri
-    from orchestrator.store.outage import StoreDown
-    from orchestrator.store.writefault import StoreUnwritable
-
-    from orchestrator.sweep.output import guarded
-
-    heartbeat = tracker = study = None
-    guard = guarded(stop)  # SIGINT, SIGTERM, SIGHUP and a closed pipe stop the sweep alike
-    guard.__enter__()
-    try:
-        Path("mlruns").mkdir(exist_ok=True)
-        with study_lock(spec.storage, spec.name):
-            db, runs = outages(spec, stop)
-            lock = StudyLock(spec.storage, spec.name, db)
-            with lock:  # several orchestrators starting at once: one creates, the others load
-                sync = Tracker(spec.tracking_uri, spec.name, runs, swept=tuple(plan.searched))
-                study = open_study(spec, spec.storage, fingerprint(spec, plan),
-                                   worker=os.getpid() if shared else 0, outage=db,
-                                   absent=None if new_study else _not_replaced(spec, sync))
-                recorded = StudyRecord.of(study)  # one read of the study's attributes
-                uid = recorded.uid
-                limit_gib, native = memory_limit(spec, plan, probe), native_half_of(plan)  # read once
-                record_machine(study, plan, limit_gib, native, recorded.machine)
-                parent = sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, uid)
-                if recorded.parent_run_id != parent:
-                    write_study(study, parent_run_id=parent)
-            event("stores_opened")
-            work_dir = trialdir.root(spec.name, uid)
-            recovery = Recovery(study, sync, work_dir, shared, spec.search.grace_period_s, db)
-            with lock:
-                interrupted = recovery.recover()
-                queued, superseded = recovery.retry_queue(retry)
-            tracker = AsyncTracker(sync)
-            runner.open(work_dir)
-            if shared:
-                heartbeat = Heartbeat(storage_of(study), max(1.0, spec.search.grace_period_s / 4))
-            sweep = Sweep(spec, plan, study, tracker, work_dir, stop, runner, lock=lock,
-                          recovery=recovery if shared else None, superseded=superseded,
-                          heartbeat=heartbeat.beat_one if heartbeat else None,
-                          owner=f"{socket.gethostname()}:{os.getpid()}" if shared else None,
-                          memory_limit_gib=limit_gib, native_half=native)
-            if heartbeat is not None:
-                heartbeat.track(sweep.running_trial_ids)
-            result = _drive(spec, probe, study, sweep, slots, interrupted, queued, load, origins)
-            code = _finish(spec, study, tracker, recovery, sweep, result, origins, shared, load)
-            if export is not None and result.code == exits.OK:  # from the study: MLflow's records need not be there
-                from orchestrator.report.command import export_best
-
-                try:
-                    print(export_best(spec, study, export))
-                except StudyError as exc:  # e.g. every trial ran out of memory: the sweep still finished
-                    print(f"orchestrate: not exported: {exc}", file=sys.stderr)
-            return code
-    except StoreDown as exc:  # unreachable past search.outage_s: what it means depends on how far it got
-        if study is None:
-            raise exc.with_outcome("nothing was started: run the same command once it is back") from None
-        raise exc.with_outcome("the study keeps every result told before it: run the same command to resume "
-                               "once it is back") from None
-    except StoreUnwritable as exc:  # a full disk, say: one line, and what it means for the sweep
-        if tracker is None:
-            raise exc.with_outcome("nothing was started: run the same command once it can be written") from None
-        from orchestrator.store.converge import abandon
-
-        abandon(tracker)
-        raise exc.with_outcome(STOPPED) from None
-    finally:
-        if heartbeat is not None:
-            heartbeat.stop()
-        guard.__exit__(None, None, None)
-
-
-def _not_replaced(spec: SweepSpec, tracker: Any) -> Any:
-    """``open_study``'s ``absent``: a missing study is refused where an earlier one of its name
-    left runs (``lost``); ``--new-study`` starts one anyway."""
-    from orchestrator.store.lost import found_runs, refuse
-    from orchestrator.store.tracking import absolute_uri
-
-    def absent(why: str) -> None:
-        found = found_runs(spec.name, tracker.client, tracker.experiment_id, Path("mlruns/.trials").resolve())
-        if found:
-            raise refuse(spec.name, absolute_uri(spec.storage), why, found)
-    return absent
-
-
-def outages(spec: SweepSpec, stop: StopFlag) -> tuple[Outage | None, Outage | None]:
-    """The ``outage.Outage`` guards of the study's database and the tracking store: a lost
-    connection to a server is waited out for ``search.outage_s`` (a local SQLite file needs none)."""
-    from orchestrator.store.outage import Outage
-
-    def guard(url: str, what: str) -> Outage | None:
-        if url.startswith("sqlite"):
-            return None
-        return Outage(f"the {what} {shown(url)}", spec.search.outage_s, stop=stop)
-    return guard(spec.storage, "study's database"), guard(spec.tracking_uri, "tracking store")
-
-
-def record_machine(study: Study, plan: Plan, limit_gib: float | None, native: frozenset[str] | None,
-                   recorded: dict[str, Any] | None) -> None:
-    """What the study runs on, for a later run of the finished study to check without a probe
-    (``resume``); ``native``: ``native_half_of``; ``recorded``: what the study holds now."""
-    from orchestrator.machine import facts
-    from orchestrator.store.studyrecord import write_study
-
-    now = {**facts(plan.devices), "memory_limit_gib": limit_gib}
-    if native is not None:
-        now["native_half"] = sorted(native)
-    if recorded != now:
-        write_study(study, machine=now)
-
-
-def native_half_of(plan: Plan) -> frozenset[str] | None:
-    """On a CPU, the half precisions its trials have instructions for (the planner's dtype prior):
-    from the CPU's flags and a fixed ``cpu_isa`` cap; None elsewhere, or with ``cpu_isa`` swept."""
-    from orchestrator.machine import cpu_flags, native_half
-
-    if plan.device != "cpu" or "cpu_isa" in plan.searched:
-        return None
-    return native_half(cpu_flags(), plan.fixed.get("cpu_isa"))
-
-
-def memory_limit(spec: SweepSpec, plan: Plan, probe: dict[str, Any]) -> float | None:
-    """What one trial may use on the device, in GiB, where the probe knows it: a CUDA GPU's memory
-    times a fixed ``memory_fraction`` (a swept fraction, or another device: learned from the
-    trials instead, ``feasibility``)."""
-    total = probe.get("total_memory_gib")
-    if plan.device != "cuda" or not total or "memory_fraction" in plan.searched:
-        return None
-    return float(total) * float(plan.fixed.get("memory_fraction", 1.0))
-
-
-def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, slots: list[Slot],
-           interrupted: int, queued: dict[str, int], load: LoadLog, origins: Origins = Origins()) -> SweepResult:
+def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
+    """The sweep's opening line, then the loop with a line per trial and a progress bar."""
     from tqdm import tqdm
 
     from orchestrator.outcome import RUN_AGAIN, Status
@@ -265,7 +183,8 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, s
     from orchestrator.store.records import result_trials
     from orchestrator.report.summary import trial_line
 
-    done = len(result_trials(study)) - sum(n for s, n in queued.items() if s not in RUN_AGAIN)
+    spec, probe, slots, load, queued, interrupted = r.spec, r.found, r.slots, r.load, r.queued, r.interrupted
+    done = len(result_trials(r.study)) - sum(n for s, n in queued.items() if s not in RUN_AGAIN)
     n = len(sweep.configs) if sweep.configs is not None else None
     where = f"{probe['device']} ({probe.get('device_name')})"
     if len(slots) > 1:
@@ -278,9 +197,8 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, s
     for status, count in queued.items():
         if status not in RUN_AGAIN:
             again.append(f"{count} '{status}' result(s) will run again (--retry)")
-    search = "auto search" if sweep.proposer.planner is not None else f"{spec.search.sampler} sampler"
     print(f"orchestrate: {spec.name} on {where}, torch {probe.get('torch_version')}; "
-          f"{n if n is not None else 'continuous'} configurations, {search}; "
+          f"{n if n is not None else 'continuous'} configurations, {sweep.proposer.strategy.label}; "
           f"{done} of {sweep.target} trials done"
           + "".join(f"; {a}" for a in again), flush=True)
     for k, why in sweep.plan.not_applied.items():
@@ -317,13 +235,12 @@ def _drive(spec: SweepSpec, probe: dict[str, Any], study: Study, sweep: Sweep, s
     if result.message:
         from orchestrator.report.closing import store_flags
 
-        resume = f" Resume with: {command(spec.path, *store_flags(spec, origins))}" if result.code not in (exits.OK, exits.FAILED) else ""
+        resume = f" Resume with: {command(spec.path, *store_flags(spec, r.origins))}" if result.code not in (exits.OK, exits.FAILED) else ""
         print(result.message + resume, file=sys.stderr)
     return result
 
 
-def _finish(spec: SweepSpec, study: Study, tracker: AsyncTracker, recovery: Recovery, sweep: Sweep,
-            result: SweepResult, origins: Origins, shared: bool, load: LoadLog) -> int:
+def summarize(r: Run, sweep: Sweep, result: SweepResult) -> int:
     """The summary, once MLflow has what it can take (``converge.settle``); the exit code: 75
     when MLflow still lacks records (nothing ends with 0 while a result is missing from a store)."""
     from orchestrator.report.closing import closed_with, summary, trial_time_s
@@ -334,7 +251,9 @@ def _finish(spec: SweepSpec, study: Study, tracker: AsyncTracker, recovery: Reco
 
     from orchestrator.store.writefault import StoreUnwritable
 
-    loaded = load.summary()
+    spec, study, origins = r.spec, r.study, r.origins
+    assert study is not None and r.tracker is not None and r.recovery is not None
+    loaded = r.load.summary()
     try:
         write_study(study, load=kept(StudyRecord.of(study).load, loaded))  # the machine's load, for report
     except StoreUnwritable:  # what explains the noise, not a result: the study's own writes say why
@@ -343,8 +262,8 @@ def _finish(spec: SweepSpec, study: Study, tracker: AsyncTracker, recovery: Reco
     results = results_of(trials)
     best = rank(results, spec)
     spent = trial_time_s(trials)
-    records = settle(tracker, recovery,
-                     closed_with(spec, results, best, spent, sweep.target, result.stopped_because, result.status), shared)
+    records = settle(r.tracker, r.recovery,
+                     closed_with(spec, results, best, spent, sweep.target, result.stopped_because, result.status), r.shared)
     event("stores_closed")
     code = exits.STORE_DOWN if records.incomplete and result.code == exits.OK else result.code
     if result.code not in (exits.OK, exits.FAILED):

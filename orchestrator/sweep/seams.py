@@ -9,16 +9,19 @@ Protocols, so that a replay can stand in for the real processes and MLflow.
 - ``TrialTracker``: the trials' MLflow runs, written off the loop's path:
   ``store.tracking.AsyncTracker``, or ``replay.NullTracker`` (nothing written). Its run handle is
   its own business (``RunRef``, a string): the loop only passes it back.
+- ``SweepOptions``: what else the loop is told (sharing a study, what the machine allows).
 - ``StopFlag`` is no Protocol: the loop is given the real one (``launch.StopFlag``), which a
   replay uses too.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from orchestrator.harness.protocol import TrialConfig
+from orchestrator.protocol import TrialConfig
 from orchestrator.launch import Launched
 from orchestrator.launch.slots import Slot
 
@@ -86,3 +89,26 @@ class TrialTracker(Protocol):
     def finish_trial(self, ref: Any, status: str, metrics: dict[str, float], tags: dict[str, str],
                      files: list[tuple[Path, str | None]]) -> None:
         """Finish the trial's run with its status, metrics, tags and files."""
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What the loop is told besides its parts; the defaults: one orchestrator on its study,
+    nothing known of the machine."""
+
+    lock: AbstractContextManager[Any] | None = None
+    """``coordination.StudyLock``: held from reading what is in flight to writing a new trial."""
+    recovery: Any = None
+    """A ``recovery.Recovery`` that fails other orchestrators' stale trials (server databases)."""
+    superseded: dict[str, int] | None = None
+    """Config key -> trial number below which its result does not count (``--retry``)."""
+    heartbeat: Callable[[Any], None] | None = None
+    """Marks a new trial alive (``coordination.Heartbeat.beat_one``; server databases)."""
+    owner: str | None = None
+    """``host:pid`` of this orchestrator, recorded on each trial it asks for (shared studies)."""
+    memory_limit_gib: float | None = None
+    """What a trial may use on the device, where known (the planner's memory model)."""
+    native_half: frozenset[str] | None = None
+    """The CPU's half precisions with instructions (the planner's dtype prior)."""
+    neighbours: bool = True
+    """Whether a re-proposed configuration's nearest unmeasured neighbour is queued."""

@@ -60,9 +60,9 @@ class Startup:
         try:
             if server is None:
                 self.close_runner()
-                self.probe = checks.Probe(spec, smoke, probe_env(spec))
+                self.probe = checks.start_probe(spec, smoke, probe_env(spec))
             else:
-                self.probe = checks.Probe(spec, smoke, server=server, folder=folder)
+                self.probe = checks.start_probe(spec, smoke, server=server, folder=folder)
                 self.runner.prepare(guessed.device)  # forked after the probe: the first trials' processes
         except BaseException:
             self.close_runner()
@@ -145,7 +145,7 @@ def slots_for(spec: SweepSpec, device: str, devices_flag: bool) -> list[Slot]:
 def probe_env(spec: SweepSpec) -> dict[str, str]:
     """A probe of its own touches the device on the study's first GPU slot, never on another's."""
     if spec.devices and any(d.startswith("cuda") for d in spec.devices):
-        from orchestrator.launch.slots import list_gpus
+        from orchestrator.machine import list_gpus
 
         gpus = list_gpus()
         first = next((d for d in spec.devices if d.startswith("cuda")), "cuda")

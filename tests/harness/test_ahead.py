@@ -10,7 +10,7 @@ import types
 import pytest
 
 from orchestrator.harness import ahead
-from orchestrator.harness.protocol import PRELOAD_ENV
+from orchestrator.protocol import PRELOAD_ENV
 
 
 def module_with(hook: object) -> types.ModuleType:

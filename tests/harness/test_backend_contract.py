@@ -2,7 +2,7 @@
 
 MPS and CUDA do not exist on the machines these tests run on. These tests replace the torch
 functions with recorders and check WHICH calls the harness makes, with which arguments: that the
-thin device layer follows the facts in ../shared/notes/mps_cuda_cpu_memory.md. They are not
+thin device layer follows the facts in docs/mac.md and docs/knobs.md. They are not
 evidence that anything works on a Mac or a GPU.
 """
 
@@ -16,7 +16,7 @@ import torch
 
 from orchestrator.spec import knobs
 from orchestrator.harness import backend
-from orchestrator.harness.protocol import config_of
+from orchestrator.protocol import config_of
 
 pytestmark = pytest.mark.contract
 

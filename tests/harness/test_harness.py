@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from orchestrator.harness import marks, train
-from orchestrator.harness.protocol import config_of
+from orchestrator.protocol import config_of
 from orchestrator.harness.workload import Workload
 from orchestrator.launch import launch_trial
 

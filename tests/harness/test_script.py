@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from orchestrator.harness.protocol import ScriptCall, TrialConfig, TrialSteps, encode_config
+from orchestrator.protocol import ScriptCall, TrialConfig, TrialSteps, encode_config
 from orchestrator.harness.script import first_dimension
 from orchestrator.harness.scriptfile import check_source, describe_failure, last_lines, top_level_imports
 

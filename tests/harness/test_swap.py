@@ -15,7 +15,7 @@ import pytest
 from fixtures import swap_counters as rec
 from orchestrator import metrics as M
 from orchestrator.harness import swap
-from orchestrator.harness.protocol import config_of
+from orchestrator.protocol import config_of
 from orchestrator.harness.swap import GIB, SwapSample
 
 LINUX = os.path.exists("/proc/vmstat")

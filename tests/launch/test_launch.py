@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.harness.prepared import PREPARE_FAILED
-from orchestrator.harness.protocol import config_of
+from orchestrator.protocol import config_of
 from orchestrator.launch import (ForkServer, Forked, Host, Interpreter, SlotLauncher, TrialProcess, cpu_seconds, launch_trial,
                                  wait_for_activity)
 

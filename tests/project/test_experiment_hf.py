@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers", reason="the hf extra is not i
 from conftest import check_records, orchestrate, write_spec  # noqa: E402
 from experiments import bert, hf  # noqa: E402
 from orchestrator.harness import train  # noqa: E402
-from orchestrator.harness.protocol import config_of  # noqa: E402
+from orchestrator.protocol import config_of  # noqa: E402
 
 CPU = torch.device("cpu")
 TINY = {  # two layers, width 32, vocabulary 64: a training step takes milliseconds

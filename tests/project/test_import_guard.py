@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import ORCHESTRATE
 
@@ -104,3 +105,49 @@ def test_no_module_imports_main_and_no_import_cycle_among_orchestrator_modules()
     assert importers == [], f"modules import orchestrator.harness.__main__: {importers}"
     cycle = _cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+ENTRY = {"orchestrator", "orchestrator.cli"}
+ROOT_PACKAGE = Path(__file__).resolve().parents[2] / "orchestrator"
+"""The command line: it hands over to every wing, and nothing imports it."""
+
+
+def _wing(module: str, packages: set[str]) -> str:
+    """The wing of an ``orchestrator`` module: its package under ``orchestrator/``, else ``top``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and f"orchestrator.{parts[1]}" in packages else "top"
+
+
+def _both_ways(graph: dict[str, set[str]], packages: set[str]) -> dict[tuple[str, str], list[str]]:
+    """Pairs of wings that import each other, each with the imports that make it (``a -> b``)."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module, deps in graph.items():
+        if module in ENTRY:
+            continue
+        for dep in deps:
+            a, b = _wing(module, packages), _wing(dep, packages)
+            if a != b:
+                edges.setdefault((a, b), []).append(f"{module} -> {dep}")
+    return {(a, b): sorted(edges[a, b] + edges[b, a]) for a, b in edges if a < b and (b, a) in edges}
+
+
+def test_the_wing_check_finds_wings_that_import_each_other() -> None:
+    packages = {"orchestrator.search", "orchestrator.store"}
+    graph = {"orchestrator.search.proposer": {"orchestrator.store.record", "orchestrator.errors"},
+             "orchestrator.store.records": {"orchestrator.search.keys"},
+             "orchestrator.errors": set(), "orchestrator.cli": {"orchestrator.search.proposer"}}
+    assert _both_ways(graph, packages) == {("search", "store"): ["orchestrator.search.proposer -> orchestrator.store.record",
+                                                                 "orchestrator.store.records -> orchestrator.search.keys"]}
+    del graph["orchestrator.store.records"]
+    assert _both_ways(graph, packages) == {}  # the entry point's imports of a wing are no way back
+
+
+def test_no_two_wings_import_each_other() -> None:
+    """Dependencies point one way between the wings (the packages under ``orchestrator/``) and the
+    top modules (``top``), function-level imports included; the entry point ``cli`` is left out."""
+    graph = _module_imports()
+    packages = {m for m in graph if m.count(".") == 1 and (ROOT_PACKAGE / m.split(".")[1]).is_dir()}
+    assert {"orchestrator.search", "orchestrator.store", "orchestrator.spec"} <= packages
+    both = _both_ways(graph, packages)
+    assert both == {}, "wings that import each other: " + "; ".join(
+        f"{a} <-> {b} ({', '.join(why)})" for (a, b), why in both.items())

@@ -4,6 +4,7 @@ device we have no machine for) is a crash that no other test would reach."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -35,3 +36,29 @@ or write Optuna's user attributes by name: ``record`` a trial's, ``studyrecord``
 def test_at_most_three_orchestrator_modules_mention_user_attrs() -> None:
     mention = {str(p.relative_to(ROOT)) for p in (ROOT / "orchestrator").rglob("*.py") if "user_attrs" in p.read_text()}
     assert len(mention) <= 3 and mention <= RECORD_DOORS, sorted(mention - RECORD_DOORS)
+
+
+MAX_PARAMETERS = 8
+"""Issue #42: a function of the sweep wing that takes more is a bag of loose state: group it."""
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """Every parameter of ``fn`` (positional, keyword-only, ``*args``, ``**kwargs``) but self and cls."""
+    a = fn.args
+    names = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+    names += [p.arg for p in (a.vararg, a.kwarg) if p is not None]
+    return [n for n in names if n not in ("self", "cls")]
+
+
+def test_the_parameter_count_counts_every_kind_but_self() -> None:
+    fn = ast.parse("def f(self, a, /, b, *c, d, **e): pass").body[0]
+    assert isinstance(fn, ast.FunctionDef) and _parameters(fn) == ["a", "b", "d", "c", "e"]
+
+
+def test_no_function_in_the_sweep_wing_takes_more_than_8_parameters() -> None:
+    found = {}
+    for path in sorted((ROOT / "orchestrator" / "sweep").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and len(_parameters(node)) > MAX_PARAMETERS:
+                found[f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"] = len(_parameters(node))
+    assert found == {}

@@ -79,5 +79,5 @@ def test_a_real_walk_of_this_checkout(tmp_path: Path) -> None:
     assert walk[0] == walk[-1] == "orchestrator/cli.py"
     for path in ("orchestrator/sweep/run.py", "orchestrator/sweep/loop.py", "orchestrator/sweep/job.py",
                  "orchestrator/search/proposer.py", "orchestrator/launch/trial.py", "orchestrator/store/records.py",
-                 "orchestrator/harness/protocol.py", "orchestrator/report/closing.py"):
+                 "orchestrator/protocol.py", "orchestrator/report/closing.py"):
         assert path in walk, path

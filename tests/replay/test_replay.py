@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.harness.protocol import TrialConfig, TrialSteps
+from orchestrator.protocol import TrialConfig, TrialSteps
 from orchestrator.replay.landscape import LandscapeError, load_landscape
-from orchestrator.replay.strategies import (NullTracker, ReplayLauncher, TrialRecord,
+from orchestrator.replay.strategies import (NullTracker, ReplayLauncher, ReplayedTrial,
                                  landscape_spec, lightning_pick, lightning_search,
                                  replay_sweep, time_to_band)
 
@@ -183,8 +183,8 @@ def test_lightning_steps_to_the_next_listed_batch_on_a_sparse_list(tmp_path: Pat
     assert lightning_pick(records).params["batch_size"] == 1024  # type: ignore[union-attr]
 
 
-def record(number: int, status: str, sps: float | None, cost: float, repeat_of: int | None = None) -> TrialRecord:
-    return TrialRecord(number, {"batch_size": number}, status, sps, cost, repeat_of)
+def record(number: int, status: str, sps: float | None, cost: float, repeat_of: int | None = None) -> ReplayedTrial:
+    return ReplayedTrial(number, {"batch_size": number}, status, sps, cost, repeat_of)
 
 
 def test_time_to_band_counts_only_measured_trials() -> None:

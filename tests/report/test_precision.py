@@ -101,7 +101,7 @@ def test_cpu_flags_read_proc_cpuinfo(tmp_path: Path) -> None:
 def test_the_summary_says_it_once(tmp_path: Path) -> None:
     from orchestrator.report.closing import summary
     from orchestrator.spec.load import load_spec
-    from orchestrator.store.urls import Origins
+    from orchestrator.urls import Origins
 
     spec = load_spec(write_spec(tmp_path, """
         name: halves

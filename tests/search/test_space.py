@@ -1,4 +1,5 @@
-"""From a spec to what is searched: Optuna distributions, grids, the per-device plan."""
+"""From a spec to what is searched: Optuna distributions (the one mapping, ``space.suggest``), grids,
+the per-device plan."""
 
 from __future__ import annotations
 
@@ -10,10 +11,15 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from conftest import ROOT
 from orchestrator.search.space import (Plan, config_key, configurations, count_configurations, distance,
-                                distribution, make_plan, nearest, shared_env, trial_params)
+                                make_plan, nearest, shared_env, suggest, trial_params)
 from orchestrator.spec.load import Choice, Range, load_spec
 
 BERT_MEMORY = ROOT / "sweeps" / "bert_memory.yaml"
+
+
+def _plan(dim: Choice | Range) -> Plan:
+    """A CPU plan that searches ``dim`` as ``x`` alone."""
+    return Plan("cpu", {"x": dim}, {}, {})
 
 
 @pytest.mark.parametrize("dim, expected", [
@@ -27,7 +33,10 @@ BERT_MEMORY = ROOT / "sweeps" / "bert_memory.yaml"
     (Range(1e-5, 1e-1, log=True), FloatDistribution(1e-5, 1e-1, log=True)),
 ], ids=lambda v: repr(v) if isinstance(v, (Choice, Range)) else "")
 def test_distribution(dim: Choice | Range, expected: object) -> None:
-    got = distribution(dim)
+    """What ``suggest`` asks Optuna for, as the trial records it."""
+    trial = optuna.create_study().ask()
+    suggest(trial, _plan(dim))
+    got = trial.distributions["x"]
     assert got == expected
     if isinstance(dim, Range):  # both bounds inclusive, one step beyond each is not
         assert got._contains(got.to_internal_repr(dim.low))
@@ -44,8 +53,7 @@ def test_distribution(dim: Choice | Range, expected: object) -> None:
 ], ids=lambda v: repr(v) if isinstance(v, (Choice, Range)) else "")
 def test_sampling_reaches_both_ends(dim: Choice | Range, expected: set) -> None:
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    dist = distribution(dim)
-    assert {study.ask({"x": dist}).params["x"] for _ in range(200)} == expected
+    assert {suggest(study.ask(), _plan(dim))["x"] for _ in range(200)} == expected
 
 
 @pytest.mark.parametrize("dim, values", [

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT
 from orchestrator.errors import SpecError
-from orchestrator.harness.protocol import ScriptCall, TrialConfig, TrialSteps, decode_config, encode_config
+from orchestrator.protocol import ScriptCall, TrialConfig, TrialSteps, decode_config, encode_config
 from orchestrator.spec.load import load_spec
 from orchestrator.spec.script import (LOOP_KNOBS, command_line, pasteable, placeholders, samples_per_step,
                                       script_argv, script_call)
@@ -66,7 +66,7 @@ def test_the_script_is_found_beside_the_spec_then_in_the_working_directory(tmp_p
 
 
 def test_a_missing_script_loads_for_the_report_and_is_refused_by_a_run(tmp_path: Path) -> None:
-    from orchestrator.sweep.checks import check_script_file
+    from orchestrator.spec.script import check_script_file
 
     spec = load(tmp_path, "name: t\nscript: gone.py\nargs: ['{batch_size}']\nspace: {batch_size: [1]}\n", script=False)
     assert spec.script_file is None

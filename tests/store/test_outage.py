@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +59,22 @@ def test_a_call_with_no_answer_is_said_within_seconds(monkeypatch: pytest.Monkey
     assert len(lines) == 1 and time.monotonic() - started < 5, lines
     assert lines[0].startswith("orchestrate: waiting for the study's database postgresql://db/optuna: no answer for 0.5 s")
     assert guard.call(lambda: "quick") == "quick" and len(lines) == 1
+
+
+def test_the_retrying_storage_passes_on_optuna_s_interface_but_no_other_private_name(tmp_path: Path) -> None:
+    """Optuna's private names stay behind the door (``optuna_internals.storage_interface``): the
+    abstract ``_get_stale_trial_ids`` is a guarded method of the wrapper, a private attribute of
+    the storage inside it (``_backend``) is not reached through it."""
+    import optuna
+
+    from orchestrator.store.optuna_internals import cached
+    from orchestrator.store.outage import Outage, retrying_storage
+
+    inner = cached(optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db"))
+    storage = retrying_storage(inner, Outage("x", 1.0))
+    assert "_get_stale_trial_ids" in type(storage).__dict__
+    assert hasattr(inner, "_backend")
+    with pytest.raises(AttributeError, match="_backend: a private name of Optuna's storage is reached through "
+                                             "store/optuna_internals.py"):
+        getattr(storage, "_backend")
+    assert storage.get_all_studies() == []  # and the interface works through the guard

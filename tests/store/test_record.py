@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.harness.protocol import TrialResult
+from orchestrator.protocol import TrialResult
 from orchestrator import metrics as M
 from orchestrator.outcome import (CHILD_STATUSES, INFEASIBLE, RESULT_STATUSES, RUN_AGAIN, STATUSES, Outcome, Status,
                                   classify)

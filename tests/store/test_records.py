@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.harness.protocol import TrialResult
+from orchestrator.protocol import TrialResult
 from orchestrator.store.records import run_tags
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.harness.protocol import TrialResult
+from orchestrator.protocol import TrialResult
 from orchestrator.sweep.job import Job, State
 from orchestrator.launch import Launched
 from orchestrator.outcome import Outcome
@@ -70,7 +70,7 @@ def test_repeats_run_one_after_another_in_their_own_folders() -> None:
     handles[2].has_result = True
     assert j.advance(idle=True, start=start) is State.FINISHED
     assert folders == [Path("/t"), Path("/t/repeat-2"), Path("/t/repeat-3")]
-    assert len(j.runs) == 3 and j.outcome(["samples_per_s"]).outcome.status == "ok"
+    assert len(j.runs) == 3 and j.combined(["samples_per_s"]).outcome.status == "ok"
 
 
 def test_a_repeat_that_fails_ends_the_job() -> None:
@@ -80,7 +80,7 @@ def test_a_repeat_that_fails_ends_the_job() -> None:
     j.advance(idle=True, start=start)
     handles[1].has_result = True
     assert j.advance(idle=True, start=start) is State.FINISHED
-    assert j.outcome(["samples_per_s"]).outcome.status == "oom"
+    assert j.combined(["samples_per_s"]).outcome.status == "oom"
 
 
 @pytest.mark.parametrize("statuses, results, repeats, want", [

@@ -18,7 +18,7 @@ import pytest
 from conftest import orchestrate, write_spec
 from orchestrator.errors import SpecError, each_error
 from orchestrator.spec.load import load_spec
-from orchestrator.store.urls import Origins
+from orchestrator.urls import Origins
 from orchestrator.sweep import preflight as pf
 
 

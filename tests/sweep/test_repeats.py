@@ -22,7 +22,7 @@ def project(seeded_project: Path) -> Path:
     return seeded_project
 
 
-from orchestrator.harness.protocol import TrialResult
+from orchestrator.protocol import TrialResult
 from orchestrator.launch import Launched
 from orchestrator.outcome import Outcome
 from orchestrator.sweep.repeats import combine

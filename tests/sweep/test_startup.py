@@ -66,7 +66,7 @@ def both_ways(spec: Any, server: Any, smoke: dict[str, Any] | None, paths: str) 
     """(probe answer or the SpecError's text, smoke answer) by a probe process and by the fork server."""
     out = []
     for srv in (None, server):
-        probe = checks.Probe(spec, smoke, env={"PYTHONPATH": paths}, server=srv,
+        probe = checks.start_probe(spec, smoke, env={"PYTHONPATH": paths}, server=srv,
                              folder=probe_folder() if srv is not None else None)
         try:
             try:

@@ -69,7 +69,7 @@ TAGGED = (Word.FORKED, Word.READY, Word.WINDOW, Word.RESULT, Word.EXITED)
 
 
 @dataclass(frozen=True)
-class Status:
+class StatusLine:
     """One line on a status pipe."""
 
     word: Word
@@ -81,14 +81,14 @@ class Status:
     """``EXITED``: the trial's peak resident set size, as the server's ``wait4`` gives it."""
 
 
-def encode_status(status: Status) -> str:
+def encode_status(status: StatusLine) -> str:
     """The line for ``status``, with its newline."""
     tag = "" if status.pid is None else f"{status.pid} "
     tail = f" {status.code} {status.maxrss_kib}" if status.word is Word.EXITED else ""
     return f"{tag}{status.word.value}{tail}\n"
 
 
-def decode_status(line: str) -> Status | None:
+def decode_status(line: str) -> StatusLine | None:
     """What a status line says; None for a line that is no status (the launcher ignores it)."""
     parts = line.split()
     pid = int(parts.pop(0)) if parts and parts[0].isdigit() else None
@@ -97,10 +97,10 @@ def decode_status(line: str) -> Status | None:
         return None
     args = parts[1:]
     if word is not Word.EXITED:
-        return None if args else Status(word, pid)
+        return None if args else StatusLine(word, pid)
     if len(args) != 2 or not all(a.lstrip("-").isdigit() for a in args):
         return None
-    return Status(word, pid, int(args[0]), int(args[1]))
+    return StatusLine(word, pid, int(args[0]), int(args[1]))
 
 
 class Kind(Enum):

@@ -1,29 +1,29 @@
-"""The harness protocol (``orchestrator/harness/protocol.py``): every status line and every order,
+"""The harness protocol (``orchestrator/protocol.py``): every status line and every order,
 both ways, by a table; lines that are none are told apart."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.harness.protocol import (GO, LEAVE, Kind, Order, Status, Word, decode_order, decode_status, encode_order,
+from orchestrator.protocol import (GO, LEAVE, Kind, Order, StatusLine, Word, decode_order, decode_status, encode_order,
                                            encode_status, probe_answer)
 
 STATUSES = [
-    (Status(Word.READY), "ready\n"),
-    (Status(Word.WINDOW), "window\n"),
-    (Status(Word.RESULT), "result\n"),
-    (Status(Word.FORKED, 1234), "1234 forked\n"),
-    (Status(Word.READY, 1234), "1234 ready\n"),  # a prepared process: its device is initialised
-    (Status(Word.WINDOW, 1234), "1234 window\n"),
-    (Status(Word.RESULT, 1234), "1234 result\n"),
-    (Status(Word.EXITED, 1234, 0, 812345), "1234 exited 0 812345\n"),
-    (Status(Word.EXITED, 1234, -9, 0), "1234 exited -9 0\n"),  # killed by SIGKILL
-    (Status(Word.EXITED, 77, 3, 1024), "77 exited 3 1024\n"),
+    (StatusLine(Word.READY), "ready\n"),
+    (StatusLine(Word.WINDOW), "window\n"),
+    (StatusLine(Word.RESULT), "result\n"),
+    (StatusLine(Word.FORKED, 1234), "1234 forked\n"),
+    (StatusLine(Word.READY, 1234), "1234 ready\n"),  # a prepared process: its device is initialised
+    (StatusLine(Word.WINDOW, 1234), "1234 window\n"),
+    (StatusLine(Word.RESULT, 1234), "1234 result\n"),
+    (StatusLine(Word.EXITED, 1234, 0, 812345), "1234 exited 0 812345\n"),
+    (StatusLine(Word.EXITED, 1234, -9, 0), "1234 exited -9 0\n"),  # killed by SIGKILL
+    (StatusLine(Word.EXITED, 77, 3, 1024), "77 exited 3 1024\n"),
 ]
 
 
 @pytest.mark.parametrize(("status", "line"), STATUSES, ids=[line.strip() for _, line in STATUSES])
-def test_a_status_is_written_as_its_line_and_read_back(status: Status, line: str) -> None:
+def test_a_status_is_written_as_its_line_and_read_back(status: StatusLine, line: str) -> None:
     assert encode_status(status) == line
     assert decode_status(line) == status
     assert decode_status(line.strip()) == status  # the launcher strips before it reads
@@ -101,7 +101,7 @@ def test_a_config_is_written_as_the_launcher_wrote_it_and_read_back(old: dict) -
     import dataclasses
     import json
 
-    from orchestrator.harness.protocol import config_of, decode_config, encode_config
+    from orchestrator.protocol import config_of, decode_config, encode_config
 
     config = dataclasses.replace(config_of(old), result_path="/t/result.json")
     text = encode_config(config)
@@ -113,7 +113,7 @@ def test_a_config_is_written_as_the_launcher_wrote_it_and_read_back(old: dict) -
 def test_a_config_names_the_study_s_compile_cache_where_it_has_one() -> None:
     import json
 
-    from orchestrator.harness.protocol import config_of, decode_config, encode_config
+    from orchestrator.protocol import config_of, decode_config, encode_config
 
     config = config_of({**SWEEP_CONFIG, "compile_cache": "/s/.inductor"})
     assert json.loads(encode_config(config))["compile_cache"] == "/s/.inductor"
@@ -124,7 +124,7 @@ def test_a_config_names_the_study_s_compile_cache_where_it_has_one() -> None:
 def test_a_cold_config_that_does_not_watch_its_parent_says_so() -> None:
     import json
 
-    from orchestrator.harness.protocol import config_of, decode_config, encode_config
+    from orchestrator.protocol import config_of, decode_config, encode_config
 
     config = config_of({**DOCTOR_CONFIG, "result_path": "r", "watch_parent": False})
     assert json.loads(encode_config(config))["watch_parent"] is False
@@ -147,7 +147,7 @@ OK = {k: v for k, v in MEASURED.items() if k != "detail"} | {"status": "ok"}
 def test_a_result_is_written_as_the_trial_wrote_it_and_read_back(old: dict) -> None:
     import json
 
-    from orchestrator.harness.protocol import decode_result, encode_result
+    from orchestrator.protocol import decode_result, encode_result
 
     result = decode_result(json.dumps(old))
     assert encode_result(result) == json.dumps(old, indent=1, default=str)
@@ -156,7 +156,7 @@ def test_a_result_is_written_as_the_trial_wrote_it_and_read_back(old: dict) -> N
 
 @pytest.mark.parametrize("text", ["[]", '{"metrics": {}}', '{"status": 3}', "not json"])
 def test_text_that_is_no_result_is_refused(text: str) -> None:
-    from orchestrator.harness.protocol import decode_result
+    from orchestrator.protocol import decode_result
 
     with pytest.raises(ValueError):
         decode_result(text)

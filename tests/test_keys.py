@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from orchestrator.search.keys import canonical_float, config_key, value_key, value_keys_of
+from orchestrator.keys import canonical_float, config_key, value_key, value_keys_of
 
 
 def dumped(params: dict) -> str:

@@ -1,0 +1,165 @@
+"""The sweep's stores, as ``run.run`` opens and holds them: the study (created or resumed, checked
+against the spec, locked) and MLflow's parent run; what a killed predecessor left, repaired; and
+what a store failing means by how far the run got."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from orchestrator import trialdir
+from orchestrator.launch import StopFlag
+from orchestrator.redact import shown
+from orchestrator.spec.load import SweepSpec
+from orchestrator.timeline import event
+from orchestrator.urls import absolute_uri, is_sqlite
+
+if TYPE_CHECKING:
+    from optuna.study import Study
+
+    from orchestrator.search.space import Plan
+    from orchestrator.store.outage import Outage
+    from orchestrator.sweep.state import Run
+
+STOPPED = ("the sweep stopped: no trial was started after it, the trial(s) in flight run again when it resumes, "
+           "and the study keeps every result told before it: run the same command once it can be written")
+
+
+@contextmanager
+def stores_held(r: Run) -> Iterator[None]:
+    """The study's lock (one orchestrator per SQLite study) while the sweep runs; a store that
+    fails says what that means by how far the run got; the heartbeat stops at the end."""
+    from orchestrator.store.outage import StoreDown
+    from orchestrator.store.study import study_lock
+    from orchestrator.store.writefault import StoreUnwritable
+
+    try:
+        Path("mlruns").mkdir(exist_ok=True)
+        with study_lock(r.spec.storage, r.spec.name):
+            yield
+    except StoreDown as exc:  # unreachable past search.outage_s: what it means depends on how far it got
+        if r.study is None:
+            raise exc.with_outcome("nothing was started: run the same command once it is back") from None
+        raise exc.with_outcome("the study keeps every result told before it: run the same command to resume "
+                               "once it is back") from None
+    except StoreUnwritable as exc:  # a full disk, say: one line, and what it means for the sweep
+        if r.tracker is None:
+            raise exc.with_outcome("nothing was started: run the same command once it can be written") from None
+        from orchestrator.store.converge import abandon
+
+        abandon(r.tracker)
+        raise exc.with_outcome(STOPPED) from None
+    finally:
+        if r.heartbeat is not None:
+            r.heartbeat.stop()
+
+
+def open_stores(r: Run, new_study: bool) -> None:
+    """The study, created or resumed and checked against the spec, and MLflow's parent run, under
+    the study's coordination lock (several orchestrators starting at once: one creates, the
+    others load); what the machine allows, recorded with the study."""
+    from orchestrator.search.space import fingerprint
+    from orchestrator.search.strategy import make_sampler
+    from orchestrator.store.coordination import StudyLock
+    from orchestrator.store.study import open_study
+    from orchestrator.store.studyrecord import StudyRecord, write_study
+    from orchestrator.store.tracking import Tracker
+
+    spec, plan = r.spec, r.plan
+    assert plan is not None
+    r.db, runs = outages(spec, r.stop)
+    r.lock = StudyLock(spec.storage, spec.name, r.db)
+    with r.lock:
+        r.sync = Tracker(spec.tracking_uri, spec.name, runs, swept=tuple(plan.searched))
+        worker = os.getpid() if r.shared else 0
+        r.study = study = open_study(spec, spec.storage, fingerprint(spec, plan), lambda n: make_sampler(spec, n, worker),
+                                     outage=r.db, absent=None if new_study else _not_replaced(spec, r.sync))
+        recorded = StudyRecord.of(study)  # one read of the study's attributes
+        r.limit_gib, r.native = memory_limit(spec, plan, r.found), native_half_of(plan)  # read once
+        record_machine(study, plan, r.limit_gib, r.native, recorded.machine)
+        parent = r.sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, recorded.uid)
+        if recorded.parent_run_id != parent:
+            write_study(study, parent_run_id=parent)
+    event("stores_opened")
+    r.work_dir = trialdir.root(spec.name, recorded.uid)
+
+
+def recover(r: Run, retry: tuple[str, ...]) -> None:
+    """What a killed predecessor left is repaired (``recovery``), ``--retry``'s results queued
+    again; then MLflow's writer starts, and the heartbeat where several share the study."""
+    from orchestrator.store.coordination import Heartbeat
+    from orchestrator.store.optuna_internals import storage_of
+    from orchestrator.store.recovery import Recovery
+    from orchestrator.store.tracking import AsyncTracker
+
+    assert r.study is not None and r.sync is not None and r.lock is not None and r.work_dir is not None
+    r.recovery = Recovery(r.study, r.sync, r.work_dir, r.shared, r.spec.search.grace_period_s, r.db)
+    with r.lock:
+        r.interrupted = r.recovery.recover()
+        r.queued, r.superseded = r.recovery.retry_queue(retry)
+    r.tracker = AsyncTracker(r.sync)
+    assert r.runner is not None
+    r.runner.open(r.work_dir)
+    if r.shared:
+        r.heartbeat = Heartbeat(storage_of(r.study), max(1.0, r.spec.search.grace_period_s / 4))
+
+
+def _not_replaced(spec: SweepSpec, tracker: Any) -> Any:
+    """``open_study``'s ``absent``: a missing study is refused where an earlier one of its name
+    left runs (``lost``); ``--new-study`` starts one anyway."""
+    from orchestrator.store.lost import found_runs, refuse
+    from orchestrator.urls import absolute_uri
+
+    def absent(why: str) -> None:
+        found = found_runs(spec.name, tracker.client, tracker.experiment_id, Path("mlruns/.trials").resolve())
+        if found:
+            raise refuse(spec.name, absolute_uri(spec.storage), why, found)
+    return absent
+
+
+def outages(spec: SweepSpec, stop: StopFlag) -> tuple[Outage | None, Outage | None]:
+    """The ``outage.Outage`` guards of the study's database and the tracking store: a lost
+    connection to a server is waited out for ``search.outage_s`` (a local SQLite file needs none)."""
+    from orchestrator.store.outage import Outage
+
+    def guard(url: str, what: str) -> Outage | None:
+        if is_sqlite(url):
+            return None
+        return Outage(f"the {what} {shown(url)}", spec.search.outage_s, stop=stop)
+    return guard(spec.storage, "study's database"), guard(spec.tracking_uri, "tracking store")
+
+
+def record_machine(study: Study, plan: Plan, limit_gib: float | None, native: frozenset[str] | None,
+                   recorded: dict[str, Any] | None) -> None:
+    """What the study runs on, for a later run of the finished study to check without a probe
+    (``resume``); ``native``: ``native_half_of``; ``recorded``: what the study holds now."""
+    from orchestrator.machine import facts
+    from orchestrator.store.studyrecord import write_study
+
+    now = {**facts(plan.devices), "memory_limit_gib": limit_gib}
+    if native is not None:
+        now["native_half"] = sorted(native)
+    if recorded != now:
+        write_study(study, machine=now)
+
+
+def native_half_of(plan: Plan) -> frozenset[str] | None:
+    """On a CPU, the half precisions its trials have instructions for (the planner's dtype prior):
+    from the CPU's flags and a fixed ``cpu_isa`` cap; None elsewhere, or with ``cpu_isa`` swept."""
+    from orchestrator.machine import cpu_flags, native_half
+
+    if plan.device != "cpu" or "cpu_isa" in plan.searched:
+        return None
+    return native_half(cpu_flags(), plan.fixed.get("cpu_isa"))
+
+
+def memory_limit(spec: SweepSpec, plan: Plan, probe: dict[str, Any]) -> float | None:
+    """What one trial may use on the device, in GiB, where the probe knows it: a CUDA GPU's memory
+    times a fixed ``memory_fraction`` (a swept fraction, or another device: learned from the
+    trials instead, ``feasibility``)."""
+    total = probe.get("total_memory_gib")
+    if plan.device != "cuda" or not total or "memory_fraction" in plan.searched:
+        return None
+    return float(total) * float(plan.fixed.get("memory_fraction", 1.0))

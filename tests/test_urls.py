@@ -1,0 +1,68 @@
+"""What a store's URL says (``orchestrator/urls.py``), and that ``sqlite:///`` is parsed and built
+there alone."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from orchestrator.urls import (absolute_uri, is_sqlite, is_sqlite_file, sqlite_folder, sqlite_path,
+                               sqlite_url)
+
+
+@pytest.mark.parametrize("url, path, sqlite, file", [
+    ("sqlite:///mlruns/optuna.db", Path("mlruns/optuna.db"), True, True),
+    ("sqlite:////abs/optuna.db", Path("/abs/optuna.db"), True, True),
+    ("sqlite:///:memory:", Path(":memory:"), True, False),
+    ("sqlite:///x.db?mode=ro", Path("x.db?mode=ro"), True, False),
+    ("sqlite://", None, True, False),
+    ("postgresql://u@host/db", None, False, False),
+    ("https://mlflow.example", None, False, False),
+])
+def test_what_a_url_says(url: str, path: Path | None, sqlite: bool, file: bool) -> None:
+    assert (sqlite_path(url), is_sqlite(url), is_sqlite_file(url)) == (path, sqlite, file)
+
+
+def test_relative_sqlite_urls_are_made_absolute_and_others_kept(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert absolute_uri("sqlite:///mlruns/x.db") == f"sqlite:///{tmp_path.resolve()}/mlruns/x.db"
+    assert absolute_uri("sqlite:////abs/x.db") == "sqlite:////abs/x.db"
+    assert absolute_uri("postgresql://h/db") == "postgresql://h/db"
+    assert sqlite_folder("sqlite:///mlruns/x.db") == tmp_path.resolve() / "mlruns"
+    assert sqlite_folder("postgresql://h/db") is None
+    assert sqlite_url(tmp_path / "a.db") == f"sqlite:///{tmp_path}/a.db"
+    assert sqlite_path(sqlite_url(tmp_path / "a.db")) == tmp_path / "a.db"
+
+
+def _parsing(tree: ast.Module) -> list[tuple[int, str]]:
+    """String literals of ``tree`` that parse or build an SQLite URL: one that holds ``sqlite:``
+    and no white space (a URL, a prefix or a pattern, not a sentence of a message, a help text or
+    a docstring; an f-string's literal parts count), or the argument of a ``startswith`` that
+    begins with ``sqlite``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if "sqlite:" in node.value and not any(ch.isspace() for ch in node.value):
+                found.append((node.lineno, node.value))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith"
+              and node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("sqlite")):
+            found.append((node.lineno, f"startswith({node.args[0].value!r})"))
+    return found
+
+
+def test_the_check_finds_parsing_and_leaves_sentences() -> None:
+    code = ('x = url[len("sqlite:///"):]\ny = f"sqlite:///{path}"\nok = url.startswith("sqlite")\n'
+            'help = "the default is sqlite:///mlruns/optuna.db, a file"\n')
+    assert sorted(line for line, _ in _parsing(ast.parse(code))) == [1, 2, 3]
+
+
+def test_sqlite_urls_are_parsed_in_urls_py_alone() -> None:
+    found = {str(p.relative_to(ROOT)): hits for p in sorted((ROOT / "orchestrator").rglob("*.py"))
+             if (hits := _parsing(ast.parse(p.read_text(), str(p))))}
+    assert "orchestrator/urls.py" in found  # the check sees the one place that does it
+    del found["orchestrator/urls.py"]
+    assert found == {}
