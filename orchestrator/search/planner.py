@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.outcome import NOT_FITTING, Status
-from orchestrator.search import cost
+from orchestrator.search import cost, flight
 from orchestrator.search.boundary import Boundary
 from orchestrator.search import surrogate as S
 from orchestrator.search.feasibility import (
@@ -95,10 +95,13 @@ class Planner:
         self.noise_floor = NOISE_FLOOR.get(device, max(NOISE_FLOOR.values()))
         self._fitted: tuple[int, list[tuple[float, S.Hyper]]] | None = None
         self.values = values
-        self.boundary = Boundary(configs, self.keys, self.scaling, self.space, self.scaling_feature, order, values,
-                                 down_first=device == "cpu")
-        """The first trials: the most promising batch column's memory boundary (``boundary``)."""
         self.value_keys = value_keys_of(configs)
+        self.costly = cost.costly_pairs(self.value_keys, configs)
+        """Values known to cost much (``cost.COSTLY``): measured by their look first."""
+        self.boundary = Boundary(configs, self.keys, self.scaling, self.space, self.scaling_feature, order, values,
+                                 down_first=device == "cpu",
+                                 costly=[bool(self.costly.intersection(p)) for p in self.value_keys])
+        """The first trials: the most promising batch column's memory boundary (``boundary``)."""
         """Per configuration, its (parameter, value key) pairs: what the stop rule's looks count."""
         self.fit_index = FitIndex(configs, order, self.scaling, self.keys, self.value_keys)
         self._seen = Measurements(self.noise_floor)
@@ -149,7 +152,8 @@ class Planner:
         open_ = [i for i in left if p_fit[i] > 0.0]
         too_large = sum(1 for i in left if p_fit[i] < 0.05)
         probe = self.boundary.probe(p_fit, results, in_flight) if open_ else None
-        model = self._model(idx, y, in_flight, p_fit) if open_ or stop else None
+        measured = self._model(idx, y) if open_ or stop else None
+        model = self._believed(measured, in_flight, p_fit)
         rivals = self._rivals(model, in_flight) if stop else []
         if not open_ and not rivals:
             return Decision(None, Verdict(True, 0.0, len(left), too_large,
@@ -157,6 +161,10 @@ class Planner:
         verdict = self._verdict(model, open_, rivals, p_fit, len(left), too_large, bisecting=probe is not None)
         if probe is not None:
             return Decision(self.configs[probe], verdict, "boundary")
+        # a value being looked at (in flight), or costly and never measured, is measured by its look only
+        choices = flight.without(open_, self.value_keys, self._looking(idx, in_flight) | self._costly_unseen(idx))
+        if choices != open_ and model is not None and verdict.lead >= COVER_BELOW:
+            verdict.lead = float(self._chances(model, open_, p_fit)[[open_.index(i) for i in choices]].max(initial=0.0))
         if open_ and (verdict.done or verdict.lead < COVER_BELOW):
             unseen = self._unseen(idx, open_, in_flight, p_fit)
             if unseen:  # the priors alone may not end a sweep: one look at each value first
@@ -168,8 +176,12 @@ class Planner:
                     return Decision(None, verdict)  # the looks in flight may change the verdict
         if stop and verdict.done:
             verdict.reason += self._unmeasured_note(model, idx, p_fit)
+            verdict.ends_running = self._ends(measured, open_, idx, in_flight, p_fit)
             return Decision(None, verdict)
-        pick = self._best_candidate(model, open_ + rivals, p_fit)
+        if not choices and not rivals:  # each one left waits for a look in flight
+            return Decision(None, verdict)
+        held = flight.hostage(self.fit_index.dominance, sorted(self._busy(in_flight)), p_fit) if in_flight else None
+        pick = self._best_candidate(model, choices + rivals, p_fit, held)
         if pick not in rivals:
             return Decision(self.configs[pick], verdict, "improvement")
         assert model is not None
@@ -177,10 +189,13 @@ class Planner:
         if again is not None:
             return Decision(self.configs[again], verdict, "remeasure")
         if open_ and not (stop and self._verdict(model, open_, [], p_fit, len(left), too_large, False).done):
-            return Decision(self.configs[self._best_candidate(model, open_, p_fit)], verdict, "improvement")
+            if not choices:
+                return Decision(None, verdict)
+            return Decision(self.configs[self._best_candidate(model, choices, p_fit, held)], verdict, "improvement")
         if stop or not open_:  # nothing unmeasured is likely to win, and the rival cannot be settled
             verdict.done, verdict.unsure = True, True
             verdict.reason = self._unsure(model, pick, verdict.chance) + self._unmeasured_note(model, idx, p_fit)
+            verdict.ends_running = self._ends(measured, open_, idx, in_flight, p_fit)
         return Decision(None, verdict)
 
     # -- measuring again: where the best and a rival are closer than their spread (``remeasure``) -
@@ -294,11 +309,13 @@ class Planner:
             low = model.mean(ref) + model.offset + model.upper(model.incumbent, at, z=-cost.LOW_Z)
             return np.array(step) / np.exp(low)
         durations = self._seen.durations()
-        measured = list(durations)
-        line = cost.fit(work(measured), np.array([durations[i] for i in measured])) if measured else None
+        costly = np.array([bool(self.costly.intersection(p)) for p in self.value_keys]) if self.costly else None
+        plain = [i for i in durations if costly is None or not costly[i]]
+        line = cost.fit(work(plain), np.array([durations[i] for i in plain])) if plain else None
         if line is None:
             return None
-        return lambda at: line[0] + line[1] * work(at, pessimistic=True)
+        extra = cost.extra_s(line, {i: d for i, d in durations.items() if costly is not None and costly[i]}, work)
+        return lambda at: line[0] + line[1] * work(at, pessimistic=True) + (0.0 if costly is None else extra * costly[at])
 
     def _unmeasured_note(self, model: Model | None, idx: list[int], p_fit: np.ndarray) -> str:
         """For the stop line: each searched value never measured, and what the model says of it."""
@@ -322,7 +339,8 @@ class Planner:
         return "; not measured: " + ", ".join(notes) if notes else ""
 
     # -- the model --------------------------------------------------------------------------------
-    def _model(self, idx: list[int], y: list[float], in_flight: set[str], p_fit: np.ndarray) -> Model | None:
+    def _model(self, idx: list[int], y: list[float]) -> Model | None:
+        """The model of the measurements (nothing believed)."""
         if not idx:
             return None
         i, yc = np.array(idx), np.array(y) - float(np.mean(y))
@@ -330,14 +348,40 @@ class Planner:
         floor = self.noise_floor if noise is None else 0.0  # measured spreads replace the device's floor
         members = self._members(i, yc, noise, floor, counts)
         model = Model(self.space, members, i, yc, noise, counts)
-        incumbent = idx[int(np.argmax(model.mean(np.array(idx))))]
-        running = np.array([self.index[k] for k in in_flight if k in self.index and p_fit[self.index[k]] > 0.5])
-        if len(running):  # what is running counts as measured at its predicted value (kriging believer)
-            believed = None if noise is None else np.concatenate([noise, np.full(len(running), float(np.median(noise)))])
-            model = Model(self.space, members, np.concatenate([i, running]), np.concatenate([yc, model.mean(running)]),
-                          believed, np.concatenate([counts, np.ones(len(running))]))
-        model.incumbent, model.offset = incumbent, float(np.mean(y))
+        model.incumbent, model.offset = idx[int(np.argmax(model.mean(i)))], float(np.mean(y))
+        self._conditioned = (members, yc, noise, counts)
         return model
+
+    def _believed(self, model: Model | None, in_flight: set[str], p_fit: np.ndarray) -> Model | None:
+        """What is running counts as measured at its predicted value (``flight.believe``)."""
+        at = flight.running(self.index, in_flight, p_fit)
+        if model is None or not len(at):
+            return model
+        return flight.believe(model, *self._conditioned, at)
+
+    # -- trials in flight (``flight``) --------------------------------------------------------------
+    def _looking(self, idx: list[int], in_flight: set[str]) -> set[tuple[str, str]]:
+        """The values being looked at by a configuration in flight (none before a first result)."""
+        if not idx or not in_flight:
+            return set()
+        return flight.pending(sorted(self._busy(in_flight)), self.value_keys, self._measured_values(idx),
+                              lambda name: name in self.searched and name != self.scaling)
+
+    def _costly_unseen(self, idx: list[int]) -> set[tuple[str, str]]:
+        """Costly values (``cost.COSTLY``) that no configuration with a result has."""
+        return self.costly - self._measured_values(idx) if self.costly else set()
+
+    def _ends(self, measured: Model | None, open_: list[int], idx: list[int], in_flight: set[str],
+              p_fit: np.ndarray) -> bool:
+        """Whether a done verdict ends the trials in flight too (``flight``): none is a look, and
+        from the measurements alone, no configuration left or in flight is likely to beat the best
+        by more than the band."""
+        flying = sorted(i for i in self._busy(in_flight) if p_fit[i] > 0.0)
+        if not flying or measured is None or self._looking(idx, in_flight):
+            return False
+        rivals = [i for i in self._seen.rivals(measured.incumbent, set()) if i not in flying]
+        candidates = list(dict.fromkeys(open_ + flying))
+        return self._verdict(measured, candidates, rivals, p_fit, 0, 0, False).done
 
     def _members(self, i: np.ndarray, yc: np.ndarray, noise: np.ndarray | None = None,
                  floor: float | None = None, counts: np.ndarray | None = None) -> list[tuple[float, S.Hyper]]:
@@ -362,15 +406,19 @@ class Planner:
             model.chances = (key, p_fit[open_] * model.chance_above(model.incumbent, np.array(open_), self.threshold))
         return model.chances[1]
 
-    def _best_candidate(self, model: Model | None, open_: list[int], p_fit: np.ndarray) -> int:
+    def _best_candidate(self, model: Model | None, open_: list[int], p_fit: np.ndarray,
+                        held: np.ndarray | None = None) -> int:
         """The configuration likeliest to fit and beat the best by more than the band (when none
-        is likely to, the largest expected improvement times the chance to fit)."""
+        is likely to, the largest expected improvement times the chance to fit); ``held``: a
+        factor per configuration for the memory of those in flight (``flight.hostage``)."""
+        held_here = 1.0 if held is None else held[open_]
         if model is None:  # nothing measured: the likeliest to fit among the priors' best
             prior = self.space.H[open_] @ self.space.prior_mean
-            return open_[int(np.argmax(np.log(np.clip(p_fit[open_], 1e-9, None)) + prior))]
+            return open_[int(np.argmax(np.log(np.clip(p_fit[open_] * held_here, 1e-9, None)) + prior))]
         score = self._chances(model, open_, p_fit)
         if score.max() < 1e-6:
             score = p_fit[open_] * model.expected_gain(model.incumbent, np.array(open_))
+        score = score * held_here
         return open_[int(np.argmax(score - 1e-12 * np.arange(len(open_))))]
 
     def _verdict(self, model: Model | None, open_: list[int], rivals: list[int], p_fit: np.ndarray, left: int,

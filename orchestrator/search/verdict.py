@@ -24,6 +24,8 @@ class Verdict:
     unsure: bool = False
     """Done without being sure: a measured rival may still beat the best by more than the band
     (``remeasure``); ``reason`` says which, and what would tell them apart."""
+    ends_running: bool = False
+    """Done, and the trials in flight cannot change it either (``flight``): the sweep stops them."""
 
 
 @dataclass
