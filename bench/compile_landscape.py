@@ -75,7 +75,8 @@ def main() -> int:
         for kind in KINDS:
             path = write(source, kind)
             about = {k: v for k, v in recorded.get(source, {}).items() if k != "contradicts"}
-            index[path.name] = {**about, "synthetic": f"{source} with compile added ({kind}; bench/compile_landscape.py)"}
+            index[path.name] = {**about,
+                                "synthetic": f"{source} with compile added ({kind}; bench/compile_landscape.py)"}
             print(path)
     (OUT / "landscapes.json").write_text(json.dumps(index, indent=1) + "\n")
     return 0

@@ -85,3 +85,25 @@ def step_samples(config: dict[str, Any], scaling: str) -> float:
     if "effective_batch_size" in config:
         return float(config["effective_batch_size"])
     return float(config.get(scaling, 1)) * float(config.get("grad_accum_steps", 1))
+
+
+def predictor(model: Any, configs: list[dict[str, Any]], scaling: str, durations: dict[int, float],
+              costly: np.ndarray | None) -> Any:
+    """A trial's predicted seconds for configurations ``at`` (indices), or None: ``fit`` on the
+    measured trials' ``durations`` without a costly value (``costly``, per configuration; None: no
+    such value in the space), a candidate's throughput at the low end of its interval
+    (``mixture.Model``), plus what its costly value adds (``extra_s``)."""
+    def work(i: list[int], pessimistic: bool = False) -> np.ndarray:  # a step's samples over the throughput
+        step = np.array([step_samples(configs[j], scaling) for j in i])
+        at = np.array(i)
+        if not pessimistic:
+            return step / np.exp(model.mean(at) + model.offset)
+        ref = np.array([model.incumbent])
+        low = model.mean(ref) + model.offset + model.upper(model.incumbent, at, z=-LOW_Z)
+        return step / np.exp(low)
+    plain = [i for i in durations if costly is None or not costly[i]]
+    line = fit(work(plain), np.array([durations[i] for i in plain])) if plain else None
+    if line is None:
+        return None
+    extra = extra_s(line, {i: d for i, d in durations.items() if costly is not None and costly[i]}, work)
+    return lambda at: line[0] + line[1] * work(at, pessimistic=True) + (0.0 if costly is None else extra * costly[at])

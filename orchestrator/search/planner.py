@@ -15,20 +15,19 @@ What it knows before any trial, and how it uses it:
   configuration whose spread lets it beat the best by more than the band is a rival, counted in
   the stop's chance and, with ``trial.repeats: auto``, measured again alternately with the best.
 
-The priors order the search; measurements decide its stop. The first trials find the memory
-boundary of the most promising group (``boundary``: the configurations the priors rank best,
-across batch sizes) by bisection on the batch, starting in the middle of the list (on a CPU, with
-the batch below the first next). Then each trial is the one
-with the highest chance to fit and beat the best by more than the band. Every value of a searched
-parameter (batch size aside: the bisection measures its trend; for another numeric one, the values
-between two measured ones are interpolated) gets one look before the sweep may end, unless no
-configuration with it can fit: the best measured configuration with that value
-instead, so that only that parameter differs; the look comes once the likeliest candidate's
-chance is below ``COVER_BELOW``, and always before the stop. The sweep ends when the chance that
+The priors order the search; measurements decide its stop. The first trials bisect the memory
+boundary of the most promising batch column (``boundary``). Then each trial is the one with the
+highest chance to fit and beat the best by more than the band. Every value of a searched parameter
+(batch size aside; for another numeric one, values between two measured ones are interpolated)
+gets one look before the sweep may end, unless no configuration with it can fit: the best measured
+configuration with that value instead (only that parameter differs), once the likeliest
+candidate's chance is below ``COVER_BELOW``, and always before the stop; a value known to cost
+much (``cost.COSTLY``: compile) is measured by that look only. The sweep ends when the chance that
 some configuration left (not measured, not running, not proven too large) beats the best measured
-by more than ``band`` falls below ``STOP_CHANCE``, estimated by sampling the model's joint
-posterior; the stop line names each value never measured and what the model predicts for it, and
-says where the search could not tell its best from a rival (``remeasure``).
+by more than ``band`` falls below ``STOP_CHANCE`` (sampled from the model's joint posterior); the
+stop line names each value never measured and what the model predicts for it, and says where the
+search could not tell its best from a rival (``remeasure``). With trials in flight (several
+slots), each proposal adds what those will not, and a verdict they cannot change ends them (``flight``).
 Pure: the proposer calls ``Planner.decide`` with what the study holds.
 """
 
@@ -53,7 +52,7 @@ from orchestrator.keys import config_key, value_key, value_keys_of
 from orchestrator.search.mixture import Model
 from orchestrator.search.remeasure import Measured, Measurements, describe, process_values
 from orchestrator.search.priors import NOISE_FLOOR, THROUGHPUT, encode, measured_noise, ordered, values_of
-from orchestrator.search.verdict import Decision, Verdict, reason
+from orchestrator.search.verdict import Decision, Verdict, reason, unmeasured_note
 from orchestrator.metrics import DURATION_S
 from orchestrator.store.record import attrs_of, metrics_of, status_of
 
@@ -161,8 +160,7 @@ class Planner:
         verdict = self._verdict(model, open_, rivals, p_fit, len(left), too_large, bisecting=probe is not None)
         if probe is not None:
             return Decision(self.configs[probe], verdict, "boundary")
-        # a value being looked at (in flight), or costly and never measured, is measured by its look only
-        choices = flight.without(open_, self.value_keys, self._looking(idx, in_flight) | self._costly_unseen(idx))
+        choices = flight.without(open_, self.value_keys, self._looking(idx, in_flight, costly=True))  # by a look
         if choices != open_ and model is not None and verdict.lead >= COVER_BELOW:
             verdict.lead = float(self._chances(model, open_, p_fit)[[open_.index(i) for i in choices]].max(initial=0.0))
         if open_ and (verdict.done or verdict.lead < COVER_BELOW):
@@ -189,9 +187,8 @@ class Planner:
         if again is not None:
             return Decision(self.configs[again], verdict, "remeasure")
         if open_ and not (stop and self._verdict(model, open_, [], p_fit, len(left), too_large, False).done):
-            if not choices:
-                return Decision(None, verdict)
-            return Decision(self.configs[self._best_candidate(model, choices, p_fit, held)], verdict, "improvement")
+            pick = self._best_candidate(model, choices, p_fit, held) if choices else None  # else: wait for a look
+            return Decision(None if pick is None else self.configs[pick], verdict, "improvement" if choices else "")
         if stop or not open_:  # nothing unmeasured is likely to win, and the rival cannot be settled
             verdict.done, verdict.unsure = True, True
             verdict.reason = self._unsure(model, pick, verdict.chance) + self._unmeasured_note(model, idx, p_fit)
@@ -295,48 +292,16 @@ class Planner:
         return max(below, key=lambda i: self.configs[i][self.scaling], default=paired)
 
     def _cost(self, model: Model | None) -> Any:
-        """A trial's predicted seconds for configurations ``at`` (``cost``: fitted on the measured
-        trials' durations, a candidate's throughput at the low end of its interval); None where
-        the cost cannot be told (no throughput objective, no batch, too few durations)."""
+        """A trial's predicted seconds for configurations ``at`` (``cost.predictor``); None where the
+        cost cannot be told (no throughput objective, no batch, too few durations)."""
         if model is None or self.scaling is None or not self.maximize or self.metric not in THROUGHPUT:
             return None
-        def work(i: list[int], pessimistic: bool = False) -> np.ndarray:  # a step's samples over the throughput
-            step = [cost.step_samples(self.configs[j], self.scaling) for j in i]
-            at = np.array(i)
-            if not pessimistic:
-                return np.array(step) / np.exp(model.mean(at) + model.offset)
-            ref = np.array([model.incumbent])
-            low = model.mean(ref) + model.offset + model.upper(model.incumbent, at, z=-cost.LOW_Z)
-            return np.array(step) / np.exp(low)
-        durations = self._seen.durations()
         costly = np.array([bool(self.costly.intersection(p)) for p in self.value_keys]) if self.costly else None
-        plain = [i for i in durations if costly is None or not costly[i]]
-        line = cost.fit(work(plain), np.array([durations[i] for i in plain])) if plain else None
-        if line is None:
-            return None
-        extra = cost.extra_s(line, {i: d for i, d in durations.items() if costly is not None and costly[i]}, work)
-        return lambda at: line[0] + line[1] * work(at, pessimistic=True) + (0.0 if costly is None else extra * costly[at])
+        return cost.predictor(model, self.configs, self.scaling, self._seen.durations(), costly)
 
     def _unmeasured_note(self, model: Model | None, idx: list[int], p_fit: np.ndarray) -> str:
         """For the stop line: each searched value never measured, and what the model says of it."""
-        measured = self._measured_values(idx)
-        groups: dict[tuple[str, str], list[int]] = {}
-        for i, pairs in enumerate(self.value_keys):
-            for pair in pairs:
-                if pair[0] in self.searched and pair not in measured:
-                    groups.setdefault(pair, []).append(i)
-        notes = []
-        for (name, _), members in groups.items():
-            value = self.configs[members[0]][name]
-            fits = [i for i in members if p_fit[i] > 0.0]
-            if not fits:
-                notes.append(f"{name}={value} (does not fit)")
-            elif max(p_fit[i] for i in fits) < 0.05:  # as the verdict counts it: too_large
-                notes.append(f"{name}={value} (predicted not to fit)")
-            elif model is not None:
-                upper = float(np.exp(model.upper(model.incumbent, np.array(fits)).max()))
-                notes.append(f"{name}={value} (predicted <= {upper:.2f}x of the best at 95%)")
-        return "; not measured: " + ", ".join(notes) if notes else ""
+        return unmeasured_note(model, self.configs, self.value_keys, self.searched, self._measured_values(idx), p_fit)
 
     # -- the model --------------------------------------------------------------------------------
     def _model(self, idx: list[int], y: list[float]) -> Model | None:
@@ -355,21 +320,17 @@ class Planner:
     def _believed(self, model: Model | None, in_flight: set[str], p_fit: np.ndarray) -> Model | None:
         """What is running counts as measured at its predicted value (``flight.believe``)."""
         at = flight.running(self.index, in_flight, p_fit)
-        if model is None or not len(at):
-            return model
-        return flight.believe(model, *self._conditioned, at)
+        return model if model is None or not len(at) else flight.believe(model, *self._conditioned, at)
 
     # -- trials in flight (``flight``) --------------------------------------------------------------
-    def _looking(self, idx: list[int], in_flight: set[str]) -> set[tuple[str, str]]:
-        """The values being looked at by a configuration in flight (none before a first result)."""
+    def _looking(self, idx: list[int], in_flight: set[str], costly: bool = False) -> set[tuple[str, str]]:
+        """The values being looked at by a configuration in flight (none before a first result);
+        with ``costly``, also the costly values (``cost.COSTLY``) no configuration with a result has."""
+        never = self.costly - self._measured_values(idx) if costly and self.costly else set()
         if not idx or not in_flight:
-            return set()
-        return flight.pending(sorted(self._busy(in_flight)), self.value_keys, self._measured_values(idx),
-                              lambda name: name in self.searched and name != self.scaling)
-
-    def _costly_unseen(self, idx: list[int]) -> set[tuple[str, str]]:
-        """Costly values (``cost.COSTLY``) that no configuration with a result has."""
-        return self.costly - self._measured_values(idx) if self.costly else set()
+            return never
+        return never | flight.pending(sorted(self._busy(in_flight)), self.value_keys, self._measured_values(idx),
+                                      lambda name: name in self.searched and name != self.scaling)
 
     def _ends(self, measured: Model | None, open_: list[int], idx: list[int], in_flight: set[str],
               p_fit: np.ndarray) -> bool:
