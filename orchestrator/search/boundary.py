@@ -41,8 +41,10 @@ class Boundary:
         is barely faster (the prior: +0.05 a doubling, either sign within its spread) and a trial
         costs about its batch's samples (the step down half the first, the step up twice it).
         With trials in flight in the column (several slots), each counts as fitting or not as it
-        likely does, and the bisection goes on from there: the next slot measures the point the
-        bisection would measure next, were the results in flight what the memory model expects."""
+        likely does (at even odds, as not: the batch below is likelier to fit and gives the memory
+        line its second point), and the bisection goes on from there: the next slot measures the
+        point the bisection would measure next, were the results in flight what the memory model
+        expects."""
         if self.scaling is None:
             return None
         column = self.column()
@@ -52,8 +54,8 @@ class Boundary:
             below = [i for i in column if self.configs[i][self.scaling] < self.configs[done[0]][self.scaling]]
             if below:
                 return below[-1]
-        fits = [i for i in column if p_fit[i] == 1.0 or i in flying and p_fit[i] >= 0.5]  # in flight: as likely
-        fails = [i for i in column if p_fit[i] == 0.0 or i in flying and p_fit[i] < 0.5]
+        fits = [i for i in column if p_fit[i] == 1.0 or i in flying and p_fit[i] > 0.5]  # in flight: as likely
+        fails = [i for i in column if p_fit[i] == 0.0 or i in flying and p_fit[i] <= 0.5]
         low = max((self.configs[i][self.scaling] for i in fits), default=-math.inf)
         high = min((self.configs[i][self.scaling] for i in fails), default=math.inf)
         gap = [i for i in column if low < self.configs[i][self.scaling] < high and self.keys[i] not in results]

@@ -40,8 +40,13 @@ def test_the_boundary_goes_on_from_what_the_probe_in_flight_likely_shows() -> No
     p = planner(space, "cuda")
     first = p.decide({}, set()).config
     assert first == {"batch_size": 64, "dtype": "float32"}
-    second = p.decide({}, {config_key(first)})  # as if it fits (the memory model knows nothing yet)
-    assert second.why == "boundary" and second.config == {"batch_size": 256, "dtype": "float32"}
+    # nothing known: the middle fits with chance 0.5, so as if it did not (below is likelier to fit
+    # and gives the memory line its second point)
+    second = p.decide({}, {config_key(first)})
+    assert second.why == "boundary" and second.config == {"batch_size": 32, "dtype": "float32"}
+    seen = {config_key({"batch_size": 32, "dtype": "float32"}): result("ok", 320.0, 0.4, 1.0)}
+    third = p.decide(seen, {config_key(first)})  # 64 is likelier to fit now: the bisection goes on above it
+    assert third.why == "boundary" and third.config["batch_size"] > 64
 
 
 def test_the_one_due_again_in_flight_lets_the_other_be_measured_meanwhile() -> None:
