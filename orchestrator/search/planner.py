@@ -197,25 +197,20 @@ class Planner:
 
     # -- measuring again: where the best and a rival are closer than their spread (``remeasure``) -
     def _rivals(self, model: Model | None, in_flight: set[str]) -> list[int]:
-        """Measured configurations other than the best, none of the two in flight: each may still
-        beat the best by more than the band, by as much as their spreads allow. None where no trial
-        reported its spread (a study from before, or an objective that is not a throughput)."""
-        if model is None or self._seen.noise() is None:
-            return []
-        return self._seen.rivals(model.incumbent, self._busy(in_flight))
+        """Measured configurations other than the best, not in flight: each may still beat the best
+        by more than the band, as far as its spread allows. None where no trial reported its spread."""
+        no = model is None or self._seen.noise() is None
+        return [] if no else self._seen.rivals(model.incumbent, self._busy(in_flight))  # type: ignore[union-attr]
 
     def _again(self, model: Model, rival: int, in_flight: set[str]) -> int | None:
         """Which of the best and ``rival`` to measure again (the one measured less recently), or None
         where nothing is measured again (``trial.repeats`` a number, the allowance spent, ...)."""
-        if not self.again:
-            return None
-        gap = float(model.gap(model.incumbent, np.array([rival]))[0])
-        return self._seen.again(model.incumbent, rival, gap, self.threshold, self._busy(in_flight))
+        busy, gap = self._busy(in_flight), float(model.gap(model.incumbent, np.array([rival]))[0])
+        return self._seen.again(model.incumbent, rival, gap, self.threshold, busy) if self.again else None
 
     def _unsure(self, model: Model, rival: int, chance: float) -> str:
-        best = model.incumbent
-        return self._seen.unsure((best, describe(self.configs[best])), (rival, describe(self.configs[rival])),
-                                 chance, self.band, self.again)
+        best, c = model.incumbent, self.configs
+        return self._seen.unsure((best, describe(c[best])), (rival, describe(c[rival])), chance, self.band, self.again)
 
     def _busy(self, in_flight: set[str]) -> set[int]:
         return {self.index[k] for k in in_flight if k in self.index}
