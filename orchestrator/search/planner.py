@@ -162,7 +162,7 @@ class Planner:
             return Decision(self.configs[probe], verdict, "boundary")
         choices = flight.without(open_, self.value_keys, self._looking(idx, in_flight, costly=True))  # by a look
         if choices != open_ and model is not None and verdict.lead >= COVER_BELOW:
-            verdict.lead = float(self._chances(model, open_, p_fit)[[open_.index(i) for i in choices]].max(initial=0.0))
+            verdict.lead = float(self._chances(model, open_, p_fit)[np.isin(open_, choices)].max(initial=0.0))
         if open_ and (verdict.done or verdict.lead < COVER_BELOW):
             unseen = self._unseen(idx, open_, in_flight, p_fit)
             if unseen:  # the priors alone may not end a sweep: one look at each value first
