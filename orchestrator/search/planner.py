@@ -167,7 +167,8 @@ class Planner:
             unseen = self._unseen(idx, open_, in_flight, p_fit)
             if unseen:  # the priors alone may not end a sweep: one look at each value first
                 verdict = Verdict(False, verdict.chance, verdict.left, verdict.too_large, lead=verdict.lead)
-                looks = [(name, group) for (name, _), group in unseen.items() if group]
+                avoid = self._looking(idx, set(), costly=True)  # a costly value is measured by its own look only
+                looks = [(k[0], flight.without(g, self.value_keys, avoid - {k}) or g) for k, g in unseen.items() if g]
                 if looks:
                     return Decision(self.configs[self._look(model, looks, p_fit)], verdict, "coverage")
                 if stop and verdict.chance < STOP_CHANCE:
@@ -313,8 +314,7 @@ class Planner:
         return model
 
     def _believed(self, model: Model | None, in_flight: set[str], p_fit: np.ndarray) -> Model | None:
-        """What is running counts as measured at its predicted value (``flight.believe``)."""
-        at = flight.running(self.index, in_flight, p_fit)
+        at = flight.running(self.index, in_flight, p_fit)  # counted as measured at its predicted value
         return model if model is None or not len(at) else flight.believe(model, *self._conditioned, at)
 
     # -- trials in flight (``flight``) --------------------------------------------------------------
