@@ -93,6 +93,8 @@ INTERRUPTED_DETAIL = "the orchestrator was stopped during this trial"
 """Ctrl-C or SIGTERM: this orchestrator killed the trial and recorded it."""
 DIED_DETAIL = "the orchestrator died during this trial; its configuration is run again"
 """A killed orchestrator left it RUNNING; the next start recorded it (``store/recovery``)."""
+VERDICT_DETAIL = "stopped by the search's verdict: its result could not change the answer"
+"""The ``auto`` search was done with it in flight (``search/flight``): not run again on resume."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from orchestrator.clip import short_detail
 from orchestrator.report.compare import comparison_lines
 from orchestrator.report.noise import load_lines, noise_line, one_measurement
 from orchestrator.harness import spread, swap
-from orchestrator.outcome import RESULT_STATUSES, Status
+from orchestrator.outcome import RESULT_STATUSES, VERDICT_DETAIL, Status
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.report.summary import best_table, fmt_num, fmt_params
@@ -186,6 +186,7 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
              f"Study: {rep['storage']} (study {spec.name!r})", "", head]
     for r in rows:
         note = f"repeat of #{r['repeat_of']}, not a result" if r["repeat_of"] is not None else \
+            "stopped by the search's verdict; not a result" if r["detail"] == VERDICT_DETAIL else \
             "not a result; its configuration runs again" if r["status"] == Status.INTERRUPTED else \
             swap_note(r["metrics"]) or _short(r["detail"] or "") if r["status"] == Status.SWAPPED else \
             _short(r["detail"] or "") if r["status"] != Status.OK else _ok_note(r)

@@ -19,7 +19,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import StudyError
-from orchestrator.outcome import RUN_AGAIN
+from orchestrator.outcome import RUN_AGAIN, VERDICT_DETAIL
 from orchestrator.spec.load import SweepSpec
 from orchestrator.urls import Origins
 
@@ -33,7 +33,7 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
     from orchestrator.report.closing import parent_close, summary, target_of, trial_time_s
     from orchestrator.machine import facts
     from orchestrator.store.agreement import recorded
-    from orchestrator.store.record import is_attempt, status_of
+    from orchestrator.store.record import TrialRecord, is_attempt, status_of
     from orchestrator.store.records import rank, results_of
     from orchestrator.search.space import config_key, fingerprint, guess_device, make_plan
     from orchestrator.urls import sqlite_path
@@ -70,7 +70,7 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
         return None  # running (cut off: recovery) or queued
     results = results_of(trials)
     have = {config_key(t.params) for t in results}
-    if any(status_of(t) in RUN_AGAIN and config_key(t.params) not in have
+    if any(status_of(t) in RUN_AGAIN and config_key(t.params) not in have and TrialRecord.of(t).detail != VERDICT_DETAIL
            for t in trials if is_attempt(t) and t.params):
         return None  # retried on every invocation
     configs, target = target_of(spec, plan)

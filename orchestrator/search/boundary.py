@@ -3,7 +3,8 @@ on the batch (``planner``'s opening, before the model chooses).
 
 The group is the batch column the priors rank first (within ``LEAD_TIE`` of the best once batch
 size is set aside; of those, the one that needs the least memory by the memory order, then the
-spec's first). Its boundary is bisected from the middle of the list until the largest batch that
+spec's first; a configuration with a value known to cost much, ``cost.COSTLY``, only where every
+one has one). Its boundary is bisected from the middle of the list until the largest batch that
 fits and the smallest that does not are neighbours; on a CPU, once the first batch has a result,
 the batch below it comes next. Pure: the planner calls ``Boundary.probe`` with what the study holds.
 """
@@ -23,9 +24,13 @@ LEAD_TIE = 0.05
 
 class Boundary:
     def __init__(self, configs: list[dict[str, Any]], keys: list[str], scaling: str | None, space: S.Space,
-                 scaling_feature: int, order: dict[str, Any], values: dict[str, tuple], down_first: bool) -> None:
+                 scaling_feature: int, order: dict[str, Any], values: dict[str, tuple], down_first: bool,
+                 costly: list[bool] | None = None) -> None:
         """``scaling``: the batch dimension (None: no bisection); ``space``, ``scaling_feature``: the
-        priors (``priors.encode``); ``down_first``: on a CPU, the batch below the first next."""
+        priors (``priors.encode``); ``down_first``: on a CPU, the batch below the first next;
+        ``costly``: per configuration, whether it has a value known to cost much (``cost.COSTLY``):
+        the column bisected is one without, where there is one."""
+        self.costly = costly
         self.configs, self.keys, self.scaling, self.space = configs, keys, scaling, space
         self.scaling_feature, self.order, self.values, self.down_first = scaling_feature, order, values, down_first
         self._lead: list[int] | None = None
@@ -34,19 +39,23 @@ class Boundary:
         """Bisect the batch column of the group the priors rank first, while its boundary is open.
         On a CPU, once its first batch has a result, the batch below it first: there a larger batch
         is barely faster (the prior: +0.05 a doubling, either sign within its spread) and a trial
-        costs about its batch's samples (the step down half the first, the step up twice it)."""
+        costs about its batch's samples (the step down half the first, the step up twice it).
+        With trials in flight in the column (several slots), each counts as fitting or not as it
+        likely does (at even odds, as not: the batch below is likelier to fit and gives the memory
+        line its second point), and the bisection goes on from there: the next slot measures the
+        point the bisection would measure next, were the results in flight what the memory model
+        expects."""
         if self.scaling is None:
             return None
         column = self.column()
-        if any(self.keys[i] in in_flight for i in column):
-            return None
+        flying = [i for i in column if self.keys[i] in in_flight]
         done = [i for i in column if self.keys[i] in results]
-        if self.down_first and len(done) == 1 and p_fit[done[0]] == 1.0:
+        if self.down_first and len(done) == 1 and p_fit[done[0]] == 1.0 and not flying:
             below = [i for i in column if self.configs[i][self.scaling] < self.configs[done[0]][self.scaling]]
             if below:
                 return below[-1]
-        fits = [i for i in column if p_fit[i] == 1.0]
-        fails = [i for i in column if p_fit[i] == 0.0]
+        fits = [i for i in column if p_fit[i] == 1.0 or i in flying and p_fit[i] > 0.5]  # in flight: as likely
+        fails = [i for i in column if p_fit[i] == 0.0 or i in flying and p_fit[i] <= 0.5]
         low = max((self.configs[i][self.scaling] for i in fits), default=-math.inf)
         high = min((self.configs[i][self.scaling] for i in fails), default=math.inf)
         gap = [i for i in column if low < self.configs[i][self.scaling] < high and self.keys[i] not in results]
@@ -67,6 +76,8 @@ class Boundary:
         it may cost), then the spec's first."""
         prior = self.space.H @ self.space.prior_mean - self.space.H[:, self.scaling_feature] * \
             self.space.prior_mean[self.scaling_feature]
+        if self.costly is not None and not all(self.costly):  # a costly value gets its one look later
+            prior = np.where(np.array(self.costly), -np.inf, prior)
         near = np.flatnonzero(prior >= prior.max() - LEAD_TIE).tolist()  # one max, not one per configuration
         lead = min(near, key=lambda i: (self._memory_rank(self.configs[i]), i))
         rest = {k: v for k, v in self.configs[lead].items() if k != self.scaling}
@@ -87,3 +98,4 @@ class Boundary:
                 ranked = sorted(self.values[name])
                 total += ranked.index(value) * (1 if rule == "increasing" else -1)
         return total
+

@@ -24,6 +24,36 @@ the batch that wins (14 trials, 68 s, against 10 and 60 s paired); at 4 the GPU 
 and a CPU's slow value (25x) still moves."""
 
 
+COSTLY: dict[str, tuple[Any, ...]] = {"compile": (True,)}
+"""Values known before any trial to add a large fixed cost to each trial: ``torch.compile`` costs
+about 30 s of a BERT-base trial on an H100 against 2-7 s without. Until such a value is measured,
+only its one look (the evidence rule's: the best measured configuration with it instead) measures
+it, and the first trials (``boundary``) bisect a column without it."""
+
+
+def costly_pairs(value_keys: list[list[tuple[str, str]]], configs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """The (parameter, value key) pairs of the space whose value is in ``COSTLY``."""
+    out = set()
+    for config, pairs in zip(configs, value_keys):
+        out.update(pair for pair in pairs if config.get(pair[0], object()) in COSTLY.get(pair[0], ()))
+    return out
+
+
+COSTLY_S = 25.0
+"""What a costly value adds to a trial until one is measured (compile on an H100: about 30 s
+against 2-7 s; the measured ones replace it)."""
+
+
+def extra_s(line: tuple[float, float], measured: dict[int, float], work: Any) -> float:
+    """Seconds a costly value adds to a trial: the median of what its measured trials took beyond
+    the fitted line (``fit``, on the other trials), else ``COSTLY_S``."""
+    if not measured:
+        return COSTLY_S
+    at = list(measured)
+    beyond = np.array([measured[i] for i in at]) - (line[0] + line[1] * work(at))
+    return max(0.0, float(np.median(beyond)))
+
+
 LOW_Z = 1.645
 """A candidate's cost is predicted at the low end of its throughput (the one-sided 95% bound): an
 unmeasured value's prior is wide, and under-predicting a slow one's cost is what costs time."""
@@ -55,3 +85,25 @@ def step_samples(config: dict[str, Any], scaling: str) -> float:
     if "effective_batch_size" in config:
         return float(config["effective_batch_size"])
     return float(config.get(scaling, 1)) * float(config.get("grad_accum_steps", 1))
+
+
+def predictor(model: Any, configs: list[dict[str, Any]], scaling: str, durations: dict[int, float],
+              costly: np.ndarray | None) -> Any:
+    """A trial's predicted seconds for configurations ``at`` (indices), or None: ``fit`` on the
+    measured trials' ``durations`` without a costly value (``costly``, per configuration; None: no
+    such value in the space), a candidate's throughput at the low end of its interval
+    (``mixture.Model``), plus what its costly value adds (``extra_s``)."""
+    def work(i: list[int], pessimistic: bool = False) -> np.ndarray:  # a step's samples over the throughput
+        step = np.array([step_samples(configs[j], scaling) for j in i])
+        at = np.array(i)
+        if not pessimistic:
+            return step / np.exp(model.mean(at) + model.offset)
+        ref = np.array([model.incumbent])
+        low = model.mean(ref) + model.offset + model.upper(model.incumbent, at, z=-LOW_Z)
+        return step / np.exp(low)
+    plain = [i for i in durations if costly is None or not costly[i]]
+    line = fit(work(plain), np.array([durations[i] for i in plain])) if plain else None
+    if line is None:
+        return None
+    extra = extra_s(line, {i: d for i, d in durations.items() if costly is not None and costly[i]}, work)
+    return lambda at: line[0] + line[1] * work(at, pessimistic=True) + (0.0 if costly is None else extra * costly[at])

@@ -25,7 +25,6 @@ from orchestrator.keys import value_key
 from orchestrator.spec.model import DEFAULT_ORDER, ORDER_WORDS, Order  # noqa: F401 - the spec's words for memory orders
 
 
-
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b

@@ -15,20 +15,19 @@ What it knows before any trial, and how it uses it:
   configuration whose spread lets it beat the best by more than the band is a rival, counted in
   the stop's chance and, with ``trial.repeats: auto``, measured again alternately with the best.
 
-The priors order the search; measurements decide its stop. The first trials find the memory
-boundary of the most promising group (``boundary``: the configurations the priors rank best,
-across batch sizes) by bisection on the batch, starting in the middle of the list (on a CPU, with
-the batch below the first next). Then each trial is the one
-with the highest chance to fit and beat the best by more than the band. Every value of a searched
-parameter (batch size aside: the bisection measures its trend; for another numeric one, the values
-between two measured ones are interpolated) gets one look before the sweep may end, unless no
-configuration with it can fit: the best measured configuration with that value
-instead, so that only that parameter differs; the look comes once the likeliest candidate's
-chance is below ``COVER_BELOW``, and always before the stop. The sweep ends when the chance that
+The priors order the search; measurements decide its stop. The first trials bisect the memory
+boundary of the most promising batch column (``boundary``). Then each trial is the one with the
+highest chance to fit and beat the best by more than the band. Every value of a searched parameter
+(batch size aside; for another numeric one, values between two measured ones are interpolated)
+gets one look before the sweep may end, unless no configuration with it can fit: the best measured
+configuration with that value instead (only that parameter differs), once the likeliest
+candidate's chance is below ``COVER_BELOW``, and always before the stop; a value known to cost
+much (``cost.COSTLY``: compile) is measured by that look only. The sweep ends when the chance that
 some configuration left (not measured, not running, not proven too large) beats the best measured
-by more than ``band`` falls below ``STOP_CHANCE``, estimated by sampling the model's joint
-posterior; the stop line names each value never measured and what the model predicts for it, and
-says where the search could not tell its best from a rival (``remeasure``).
+by more than ``band`` falls below ``STOP_CHANCE`` (sampled from the model's joint posterior); the
+stop line names each value never measured and what the model predicts for it, and says where the
+search could not tell its best from a rival (``remeasure``). With trials in flight (several
+slots), each proposal adds what those will not, and a verdict they cannot change ends them (``flight``).
 Pure: the proposer calls ``Planner.decide`` with what the study holds.
 """
 
@@ -40,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.outcome import NOT_FITTING, Status
-from orchestrator.search import cost
+from orchestrator.search import cost, flight
 from orchestrator.search.boundary import Boundary
 from orchestrator.search import surrogate as S
 from orchestrator.search.feasibility import (
@@ -53,7 +52,7 @@ from orchestrator.keys import config_key, value_key, value_keys_of
 from orchestrator.search.mixture import Model
 from orchestrator.search.remeasure import Measured, Measurements, describe, process_values
 from orchestrator.search.priors import NOISE_FLOOR, THROUGHPUT, encode, measured_noise, ordered, values_of
-from orchestrator.search.verdict import Decision, Verdict, reason
+from orchestrator.search.verdict import Decision, Verdict, reason, unmeasured_note
 from orchestrator.metrics import DURATION_S
 from orchestrator.store.record import attrs_of, metrics_of, status_of
 
@@ -95,10 +94,13 @@ class Planner:
         self.noise_floor = NOISE_FLOOR.get(device, max(NOISE_FLOOR.values()))
         self._fitted: tuple[int, list[tuple[float, S.Hyper]]] | None = None
         self.values = values
-        self.boundary = Boundary(configs, self.keys, self.scaling, self.space, self.scaling_feature, order, values,
-                                 down_first=device == "cpu")
-        """The first trials: the most promising batch column's memory boundary (``boundary``)."""
         self.value_keys = value_keys_of(configs)
+        self.costly = cost.costly_pairs(self.value_keys, configs)
+        """Values known to cost much (``cost.COSTLY``): measured by their look first."""
+        self.boundary = Boundary(configs, self.keys, self.scaling, self.space, self.scaling_feature, order, values,
+                                 down_first=device == "cpu",
+                                 costly=[bool(self.costly.intersection(p)) for p in self.value_keys])
+        """The first trials: the most promising batch column's memory boundary (``boundary``)."""
         """Per configuration, its (parameter, value key) pairs: what the stop rule's looks count."""
         self.fit_index = FitIndex(configs, order, self.scaling, self.keys, self.value_keys)
         self._seen = Measurements(self.noise_floor)
@@ -149,7 +151,8 @@ class Planner:
         open_ = [i for i in left if p_fit[i] > 0.0]
         too_large = sum(1 for i in left if p_fit[i] < 0.05)
         probe = self.boundary.probe(p_fit, results, in_flight) if open_ else None
-        model = self._model(idx, y, in_flight, p_fit) if open_ or stop else None
+        measured = self._model(idx, y) if open_ or stop else None
+        model = self._believed(measured, in_flight, p_fit)
         rivals = self._rivals(model, in_flight) if stop else []
         if not open_ and not rivals:
             return Decision(None, Verdict(True, 0.0, len(left), too_large,
@@ -157,19 +160,27 @@ class Planner:
         verdict = self._verdict(model, open_, rivals, p_fit, len(left), too_large, bisecting=probe is not None)
         if probe is not None:
             return Decision(self.configs[probe], verdict, "boundary")
+        choices = flight.without(open_, self.value_keys, self._looking(idx, in_flight, costly=True))  # by a look
+        if choices != open_ and model is not None and verdict.lead >= COVER_BELOW:
+            verdict.lead = float(self._chances(model, open_, p_fit)[np.isin(open_, choices)].max(initial=0.0))
         if open_ and (verdict.done or verdict.lead < COVER_BELOW):
             unseen = self._unseen(idx, open_, in_flight, p_fit)
             if unseen:  # the priors alone may not end a sweep: one look at each value first
                 verdict = Verdict(False, verdict.chance, verdict.left, verdict.too_large, lead=verdict.lead)
-                looks = [(name, group) for (name, _), group in unseen.items() if group]
+                avoid = self._looking(idx, set(), costly=True)  # a costly value is measured by its own look only
+                looks = [(k[0], flight.without(g, self.value_keys, avoid - {k}) or g) for k, g in unseen.items() if g]
                 if looks:
                     return Decision(self.configs[self._look(model, looks, p_fit)], verdict, "coverage")
                 if stop and verdict.chance < STOP_CHANCE:
                     return Decision(None, verdict)  # the looks in flight may change the verdict
         if stop and verdict.done:
             verdict.reason += self._unmeasured_note(model, idx, p_fit)
+            verdict.ends_running = self._ends(measured, open_, idx, in_flight, p_fit)
             return Decision(None, verdict)
-        pick = self._best_candidate(model, open_ + rivals, p_fit)
+        if not choices and not rivals:  # each one left waits for a look in flight
+            return Decision(None, verdict)
+        held = flight.hostage(self.fit_index.dominance, sorted(self._busy(in_flight)), p_fit) if in_flight else None
+        pick = self._best_candidate(model, choices + rivals, p_fit, held)
         if pick not in rivals:
             return Decision(self.configs[pick], verdict, "improvement")
         assert model is not None
@@ -177,33 +188,30 @@ class Planner:
         if again is not None:
             return Decision(self.configs[again], verdict, "remeasure")
         if open_ and not (stop and self._verdict(model, open_, [], p_fit, len(left), too_large, False).done):
-            return Decision(self.configs[self._best_candidate(model, open_, p_fit)], verdict, "improvement")
+            pick = self._best_candidate(model, choices, p_fit, held) if choices else None  # else: wait for a look
+            return Decision(None if pick is None else self.configs[pick], verdict, "improvement" if choices else "")
         if stop or not open_:  # nothing unmeasured is likely to win, and the rival cannot be settled
             verdict.done, verdict.unsure = True, True
             verdict.reason = self._unsure(model, pick, verdict.chance) + self._unmeasured_note(model, idx, p_fit)
+            verdict.ends_running = self._ends(measured, open_, idx, in_flight, p_fit)
         return Decision(None, verdict)
 
     # -- measuring again: where the best and a rival are closer than their spread (``remeasure``) -
     def _rivals(self, model: Model | None, in_flight: set[str]) -> list[int]:
-        """Measured configurations other than the best, none of the two in flight: each may still
-        beat the best by more than the band, by as much as their spreads allow. None where no trial
-        reported its spread (a study from before, or an objective that is not a throughput)."""
-        if model is None or self._seen.noise() is None:
-            return []
-        return self._seen.rivals(model.incumbent, self._busy(in_flight))
+        """Measured configurations other than the best, not in flight: each may still beat the best
+        by more than the band, as far as its spread allows. None where no trial reported its spread."""
+        no = model is None or self._seen.noise() is None
+        return [] if no else self._seen.rivals(model.incumbent, self._busy(in_flight))  # type: ignore[union-attr]
 
     def _again(self, model: Model, rival: int, in_flight: set[str]) -> int | None:
         """Which of the best and ``rival`` to measure again (the one measured less recently), or None
         where nothing is measured again (``trial.repeats`` a number, the allowance spent, ...)."""
-        if not self.again:
-            return None
-        gap = float(model.gap(model.incumbent, np.array([rival]))[0])
-        return self._seen.again(model.incumbent, rival, gap, self.threshold, self._busy(in_flight))
+        busy, gap = self._busy(in_flight), float(model.gap(model.incumbent, np.array([rival]))[0])
+        return self._seen.again(model.incumbent, rival, gap, self.threshold, busy) if self.again else None
 
     def _unsure(self, model: Model, rival: int, chance: float) -> str:
-        best = model.incumbent
-        return self._seen.unsure((best, describe(self.configs[best])), (rival, describe(self.configs[rival])),
-                                 chance, self.band, self.again)
+        best, c = model.incumbent, self.configs
+        return self._seen.unsure((best, describe(c[best])), (rival, describe(c[rival])), chance, self.band, self.again)
 
     def _busy(self, in_flight: set[str]) -> set[int]:
         return {self.index[k] for k in in_flight if k in self.index}
@@ -280,49 +288,20 @@ class Planner:
         return max(below, key=lambda i: self.configs[i][self.scaling], default=paired)
 
     def _cost(self, model: Model | None) -> Any:
-        """A trial's predicted seconds for configurations ``at`` (``cost``: fitted on the measured
-        trials' durations, a candidate's throughput at the low end of its interval); None where
-        the cost cannot be told (no throughput objective, no batch, too few durations)."""
+        """A trial's predicted seconds for configurations ``at`` (``cost.predictor``); None where the
+        cost cannot be told (no throughput objective, no batch, too few durations)."""
         if model is None or self.scaling is None or not self.maximize or self.metric not in THROUGHPUT:
             return None
-        def work(i: list[int], pessimistic: bool = False) -> np.ndarray:  # a step's samples over the throughput
-            step = [cost.step_samples(self.configs[j], self.scaling) for j in i]
-            at = np.array(i)
-            if not pessimistic:
-                return np.array(step) / np.exp(model.mean(at) + model.offset)
-            ref = np.array([model.incumbent])
-            low = model.mean(ref) + model.offset + model.upper(model.incumbent, at, z=-cost.LOW_Z)
-            return np.array(step) / np.exp(low)
-        durations = self._seen.durations()
-        measured = list(durations)
-        line = cost.fit(work(measured), np.array([durations[i] for i in measured])) if measured else None
-        if line is None:
-            return None
-        return lambda at: line[0] + line[1] * work(at, pessimistic=True)
+        costly = np.array([bool(self.costly.intersection(p)) for p in self.value_keys]) if self.costly else None
+        return cost.predictor(model, self.configs, self.scaling, self._seen.durations(), costly)
 
     def _unmeasured_note(self, model: Model | None, idx: list[int], p_fit: np.ndarray) -> str:
         """For the stop line: each searched value never measured, and what the model says of it."""
-        measured = self._measured_values(idx)
-        groups: dict[tuple[str, str], list[int]] = {}
-        for i, pairs in enumerate(self.value_keys):
-            for pair in pairs:
-                if pair[0] in self.searched and pair not in measured:
-                    groups.setdefault(pair, []).append(i)
-        notes = []
-        for (name, _), members in groups.items():
-            value = self.configs[members[0]][name]
-            fits = [i for i in members if p_fit[i] > 0.0]
-            if not fits:
-                notes.append(f"{name}={value} (does not fit)")
-            elif max(p_fit[i] for i in fits) < 0.05:  # as the verdict counts it: too_large
-                notes.append(f"{name}={value} (predicted not to fit)")
-            elif model is not None:
-                upper = float(np.exp(model.upper(model.incumbent, np.array(fits)).max()))
-                notes.append(f"{name}={value} (predicted <= {upper:.2f}x of the best at 95%)")
-        return "; not measured: " + ", ".join(notes) if notes else ""
+        return unmeasured_note(model, self.configs, self.value_keys, self.searched, self._measured_values(idx), p_fit)
 
     # -- the model --------------------------------------------------------------------------------
-    def _model(self, idx: list[int], y: list[float], in_flight: set[str], p_fit: np.ndarray) -> Model | None:
+    def _model(self, idx: list[int], y: list[float]) -> Model | None:
+        """The model of the measurements (nothing believed)."""
         if not idx:
             return None
         i, yc = np.array(idx), np.array(y) - float(np.mean(y))
@@ -330,14 +309,35 @@ class Planner:
         floor = self.noise_floor if noise is None else 0.0  # measured spreads replace the device's floor
         members = self._members(i, yc, noise, floor, counts)
         model = Model(self.space, members, i, yc, noise, counts)
-        incumbent = idx[int(np.argmax(model.mean(np.array(idx))))]
-        running = np.array([self.index[k] for k in in_flight if k in self.index and p_fit[self.index[k]] > 0.5])
-        if len(running):  # what is running counts as measured at its predicted value (kriging believer)
-            believed = None if noise is None else np.concatenate([noise, np.full(len(running), float(np.median(noise)))])
-            model = Model(self.space, members, np.concatenate([i, running]), np.concatenate([yc, model.mean(running)]),
-                          believed, np.concatenate([counts, np.ones(len(running))]))
-        model.incumbent, model.offset = incumbent, float(np.mean(y))
+        model.incumbent, model.offset = idx[int(np.argmax(model.mean(i)))], float(np.mean(y))
+        self._conditioned = (members, yc, noise, counts)
         return model
+
+    def _believed(self, model: Model | None, in_flight: set[str], p_fit: np.ndarray) -> Model | None:
+        at = flight.running(self.index, in_flight, p_fit)  # counted as measured at its predicted value
+        return model if model is None or not len(at) else flight.believe(model, *self._conditioned, at)
+
+    # -- trials in flight (``flight``) --------------------------------------------------------------
+    def _looking(self, idx: list[int], in_flight: set[str], costly: bool = False) -> set[tuple[str, str]]:
+        """The values being looked at by a configuration in flight (none before a first result);
+        with ``costly``, also the costly values (``cost.COSTLY``) no configuration with a result has."""
+        never = self.costly - self._measured_values(idx) if costly and self.costly else set()
+        if not idx or not in_flight:
+            return never
+        return never | flight.pending(sorted(self._busy(in_flight)), self.value_keys, self._measured_values(idx),
+                                      lambda name: name in self.searched and name != self.scaling)
+
+    def _ends(self, measured: Model | None, open_: list[int], idx: list[int], in_flight: set[str],
+              p_fit: np.ndarray) -> bool:
+        """Whether a done verdict ends the trials in flight too (``flight``): none is a look, and
+        from the measurements alone, no configuration left or in flight is likely to beat the best
+        by more than the band."""
+        flying = sorted(i for i in self._busy(in_flight) if p_fit[i] > 0.0)
+        if not flying or measured is None or self._looking(idx, in_flight):
+            return False
+        rivals = [i for i in self._seen.rivals(measured.incumbent, set()) if i not in flying]
+        candidates = list(dict.fromkeys(open_ + flying))
+        return self._verdict(measured, candidates, rivals, p_fit, 0, 0, False).done
 
     def _members(self, i: np.ndarray, yc: np.ndarray, noise: np.ndarray | None = None,
                  floor: float | None = None, counts: np.ndarray | None = None) -> list[tuple[float, S.Hyper]]:
@@ -362,15 +362,19 @@ class Planner:
             model.chances = (key, p_fit[open_] * model.chance_above(model.incumbent, np.array(open_), self.threshold))
         return model.chances[1]
 
-    def _best_candidate(self, model: Model | None, open_: list[int], p_fit: np.ndarray) -> int:
+    def _best_candidate(self, model: Model | None, open_: list[int], p_fit: np.ndarray,
+                        held: np.ndarray | None = None) -> int:
         """The configuration likeliest to fit and beat the best by more than the band (when none
-        is likely to, the largest expected improvement times the chance to fit)."""
+        is likely to, the largest expected improvement times the chance to fit); ``held``: a
+        factor per configuration for the memory of those in flight (``flight.hostage``)."""
+        held_here = 1.0 if held is None else held[open_]
         if model is None:  # nothing measured: the likeliest to fit among the priors' best
             prior = self.space.H[open_] @ self.space.prior_mean
-            return open_[int(np.argmax(np.log(np.clip(p_fit[open_], 1e-9, None)) + prior))]
+            return open_[int(np.argmax(np.log(np.clip(p_fit[open_] * held_here, 1e-9, None)) + prior))]
         score = self._chances(model, open_, p_fit)
         if score.max() < 1e-6:
             score = p_fit[open_] * model.expected_gain(model.incumbent, np.array(open_))
+        score = score * held_here
         return open_[int(np.argmax(score - 1e-12 * np.arange(len(open_))))]
 
     def _verdict(self, model: Model | None, open_: list[int], rivals: list[int], p_fit: np.ndarray, left: int,

@@ -114,15 +114,16 @@ class Measurements:
         return {i: m.duration_s for i, m in self.measured.items() if m.duration_s > 0}
 
     def rivals(self, best: int, busy: set[int]) -> list[int]:
-        """Measured configurations other than ``best``, neither in flight (``busy``)."""
-        if best < 0 or best in busy:
+        """Measured configurations other than ``best``, not in flight (``busy``)."""
+        if best < 0:
             return []
         return [i for i in self.measured if i != best and i not in busy]
 
     def again(self, best: int, rival: int, gap: float, threshold: float, busy: set[int]) -> int | None:
         """Which of ``best`` and ``rival`` (``gap``: the model's mean of the rival's log value less
         the best's) to measure again, or None: the allowance is spent, or more measurements could
-        not settle them (``worth_it``), or the one due is in flight."""
+        not settle them (``worth_it``), or both are in flight (with the one due in flight, the other:
+        several slots measure the two at once)."""
         left_s = allowance_left(list(self.measured.values()), self.first_s)
         if left_s <= 0:
             return None
@@ -131,8 +132,10 @@ class Measurements:
         a, b = self.measured[best], self.measured[rival]
         if not worth_it(gap, max(noise, floor), threshold, a, b, left_s):
             return None
-        pick = best if next_of_pair(a, b) == "best" else rival
-        return None if pick in busy else pick
+        pick, other = (best, rival) if next_of_pair(a, b) == "best" else (rival, best)
+        if pick in busy:  # several slots: the other one meanwhile, so both see the machine alike
+            return None if other in busy else other
+        return pick
 
     def unsure(self, best: tuple[int, str], rival: tuple[int, str], chance: float, band: float, enabled: bool) -> str:
         """The stop line when ``best`` and ``rival`` (index, parameters) could not be told apart."""

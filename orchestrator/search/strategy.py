@@ -134,8 +134,8 @@ class Planned(Strategy):
         decision = self.planner.decide(view.results, set(view.in_flight) | view.failed, stop=self.stop)
         self.verdict = decision.verdict
         if decision.config is None:
-            if view.waiting:
-                return WAIT  # their results may change the verdict
+            if view.waiting and not (decision.verdict.ends_running and not view.strays):
+                return WAIT  # their results may change the verdict (unless it ends them: ``flight``)
             unfinished = len(view.results) < self.target or decision.verdict.unsure  # else: as without a search
             return Done(decision.verdict.reason if unfinished else None)
         again = view.results.get(config_key(decision.config)) if decision.why == "remeasure" else None

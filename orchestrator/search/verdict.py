@@ -1,10 +1,13 @@
-"""The ``auto`` search's verdict (whether a sweep is done, and why) and its decision (the next
-configuration, and how it was chosen): what the planner returns and the sweep reads. Pure."""
+"""The ``auto`` search's verdict (whether a sweep is done, and why, with what was never measured)
+and its decision (the next configuration, and how it was chosen): what the planner returns and the
+sweep reads. Pure."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 
 @dataclass
@@ -24,6 +27,8 @@ class Verdict:
     unsure: bool = False
     """Done without being sure: a measured rival may still beat the best by more than the band
     (``remeasure``); ``reason`` says which, and what would tell them apart."""
+    ends_running: bool = False
+    """Done, and the trials in flight cannot change it either (``flight``): the sweep stops them."""
 
 
 @dataclass
@@ -41,3 +46,26 @@ def reason(chance: float, left: int, too_large: int, band: float, nothing_left: 
                 if left else "every configuration has a result")
     return (f"no configuration left is likely to beat the best by more than {band:.0%} (chance {chance:.1%}); "
             f"{left} not measured, {too_large} of them predicted not to fit")
+
+
+def unmeasured_note(model: Any, configs: list[dict[str, Any]], value_keys: list[list[tuple[str, str]]],
+                    searched: set[str], measured: set[tuple[str, str]], p_fit: np.ndarray) -> str:
+    """For the stop line: each searched value never measured (not in ``measured``), and what the
+    model (``mixture.Model``, None before any result) says of it."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, pairs in enumerate(value_keys):
+        for pair in pairs:
+            if pair[0] in searched and pair not in measured:
+                groups.setdefault(pair, []).append(i)
+    notes = []
+    for (name, _), members in groups.items():
+        value = configs[members[0]][name]
+        fits = [i for i in members if p_fit[i] > 0.0]
+        if not fits:
+            notes.append(f"{name}={value} (does not fit)")
+        elif max(p_fit[i] for i in fits) < 0.05:  # as the verdict counts it: too_large
+            notes.append(f"{name}={value} (predicted not to fit)")
+        elif model is not None:
+            upper = float(np.exp(model.upper(model.incumbent, np.array(fits)).max()))
+            notes.append(f"{name}={value} (predicted <= {upper:.2f}x of the best at 95%)")
+    return "; not measured: " + ", ".join(notes) if notes else ""

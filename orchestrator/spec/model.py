@@ -37,6 +37,8 @@ DEFAULT_ORDER: dict[str, Order] = {
     "grad_accum_steps": "increasing",  # from 2 on, one more gradient-sized buffer (see the module)
     "dtype": {"float32": 2, "float16": 1, "bfloat16": 1},
     "activation_checkpointing": {False: 1, True: 0},
+    "compile": {False: 1, True: 0},  # fused kernels keep fewer activations: the compiled peak was at most the
+    # eager one's (+0.2%) in all 15 fitting pairs of two H100 landscapes, and 2 fitted only compiled
     "memory_fraction": "decreasing",
     "cpu_memory_limit_gib": "decreasing",
     "lr": "neutral",

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from orchestrator import trialdir
-from orchestrator.outcome import DIED_DETAIL, RUN_AGAIN, Status
+from orchestrator.outcome import DIED_DETAIL, RUN_AGAIN, VERDICT_DETAIL, Status
 from orchestrator.store.record import TrialRecord, enqueue, is_attempt, status_of, write, write_stored
 from orchestrator.store.records import results_of
 from orchestrator.keys import config_key
@@ -208,8 +208,8 @@ class Recovery:
                     continue
                 t, status = results[key], status_of(results[key])
                 superseded[key] = first_new
-            elif status not in RUN_AGAIN:
-                continue
+            elif status not in RUN_AGAIN or TrialRecord.of(t).detail == VERDICT_DETAIL:
+                continue  # a final result, or stopped by a verdict (the planner asks for it if it must)
             params = t.params or t.system_attrs.get("fixed_params")
             neighbour_of = TrialRecord.of(t).neighbour_of
             enqueue(self.study, params, retry_of=t.number, retry_reason=status,

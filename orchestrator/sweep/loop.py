@@ -32,7 +32,7 @@ from orchestrator.sweep.notices import QUIET_AGAIN_S, QUIET_S, quiet_notice, str
 from orchestrator.sweep.repeats import remeasured
 from orchestrator.protocol import TrialConfig, TrialSteps
 from orchestrator.launch import PRESTART, StopFlag
-from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, Outcome, Status
+from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, VERDICT_DETAIL, Outcome, Status
 from orchestrator.search.verdict import Verdict
 from orchestrator.search.proposer import Asked, Proposer
 from orchestrator.search.strategy import Done, Wait
@@ -151,6 +151,8 @@ class Sweep:
             if (refused := self.tracker.notice()) is not None:  # it refused a write: once, and on
                 on_notice(refused)
             proposing = proposing and policy.proposing(clock()) and self._fill_slots()
+            if not proposing and self.jobs and (v := self.proposer.verdict) is not None and v.ends_running:
+                self._stop_jobs(VERDICT_DETAIL)  # the search is done, and what runs cannot change that
             self._advance_all()  # start what can start
             if not self.jobs:
                 if not proposing or self.recovery is None:
@@ -350,27 +352,7 @@ class Sweep:
     def _interrupted(self, elapsed: float) -> SweepResult:
         """Ctrl-C / SIGTERM: a trial that ended by itself keeps its result; every other one in
         flight is killed and recorded as interrupted."""
-        from optuna.exceptions import UpdateFinishedTrialError
-        from optuna.trial import TrialState
-
-        for slot, job in list(self.jobs.items()):
-            if job.settle() is State.FINISHED:
-                del self.jobs[slot]
-                outcome = self._finish(job)
-                if outcome is not None:
-                    self._on_result(job.trial, outcome, self.runner.now())
-        self.runner.close()
-        for job in self.jobs.values():
-            trial = job.trial
-            try:
-                write(trial, status=Status.INTERRUPTED, detail=INTERRUPTED_DETAIL)
-                self.study.tell(trial, state=TrialState.FAIL)
-            except UpdateFinishedTrialError:
-                continue
-            self.tracker.finish_trial(job.run_ref, Status.INTERRUPTED, {}, {"detail": INTERRUPTED_DETAIL},
-                                      trialdir.files(job.trial_dir) if job.started else [])
-            self._on_result(trial, Outcome(Status.INTERRUPTED, INTERRUPTED_DETAIL), self.runner.now())
-        self.jobs.clear()
+        self._stop_jobs(INTERRUPTED_DETAIL)
         assert self._policy is not None
         if self.fault is not None:
             return SweepResult(exits.STORE_DOWN, "KILLED", elapsed, self.best, self._policy.failures, message=(
@@ -385,3 +367,27 @@ class Sweep:
                            message=f"orchestrate: stopped by {name}; the running trial(s) were killed and "
                                    "recorded as interrupted.")
 
+    def _stop_jobs(self, detail: str) -> None:
+        """Every trial in flight: one that ended by itself keeps its result; every other one is killed
+        (the runner closes) and recorded as interrupted, with ``detail``."""
+        from optuna.exceptions import UpdateFinishedTrialError
+        from optuna.trial import TrialState
+
+        for slot, job in list(self.jobs.items()):
+            if job.settle() is State.FINISHED:
+                del self.jobs[slot]
+                outcome = self._finish(job)
+                if outcome is not None:
+                    self._on_result(job.trial, outcome, self.runner.now())
+        self.runner.close()
+        for job in self.jobs.values():
+            trial = job.trial
+            try:
+                write(trial, status=Status.INTERRUPTED, detail=detail)
+                self.study.tell(trial, state=TrialState.FAIL)
+            except UpdateFinishedTrialError:
+                continue
+            self.tracker.finish_trial(job.run_ref, Status.INTERRUPTED, {}, {"detail": detail},
+                                      trialdir.files(job.trial_dir) if job.started else [])
+            self._on_result(trial, Outcome(Status.INTERRUPTED, detail), self.runner.now())
+        self.jobs.clear()

@@ -39,3 +39,15 @@ def test_a_steps_samples_are_the_effective_batch_where_the_space_sets_it() -> No
     assert cost.step_samples({"batch_size": 64, "grad_accum_steps": 4}, "batch_size") == 256
     assert cost.step_samples({"batch_size": 64, "effective_batch_size": 512}, "batch_size") == 512
     assert cost.step_samples({"batch_size": 64}, "batch_size") == 64
+
+
+def test_compile_true_is_the_costly_value_and_what_it_adds_is_measured_once_it_can_be() -> None:
+    configs = [{"batch_size": 8, "compile": False}, {"batch_size": 8, "compile": True}]
+    keys = [[("batch_size", "8"), ("compile", "False")], [("batch_size", "8"), ("compile", "True")]]
+    assert cost.costly_pairs(keys, configs) == {("compile", "True")}
+    assert cost.costly_pairs(keys[:1], configs[:1]) == set()
+    line = (1.0, 2.0)  # 1 s fixed plus 2 s a unit of work
+    work = lambda at: np.array([1.0 for _ in at])  # noqa: E731
+    assert cost.extra_s(line, {}, work) == cost.COSTLY_S  # none measured yet: the prior
+    assert cost.extra_s(line, {1: 31.0, 2: 29.0, 3: 40.0}, work) == pytest.approx(28.0)  # the median beyond 3 s
+    assert cost.extra_s(line, {1: 2.0}, work) == 0.0  # never negative

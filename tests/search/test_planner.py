@@ -101,6 +101,10 @@ def test_nothing_measured_running_or_proven_too_large_is_proposed() -> None:
     seen = {config_key({"batch_size": b, "dtype": "bfloat16"}): result("ok", 50.0 * b, b / 10) for b in (16, 32, 64)}
     seen[config_key({"batch_size": 128, "dtype": "bfloat16"})] = result("oom")
     running = {config_key({"batch_size": 64, "dtype": "float32"})}
+    # float32 is being looked at (in flight): nothing else with it until that result is in
+    wait = p.decide(seen, running, stop=False)
+    assert wait.config is None and not wait.verdict.done
+    seen[config_key({"batch_size": 16, "dtype": "float32"})] = result("ok", 10.0, 1.0)
     proposed = []
     for _ in range(4):
         d = p.decide(seen, running, stop=False)

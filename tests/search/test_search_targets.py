@@ -59,11 +59,17 @@ def test_the_shipped_search_meets_its_targets(path: Path) -> None:
         assert len(failed) == 1 and known in failed[0], failed
 
 
-KNOWN_SHORTFALLS: dict[str, str] = {}
+KNOWN_SHORTFALLS: dict[str, str] = {
+    "hf_gpt2_h100_cap012": "shipped stop_ratio",
+    "hf_llama_compile_h100_cap010": "shipped ratio 0.",
+}
 """Targets a landscape misses on these seeds, kept visible rather than tuned away (docs/benchmarks.md
-says why). Empty since issue #38: the 1.8% 32-layer MLP (``mlp_deep32_ckpt_h100_cap018``) missed
-"1.5x lightning" on seeds 0-2 (6.8 s to the band against Lightning's 4.0 s); with each trial's spread
-in the model it reaches the band as Lightning's 1.5x allows on these seeds too."""
+says why). Issue #41's new H100 landscapes: GPT-2 under a 12% cap stops at 0.44x of the grid (target
+0.40; the search as before issue #41: one slot decides as it did); the Llama with compile reaches the
+band at 0.26x (target 0.15): its best, bfloat16 at batch 16, fits only compiled, and two compiled
+trials (37 s and 40 s of the grid's 319 s) come before it. (Before issue #41 the Llama reached the
+band at 0.13x, its bisection run compiled, and stopped at 0.48x, target 0.40.) The 1.8% 32-layer MLP
+(``mlp_deep32_ckpt_h100_cap018``) missed "1.5x lightning" until issue #38."""
 
 
 def test_a_landscape_that_contradicts_a_prior_is_held_to_its_own_targets() -> None:
