@@ -25,6 +25,32 @@ pytest_plugins = ["servers"]  # tests/servers.py: real PostgreSQL and mlflow ser
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
+
+SLOW_MODULES = frozenset({
+    # Besides the modules marked `pytestmark = pytest.mark.slow` themselves (real sweeps end to
+    # end), these start real trial processes, fork servers, the installed command, PostgreSQL,
+    # an MLflow server, a browser, or train a model: seconds each. `pytest -m "not slow"`, the
+    # fast tier the README names for the inner loop of a change, leaves them to the full suite.
+    "doctor/test_doctor.py", "harness/test_backend_contract.py", "harness/test_harness.py",
+    "harness/test_script.py", "harness/test_smoke.py", "harness/test_swap.py", "launch/test_slots.py",
+    "project/test_bench.py", "project/test_concurrency_bench.py", "project/test_experiment_hf.py",
+    "project/test_experiments.py", "project/test_scale_bench.py", "project/test_servers.py",
+    "project/test_walk.py", "report/test_delete.py", "report/test_device_compare.py", "report/test_report.py",
+    "report/test_ui_browser.py", "scenarios/test_bad_input.py", "scenarios/test_cluster.py",
+    "search/test_script_names.py", "search/test_search_targets.py", "spec/test_fuzz_specs.py",
+    "spec/test_yaml_hostile.py", "store/test_agreement.py", "store/test_optuna_sql.py",
+    "store/test_studyread.py", "store/test_tracking_store.py", "sweep/test_startup.py",
+})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules of ``SLOW_MODULES`` are ``slow`` too."""
+    tests = Path(__file__).parent
+    for item in items:
+        if str(Path(item.path).relative_to(tests)) in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 ORCHESTRATE = str(Path(sys.executable).with_name("orchestrate"))
 # The tests run it as a user with the venv activated (the README's set-up): its folder first on
 # PATH, so the commands it prints start with `orchestrate` (orchestrator/invocation.py);
