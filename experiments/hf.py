@@ -225,7 +225,7 @@ def model_class(config: Any, task: str) -> type:
 
     mapping = {"causal_lm": auto.MODEL_FOR_CAUSAL_LM_MAPPING, "masked_lm": auto.MODEL_FOR_MASKED_LM_MAPPING,
                "sequence_classification": auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING}[task]
-    return mapping[type(config)]
+    return mapping[type(config)]  # type: ignore[return-value]  # transformers types the lazy mapping's values loosely
 
 
 def preload(fixed: dict[str, Any]) -> None:

@@ -46,7 +46,7 @@ class Status(str, Enum):
     def __str__(self) -> str:
         return self.value
 
-    __format__ = str.__format__
+    __format__ = str.__format__  # type: ignore[assignment]  # f"{status}" is its value, as str() is (Enum's is another signature)
 
     @classmethod
     def read(cls, stored: Any) -> Status | None:

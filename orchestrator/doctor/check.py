@@ -117,7 +117,7 @@ def check_knobs(device: str, facts: dict[str, Any], work: Path, left: Any) -> di
     base = {"device": device, "batch_size": CHECK_BATCH, "width": CHECK_WIDTH}
     selftest = ("orchestrator.harness.selftest", (1, 1, 0.0))
     uncapped = run_trial(base, work, "uncapped", min(60.0, left()), *selftest)
-    knobs = []
+    knobs: list[dict[str, object]] = []
     for knob, value, cap_gib in knob_trials(device, facts, uncapped):
         if left() < 10:
             knobs.append({"knob": knob, "verdict": "could not tell", "why": "the two-minute budget was spent"})
@@ -136,13 +136,13 @@ def check_speed(device: str, work: Path, left: Any) -> dict[str, Any]:
     if left() > 15:
         speed["matmul"] = harness_json(["-m", "orchestrator.harness.doctor", "--matmul", device], "MATMUL ",
                                  min(40.0, left()))
-    train = []
+    train: list[dict[str, object]] = []
     for i, d in enumerate(dict.fromkeys(["cpu", device])):
         if left() < 10:
             break
         params = {"device": d, **{k: v for k, v in TRAIN.items() if k != "experiment"}}
         train.append({"device": d, **run_trial(params, work, f"train-{i}-{d}", min(45.0, left()),
-                                               TRAIN["experiment"], TRAIN_STEPS)})
+                                               str(TRAIN["experiment"]), TRAIN_STEPS)})
     speed["train"] = train
     return speed
 

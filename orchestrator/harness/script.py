@@ -232,7 +232,7 @@ def counting_batches(meter: Meter) -> Callable[[], None]:
     _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]  # the one place every loader yields
 
     def undo() -> None:
-        _BaseDataLoaderIter.__next__ = inner  # type: ignore[method-assign]
+        _BaseDataLoaderIter.__next__ = inner  # type: ignore[method-assign]  # the original put back
     return undo
 
 

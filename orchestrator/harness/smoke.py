@@ -58,7 +58,7 @@ def smoke_step(experiment: str, params: dict[str, Any], device: str) -> dict[str
         progress.phase = "setup"
         build = getattr(module, "build", None)
         if callable(build):
-            module.build = _recording(build, built)  # train.run finds the same module object
+            setattr(module, "build", _recording(build, built))  # train.run finds the same module object
         out = train.run(config, progress)
     except BaseException as exc:  # noqa: BLE001 - every failure is the answer
         if isinstance(exc, KeyboardInterrupt):
@@ -202,7 +202,7 @@ def main(argv: list[str]) -> int:
              "'{\"experiment\": MODULE, \"params\": {...}, \"device\": DEVICE}'")
     try:
         request = json.loads(argv[1]) if len(argv) == 2 else None
-        experiment, params, device = request["experiment"], request.get("params", {}), request.get("device", "auto")
+        experiment, params, device = request["experiment"], request.get("params", {}), request.get("device", "auto")  # type: ignore[index, union-attr]  # None (a wrong argument count) raises TypeError: the usage below
         if not isinstance(experiment, str) or not isinstance(params, dict) or not isinstance(device, str):
             raise TypeError
     except (TypeError, KeyError, ValueError):

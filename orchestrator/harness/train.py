@@ -17,7 +17,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
@@ -115,7 +115,7 @@ def accumulate(model: torch.nn.Module, loss_fn: Callable, batches: Any, k: int,
         total = loss.detach().float() if total is None else total + loss.detach().float()
         scaled = loss / k
         (scaler.scale(scaled) if scaler is not None else scaled).backward()
-    return total / k
+    return cast(torch.Tensor, total) / k  # k >= 1 batches: a tensor
 
 
 def run(config: TrialConfig, progress: Progress) -> dict[str, Any]:
@@ -211,7 +211,7 @@ def set_up(config: TrialConfig, progress: Progress) -> Trial:
             not_applied["activation_checkpointing"] = "the experiment lists no blocks to checkpoint"
     if params.get("compile"):
         compiled.use_cache(config.compile_cache)
-        model = torch.compile(model)
+        model = cast(torch.nn.Module, torch.compile(model))  # a module compiles to a module (OptimizedModule)
         applied["compile"] = True
         applied["compile_cache"] = os.environ.get(compiled.CACHE_ENV)  # where Inductor's caches are (None: torch's default)
     progress.mark(MK.WRAPPED)
@@ -269,7 +269,7 @@ def warm_up(trial: Trial, warmup_steps: int, progress: Progress) -> Warm:
             backend.empty_cache(device)
         progress.phase = "warmup"
     backend.warn_every_fallback(device, False)
-    loss_first = first_loss.item()  # outside the window: deliberate host read
+    loss_first = cast(torch.Tensor, first_loss).item()  # outside the window: deliberate host read (warmup_steps >= 1)
     backend.synchronize(device)  # sync point: the window starts with an idle device
     for i, at in enumerate(backend.marker_times(step_ends, time.time()), 1):
         progress.marks[MK.warmup_step(i)] = at

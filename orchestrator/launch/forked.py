@@ -137,7 +137,7 @@ class Forked(TrialProcess):
         elif status.word is Word.RESULT:
             self.result_ready = True
         elif status.word is Word.EXITED:
-            self.exited(status.code, status.maxrss_kib)  # type: ignore[arg-type]
+            self.exited(status.code, status.maxrss_kib)  # type: ignore[arg-type]  # EXITED carries its code
 
     def exited(self, code: int, maxrss_kib: int) -> None:
         self.returncode = code

@@ -158,7 +158,7 @@ class Interpreter(TrialProcess):
         event("interpreter_spawn")
 
     @property
-    def pid(self) -> int:  # type: ignore[override]
+    def pid(self) -> int:  # type: ignore[override]  # a property over the base's attribute
         return self.proc.pid
 
     def read_status(self) -> None:

@@ -100,13 +100,13 @@ def gpu_cores(gpus: list[Gpu], have: frozenset[int], sys_root: Path = Path("/sys
         ordered = sorted(node)
         for k, i in enumerate(members):
             out[i] = frozenset().union(*(units[u] for u in ordered[k * each:(k + 1) * each]))
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # every member was given its cores: no None left
 
 
 def _ranges(cores: frozenset[int]) -> str:
     ordered, out = sorted(cores), []
     start = prev = ordered[0]
-    for c in ordered[1:] + [None]:  # type: ignore[list-item]
+    for c in ordered[1:] + [None]:
         if c is not None and c == prev + 1:
             prev = c
             continue
@@ -166,7 +166,8 @@ def resolve_slots(items: tuple[str, ...] | None, device: str, fail: Any) -> list
     if device != "cpu":
         raise fail(f"devices lists CPU slots but the trials run on {device}")
     have = available_cores()
-    slots, used = [], set()
+    slots: list[Slot] = []
+    used: set[int] = set()
     for item in items:
         if item == "cpu":
             if len(items) > 1:

@@ -118,7 +118,8 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
 
 
 def _lines(found: list[Difference]) -> list[str]:
-    out, per_kind = [], {}
+    out: list[str] = []
+    per_kind: dict[str, int] = {}
     for d in found:
         per_kind[d.kind] = per_kind.get(d.kind, 0) + 1
         if per_kind[d.kind] <= SHOWN_PER_KIND:

@@ -105,7 +105,7 @@ def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list
     prov = prov or {}
     device, device_name = device_of(spec, study, next(iter(results), None)), prov.get("device_name")
     if "device" in spec.space:  # swept: no one device (nor its name) speaks for the study
-        device, device_name = " and ".join(map(str, spec.space["device"].values)), None
+        device, device_name = " and ".join(map(str, spec.space["device"].values)), None  # type: ignore[union-attr]  # device is always a list (a Choice)
     return {
         "study": spec.name, "storage": shown(absolute_uri(spec.storage)),
         "objective": [list(m) for m in spec.objective.metrics],

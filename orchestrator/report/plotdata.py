@@ -20,7 +20,7 @@ from orchestrator.store.records import is_feasible
 MAX_LINES = 8
 PRIORITY = NOT_FITTING + (Status.CRASHED, Status.TIMEOUT, Status.ERROR, Status.DIVERGED)  # a cell's failure, worst first
 MEMORY_FAILURES = NOT_FITTING  # what the boundary map marks as not fitting
-NOTES = {Status.OOM: "OOM", Status.SWAPPED: "swaps", Status.SKIPPED: "skipped"}
+NOTES: dict[str, str] = {Status.OOM: "OOM", Status.SWAPPED: "swaps", Status.SKIPPED: "skipped"}
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,8 @@ class DominanceIndex:
                 continue
             seen: dict[str, int] = {}
             memo: dict[Any, tuple[int, float | None]] = {}  # per distinct value: its code and rank
-            code, rank = [], []
+            code: list[int] = []
+            rank: list[float | None] = []
             for c in configs:
                 if name not in c:
                     code.append(-1)

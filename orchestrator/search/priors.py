@@ -134,7 +134,7 @@ def _slope(name: str, metric: str, device: str | None, log: bool) -> tuple[float
         return SEQ_LEN_PRIOR.get(metric, UNKNOWN_ORDERED)
     rule = PRIORS.get(name)
     if name == "batch_size":  # by device; several devices in one space: one that covers them
-        rule = rule.get(device, SEVERAL_DEVICES)
+        rule = rule.get(device, SEVERAL_DEVICES)  # type: ignore[union-attr]  # PRIORS has batch_size's rules by device
     return rule if isinstance(rule, tuple) and log else UNKNOWN_ORDERED
 
 

@@ -145,7 +145,7 @@ def suggest(trial: Any, plan: Plan) -> dict[str, Any]:
     params: dict[str, Any] = {}
     device = plan.device
     if "device" in plan.searched:
-        device = trial.suggest_categorical("device", list(plan.searched["device"].values))
+        device = trial.suggest_categorical("device", list(plan.searched["device"].values))  # type: ignore[union-attr]  # device is always a list (a Choice)
         params["device"] = device
     for name in applicable(plan, device):
         if name == "device":

@@ -42,6 +42,7 @@ def show(value: Any, spelled: str | None = None) -> str:
 
 
 T = TypeVar("T")
+F = TypeVar("F")
 _NUMBER = re.compile(r"[-+]?(\d[\d_]*\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
@@ -61,7 +62,7 @@ class Checker:
         """A broken rule, kept; checking goes on."""
         self.found += each_error(error)
 
-    def attempt(self, check: Callable[[], T], fallback: T) -> T:
+    def attempt(self, check: Callable[[], T], fallback: F) -> T | F:
         """``check()``, or ``fallback`` where it breaks a rule (the error is kept)."""
         try:
             return check()
@@ -203,7 +204,7 @@ def check_search(c: Checker, raw: Any, space: dict[str, Dimension]) -> SearchSet
         raise c.fail(path + ("grace_period_s",), "grace_period_s must be at least 2 (heartbeats are "
                      "sent every grace_period_s / 4, at least once a second)", grace)
     outage_s = c.number(path + ("outage_s",), s.get("outage_s", 300.0), "outage_s", positive=True)
-    return SearchSettings(sampler=sampler, n_trials=n_trials, stop=stop, band=band, outage_s=outage_s, seed=seed,
+    return SearchSettings(sampler=sampler, n_trials=n_trials, stop=stop, band=band, outage_s=outage_s, seed=seed,  # type: ignore[arg-type]  # sampler and stop: one_of checked each is one of the Literal's words
                           max_failures=max_failures,
                           timeout_min=timeout_min, patience=patience, skip_predicted_oom=skip,
                           allow_swap=allow_swap, grace_period_s=grace,

@@ -90,7 +90,7 @@ def type_schema(hint: Any, where: str) -> dict[str, Any]:
     if hint in _PLAIN:
         return {"type": _PLAIN[hint]}
     if dataclasses.is_dataclass(hint):
-        return section(hint, tuple(where.split(".")))
+        return section(hint, tuple(where.split(".")))  # type: ignore[arg-type]  # a field's annotation: a class, not an instance
     raise TypeError(f"{where}: no JSON Schema for the type {hint!r}: use a Literal, bool, int, float or str "
                     "(Annotated with a Bound for limits), or give the field an entry in orchestrator.spec.schema.FRAGMENTS")
 

@@ -145,7 +145,7 @@ def samples_per_step(text: str | int | float | None, params: dict[str, Any]) -> 
 
     def value(node: ast.expr) -> float:
         if isinstance(node, ast.Constant):
-            return float(node.value)
+            return float(node.value)  # type: ignore[arg-type]  # a constant that is no number raises here, as a bad name does
         if isinstance(node, ast.Name):
             return float(params[node.id])
         if isinstance(node, ast.UnaryOp):

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import AbstractSet, Any, Callable, Iterable
 
 from orchestrator import metrics as M
 from orchestrator import trialdir
@@ -116,7 +116,7 @@ class Difference:
 
 
 def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Callable[[int], Path],
-            in_flight: set[int] = frozenset(), folders: dict[int, Path] | None = None,
+            in_flight: AbstractSet[int] = frozenset(), folders: dict[int, Path] | None = None,
             artifacts: Callable[[str, str | None], set[str]] | None = None) -> list[Difference]:
     """Every difference between the study's ``trials`` and MLflow's child ``runs`` (by trial
     number), skipping ``in_flight`` trial numbers and waiting trials. ``folders`` (trial number ->

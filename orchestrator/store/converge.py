@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import AbstractSet, Any, Callable
 
 from orchestrator.redact import shown
 from orchestrator.store.agreement import Difference, compare, keeper, record_of
@@ -41,7 +41,7 @@ class Converged:
     """Differences converging does not repair (a trial cut off, a folder of no trial)."""
 
 
-def converge(tracker: Any, trials: list[Any], default_dir: Callable[[int], Path], in_flight: set[int] = frozenset(),
+def converge(tracker: Any, trials: list[Any], default_dir: Callable[[int], Path], in_flight: AbstractSet[int] = frozenset(),
              runs: dict[int, list[Any]] | None = None, artifacts: Any = None) -> Converged:
     """Write what MLflow lacks of ``trials``' records through ``tracker`` (``tracking.Tracker``,
     its parent run open). Stops at the first write MLflow refuses: the rest is ``missing``."""

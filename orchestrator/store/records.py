@@ -42,7 +42,7 @@ def objective_values(spec: SweepSpec, metrics: dict[str, float]) -> list[float] 
     values = [metrics.get(m) for m, _ in spec.objective.metrics]
     if any(v is None or v != v for v in values):
         return None
-    return [float(v) for v in values]
+    return [float(v) for v in values if v is not None]  # none is None (above)
 
 
 def is_feasible(trial: Any) -> bool:
@@ -117,7 +117,7 @@ def _tell(study: Any, trial: Any, state: Any, values: list[float] | None = None)
                                        "finished it first")
 
 
-def run_tags(result: TrialResult | None, status: Status, detail: str | None,
+def run_tags(result: TrialResult | None, status: str, detail: str | None,
              signal: str | None = None) -> dict[str, str]:
     """MLflow tags of a trial's run: the recorded ``status``, and what its result file says."""
     result = result or TrialResult(str(status))

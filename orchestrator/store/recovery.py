@@ -206,7 +206,7 @@ class Recovery:
             if key in results:
                 if status_of(results[key]) not in retry:
                     continue
-                t, status = results[key], status_of(results[key])
+                t, status = results[key], status_of(results[key])  # type: ignore[assignment]  # in retry (above): a status
                 superseded[key] = first_new
             elif status not in RUN_AGAIN or TrialRecord.of(t).detail == VERDICT_DETAIL:
                 continue  # a final result, or stopped by a verdict (the planner asks for it if it must)

@@ -9,7 +9,7 @@ trial; MLflow and Optuna are imported, torch is not.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
@@ -35,7 +35,7 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
     with study_lock(spec.storage, spec.name):
         study = load_study(spec.storage, spec.name, spec.search.grace_period_s)
         tracker = Tracker(spec.tracking_uri, spec.name, _outage(spec), swept=tuple(spec.space))
-        uid = StudyRecord.of(study).uid
+        uid = cast(str, StudyRecord.of(study).uid)  # a study orchestrate made has its uid (open_study writes it)
         if shared:  # other orchestrators may be running it: its parent run is theirs to close
             created = _find_parent(tracker, spec, uid)
         else:

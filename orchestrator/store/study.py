@@ -254,7 +254,7 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], s
 
         write_study(study, uid=uuid.uuid4().hex)
     elif stored != wanted:
-        raise spec_mismatch(spec, storage_url, stored, wanted)
+        raise spec_mismatch(spec, storage_url, stored, wanted)  # type: ignore[arg-type]  # no fingerprint: a new study, which has no uid yet
     if attrs.recorded is not None:  # this run writes MLflow: it is compared again at its end
         write_study(study, recorded=None)
     return study

@@ -181,8 +181,8 @@ def _trials(con: sqlite3.Connection, study_id: int) -> list[StoredTrial]:
     decode = _Decoder()
     for trial_id, name, value, dist in sql.trial_params(con, study_id):
         params[trial_id][name] = decode(value, dist)
-    for trial_id, objective, value, kind in sql.trial_values(con, study_id):
-        values.setdefault(trial_id, {})[objective] = _value(value, kind)
+    for trial_id, objective, stored, kind in sql.trial_values(con, study_id):
+        values.setdefault(trial_id, {})[objective] = _value(stored, kind)
     for read, into in ((sql.trial_user_attributes, user), (sql.trial_system_attributes, system)):
         for trial_id, key, value_json in read(con, study_id):
             into[trial_id][key] = json.loads(value_json)
@@ -201,7 +201,7 @@ class _Decoder:
     def __call__(self, value: float, distribution_json: str) -> Any:
         kind, choices = self.seen.get(distribution_json) or self._parse(distribution_json)
         if kind == "categorical":
-            return choices[int(value)]
+            return choices[int(value)]  # type: ignore[index]  # a categorical distribution lists its choices
         return int(value) if kind == "int" else value
 
     def _parse(self, text: str) -> tuple[str, tuple[Any, ...] | None]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
@@ -223,7 +223,7 @@ class Tracker:
         self.client.log_batch(run.info.run_id, params=[Param(k, param_text(v)) for k, v in sorted(params.items())])
         return run.info.run_id
 
-    def finish_trial(self, run_id: str, status: str, metrics: dict[str, float], tags: dict[str, str],
+    def finish_trial(self, run_id: str, status: str, metrics: dict[str, float], tags: Mapping[str, object],
                      files: list[tuple[Path, str | None]]) -> None:
         """Idempotent: a resume may call it again for a trial whose orchestrator died midway."""
         from mlflow.entities import RunTag
@@ -335,7 +335,7 @@ class AsyncTracker:
         self.queue.put(("start", ref, (number, params, tags)))
         return ref
 
-    def finish_trial(self, ref: RunRef, status: str, metrics: dict[str, float], tags: dict[str, str],
+    def finish_trial(self, ref: RunRef, status: str, metrics: dict[str, float], tags: Mapping[str, object],
                      files: list[tuple[Path, str | None]]) -> None:
         self.queue.put(("finish", ref, (status, metrics, tags, files)))
 

@@ -60,6 +60,12 @@ class Job:
     pending: Launched | None = None
     """REPEATING: the last process's result, counted once that process has exited."""
 
+    @property
+    def running(self) -> TrialRun:
+        """The trial's process: there is one in every state after PROPOSED (RUNNING, REPEATING)."""
+        assert self.handle is not None, self.state
+        return self.handle
+
     def advance(self, idle: bool, start: Callable[["Job", Path], TrialRun], stopping: bool = False) -> State:
         """Move on as far as the processes allow. ``idle``: the slot has no process; ``start(job,
         folder)`` starts the next process (a repeat's folder is ``repeat-<k>``); ``stopping``:
@@ -70,15 +76,15 @@ class Job:
             else:
                 self.handle = start(self, repeat_path(self.trial_dir, 1))
                 self.state = State.RUNNING
-        if self.state is State.RUNNING and self.handle.has_result:
-            current = self.handle.launched()
+        if self.state is State.RUNNING and self.running.has_result:
+            current = self.running.launched()
             if current.outcome.status == Status.OK and len(self.runs) + 1 < self.repeats:
                 self.pending, self.state = current, State.REPEATING
             else:
                 self.runs.append(current)
                 self.state = State.FINISHED
-        if self.state is State.REPEATING and self.handle.exited and idle:
-            self.runs.append(self.pending)  # type: ignore[arg-type]
+        if self.state is State.REPEATING and self.running.exited and idle:
+            self.runs.append(self.pending)  # type: ignore[arg-type]  # REPEATING: a result is pending
             self.pending = None
             if stopping:  # stopped between repeats: start no process only to kill it
                 self.runs.append(Launched(Outcome(Status.INTERRUPTED, INTERRUPTED_DETAIL), None, 0.0, None,
@@ -94,8 +100,8 @@ class Job:
         A repeat that was due can no longer run, so an ``ok`` that needed more is interrupted."""
         if self.handle is not None:
             self.handle.poll()
-        if self.state is State.RUNNING and self.handle.has_result:
-            current = self.handle.launched()
+        if self.state is State.RUNNING and self.running.has_result:
+            current = self.running.launched()
             status = current.outcome.status
             final = status != Status.INTERRUPTED and (status != Status.OK or len(self.runs) + 1 >= self.repeats)
             if final:

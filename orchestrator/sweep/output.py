@@ -70,6 +70,6 @@ def guarded(stop: Any) -> Iterator[None]:
             signal.signal(s, handler)
 
 
-NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP (its terminal closed)",
+NAMES: dict[int, str] = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP (its terminal closed)",
          signal.SIGPIPE: "a closed pipe (the reader of its output left)"}
 """How the line that ends an interrupted sweep names what stopped it."""

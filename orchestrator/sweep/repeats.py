@@ -72,7 +72,7 @@ def combine_metrics(per_run: Sequence[dict[str, float]], objective_metrics: Sequ
             metrics[f"{name}_spread"] = (max(values) - min(values)) / abs(middle)
     throughputs = [m.get(SAMPLES_PER_S) for m in per_run]
     if all(isinstance(v, (int, float)) and v > 0 for v in throughputs):
-        ci = combined_ci95(throughputs, [m.get(THROUGHPUT_CI95) for m in per_run])  # type: ignore[arg-type]
+        ci = combined_ci95(throughputs, [m.get(THROUGHPUT_CI95) for m in per_run])  # type: ignore[arg-type]  # numbers (checked above); a missing interval is None, as it takes
         if ci is not None:
             metrics[THROUGHPUT_CI95] = ci
         else:
