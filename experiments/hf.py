@@ -176,7 +176,7 @@ def check_task(config: Any, task: str) -> None:
                                   f"{transformers.__version__}; it has {', '.join(has) or 'none of ' + ', '.join(TASKS)}")
 
 
-def check_seq_len(config: Any, seq_len: int | None) -> None:
+def check_seq_len(config: object, seq_len: int | None) -> None:
     limit = max_positions(config)
     if seq_len is not None and limit is not None and seq_len > limit:
         raise param_error("seq_len", f"seq_len must be at most the config's max_position_embeddings, got "

@@ -25,12 +25,12 @@ def _dumped(params: dict[str, Any]) -> str:
 
 
 @functools.lru_cache(maxsize=262144)
-def _piece(name: str, kind: type, value: Any) -> str:
+def _piece(name: str, kind: type, value: object) -> str:
     """``"name": value`` as ``_dumped`` writes it (``kind``: so that 1, 1.0 and True stay apart)."""
     return _dumped({name: value})[1:-1]
 
 
-def value_key(name: str, value: Any) -> str:
+def value_key(name: str, value: object) -> str:
     """``config_key({name: value})``, memoized for the hashable values a space is made of (a big
     space's planner asks it for every parameter of every configuration)."""
     try:
@@ -40,7 +40,7 @@ def value_key(name: str, value: Any) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
-def _value_key(name: str, kind: type, value: Any) -> str:
+def _value_key(name: str, kind: type, value: object) -> str:
     return config_key({name: value})
 
 

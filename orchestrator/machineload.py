@@ -80,7 +80,7 @@ class LoadLog:
         return out
 
 
-def kept(previous: Any, summary: dict[str, Any]) -> list[dict[str, Any]]:
+def kept(previous: object, summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The study's list of run summaries with ``summary`` added (the last ``RUNS_KEPT``)."""
     runs = [r for r in previous if isinstance(r, dict)] if isinstance(previous, list) else []
     return (runs + [summary])[-RUNS_KEPT:]

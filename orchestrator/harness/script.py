@@ -51,7 +51,7 @@ class ScriptEnded(Exception):
     ended = True
     """Its message says it all (``scriptfile.describe_failure`` looks for no line of the script)."""
 
-    def __init__(self, code: Any, steps: int, samples: int, needed: str) -> None:
+    def __init__(self, code: object, steps: int, samples: int, needed: str) -> None:
         self.code, self.steps, self.samples = code, steps, samples
         if steps == 0:
             text = (f"the script exited{_code(code)} without stepping an optimizer (the harness counts "
@@ -62,13 +62,13 @@ class ScriptEnded(Exception):
         super().__init__(text)
 
 
-def _code(code: Any) -> str:
+def _code(code: object) -> str:
     if code is None:
         return ""
     return f" (exit code {code})" if isinstance(code, int) else f" ({code})"
 
 
-def first_dimension(batch: Any) -> tuple[int | None, int | None]:
+def first_dimension(batch: object) -> tuple[int | None, int | None]:
     """(samples, tokens) of one batch: a tensor's first dimension; a mapping's ``input_ids`` (its
     elements are the tokens, padding included) or else its first tensor; a sequence's first item.
     (None, None) where no tensor is found."""

@@ -88,7 +88,7 @@ def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
     started = time.perf_counter()
     backend.init_device(backend.resolve(device))
 
-    def stepped(*_: Any) -> None:
+    def stepped(*_: object) -> None:
         ok({"ok": True, "device": backend.resolve(device), "seconds": round(time.perf_counter() - started, 3)})
         sys.stdout.flush()
         sys.stderr.flush()
@@ -138,7 +138,7 @@ def _recording(build: Any, built: dict[str, Any]) -> Any:
     return wrapper
 
 
-def locate(tb: TracebackType | None, experiment: str, workload: Any = None) -> dict[str, Any]:
+def locate(tb: TracebackType | None, experiment: str, workload: object = None) -> dict[str, Any]:
     """Where a failure is in the experiment's own source: ``where`` (FILE:LINE, relative to the
     working directory when under it) and ``function``, or None for both; ``frame``: the innermost
     frame of all (torch's, often), for the log; ``note`` when ``where`` is the loss function's

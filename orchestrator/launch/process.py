@@ -55,7 +55,7 @@ class StopFlag:
         self.signum: int | None = None
         self.pgids: set[int] = set()
 
-    def trip(self, signum: int, _frame: Any = None) -> None:
+    def trip(self, signum: int, _frame: object = None) -> None:
         self.signum = signum
         for pgid in list(self.pgids):
             kill_group(pgid)

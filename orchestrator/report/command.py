@@ -207,7 +207,7 @@ def unwritable_plots(folder: Path, exc: OSError) -> OrchestratorError:
     return error
 
 
-def export_best(spec: SweepSpec, study: Any, path: Path) -> str:
+def export_best(spec: SweepSpec, study: object, path: Path) -> str:
     """Write the best configuration to ``path``; returns the one-line summary to print."""
     text, summary = best_yaml(spec, study)
     path = Path(path)

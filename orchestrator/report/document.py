@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
 from orchestrator import trialdir
@@ -25,6 +25,9 @@ from orchestrator.report.summary import best_table, fmt_num, fmt_params
 from orchestrator.store.record import TrialRecord, status_of
 from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.urls import absolute_uri
+
+if TYPE_CHECKING:
+    from optuna import Study
 
 COUNTED = RESULT_STATUSES  # ok, oom, swapped, skipped, timeout, crashed, diverged
 TOP_MARK = "\n\n#### Top configurations"  # the part of the parent run's description a report rewrites
@@ -85,7 +88,7 @@ def retry_note(r: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _fallback_ops(t: Any) -> list[str] | None:
+def _fallback_ops(t: object) -> list[str] | None:
     """Ops that fell back from MPS to the CPU (names from the result file; the count is a metric)."""
     n = TrialRecord.of(t).metrics.get(M.MPS_FALLBACK_OPS)
     if not n:
@@ -121,7 +124,7 @@ def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list
     }
 
 
-def device_of(spec: SweepSpec, study: Any, t: Any = None) -> str:
+def device_of(spec: SweepSpec, study: Study, t: Any = None) -> str:
     """The device a trial ran on: its result file, its params, the study's plan, the spec."""
     applied = result_file(t).get("applied", {}) if t is not None else {}
     device = applied.get("device") or (t.params.get("device") if t is not None else None)
@@ -147,7 +150,7 @@ def script_command(spec: SweepSpec, study: Any, t: Any) -> str | None:
     return pasteable(spec, trial_params(make_plan(spec, device), t.params), tool("python"))
 
 
-def _target(spec: SweepSpec, study: Any) -> int | None:
+def _target(spec: SweepSpec, study: Study) -> int | None:
     from orchestrator.search.space import count_configurations, make_plan
 
     n = count_configurations(make_plan(spec, device_of(spec, study)))
@@ -155,7 +158,7 @@ def _target(spec: SweepSpec, study: Any) -> int | None:
     return min(known) if known else None
 
 
-def result_file(t: Any) -> dict[str, Any]:
+def result_file(t: object) -> dict[str, Any]:
     folder = TrialRecord.of(t).trial_dir if t is not None else None
     try:
         data = json.loads((Path(folder) / trialdir.RESULT).read_text()) if folder else {}

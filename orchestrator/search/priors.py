@@ -110,7 +110,7 @@ def ordered(values: tuple[Any, ...]) -> bool:
     return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
-def _prior(name: str, value: Any, metric: str, device: str | None,
+def _prior(name: str, value: object, metric: str, device: str | None,
            native_half: frozenset[str] | None = None) -> tuple[float, float]:
     """(mean, spread) of one categorical value's effect; see ``PRIORS``. ``native_half``: on a
     CPU, the half precisions it has instructions for (None: not known)."""

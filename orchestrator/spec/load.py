@@ -54,7 +54,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Swee
     return check_spec(data, path, lines, flag_of, spelled)
 
 
-def check_spec(data: Any, path: Path, lines: dict[tuple, int],
+def check_spec(data: object, path: Path, lines: dict[tuple, int],
                flag_of: dict[tuple, str] | None = None,
                spelled: dict[tuple, str] | None = None) -> SweepSpec:
     """Every rule, each part of the spec checked on its own (``Checker.attempt``), so that one read

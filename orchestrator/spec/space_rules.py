@@ -34,7 +34,7 @@ def check_value(c: Checker, path: tuple, name: str, value: Any) -> Any:
     return value
 
 
-def _same_key(value: Any) -> Any:
+def _same_key(value: object) -> Any:
     """Values a trial cannot tell apart compare equal (1 and 1.0; not true and 1)."""
     if isinstance(value, bool):
         return ("bool", value)
@@ -43,7 +43,7 @@ def _same_key(value: Any) -> Any:
     return (type(value).__name__, value)
 
 
-def check_dimension(c: Checker, path: tuple, name: str, value: Any) -> Dimension:
+def check_dimension(c: Checker, path: tuple, name: str, value: object) -> Dimension:
     if isinstance(value, list):
         if not value:
             raise c.fail(path, "a list of choices must not be empty", show_value=False)
@@ -148,7 +148,7 @@ def check_space_size(c: Checker, space: dict[str, Dimension]) -> None:
                      "without a step so that it is sampled", show_value=False)
 
 
-def _item(where: tuple, values: tuple[Any, ...], value: Any, space: dict[str, Dimension]) -> tuple:
+def _item(where: tuple, values: tuple[Any, ...], value: object, space: dict[str, Dimension]) -> tuple:
     """The path of ``value`` inside a list of choices (so the message points at its line)."""
     if where[0] == "space" and isinstance(space.get(where[1]), Choice):
         return where + (values.index(value),)

@@ -233,7 +233,7 @@ def _tab_at(text: str, mark: Any) -> bool:
     return "\t" in indent or "\t" in line[max(mark.column - 1, 0):mark.column + 1]
 
 
-def _key_text(key: Any) -> str:
+def _key_text(key: object) -> str:
     if key is None:
         return "null"
     if isinstance(key, bool):

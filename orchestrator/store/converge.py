@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AbstractSet, Any, Callable
+from typing import TYPE_CHECKING, AbstractSet, Any, Callable
 
 from orchestrator.redact import shown
 from orchestrator.store.agreement import Difference, compare, keeper, record_of
 from orchestrator.store.record import TrialRecord
 from orchestrator.store.studyrecord import write_study
 from orchestrator.store.writefault import StoreUnwritable
+
+if TYPE_CHECKING:
+    from optuna import Study
 
 
 @dataclass
@@ -126,7 +129,7 @@ def _restored_child(tracker: Any, number: int) -> list[Any]:
     return [tracker.client.get_run(run.info.run_id)]
 
 
-def mark(study: Any, tracking_uri: str, parent_id: str | None, trials: int) -> None:
+def mark(study: Study, tracking_uri: str, parent_id: str | None, trials: int) -> None:
     """Set the study's mark (``studyrecord.RECORDED_ATTR``): MLflow holds all ``trials`` trials. A
     study that cannot take it stays unmarked: the next finished-study command compares again."""
     from orchestrator.urls import absolute_uri

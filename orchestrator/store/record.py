@@ -25,9 +25,12 @@ a repair writes. Attributes it does not know are ignored.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.outcome import INFEASIBLE, Status
+
+if TYPE_CHECKING:
+    from optuna import Study
 
 NOT_RESULTS = ("repeat_of", "deferred_to")
 """Attributes of trials that ran nothing (they answered a proposal from the record)."""
@@ -134,7 +137,7 @@ def metrics_of(trial: Any) -> dict[str, Any]:
     return trial.user_attrs.get("metrics") or {}
 
 
-def settled(status: Status | None, trial: Any) -> Status | None:
+def settled(status: Status | None, trial: object) -> Status | None:
     """The status, unless Optuna's final state contradicts it: then ``INTERRUPTED``. ``tell`` writes
     the attributes, then the state (ok: COMPLETE; not fitting: PRUNED; the rest: FAIL). Another
     orchestrator that declared the trial dead (no heartbeat, ``recovery.fail_stale``) writes
@@ -182,13 +185,13 @@ def write_stored(storage: Any, trial_id: int, **values: Any) -> None:
         storage.set_trial_user_attr(trial_id, k, _plain(v))
 
 
-def enqueue(study: Any, params: dict[str, Any], **values: Any) -> None:
+def enqueue(study: Study, params: dict[str, Any], **values: object) -> None:
     """Queue ``params`` in Optuna with the attributes ``values`` (``write``'s names); none: none."""
     _check(values)
     study.enqueue_trial(params, user_attrs={k: _plain(v) for k, v in values.items()} if values else None)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> Any:
     return value.value if isinstance(value, Status) else value
 
 

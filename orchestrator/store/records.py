@@ -10,7 +10,7 @@ are never results.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
 from orchestrator.protocol import TrialResult
@@ -18,6 +18,9 @@ from orchestrator.outcome import INFEASIBLE, RESULT_STATUSES, Outcome, Status
 from orchestrator.keys import config_key
 from orchestrator.spec.load import SweepSpec
 from orchestrator.store.record import attrs_of, is_attempt, status_of, write
+
+if TYPE_CHECKING:
+    from optuna import Study
 
 FIT_CONSTRAINT = "fits_in_memory"
 
@@ -33,7 +36,7 @@ def results_of(trials: list[Any]) -> list[Any]:
     return sorted(newest.values(), key=lambda t: t.number)
 
 
-def result_trials(study: Any) -> list[Any]:
+def result_trials(study: Study) -> list[Any]:
     """``results_of`` the study's trials."""
     return results_of(study.get_trials(deepcopy=False))
 
@@ -49,7 +52,7 @@ def is_feasible(trial: Any) -> bool:
     return trial.state.name == "COMPLETE" and all(v <= 0 for v in trial.constraints.values())
 
 
-def best_trials(study: Any, spec: SweepSpec) -> list[Any]:
+def best_trials(study: Study, spec: SweepSpec) -> list[Any]:
     """Feasible measured trials, best first (single objective), or the Pareto front."""
     return rank(result_trials(study), spec)
 
@@ -75,7 +78,7 @@ def _dominates(a: list[float], b: list[float], spec: SweepSpec) -> bool:
     return better
 
 
-def tell(study: Any, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[str, Any]) -> Status:
+def tell(study: Study, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[str, Any]) -> Status:
     """Record a trial's outcome in Optuna; OOM and crashes are infeasible, never given a value.
     ``extra``: more of the trial's ``record.TrialRecord`` fields. Returns the status recorded
     (``ok`` without the objective metric(s) becomes ``error``)."""
@@ -105,7 +108,7 @@ def tell(study: Any, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[
     return status
 
 
-def _tell(study: Any, trial: Any, state: Any, values: list[float] | None = None) -> None:
+def _tell(study: Study, trial: Any, state: Any, values: list[float] | None = None) -> None:
     """``study.tell``, raising ``UpdateFinishedTrialError`` (as a refused attribute write does) when
     another orchestrator finished the trial first (``recovery.fail_stale``), whenever that landed:
     Optuna's own ``tell`` says ``ValueError`` for a trial it finds finished."""
@@ -159,7 +162,7 @@ def trace_tags(attrs: dict[str, Any]) -> dict[str, str]:
     return {k: str(attrs[k]) for k in TRACE_ATTRS if k in attrs}
 
 
-def trial_trace_tags(trial: Any, extra: dict[str, Any] | None = None) -> dict[str, str]:
+def trial_trace_tags(trial: object, extra: dict[str, Any] | None = None) -> dict[str, str]:
     """``trace_tags`` of what the trial recorded, ``extra`` (not written yet) over it."""
     return trace_tags({**attrs_of(trial, TRACE_ATTRS), **(extra or {})})
 

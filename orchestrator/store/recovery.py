@@ -60,7 +60,7 @@ class Recovery:
         return trialdir.folder(self.work_dir, number)
 
     # -- at start ---------------------------------------------------------------------------------
-    def recover(self, artifacts: Any = None) -> int:
+    def recover(self, artifacts: object = None) -> int:
         """Repair what killed orchestrators left; returns how many trials were ended as interrupted.
         MLflow is then converged to the study (``converge``; ``artifacts``: compare the runs' files
         too, ``agreement.compare``); if it refuses a write, nothing is started: ``StoreUnwritable``
@@ -79,7 +79,7 @@ class Recovery:
                 "the same command again once it can be written (the study holds every result)")
         return interrupted
 
-    def converge(self, only: set[int] | None = None, artifacts: Any = None) -> Any:
+    def converge(self, only: set[int] | None = None, artifacts: object = None) -> Any:
         """Write what MLflow lacks of the study's ended trials (``converge.converge``), but for
         the trials in flight: with a server database, other orchestrators' RUNNING trials and
         those told less than a grace period ago (their writer threads finish them). ``only``: these

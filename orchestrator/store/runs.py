@@ -94,6 +94,6 @@ def logged_metrics(metrics: dict[str, Any]) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v}
 
 
-def param_text(value: Any) -> str:
+def param_text(value: object) -> str:
     """A parameter's value as an MLflow param."""
     return json.dumps(value) if isinstance(value, (dict, list)) else str(value)

@@ -30,13 +30,16 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import StudyError
 from orchestrator.redact import first_line, shown
 from orchestrator.store import optuna_sql as sql
 from orchestrator.store.optuna_sql import SCHEMAS
 from orchestrator.urls import sqlite_path, sqlite_url
+
+if TYPE_CHECKING:
+    from optuna import Study
 
 CONSTRAINTS_KEY = "constraints"  # optuna.study._constrained_optimization._CONSTRAINTS_KEY
 INT_DISTRIBUTIONS = ("IntDistribution", "IntUniformDistribution", "IntLogUniformDistribution")
@@ -133,7 +136,7 @@ def _read_sqlite(path: Path, name: str) -> StoredStudy | None:
         con.close()
 
 
-def from_optuna(study: Any) -> StoredStudy:
+def from_optuna(study: Study) -> StoredStudy:
     """An ``optuna.Study`` read once into a ``StoredStudy`` (its trials stay ``FrozenTrial``s)."""
     return StoredStudy(study.study_name, tuple(d.name.lower() for d in study.directions), dict(study.user_attrs),
                        study.get_trials(deepcopy=False))

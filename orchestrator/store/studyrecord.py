@@ -8,9 +8,12 @@ The only module that reads or writes a study's user attributes (``record`` does 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.machine import MACHINE_ATTR
+
+if TYPE_CHECKING:
+    from optuna import Study
 
 FINGERPRINT_ATTR = "orchestrate.fingerprint"
 UID_ATTR = "orchestrate.uid"  # tells a study from an earlier one of the same name (delete-study)
@@ -52,7 +55,7 @@ class StudyRecord:
         return cls(**{name: attrs.get(key) for name, key in KEYS.items()})
 
 
-def write_study(study: Any, **values: Any) -> None:
+def write_study(study: Study, **values: object) -> None:
     """Set the study's attributes ``values`` (names of ``StudyRecord``'s fields), in that order."""
     wrong = [k for k in values if k not in KEYS]
     if wrong:

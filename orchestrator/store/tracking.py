@@ -328,7 +328,7 @@ class AsyncTracker:
                 "and the next run of this command writes MLflow's missing records from it")
 
     def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str],
-                    on_created: Any = None) -> RunRef:
+                    on_created: object = None) -> RunRef:
         """Queue the trial's run; ``on_created(run_id)`` is called by the writer once it exists."""
         ref = RunRef(number)
         ref.on_created = on_created

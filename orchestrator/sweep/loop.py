@@ -247,7 +247,7 @@ class Sweep:
         self.jobs[slot] = Job(trial, proposal.sampled, params, config, env, self.trial_dir(trial.number),
                               slot, run_ref, self.spec.trial.processes)
 
-    def _record_skip(self, trial: Any, run_ref: Any, device: str, predicted_by: int) -> None:
+    def _record_skip(self, trial: object, run_ref: object, device: str, predicted_by: int) -> None:
         outcome = Outcome(Status.SKIPPED, f"predicted out of memory: needs at least as much memory as "
                           f"trial {predicted_by}, which ran out of memory (or swapped)")
         extra: dict[str, Any] = {"reason": "predicted_oom", "predicted_by": predicted_by}

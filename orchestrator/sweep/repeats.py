@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Any, Sequence
+from typing import Sequence
 
 from orchestrator.protocol import TrialResult
 from orchestrator.launch import Launched
@@ -80,7 +80,7 @@ def combine_metrics(per_run: Sequence[dict[str, float]], objective_metrics: Sequ
     return metrics
 
 
-def remeasured(outcome: Outcome, earlier: Any, objective_metrics: Sequence[str]) -> tuple[Outcome, int]:
+def remeasured(outcome: Outcome, earlier: object, objective_metrics: Sequence[str]) -> tuple[Outcome, int]:
     """A configuration measured again (``search/remeasure``): this trial's ``ok`` outcome combined
     with the earlier trial's measurements (``earlier``: the trial that held the result), as one
     trial's repeats are (``combine_metrics``). Returns the outcome and how many trials measured it."""
