@@ -34,7 +34,7 @@ import runpy
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -43,6 +43,9 @@ from orchestrator import metrics as M
 from orchestrator.harness import backend, swap
 from orchestrator.harness import marks as MK
 from orchestrator.protocol import ScriptCall, TrialConfig
+
+if TYPE_CHECKING:
+    from orchestrator.harness.train import Progress
 
 
 class ScriptEnded(Exception):
@@ -92,7 +95,7 @@ class Meter:
     """Counts the script's optimizer steps and the samples its DataLoaders yield; opens the timed
     window after the warm-up and closes it, calling ``finish(out)`` with the figures."""
 
-    def __init__(self, config: TrialConfig, device: str, progress: Any, started: float,
+    def __init__(self, config: TrialConfig, device: str, progress: Progress, started: float,
                  finish: Callable[[dict[str, Any]], None], swap_start: swap.SwapSample) -> None:
         assert config.script is not None
         self.trial, self.device, self.progress, self.started = config.trial, device, progress, started
@@ -236,7 +239,7 @@ def counting_batches(meter: Meter) -> Callable[[], None]:
     return undo
 
 
-def run(config: TrialConfig, progress: Any, finish: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+def run(config: TrialConfig, progress: Progress, finish: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """Run the script of ``config`` with the meter in place. ``finish(out)`` is called at the
     window's end and must not return (it ends the process); so ``run`` returns only by raising:
     ``ScriptEnded``, or the script's own exception."""

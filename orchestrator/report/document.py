@@ -27,6 +27,7 @@ from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.urls import absolute_uri
 
 if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
     from optuna import Study
 
 COUNTED = RESULT_STATUSES  # ok, oom, swapped, skipped, timeout, crashed, diverged
@@ -43,7 +44,7 @@ def paste_command(spec: SweepSpec, *words: str) -> str:
     return command(*words, str(spec.path), *stores)
 
 
-def trial_row(t: Any) -> dict[str, Any]:
+def trial_row(t: FrozenTrial) -> dict[str, Any]:
     rec = TrialRecord.of(t)
     return {"number": t.number, "state": t.state.name,
             "status": rec.status_text if rec.status is not None else t.state.name.lower(), "params": dict(t.params),
@@ -137,7 +138,7 @@ def device_of(spec: SweepSpec, study: Study, t: Any = None) -> str:
     return device
 
 
-def script_command(spec: SweepSpec, study: Any, t: Any) -> str | None:
+def script_command(spec: SweepSpec, study: Any, t: FrozenTrial) -> str | None:
     """A script spec's trial ``t`` as the command line that trains it (None for a module's spec),
     with Python named as the user runs this venv's (``invocation.tool``)."""
     if spec.script is None:

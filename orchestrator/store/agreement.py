@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import AbstractSet, Any, Callable, Iterable
+from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Iterable
 
 from orchestrator import metrics as M
 from orchestrator import trialdir
@@ -29,6 +29,9 @@ from orchestrator.store.record import TrialRecord
 from orchestrator.store.records import run_metrics, run_tags, trial_trace_tags
 from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.store.runs import MLFLOW_STATUS, TERMINAL, logged_metrics, param_text
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
 
 KINDS = {  # kind -> what the line says is wrong, and whether writing MLflow from the study repairs it
     "no_run": True, "duplicate_runs": True, "run_unfinished": True, "run_status": True, "status_tag": True,
@@ -86,7 +89,7 @@ class Record:
         return [(p, folder) for p, folder in trialdir.files(self.trial_dir, self.processes) if p.is_file()]
 
 
-def record_of(trial: Any, default_dir: Path) -> Record:
+def record_of(trial: FrozenTrial, default_dir: Path) -> Record:
     """``trial``'s record (an Optuna ``FrozenTrial`` or a ``studyread.StoredTrial``);
     ``default_dir``: its folder when the study does not name one."""
     rec = TrialRecord.of(trial)

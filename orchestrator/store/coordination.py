@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from orchestrator.timeline import event
 from orchestrator.urls import is_sqlite
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
 
 
 def is_shared(storage_url: str) -> bool:
@@ -142,7 +145,7 @@ class Heartbeat:
             except Exception:  # noqa: BLE001 - a missed beat is retried; grace covers several
                 self.errors += 1
 
-    def beat_one(self, trial: Any) -> None:
+    def beat_one(self, trial: FrozenTrial) -> None:
         """A trial just asked for: alive from its first moment."""
         from orchestrator.store.optuna_internals import trial_id
 

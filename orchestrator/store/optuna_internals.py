@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
     from optuna import Study
 
 CHECKED_WITH = "5.0.0"
@@ -52,7 +53,7 @@ def trial_of(study: Study, frozen: object) -> Any:
     return optuna.trial.Trial(study, trial_id(frozen))
 
 
-def heartbeat_enabled(storage: Any) -> bool:
+def heartbeat_enabled(storage: BaseStorage) -> bool:
     """Whether ``storage`` keeps heartbeats (a server database opened with a heartbeat interval).
     Private: ``optuna.storages._heartbeat.is_heartbeat_enabled`` (no public export)."""
     from optuna.storages._heartbeat import is_heartbeat_enabled

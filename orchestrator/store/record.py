@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.outcome import INFEASIBLE, Status
 
 if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+    from optuna.trial import FrozenTrial
     from optuna import Study
 
 NOT_RESULTS = ("repeat_of", "deferred_to")
@@ -132,7 +134,7 @@ def status_of(trial: Any) -> Status | None:
     return settled(Status.read(trial.user_attrs.get("status")), trial)
 
 
-def metrics_of(trial: Any) -> dict[str, Any]:
+def metrics_of(trial: FrozenTrial) -> dict[str, Any]:
     """``TrialRecord.of(trial).metrics``, without reading the rest."""
     return trial.user_attrs.get("metrics") or {}
 
@@ -151,13 +153,13 @@ def settled(status: Status | None, trial: object) -> Status | None:
     return status if state.name == expected else Status.INTERRUPTED
 
 
-def is_attempt(trial: Any) -> bool:
+def is_attempt(trial: FrozenTrial) -> bool:
     """``TrialRecord.of(trial).is_attempt``, without reading the rest."""
     attrs = trial.user_attrs
     return not any(k in attrs for k in NOT_RESULTS)
 
 
-def has_status(trial: Any) -> bool:
+def has_status(trial: FrozenTrial) -> bool:
     """Whether the trial was told a status (any, known or not)."""
     return "status" in trial.user_attrs
 
@@ -177,7 +179,7 @@ def write(trial: Any, **values: Any) -> None:
         trial.set_user_attr(k, _plain(v))
 
 
-def write_stored(storage: Any, trial_id: int, **values: Any) -> None:
+def write_stored(storage: BaseStorage, trial_id: int, **values: Any) -> None:
     """``write`` for a trial known only by its storage id (another orchestrator's, being failed
     by ``recovery.fail_stale``)."""
     _check(values)

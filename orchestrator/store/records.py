@@ -20,6 +20,7 @@ from orchestrator.spec.load import SweepSpec
 from orchestrator.store.record import attrs_of, is_attempt, status_of, write
 
 if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
     from optuna import Study
 
 FIT_CONSTRAINT = "fits_in_memory"
@@ -48,7 +49,7 @@ def objective_values(spec: SweepSpec, metrics: dict[str, float]) -> list[float] 
     return [float(v) for v in values if v is not None]  # none is None (above)
 
 
-def is_feasible(trial: Any) -> bool:
+def is_feasible(trial: FrozenTrial) -> bool:
     return trial.state.name == "COMPLETE" and all(v <= 0 for v in trial.constraints.values())
 
 

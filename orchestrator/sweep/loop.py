@@ -48,6 +48,7 @@ from orchestrator.timeline import event
 from orchestrator import trialdir
 
 if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
     from optuna.study import Study
 
 
@@ -341,7 +342,7 @@ class Sweep:
             self.best = rank(result_trials(self.study), self.spec)
         return dataclasses.replace(outcome, status=status)
 
-    def _answered(self, trial: Any, outcome: Outcome, original: int | None) -> None:
+    def _answered(self, trial: FrozenTrial, outcome: Outcome, original: int | None) -> None:
         """A proposal answered without a process (``proposer``): its MLflow run, then the line."""
         key = "repeat_of" if outcome.status == Status.REPEAT else "deferred_to"
         tags = {key: str(original), "detail": outcome.detail or ""}
