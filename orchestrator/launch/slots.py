@@ -22,7 +22,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator.errors import SpecError
 from orchestrator.machine import Gpu, list_gpus
@@ -210,6 +210,6 @@ def pinning_line(slots: list[Slot]) -> str | None:
         f"{s.name}: {_ranges(s.cores)}" for s in slots if s.cores) + ")")
 
 
-def flag_error(flag: str) -> Any:
+def flag_error(flag: str) -> Callable[[str], SpecError]:
     """``fail`` for a value given on the command line."""
     return lambda rule: SpecError(rule, file=flag, field="devices")

@@ -28,7 +28,7 @@ def compare_knob(spec: SweepSpec, asked: str | None) -> str | None:
     return "device" if "device" in spec.space else None
 
 
-def reference_for(spec: SweepSpec, knob: str | None) -> Any:
+def reference_for(spec: SweepSpec, knob: str | None) -> object:
     """What a comparison is relative to: the CPU for devices, else the spec's first value."""
     if knob is None:
         return None

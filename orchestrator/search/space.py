@@ -173,7 +173,7 @@ def trial_params(plan: Plan, sampled: dict[str, Any]) -> dict[str, Any]:
 
 def fingerprint(spec: SweepSpec, plan: Plan) -> dict[str, Any]:
     """What a study is about; a resumed study must match it."""
-    def dim(d: Dimension) -> Any:
+    def dim(d: Dimension) -> object:
         return list(d.values) if isinstance(d, Choice) else {
             "low": d.low, "high": d.high, "step": d.step, "log": d.log}
     what: dict[str, Any] = {"experiment": spec.experiment} if spec.script is None else {

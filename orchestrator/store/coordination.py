@@ -21,6 +21,8 @@ from orchestrator.timeline import event
 from orchestrator.urls import is_sqlite
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+    from orchestrator.store.outage import Outage
     from optuna.trial import FrozenTrial
 
 
@@ -32,7 +34,7 @@ def is_shared(storage_url: str) -> bool:
 class StudyLock:
     """A re-entrant, cross-process lock for one study (see the module)."""
 
-    def __init__(self, storage_url: str, study_name: str, outage: Any = None) -> None:
+    def __init__(self, storage_url: str, study_name: str, outage: Outage | None = None) -> None:
         """``outage``: an ``outage.Outage`` guard; taking the lock waits out a lost connection."""
         self._local = threading.RLock()
         self._depth = 0
@@ -88,7 +90,7 @@ class StudyLock:
                 self._conn = None
             self._conn = self._take()  # raises while the server is still down: the retry waits
 
-    def _take(self) -> Any:
+    def _take(self) -> Connection:
         conn = self._engine.connect()
         try:
             conn.execute(self._text("SELECT pg_advisory_lock(:k)"), {"k": self._key})

@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from optuna.storages import BaseStorage
+    from optuna.storages import BaseStorage, RDBStorage
+    from optuna.trial import Trial
+    from sqlalchemy.engine import Engine
     from optuna import Study
 
 CHECKED_WITH = "5.0.0"
@@ -44,7 +46,7 @@ def trial_id(trial: Any) -> int:
     return trial._trial_id
 
 
-def trial_of(study: Study, frozen: object) -> Any:
+def trial_of(study: Study, frozen: object) -> Trial:
     """A live ``optuna.Trial`` for a stored ``FrozenTrial`` of ``study``, to set attributes on a
     RUNNING trial another process asked for (``recovery``: one cut off by a kill). The constructor
     ``Trial(study, trial_id)`` is public; the id it takes is private (``trial_id``)."""
@@ -91,7 +93,7 @@ def heartbeat_base() -> type:
     return storage_interface()[0][1]
 
 
-def cached(rdb: Any) -> Any:
+def cached(rdb: RDBStorage) -> BaseStorage:
     """``rdb`` (an ``RDBStorage``) behind Optuna's own cache of finished trials, as
     ``optuna.create_study`` wraps a storage given by URL (``optuna.storages.get_storage``, itself
     "only for internal usage"). Private: ``optuna.storages._cached_storage._CachedStorage``."""
@@ -100,7 +102,7 @@ def cached(rdb: Any) -> Any:
     return _CachedStorage(rdb)
 
 
-def engine_of(storage: object) -> Any:
+def engine_of(storage: object) -> Engine | None:
     """The SQLAlchemy engine behind a study's storage (``RDBStorage.engine``, through the
     ``RetryingStorage``'s ``inner`` and the ``_CachedStorage``), or None (not an RDB storage).
     Private: ``_CachedStorage._backend``."""

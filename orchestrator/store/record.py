@@ -193,7 +193,7 @@ def enqueue(study: Study, params: dict[str, Any], **values: object) -> None:
     study.enqueue_trial(params, user_attrs={k: _plain(v) for k, v in values.items()} if values else None)
 
 
-def _plain(value: object) -> Any:
+def _plain(value: object) -> object:
     return value.value if isinstance(value, Status) else value
 
 

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
 from orchestrator.urls import SQLITE_IN_MEMORY, absolute_uri, is_sqlite, sqlite_folder, sqlite_path
 from orchestrator.store.runs import (COLOR_TAG, MLFLOW_STATUS, child_runs, metric_batch, param_text, run_color,
                                      run_name)
+
+if TYPE_CHECKING:
+    from orchestrator.store.outage import Outage
 
 
 def quiet_mlflow_logs() -> None:
@@ -118,7 +121,7 @@ def restore_command(uri: str, experiment_id: str) -> str:
 
 
 class Tracker:
-    def __init__(self, tracking_uri: str, experiment: str, outage: Any = None, swept: tuple[str, ...] = ()) -> None:
+    def __init__(self, tracking_uri: str, experiment: str, outage: Outage | None = None, swept: tuple[str, ...] = ()) -> None:
         """``outage``: an ``outage.Outage`` guard for a tracking server or server database (every
         client call waits out a lost connection); a local SQLite store needs none. ``swept``: the
         searched parameters, whose values name each trial's run (``runs.run_name``)."""

@@ -24,12 +24,15 @@ import errno
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from orchestrator import exits
 from orchestrator.errors import OrchestratorError
 from orchestrator.redact import scrub
 from orchestrator.urls import absolute_uri, sqlite_path
+
+if TYPE_CHECKING:
+    from logging import LogRecord
 
 T = TypeVar("T")
 
@@ -312,6 +315,6 @@ def quiet_write_failures() -> None:
 
 
 class _WriteFailureFilter:
-    def filter(self, record: Any) -> bool:
+    def filter(self, record: LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         return exc is None or cause(exc) is None

@@ -80,7 +80,7 @@ class TrialTracker(Protocol):
         """A line, once, when the store first refused a write (the sweep goes on)."""
 
     def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str],
-                    on_created: Callable[[str], None] | None = None) -> Any:
+                    on_created: Callable[[str], None] | None = None) -> object:
         """Start the trial's run; returns its handle. ``on_created(run_id)`` once it exists."""
 
     def run_id(self, ref: Any, *, wait: bool = True) -> str | None:
