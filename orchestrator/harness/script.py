@@ -114,12 +114,12 @@ class Meter:
         self.swap_warmup = self.swap_window = swap_start
 
     # -- the two counters ----------------------------------------------------------------------
-    def on_batch(self, batch: Any) -> None:
+    def on_batch(self, batch: object) -> None:
         samples, tokens = first_dimension(batch)
         self.samples += samples or 0
         self.tokens += tokens or 0
 
-    def on_step(self, *_: Any) -> None:
+    def on_step(self, *_: object) -> None:
         self.steps += 1
         self.progress.step = self.steps
         if not self.window_open:

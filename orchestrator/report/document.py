@@ -22,7 +22,7 @@ from orchestrator.outcome import RESULT_STATUSES, VERDICT_DETAIL, Status
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.report.summary import best_table, fmt_num, fmt_params
-from orchestrator.store.record import TrialRecord, status_of
+from orchestrator.store.record import HasAttrs, TrialRecord, status_of
 from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.urls import absolute_uri
 
@@ -89,7 +89,7 @@ def retry_note(r: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _fallback_ops(t: object) -> list[str] | None:
+def _fallback_ops(t: HasAttrs) -> list[str] | None:
     """Ops that fell back from MPS to the CPU (names from the result file; the count is a metric)."""
     n = TrialRecord.of(t).metrics.get(M.MPS_FALLBACK_OPS)
     if not n:
@@ -159,7 +159,7 @@ def _target(spec: SweepSpec, study: Study) -> int | None:
     return min(known) if known else None
 
 
-def result_file(t: object) -> dict[str, Any]:
+def result_file(t: HasAttrs) -> dict[str, Any]:
     folder = TrialRecord.of(t).trial_dir if t is not None else None
     try:
         data = json.loads((Path(folder) / trialdir.RESULT).read_text()) if folder else {}

@@ -27,7 +27,7 @@ from orchestrator.outcome import Outcome, Status
 from orchestrator.search.strategy import (MAX_REPEATED_PROPOSALS, SAMPLE, WAIT, Done, Proposal, Strategy, View,
                                           Wait, strategy_for, unvisited)
 from orchestrator.search.verdict import Verdict
-from orchestrator.store.record import TrialRecord, enqueue, is_attempt, status_of, write
+from orchestrator.store.record import RecordValues, TrialRecord, enqueue, is_attempt, status_of, write
 from orchestrator.store.records import results_of
 from orchestrator.search.space import Plan, config_key, configurations, nearest, suggest
 from orchestrator.spec.load import SweepSpec
@@ -207,7 +207,8 @@ class Proposer:
                 if not (self.spec.search.skip_predicted_oom and predicted_oom(c, ooms, order) is not None)]
         chosen = nearest(proposed, left, self.plan, self.rng)
         if chosen is not None:
-            enqueue(self.study, chosen, **({"neighbour_of": original} if original is not None else {}))
+            near: RecordValues = {"neighbour_of": original} if original is not None else {}
+            enqueue(self.study, chosen, **near)
             v.queued.add(config_key(chosen))
 
     def failed(self, sampled: dict[str, Any]) -> None:

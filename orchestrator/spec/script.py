@@ -183,7 +183,7 @@ def missing(given: str, spec_folder: Path, cwd: Path | None = None) -> str:
 
 # -- the spec's rules --------------------------------------------------------------------------
 
-def refuse_loop_knobs(c: Checker, top: dict[str, Any], fixed: Any, space: Any) -> None:
+def refuse_loop_knobs(c: Checker, top: dict[str, Any], fixed: object, space: object) -> None:
     """A script spec may not name a knob that only the harness's loop applies (``LOOP_KNOBS``):
     checked before any value, so that the line says what to do instead (each such knob noted:
     ``rules.Checker.note``)."""
@@ -257,7 +257,7 @@ def check_script(c: Checker, top: dict[str, Any], fixed: dict[str, Any], space: 
     return given, find_script(given, spec_folder), tuple(args), per_step
 
 
-def _check_arg(c: Checker, i: int, arg: Any, names: set[str], fixed: dict[str, Any], space: dict[str, Any],
+def _check_arg(c: Checker, i: int, arg: object, names: set[str], fixed: dict[str, Any], space: dict[str, Any],
                used: set[str]) -> str:
     """One of ``args``, checked; the names its placeholders use go into ``used``."""
     if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):

@@ -100,7 +100,7 @@ class StudyLock:
             raise
         return conn
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         try:
             self._depth -= 1
             if self._depth == 0 and hasattr(self, "_engine"):

@@ -17,7 +17,7 @@ from orchestrator.protocol import TrialResult
 from orchestrator.outcome import INFEASIBLE, RESULT_STATUSES, Outcome, Status
 from orchestrator.keys import config_key
 from orchestrator.spec.load import SweepSpec
-from orchestrator.store.record import attrs_of, is_attempt, status_of, write
+from orchestrator.store.record import HasAttrs, attrs_of, is_attempt, status_of, write
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -163,7 +163,7 @@ def trace_tags(attrs: dict[str, Any]) -> dict[str, str]:
     return {k: str(attrs[k]) for k in TRACE_ATTRS if k in attrs}
 
 
-def trial_trace_tags(trial: object, extra: dict[str, Any] | None = None) -> dict[str, str]:
+def trial_trace_tags(trial: HasAttrs, extra: dict[str, Any] | None = None) -> dict[str, str]:
     """``trace_tags`` of what the trial recorded, ``extra`` (not written yet) over it."""
     return trace_tags({**attrs_of(trial, TRACE_ATTRS), **(extra or {})})
 
