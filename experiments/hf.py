@@ -30,13 +30,16 @@ orchestrator.
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from experiments.bert import MIN_PERIOD, make_batch, make_motifs
 from orchestrator.spec import knobs
 from orchestrator.harness.workload import Workload, device_generator, param_error
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 try:
     import transformers
@@ -87,7 +90,7 @@ def base_config(params: dict[str, Any]) -> Any:
     return AutoConfig.for_model(model_type)
 
 
-def check_fields(config: Any, overrides: dict[str, Any]) -> None:
+def check_fields(config: PretrainedConfig, overrides: dict[str, Any]) -> None:
     """Every override names a field of ``config`` (its aliases included: ``num_hidden_layers``)."""
     for name in overrides:
         if not hasattr(config, name):
@@ -117,7 +120,7 @@ def max_positions(config: Any) -> int | None:
     return value if knobs.is_int(value) else None
 
 
-def infer_task(config: Any) -> str:
+def infer_task(config: PretrainedConfig) -> str:
     """The task a config was made for: its ``architectures`` where it names them, else the heads
     its model type has (masked LM first, unless it is a decoder)."""
     from transformers.models.auto import modeling_auto as auto
@@ -164,7 +167,7 @@ def validate_params(params: dict[str, Any]) -> None:
     check_seq_len(config, params.get("seq_len"))
 
 
-def check_task(config: Any, task: str) -> None:
+def check_task(config: PretrainedConfig, task: str) -> None:
     """The model type has a head for ``task``."""
     from transformers.models.auto import modeling_auto as auto
 
@@ -218,7 +221,7 @@ def model_loss(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
 # The experiment contract
 
 
-def model_class(config: Any, task: str) -> type:
+def model_class(config: PretrainedConfig, task: str) -> type:
     """The class ``from_config`` builds for ``task``: looked up in transformers' auto mapping,
     which imports the model's modules then (``transformers`` imports them lazily)."""
     from transformers.models.auto import modeling_auto as auto

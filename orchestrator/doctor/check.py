@@ -18,7 +18,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 GIB = 1024 ** 3
 CHECK_BUDGET_S = 120.0
@@ -112,7 +115,7 @@ def check(device: str, facts: dict[str, Any], budget_s: float = CHECK_BUDGET_S) 
     return out
 
 
-def check_knobs(device: str, facts: dict[str, Any], work: Path, left: Any) -> dict[str, Any]:
+def check_knobs(device: str, facts: dict[str, Any], work: Path, left: Callable[[], float]) -> dict[str, Any]:
     """The selftest trial without a cap, then once under each knob of ``device`` (``knob_trials``)."""
     base = {"device": device, "batch_size": CHECK_BATCH, "width": CHECK_WIDTH}
     selftest = ("orchestrator.harness.selftest", (1, 1, 0.0))
@@ -129,7 +132,7 @@ def check_knobs(device: str, facts: dict[str, Any], work: Path, left: Any) -> di
             "honoured": bool(knobs) and all(k["verdict"] == "honoured" for k in knobs)}
 
 
-def check_speed(device: str, work: Path, left: Any) -> dict[str, Any]:
+def check_speed(device: str, work: Path, left: Callable[[], float]) -> dict[str, Any]:
     """A matrix multiply (one process: the CPU, then the device) and a short training step (one
     trial on the CPU, one on the device); on the CPU alone, the CPU's figures once."""
     speed: dict[str, Any] = {}

@@ -65,6 +65,13 @@ class StopFlag:
         return self.signum is not None
 
 
+class Usage(Protocol):
+    """What is read of a process's resource usage: ``os.wait4``'s, or a fork server's word of it."""
+
+    @property
+    def ru_maxrss(self) -> int: ...
+
+
 class TrialProcess(Protocol):
     """The process a trial runs in, as ``ProcessRun`` and the launcher use it: an ``Interpreter``
     (fresh, or pre-started) or a ``Forked`` trial of a fork server."""
@@ -87,7 +94,7 @@ class TrialProcess(Protocol):
     """Its result file is written (it may still be exiting)."""
     returncode: int | None
     """Its exit code once reaped (negative: the signal that killed it)."""
-    rusage: Any
+    rusage: Usage | None
     """Its resource usage once reaped (``ru_maxrss``: its peak RSS)."""
 
     @abstractmethod
@@ -149,7 +156,7 @@ class Interpreter(TrialProcess):
         self.at_window = False
         self.result_ready = False
         self.returncode: int | None = None
-        self.rusage: Any = None
+        self.rusage: Usage | None = None
         self._buffer = b""
         if stop is not None:
             stop.pgids.add(self.proc.pid)

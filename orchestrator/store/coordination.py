@@ -38,7 +38,7 @@ class StudyLock:
         """``outage``: an ``outage.Outage`` guard; taking the lock waits out a lost connection."""
         self._local = threading.RLock()
         self._depth = 0
-        self._conn: Any = None
+        self._conn: Connection | None = None
         self._outage = outage
         self._swap = threading.Lock()  # _conn between the holder and ``ensure`` (another thread's retry)
         self._held = False
@@ -112,7 +112,7 @@ class StudyLock:
         finally:
             self._local.release()
 
-    def _release(self, conn: Any) -> None:
+    def _release(self, conn: Connection) -> None:
         try:
             conn.execute(self._text("SELECT pg_advisory_unlock(:k)"), {"k": self._key})
             conn.commit()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.machine import MACHINE_ATTR
 
 if TYPE_CHECKING:
+    from orchestrator.store.studyread import StoredStudy
     from optuna import Study
 
 FINGERPRINT_ATTR = "orchestrate.fingerprint"
@@ -49,7 +50,7 @@ class StudyRecord:
     """The machine's load before and during each run of the sweep (``machineload.LoadLog.summary``)."""
 
     @classmethod
-    def of(cls, study: Any) -> StudyRecord:
+    def of(cls, study: Study | StoredStudy) -> StudyRecord:
         """The record of ``study``, read once (each read of an ``optuna.Study``'s is a query)."""
         attrs = study.user_attrs
         return cls(**{name: attrs.get(key) for name, key in KEYS.items()})

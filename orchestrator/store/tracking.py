@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
@@ -253,7 +253,7 @@ class RunRef:
         self.number = number
         self.run_id: str | None = None
         self.done = threading.Event()
-        self.on_created: Any = None
+        self.on_created: Callable[[str], None] | None = None
 
 
 class AsyncTracker:
@@ -331,7 +331,7 @@ class AsyncTracker:
                 "and the next run of this command writes MLflow's missing records from it")
 
     def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str],
-                    on_created: object = None) -> RunRef:
+                    on_created: Callable[[str], None] | None = None) -> RunRef:
         """Queue the trial's run; ``on_created(run_id)`` is called by the writer once it exists."""
         ref = RunRef(number)
         ref.on_created = on_created

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from orchestrator.protocol import TrialConfig
 from orchestrator.launch import Launched
@@ -26,6 +26,9 @@ from orchestrator.outcome import INTERRUPTED_DETAIL, Outcome, Status
 from orchestrator.sweep.repeats import combine
 from orchestrator.sweep.seams import TrialRun
 from orchestrator.trialdir import LOG, repeat_path
+
+if TYPE_CHECKING:
+    from optuna.trial import Trial
 
 
 class State(enum.Enum):
@@ -43,14 +46,14 @@ class State(enum.Enum):
 
 @dataclass
 class Job:
-    trial: Any
+    trial: Trial
     sampled: dict[str, Any]
     params: dict[str, Any]
     config: TrialConfig
     env: dict[str, str]
     trial_dir: Path
     slot: int
-    run_ref: Any
+    run_ref: object
     repeats: int = 1
     state: State = State.PROPOSED
     runs: list[Launched] = field(default_factory=list)

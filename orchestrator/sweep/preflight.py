@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Callable
 
 from orchestrator.errors import SpecError, StudyError, each_error, raise_all
 from orchestrator.redact import shown
@@ -147,7 +147,7 @@ def hub_models(spec: SweepSpec) -> list[tuple[tuple, str]]:
         return []  # both given: the module's own check says to give one
     if isinstance(spec.fixed.get(name), str):
         return [(("fixed", name), spec.fixed[name])]
-    dim: Any = spec.space.get(name)
+    dim = spec.space.get(name)
     if isinstance(dim, Choice):
         return [(("space", name, i), v) for i, v in enumerate(dim.values) if isinstance(v, str)]
     return []
