@@ -30,7 +30,7 @@ import time
 import traceback
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from orchestrator.errors import first_line
 from orchestrator.protocol import TrialConfig, TrialSteps
@@ -129,9 +129,12 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _recording(build: Any, built: dict[str, Any]) -> Any:
+T = TypeVar("T")
+
+
+def _recording(build: Callable[..., T], built: dict[str, Any]) -> Callable[..., T]:
     @functools.wraps(build)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> T:
         built["workload"] = build(*args, **kwargs)
         return built["workload"]
 

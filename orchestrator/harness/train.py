@@ -17,7 +17,8 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, cast
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Iterable, cast
 
 import torch
 
@@ -62,7 +63,7 @@ def apply_limits(params: dict[str, Any], device: str, applied: dict[str, Any]) -
         applied["cpu_isa"] = f"{params['cpu_isa']} (ATen kernels: {torch.backends.cpu.get_cpu_capability()})"
 
 
-def wrap_checkpointing(blocks: Any) -> int:
+def wrap_checkpointing(blocks: Iterable[torch.nn.Module]) -> int:
     """Recompute each block's activations in backward (non-reentrant, as torch recommends)."""
     from torch.utils.checkpoint import checkpoint
 
@@ -88,7 +89,7 @@ def enable_checkpointing(workload: Workload) -> bool:
     return wrap_checkpointing(workload.blocks) > 0
 
 
-def make_optimizer(name: str, params: Any, lr: float, device: str) -> tuple[torch.optim.Optimizer, str]:
+def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float, device: str) -> tuple[torch.optim.Optimizer, str]:
     """Return the optimizer and the implementation actually used."""
     params = list(params)
     if name == "sgd":
@@ -104,8 +105,8 @@ def make_optimizer(name: str, params: Any, lr: float, device: str) -> tuple[torc
     return torch.optim.AdamW(params, lr=lr, foreach=True), "adamw_foreach"
 
 
-def accumulate(model: torch.nn.Module, loss_fn: Callable, batches: Any, k: int,
-               autocast: Any, scaler: Any) -> torch.Tensor:
+def accumulate(model: torch.nn.Module, loss_fn: Callable, batches: Iterable[object], k: int,
+               autocast: AbstractContextManager[object], scaler: torch.amp.GradScaler | None) -> torch.Tensor:
     """Forward and backward over ``k`` micro-batches, each loss scaled by 1/k, so the summed
     gradient equals that of one batch k times larger. Returns the mean loss, on the device."""
     total = None

@@ -116,7 +116,7 @@ def _ranges(cores: frozenset[int]) -> str:
     return ",".join(out)
 
 
-def resolve_slots(items: tuple[str, ...] | None, device: str, fail: Any) -> list[Slot]:
+def resolve_slots(items: tuple[str, ...] | None, device: str, fail: Callable[[str], Exception]) -> list[Slot]:
     """The slots for ``items`` (the spec's ``devices``, or ``--devices``) on the resolved ``device``
     (``cuda``, ``mps``, ``cpu`` or ``swept``). ``fail(rule)`` returns the SpecError to raise (it
     names the spec's line, or the flag)."""

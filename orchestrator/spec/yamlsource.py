@@ -156,7 +156,7 @@ class _Loader(_Composer):
         self.open_anchors: dict[str, int] = {}
         """Anchors whose value is being composed -> the line of the anchor."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event = self.peek_event()
         line = event.start_mark.line + 1  # type: ignore[union-attr]  # composed while events remain, each with its mark
         if isinstance(event, yaml.AliasEvent):

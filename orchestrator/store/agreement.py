@@ -31,6 +31,7 @@ from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.store.runs import MLFLOW_STATUS, TERMINAL, logged_metrics, param_text
 
 if TYPE_CHECKING:
+    from mlflow.entities import Run
     from optuna.trial import FrozenTrial
 
 KINDS = {  # kind -> what the line says is wrong, and whether writing MLflow from the study repairs it
@@ -156,7 +157,7 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
     return out
 
 
-def keeper(runs: list[Any], run_id: str | None) -> Any:
+def keeper(runs: list[Run], run_id: str | None) -> Run:
     """The one of a trial's runs to keep: the one the study names, else a finished one, else the first."""
     by_id = [r for r in runs if r.info.run_id == run_id]
     done = [r for r in runs if r.info.status in TERMINAL]

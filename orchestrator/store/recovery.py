@@ -33,6 +33,7 @@ from orchestrator.store.records import results_of
 from orchestrator.keys import config_key
 
 if TYPE_CHECKING:
+    from mlflow.entities import Run
     from optuna.study import Study
     from optuna.trial import FrozenTrial
 
@@ -174,7 +175,7 @@ class Recovery:
         write(trial, status=Status.INTERRUPTED, detail=DIED_DETAIL)
         self.study.tell(t.number, state=TrialState.FAIL)
 
-    def _new_run(self, t: FrozenTrial) -> Any:
+    def _new_run(self, t: FrozenTrial) -> Run:
         run_id = self.tracker.start_trial(t.number, t.params, {})
         return self.tracker.client.get_run(run_id)
 

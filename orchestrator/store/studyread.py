@@ -201,7 +201,7 @@ class _Decoder:
     def __init__(self) -> None:
         self.seen: dict[str, tuple[str, tuple[Any, ...] | None]] = {}
 
-    def __call__(self, value: float, distribution_json: str) -> Any:
+    def __call__(self, value: float, distribution_json: str) -> object:
         kind, choices = self.seen.get(distribution_json) or self._parse(distribution_json)
         if kind == "categorical":
             return choices[int(value)]  # type: ignore[index]  # a categorical distribution lists its choices
