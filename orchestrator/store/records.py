@@ -17,7 +17,7 @@ from orchestrator.protocol import TrialResult
 from orchestrator.outcome import INFEASIBLE, RESULT_STATUSES, Outcome, Status
 from orchestrator.keys import config_key
 from orchestrator.spec.load import SweepSpec
-from orchestrator.store.record import HasAttrs, attrs_of, is_attempt, status_of, write
+from orchestrator.store.record import HasAttrs, Writable, attrs_of, is_attempt, status_of, write
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -168,7 +168,7 @@ def trial_trace_tags(trial: HasAttrs, extra: dict[str, Any] | None = None) -> di
     return trace_tags({**attrs_of(trial, TRACE_ATTRS), **(extra or {})})
 
 
-def link_run(trial: Any, run_id: str) -> None:
+def link_run(trial: Writable, run_id: str) -> None:
     """The trial's MLflow run id as a user attribute, from the tracker's writer thread, while the
     trial is still running (a finished trial's attributes are fixed: then its run is found by its
     ``trial_number`` tag)."""
