@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from orchestrator.spec.rules import Checker
-    from orchestrator.spec.load import SweepSpec
 
 LOOP_KNOBS = ("dtype", "grad_accum_steps", "effective_batch_size", "activation_checkpointing", "compile",
               "optimizer", "zero_grad", "empty_cache_every")
@@ -87,7 +86,7 @@ def script_argv(args: tuple[str, ...], params: dict[str, Any]) -> list[str]:
     return argv
 
 
-def script_call(spec: SweepSpec, params: dict[str, Any]) -> Any:
+def script_call(spec: Any, params: dict[str, Any]) -> Any:
     """What a trial of ``spec`` (a ``SweepSpec``) runs, for ``params``: the ``protocol.ScriptCall``
     of a script spec, None for a module's."""
     if spec.script is None:
