@@ -17,7 +17,7 @@ import copy
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from orchestrator.protocol import TrialResult
 from orchestrator.replay.landscape import Landscape
@@ -27,6 +27,9 @@ from orchestrator import trialdir
 from orchestrator.protocol import TrialConfig
 from orchestrator.outcome import Outcome, Status
 from orchestrator.store import record
+
+if TYPE_CHECKING:
+    from optuna import Study
 
 REPLAY_PATH = Path("<replay>")
 
@@ -67,7 +70,7 @@ class NullTracker:
         return None
 
     def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str],
-                    on_created: Any = None) -> str:
+                    on_created: object = None) -> str:
         return f"replay-{number}"
 
     def finish_trial(self, ref: str, status: str, metrics: dict[str, float], tags: dict[str, str],
@@ -183,7 +186,7 @@ class Replayed:
 
 
 def replay_sweep(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip: bool,
-                 sampler: Any = None, launcher: Callable[..., Launched] | None = None,
+                 sampler: object = None, launcher: Callable[..., Launched] | None = None,
                  neighbours: bool = True, slots: int = 1) -> list[ReplayedTrial]:
     """``replay_run``'s trials (see there)."""
     return replay_run(spec_dict, landscape, seed, skip, sampler, launcher, neighbours, slots).records
@@ -226,7 +229,7 @@ def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip:
     return Replayed(replayed_trials(study, finished), result.stopped_because, runner.clock, answer, unsure)
 
 
-def replayed_trials(study: Any, finished: dict[int, float] | None = None) -> list[ReplayedTrial]:
+def replayed_trials(study: Study, finished: dict[int, float] | None = None) -> list[ReplayedTrial]:
     """What the study recorded, trial by trial (repeats are told by the sweep, not run), in the
     order their results were known."""
     out = []
@@ -257,7 +260,7 @@ def lightning_search(landscape: Landscape, batch: str = "batch_size", precision:
     for p in precisions:
         b = min(batches)
         while True:
-            params = {**others, batch: b, **({precision: p} if p is not None else {})}
+            params: dict[str, Any] = {**others, batch: b, **({precision: p} if p is not None else {})}  # type: ignore[dict-item]  # p is None where precision is
             row = landscape.row(params)
             out.append(ReplayedTrial(len(out), {c: row.params[c] for c in landscape.columns}, row.status,
                                    row.samples_per_s if row.status == Status.OK else None, row.duration_s))

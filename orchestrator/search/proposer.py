@@ -34,6 +34,7 @@ from orchestrator.spec.load import SweepSpec
 from orchestrator.timeline import event
 
 if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial, Trial
     from optuna.study import Study
 
 
@@ -42,7 +43,7 @@ class Asked:
     """A trial asked of the study to run ``sampled``; ``predicted_by``: the trial whose OOM
     predicts this one's (``dominance``), when the spec skips predicted OOMs."""
 
-    trial: Any
+    trial: Trial
     sampled: dict[str, Any]
     predicted_by: int | None = None
 
@@ -153,7 +154,7 @@ class Proposer:
         event("ask_end", trial.number)
         return trial, sampled
 
-    def _answered_at_once(self, trial: Any, sampled: dict[str, Any], v: View) -> bool:
+    def _answered_at_once(self, trial: FrozenTrial, sampled: dict[str, Any], v: View) -> bool:
         """A configuration that has a result (unless measured again on purpose), is in flight or
         failed here is answered without a process, and its nearest free neighbour queued."""
         key = config_key(sampled)

@@ -56,14 +56,14 @@ class Startup:
 
                 folder = probe_folder()
                 self.runner = new_runner(spec, self.slots, stop)
-                server = self.runner.prewarm(shared_env(guessed), folder / "server.log")
+                server = self.runner.prewarm(shared_env(guessed), folder / "server.log")  # type: ignore[arg-type]  # not None: _server_can_answer
         try:
             if server is None:
                 self.close_runner()
                 self.probe = checks.start_probe(spec, smoke, probe_env(spec))
             else:
                 self.probe = checks.start_probe(spec, smoke, server=server, folder=folder)
-                self.runner.prepare(guessed.device)  # forked after the probe: the first trials' processes
+                self.runner.prepare(guessed.device)  # type: ignore[union-attr]  # the server came from it  # forked after the probe: the first trials' processes
         except BaseException:
             self.close_runner()
             raise

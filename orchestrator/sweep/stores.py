@@ -79,11 +79,11 @@ def open_stores(r: Run, new_study: bool) -> None:
         recorded = StudyRecord.of(study)  # one read of the study's attributes
         r.limit_gib, r.native = memory_limit(spec, plan, r.found), native_half_of(plan)  # read once
         record_machine(study, plan, r.limit_gib, r.native, recorded.machine)
-        parent = r.sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, recorded.uid)
+        parent = r.sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, recorded.uid)  # type: ignore[arg-type]  # open_study wrote the uid
         if recorded.parent_run_id != parent:
             write_study(study, parent_run_id=parent)
     event("stores_opened")
-    r.work_dir = trialdir.root(spec.name, recorded.uid)
+    r.work_dir = trialdir.root(spec.name, recorded.uid)  # type: ignore[arg-type]  # open_study wrote the uid
 
 
 def recover(r: Run, retry: tuple[str, ...]) -> None:
