@@ -17,7 +17,7 @@ import copy
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from orchestrator.protocol import TrialResult
 from orchestrator.replay.landscape import Landscape
@@ -73,7 +73,7 @@ class NullTracker:
                     on_created: object = None) -> str:
         return f"replay-{number}"
 
-    def finish_trial(self, ref: str, status: str, metrics: dict[str, float], tags: dict[str, str],
+    def finish_trial(self, ref: str, status: str, metrics: dict[str, float], tags: Mapping[str, object],
                      files: list[tuple[Path, str | None]]) -> None:
         return None
 
@@ -219,7 +219,7 @@ def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip:
     runner = ReplayRunner(launcher or ReplayLauncher(landscape, noise, seed), slots)
     if isinstance(runner.launcher, ReplayLauncher):
         runner.launcher.clock = lambda: runner.clock  # a drifting noise reads the simulated time
-    sweep = Sweep(spec, plan, study, NullTracker(), REPLAY_PATH, StopFlag(), runner,  # type: ignore[arg-type]
+    sweep = Sweep(spec, plan, study, NullTracker(), REPLAY_PATH, StopFlag(), runner,
                   SweepOptions(neighbours=neighbours, memory_limit_gib=landscape.memory_limit_gib,
                                native_half=landscape.native_half))
     finished: dict[int, float] = {}
@@ -288,7 +288,7 @@ def lightning_pick(records: list[ReplayedTrial], precision: str | None = "dtype"
         if r.status == Status.OK:
             largest[r.params.get(precision) if precision else None] = r  # doubling: the last ok is the largest
     candidates = [r for r in largest.values() if r.samples_per_s is not None]
-    return max(candidates, key=lambda r: r.samples_per_s) if candidates else None  # type: ignore[arg-type,return-value]
+    return max(candidates, key=lambda r: r.samples_per_s) if candidates else None  # type: ignore[arg-type,return-value]  # candidates have a throughput
 
 
 @dataclass(frozen=True)

@@ -83,10 +83,10 @@ class TrialTracker(Protocol):
                     on_created: Callable[[str], None] | None = None) -> object:
         """Start the trial's run; returns its handle. ``on_created(run_id)`` once it exists."""
 
-    def run_id(self, ref: object, *, wait: bool = True) -> str | None:
+    def run_id(self, ref: Any, *, wait: bool = True) -> str | None:
         """The run's id (``wait=False``: None if it does not exist yet)."""
 
-    def finish_trial(self, ref: object, status: str, metrics: dict[str, float], tags: Mapping[str, object],
+    def finish_trial(self, ref: Any, status: str, metrics: dict[str, float], tags: Mapping[str, object],
                      files: list[tuple[Path, str | None]]) -> None:
         """Finish the trial's run with its status, metrics, tags and files."""
 

@@ -74,7 +74,7 @@ class Startup:
         from orchestrator.search.space import shared_env
 
         if self.runner is not None and plan.device == self.guessed.device and shared_env(plan) == shared_env(self.guessed):
-            return self.slots, self.runner  # type: ignore[return-value]
+            return self.slots, self.runner  # type: ignore[return-value]  # both set with the runner
         self.close_runner()
         self.slots = slots_for(self.spec, plan.device, self.devices_flag)
         self.runner = new_runner(self.spec, self.slots, self.stop)
