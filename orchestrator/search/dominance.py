@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import numpy
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     return a == b
@@ -141,7 +141,7 @@ class DominanceIndex:
         return out
 
 
-def _rank(rule: Order | None, value: Any) -> float | None:
+def _rank(rule: Order | None, value: object) -> float | None:
     """A value's memory rank under ``rule`` (None: compared for equality only)."""
     if rule == "increasing" or rule == "decreasing":
         if isinstance(value, (int, float)) and not isinstance(value, bool):

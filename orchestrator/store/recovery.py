@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from orchestrator import trialdir
 from orchestrator.outcome import DIED_DETAIL, RUN_AGAIN, VERDICT_DETAIL, Status
-from orchestrator.store.record import TrialRecord, enqueue, is_attempt, status_of, write, write_stored
+from orchestrator.store.record import RecordValues, TrialRecord, enqueue, is_attempt, status_of, write, write_stored
 from orchestrator.store.records import results_of
 from orchestrator.keys import config_key
 
@@ -213,8 +213,10 @@ class Recovery:
                 continue  # a final result, or stopped by a verdict (the planner asks for it if it must)
             params = t.params or t.system_attrs.get("fixed_params")
             neighbour_of = TrialRecord.of(t).neighbour_of
-            enqueue(self.study, params, retry_of=t.number, retry_reason=status,
-                    **({"neighbour_of": neighbour_of} if neighbour_of is not None else {}))
+            values: RecordValues = {"retry_of": t.number, "retry_reason": status}
+            if neighbour_of is not None:
+                values["neighbour_of"] = neighbour_of
+            enqueue(self.study, params, **values)
             busy.add(key)
             queued[status] = queued.get(status, 0) + 1
         return queued, superseded
