@@ -17,12 +17,9 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.redact import environment_secrets, filter_output, has_secret, pasteable, secrets_in
-
-if TYPE_CHECKING:
-    from orchestrator.spec.load import SweepSpec
 
 SQLITE = "sqlite:///"
 """An SQLite database file's URL begins so (then a relative path, or a fourth slash and an absolute one)."""
@@ -66,7 +63,7 @@ def overrides(storage_flag: str | None, tracking_flag: str | None,
     return out, Origins(**origin)
 
 
-def guard(spec: SweepSpec, origins: Origins) -> None:
+def guard(spec: Any, origins: Origins) -> None:
     """Before anything else runs: every secret this run knows is kept out of its output, and a
     password given on the command line is warned about, once."""
     filter_output(secrets_in(spec.storage) + secrets_in(spec.tracking_uri) + environment_secrets())
@@ -87,7 +84,7 @@ def _instead(field: str) -> str:
             "(or MLFLOW_TRACKING_TOKEN), or pass the whole URI in ORCHESTRATE_TRACKING_URI")
 
 
-def command_flags(spec: SweepSpec, origins: Origins, defaults: tuple[str, str]) -> list[str]:
+def command_flags(spec: Any, origins: Origins, defaults: tuple[str, str]) -> list[str]:
     """``--storage``/``--tracking-uri`` as a printed command needs them to reach the same stores:
     none for a store read from the environment (the variable reaches it again), both otherwise
     when either is not the default, with their secrets left out (``redact.pasteable``)."""

@@ -15,6 +15,7 @@ from orchestrator.report.plotdata import (MEMORY_FAILURES, NOTES, choose_layout,
                                    pareto_points, throughput_intervals)
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
     from matplotlib.axes import Axes
 
 LINE_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
@@ -56,7 +57,7 @@ def _figure(title: str, ctx: PlotContext):
     return fig, ax
 
 
-def _save(fig: Any, path: Path) -> Path:
+def _save(fig: Figure, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()

@@ -201,7 +201,7 @@ class Planner:
         """Measured configurations other than the best, not in flight: each may still beat the best
         by more than the band, as far as its spread allows. None where no trial reported its spread."""
         no = model is None or self._seen.noise() is None
-        return [] if no else self._seen.rivals(model.incumbent, self._busy(in_flight))  # type: ignore[union-attr]
+        return [] if no else self._seen.rivals(model.incumbent, self._busy(in_flight))  # type: ignore[union-attr]  # not no: the model is set
 
     def _again(self, model: Model, rival: int, in_flight: set[str]) -> int | None:
         """Which of the best and ``rival`` to measure again (the one measured less recently), or None

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from orchestrator.spec.load import SweepSpec
     from orchestrator.spec.rules import Checker
 
 LOOP_KNOBS = ("dtype", "grad_accum_steps", "effective_batch_size", "activation_checkpointing", "compile",
@@ -87,7 +86,7 @@ def script_argv(args: tuple[str, ...], params: dict[str, Any]) -> list[str]:
     return argv
 
 
-def script_call(spec: SweepSpec, params: dict[str, Any]) -> Any:
+def script_call(spec: Any, params: dict[str, Any]) -> Any:
     """What a trial of ``spec`` (a ``SweepSpec``) runs, for ``params``: the ``protocol.ScriptCall``
     of a script spec, None for a module's."""
     if spec.script is None:
@@ -303,7 +302,7 @@ def _check_format(c: Checker, path: tuple, name: str, spec: str, fixed: dict[str
             raise c.fail(path, f"{{{name}:{spec}}} cannot format {name}={value!r}: {exc}", text) from None
 
 
-def check_script_file(spec: SweepSpec) -> None:
+def check_script_file(spec: Any) -> None:
     """A script spec's file must be there when the sweep (or its dry run) starts."""
     if spec.script is not None and spec.script_file is None:
         raise spec.error(("script",), missing(spec.script, spec.path.parent))

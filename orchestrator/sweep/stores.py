@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from orchestrator import trialdir
 from orchestrator.launch import StopFlag
@@ -106,7 +106,7 @@ def recover(r: Run, retry: tuple[str, ...]) -> None:
         r.heartbeat = Heartbeat(storage_of(r.study), max(1.0, r.spec.search.grace_period_s / 4))
 
 
-def _not_replaced(spec: SweepSpec, tracker: Any) -> Any:
+def _not_replaced(spec: SweepSpec, tracker: Any) -> Callable[[str], None]:
     """``open_study``'s ``absent``: a missing study is refused where an earlier one of its name
     left runs (``lost``); ``--new-study`` starts one anyway."""
     from orchestrator.store.lost import found_runs, refuse
