@@ -29,7 +29,6 @@ from orchestrator.store.studyrecord import write_study
 from orchestrator.store.writefault import StoreUnwritable
 
 if TYPE_CHECKING:
-    from orchestrator.store.recovery import Recovery
     from orchestrator.store.tracking import Tracker
     from optuna import Study
 
@@ -173,7 +172,7 @@ class Settled:
         return out
 
 
-def settle(tracker: Any, recovery: Recovery, close: tuple[str, str, dict[str, float]], shared: bool) -> Settled:
+def settle(tracker: Any, recovery: Any, close: tuple[str, str, dict[str, float]], shared: bool) -> Settled:
     """The end of a sweep: drain the writer thread (``tracking.AsyncTracker``), write what MLflow
     refused during the sweep if it takes it now (``recovery.converge``: every trial of an SQLite
     study; with a server database, only the ones refused here), close the parent run (``close``:
