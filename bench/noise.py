@@ -2,7 +2,7 @@
 sweep run twice give the same best, or say why it could not tell? (issue #38)
 
     python bench/noise.py                      # busy loop on, two sweeps, then one configuration x8
-    python bench/noise.py --json docs/noise_cpu.json --no-load   # the same on a machine left alone
+    python bench/noise.py --json docs/logs/noise_cpu.json --no-load   # the same on a machine left alone
 
 It starts a busy loop of its own (``--spinners`` processes, each computing for 1-4 s and sleeping
 for 1-4 s, seeded) and, while it runs:

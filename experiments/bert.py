@@ -177,7 +177,7 @@ class BertForMaskedLM(nn.Module):
             if isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
             if getattr(m, "bias", None) is not None:
-                nn.init.zeros_(m.bias)
+                nn.init.zeros_(m.bias)  # type: ignore[arg-type]  # a module's bias attribute is a tensor where set
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         t = input_ids.shape[1]

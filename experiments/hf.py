@@ -30,13 +30,16 @@ orchestrator.
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from experiments.bert import MIN_PERIOD, make_batch, make_motifs
 from orchestrator.spec import knobs
 from orchestrator.harness.workload import Workload, device_generator, param_error
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 try:
     import transformers
@@ -64,7 +67,7 @@ def overrides_of(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k not in OWN and k not in knobs.KNOBS}
 
 
-def base_config(params: dict[str, Any]) -> Any:
+def base_config(params: dict[str, Any]) -> PretrainedConfig:
     """The named model's config, without overrides: from the hub or a folder, or by model type."""
     model, model_type = params.get("model"), params.get("model_type")
     if (model is None) == (model_type is None):
@@ -87,7 +90,7 @@ def base_config(params: dict[str, Any]) -> Any:
     return AutoConfig.for_model(model_type)
 
 
-def check_fields(config: Any, overrides: dict[str, Any]) -> None:
+def check_fields(config: PretrainedConfig, overrides: dict[str, Any]) -> None:
     """Every override names a field of ``config`` (its aliases included: ``num_hidden_layers``)."""
     for name in overrides:
         if not hasattr(config, name):
@@ -98,7 +101,7 @@ def check_fields(config: Any, overrides: dict[str, Any]) -> None:
                                     + (f"; did you mean {', '.join(close)}?" if close else ""))
 
 
-def resolve_config(params: dict[str, Any]) -> Any:
+def resolve_config(params: dict[str, Any]) -> PretrainedConfig:
     """The config the trial builds: the named one with every override applied."""
     base = base_config(params)
     overrides = overrides_of(params)
@@ -108,7 +111,7 @@ def resolve_config(params: dict[str, Any]) -> Any:
     return AutoConfig.for_model(params["model_type"], **overrides)
 
 
-def max_positions(config: Any) -> int | None:
+def max_positions(config: PretrainedConfig) -> int | None:
     """The longest sequence the position embedding table takes (None: rotary positions, which
     have no table, or unknown)."""
     if "rope_parameters" in config.to_dict():
@@ -117,7 +120,7 @@ def max_positions(config: Any) -> int | None:
     return value if knobs.is_int(value) else None
 
 
-def infer_task(config: Any) -> str:
+def infer_task(config: PretrainedConfig) -> str:
     """The task a config was made for: its ``architectures`` where it names them, else the heads
     its model type has (masked LM first, unless it is a decoder)."""
     from transformers.models.auto import modeling_auto as auto
@@ -164,7 +167,7 @@ def validate_params(params: dict[str, Any]) -> None:
     check_seq_len(config, params.get("seq_len"))
 
 
-def check_task(config: Any, task: str) -> None:
+def check_task(config: PretrainedConfig, task: str) -> None:
     """The model type has a head for ``task``."""
     from transformers.models.auto import modeling_auto as auto
 
@@ -176,7 +179,7 @@ def check_task(config: Any, task: str) -> None:
                                   f"{transformers.__version__}; it has {', '.join(has) or 'none of ' + ', '.join(TASKS)}")
 
 
-def check_seq_len(config: Any, seq_len: int | None) -> None:
+def check_seq_len(config: PretrainedConfig, seq_len: int | None) -> None:
     limit = max_positions(config)
     if seq_len is not None and limit is not None and seq_len > limit:
         raise param_error("seq_len", f"seq_len must be at most the config's max_position_embeddings, got "
@@ -192,7 +195,7 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def batch_maker(task: str, seq_len: int, vocab_size: int, mask_prob: float, num_labels: int,
-                device: torch.device, generator: torch.Generator | None) -> Any:
+                device: torch.device, generator: torch.Generator | None) -> Callable[[int], Batch]:
     """``make_batch(batch_size)`` for ``task``: fixed shapes, on the device, no host sync."""
     def causal(batch_size: int) -> Batch:
         ids, _ = make_motifs(batch_size, seq_len, vocab_size, device, generator)
@@ -218,14 +221,14 @@ def model_loss(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
 # The experiment contract
 
 
-def model_class(config: Any, task: str) -> type:
+def model_class(config: PretrainedConfig, task: str) -> type:
     """The class ``from_config`` builds for ``task``: looked up in transformers' auto mapping,
     which imports the model's modules then (``transformers`` imports them lazily)."""
     from transformers.models.auto import modeling_auto as auto
 
     mapping = {"causal_lm": auto.MODEL_FOR_CAUSAL_LM_MAPPING, "masked_lm": auto.MODEL_FOR_MASKED_LM_MAPPING,
                "sequence_classification": auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING}[task]
-    return mapping[type(config)]
+    return mapping[type(config)]  # type: ignore[return-value]  # transformers types the lazy mapping's values loosely
 
 
 def preload(fixed: dict[str, Any]) -> None:
@@ -266,7 +269,7 @@ def build(params: dict[str, Any], device: torch.device) -> Workload:
                                         f"tokens are drawn from 1..vocab_size-1), got {vocab}")
     with torch.device(device):  # the parameters are created, and initialised, on the device
         model = auto.from_config(config, **kwargs)
-    make = batch_maker(task, seq_len, vocab, mask_prob, int(config.num_labels), device,
+    make = batch_maker(task, seq_len, vocab, mask_prob, int(config.num_labels), device,  # type: ignore[arg-type]  # every config has num_labels (default 2)
                        device_generator(device, seed))  # the batches'
 
     def checkpoint() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 from orchestrator import exits
 
@@ -71,7 +72,7 @@ class FailureBudgetExceeded(OrchestratorError):
 class UsageParser(argparse.ArgumentParser):
     """argparse with usage errors in one line and exit 2, like every other error of this tool."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(exits.USAGE)
 

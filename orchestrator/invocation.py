@@ -16,7 +16,6 @@ import os
 import shlex
 import shutil
 import sys
-from typing import Any
 
 NAME = "orchestrate"
 MODULE = "orchestrator.cli"
@@ -55,7 +54,7 @@ def tool(name: str, argv0: str | None = None) -> str:
     return os.path.join(folder, name) if folder else name
 
 
-def command(*args: Any) -> str:
+def command(*args: object) -> str:
     """An ``orchestrate`` command line a user can paste: the executable as invoked, then every
     part shell-quoted."""
     return shlex.join([*program(), *map(str, args)])

@@ -14,7 +14,7 @@ def config_key(params: dict[str, Any]) -> str:
     ``json.dumps`` of the canonical values, keys sorted; made of memoized ``"name": value``
     pieces, which a space of 100,000 configurations asks for hundreds of thousands of times."""
     try:
-        return "{" + ", ".join(_piece(k, type(v), v) for k, v in sorted(params.items())) + "}"
+        return "{" + ", ".join(_piece(k, type(v), v) for k, v in sorted(params.items())) + "}"  # type: ignore[arg-type]  # a type is hashable; typeshed's lru_cache says Hashable, which type[Any] is not to mypy
     except TypeError:  # an unhashable value (a list): written out whole
         return _dumped(params)
 
@@ -25,22 +25,22 @@ def _dumped(params: dict[str, Any]) -> str:
 
 
 @functools.lru_cache(maxsize=262144)
-def _piece(name: str, kind: type, value: Any) -> str:
+def _piece(name: str, kind: type, value: object) -> str:
     """``"name": value`` as ``_dumped`` writes it (``kind``: so that 1, 1.0 and True stay apart)."""
     return _dumped({name: value})[1:-1]
 
 
-def value_key(name: str, value: Any) -> str:
+def value_key(name: str, value: object) -> str:
     """``config_key({name: value})``, memoized for the hashable values a space is made of (a big
     space's planner asks it for every parameter of every configuration)."""
     try:
-        return _value_key(name, type(value), value)
+        return _value_key(name, type(value), value)  # type: ignore[arg-type]  # as in config_key: a type is hashable
     except TypeError:  # unhashable (a list): not memoized
         return config_key({name: value})
 
 
 @functools.lru_cache(maxsize=65536)
-def _value_key(name: str, kind: type, value: Any) -> str:
+def _value_key(name: str, kind: type, value: object) -> str:
     return config_key({name: value})
 
 

@@ -74,13 +74,13 @@ class LoadLog:
                              "max": _round(max(loads))}
         last = self.during[-1] if self.during else None
         if last is not None and None not in (last.steal, last.total, self.before.steal, self.before.total):
-            ticks = last.total - self.before.total  # type: ignore[operator]
+            ticks = last.total - self.before.total  # type: ignore[operator]  # none is None (above)
             if ticks > 0:
-                out["steal"] = round((last.steal - self.before.steal) / ticks, 4)  # type: ignore[operator]
+                out["steal"] = round((last.steal - self.before.steal) / ticks, 4)  # type: ignore[operator]  # none is None (above)
         return out
 
 
-def kept(previous: Any, summary: dict[str, Any]) -> list[dict[str, Any]]:
+def kept(previous: object, summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The study's list of run summaries with ``summary`` added (the last ``RUNS_KEPT``)."""
     runs = [r for r in previous if isinstance(r, dict)] if isinstance(previous, list) else []
     return (runs + [summary])[-RUNS_KEPT:]
@@ -105,7 +105,7 @@ def describe(summary: dict[str, Any]) -> str:
 def busy(summary: dict[str, Any]) -> bool:
     """Whether others' work alone (the load before the sweep) kept every core busy."""
     before, cores = summary.get("before"), summary.get("cores")
-    return before is not None and bool(cores) and before >= 0.5 * cores
+    return before is not None and cores is not None and bool(cores) and before >= 0.5 * cores
 
 
 def _round(x: float | None) -> float | None:

@@ -10,7 +10,6 @@ import json
 import signal
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from orchestrator.protocol import TrialResult, decode_result
 
@@ -46,10 +45,10 @@ class Status(str, Enum):
     def __str__(self) -> str:
         return self.value
 
-    __format__ = str.__format__
+    __format__ = str.__format__  # type: ignore[assignment]  # f"{status}" is its value, as str() is (Enum's is another signature)
 
     @classmethod
-    def read(cls, stored: Any) -> Status | None:
+    def read(cls, stored: object) -> Status | None:
         """The status a store holds: None for none (a trial not told yet), ``UNKNOWN`` for a string
         this version does not know."""
         if stored is None:

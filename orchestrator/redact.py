@@ -20,7 +20,7 @@ import io
 import os
 import re
 import sys
-from typing import Any, Iterable, TextIO
+from typing import Any, Iterable, Mapping, TextIO
 from urllib.parse import unquote
 
 from orchestrator import errors
@@ -120,7 +120,7 @@ def environment_secrets(environ: dict[str, str] | None = None) -> list[str]:
     return [s for s in found if len(s) >= 3]  # a one- or two-letter "secret" would mask every word
 
 
-def child_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment a trial process (or the probe, or the UI's server) inherits: this one
     without the credentials, which only the orchestrator's own connections use."""
     env = dict(os.environ if environ is None else environ)
@@ -159,7 +159,7 @@ class OutputFilter(io.TextIOBase):
         return self.stream.fileno()
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
+    def encoding(self) -> str:  # type: ignore[override]  # a property over TextIO's attribute
         return getattr(self.stream, "encoding", "utf-8")
 
     def __getattr__(self, name: str) -> Any:

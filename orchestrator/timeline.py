@@ -31,7 +31,6 @@ import json
 import os
 import threading
 import time
-from typing import Any
 
 _lock = threading.Lock()
 
@@ -40,7 +39,7 @@ COMMAND = ("process_start", "cli_start", "probe_start", "imports_done", "probe_a
 """The command's own marks (see the module); ``start`` and ``told`` are per trial."""
 
 
-def event(name: str, trial: int | None = None, at: float | None = None, **extra: Any) -> None:
+def event(name: str, trial: int | None = None, at: float | None = None, **extra: object) -> None:
     """Append one event (``at``: its wall-clock time, when not now)."""
     path = os.environ.get("ORCHESTRATE_TIMELINE")
     if not path:

@@ -18,7 +18,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 GIB = 1024 ** 3
 CHECK_BUDGET_S = 120.0
@@ -112,12 +115,12 @@ def check(device: str, facts: dict[str, Any], budget_s: float = CHECK_BUDGET_S) 
     return out
 
 
-def check_knobs(device: str, facts: dict[str, Any], work: Path, left: Any) -> dict[str, Any]:
+def check_knobs(device: str, facts: dict[str, Any], work: Path, left: Callable[[], float]) -> dict[str, Any]:
     """The selftest trial without a cap, then once under each knob of ``device`` (``knob_trials``)."""
     base = {"device": device, "batch_size": CHECK_BATCH, "width": CHECK_WIDTH}
     selftest = ("orchestrator.harness.selftest", (1, 1, 0.0))
     uncapped = run_trial(base, work, "uncapped", min(60.0, left()), *selftest)
-    knobs = []
+    knobs: list[dict[str, object]] = []
     for knob, value, cap_gib in knob_trials(device, facts, uncapped):
         if left() < 10:
             knobs.append({"knob": knob, "verdict": "could not tell", "why": "the two-minute budget was spent"})
@@ -129,20 +132,20 @@ def check_knobs(device: str, facts: dict[str, Any], work: Path, left: Any) -> di
             "honoured": bool(knobs) and all(k["verdict"] == "honoured" for k in knobs)}
 
 
-def check_speed(device: str, work: Path, left: Any) -> dict[str, Any]:
+def check_speed(device: str, work: Path, left: Callable[[], float]) -> dict[str, Any]:
     """A matrix multiply (one process: the CPU, then the device) and a short training step (one
     trial on the CPU, one on the device); on the CPU alone, the CPU's figures once."""
     speed: dict[str, Any] = {}
     if left() > 15:
         speed["matmul"] = harness_json(["-m", "orchestrator.harness.doctor", "--matmul", device], "MATMUL ",
                                  min(40.0, left()))
-    train = []
+    train: list[dict[str, object]] = []
     for i, d in enumerate(dict.fromkeys(["cpu", device])):
         if left() < 10:
             break
         params = {"device": d, **{k: v for k, v in TRAIN.items() if k != "experiment"}}
         train.append({"device": d, **run_trial(params, work, f"train-{i}-{d}", min(45.0, left()),
-                                               TRAIN["experiment"], TRAIN_STEPS)})
+                                               str(TRAIN["experiment"]), TRAIN_STEPS)})
     speed["train"] = train
     return speed
 

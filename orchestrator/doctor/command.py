@@ -55,7 +55,7 @@ def mps_caps(env: dict[str, str], recommended: int | None, ram: int | None) -> d
                         "watermark ratio' at its first allocation; set PYTORCH_MPS_LOW_WATERMARK_RATIO too "
                         f"(e.g. {high:g})")
     gib = (lambda r: r * recommended / GIB if recommended and r else None)
-    caps = {"high_ratio": high, "low_ratio": low, "high_source": "PYTORCH_MPS_HIGH_WATERMARK_RATIO"
+    caps: dict[str, Any] = {"high_ratio": high, "low_ratio": low, "high_source": "PYTORCH_MPS_HIGH_WATERMARK_RATIO"
             if "PYTORCH_MPS_HIGH_WATERMARK_RATIO" in env else "default",
             "low_source": "PYTORCH_MPS_LOW_WATERMARK_RATIO" if "PYTORCH_MPS_LOW_WATERMARK_RATIO" in env else "default",
             "recommended_gib": recommended / GIB if recommended else None, "ram_gib": ram / GIB if ram else None,
@@ -63,7 +63,7 @@ def mps_caps(env: dict[str, str], recommended: int | None, ram: int | None) -> d
     if high == 0.0:
         problems.append("the high watermark is 0.0: no cap at all; a batch too large swaps, and macOS may "
                         "kill the process (SIGKILL) instead of PyTorch raising out of memory")
-    elif caps["high_cap_gib"] is not None and ram and caps["high_cap_gib"] > ram / GIB:
+    elif caps["high_cap_gib"] is not None and ram and recommended and caps["high_cap_gib"] > ram / GIB:
         caps["above_ram"] = True
         keep = ram / recommended
         problems.append(f"the high watermark cap ({caps['high_cap_gib']:.2f} GiB = {high:g} x "

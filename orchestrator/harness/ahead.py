@@ -33,7 +33,7 @@ HOOK = "preload"
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
-def run_hook(module: Any, fixed: dict[str, Any]) -> bool:
+def run_hook(module: object, fixed: dict[str, Any]) -> bool:
     """``module.preload(fixed)`` where the module has one; whether it ran to its end (what it
     raised is ignored: the trial reports its own errors)."""
     hook = getattr(module, HOOK, None)

@@ -95,7 +95,7 @@ def fallback_enabled() -> bool:
     """``PYTORCH_ENABLE_MPS_FALLBACK`` as torch reads it at import (``std::stoi``: a leading
     integer, non-zero = on; notes section 1)."""
     m = re.match(r"\s*[+-]?\d+", os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", ""))
-    return bool(m) and int(m.group()) != 0
+    return m is not None and int(m.group()) != 0
 
 
 def warn_every_fallback(device: str, on: bool) -> None:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from orchestrator.errors import first_line
 from orchestrator.harness import subreaper
@@ -28,6 +28,9 @@ from orchestrator.trialdir import LOG, partial
 from orchestrator.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, StatusLine,
                                            TrialConfig, TrialResult, Word, decode_config, decode_order,
                                            encode_result, encode_status)
+
+if TYPE_CHECKING:
+    from orchestrator.harness.train import Progress
 
 
 def watch_parent(interval_s: float = 0.5, thread: bool = True) -> None:
@@ -149,7 +152,7 @@ def measured(out: dict[str, Any]) -> TrialResult:
     return result
 
 
-def failed(exc: BaseException, config: TrialConfig, progress: Any, device: str) -> TrialResult:
+def failed(exc: BaseException, config: TrialConfig, progress: Progress, device: str) -> TrialResult:
     """The result of a trial that raised: out of memory, or an error with one line on it (a
     script's: where in it, and the last lines it printed)."""
     from orchestrator.harness.oom import is_oom_exception
@@ -170,7 +173,7 @@ def failed(exc: BaseException, config: TrialConfig, progress: Any, device: str) 
     return TrialResult("oom" if oom else "error", detail, phase=progress.phase, step=progress.step)
 
 
-def conclude(config: TrialConfig, result: TrialResult, device: str, progress: Any,
+def conclude(config: TrialConfig, result: TrialResult, device: str, progress: Progress,
              timeline: dict[str, float]) -> None:
     """Where and how the trial ran, then its result written (atomically)."""
     from orchestrator.harness import backend

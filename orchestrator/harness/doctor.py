@@ -21,11 +21,14 @@ import os
 import platform
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import first_line
 from orchestrator.harness import swap
 from orchestrator.harness.child import watch_parent
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 GIB = 1024 ** 3
 MAC_KEYS = ("machdep.cpu.brand_string", "hw.model", "hw.memsize", "hw.physicalcpu", "hw.logicalcpu",
@@ -70,7 +73,7 @@ def proc_translated() -> bool | None:
         return None
 
 
-def mps_facts(torch: Any) -> dict[str, Any]:
+def mps_facts(torch: ModuleType) -> dict[str, Any]:
     """Built? available? why not? and, where available, the recommended working set (bytes)."""
     mps: dict[str, Any] = {"built": bool(torch.backends.mps.is_built()), "available": False}
     if not mps["built"]:
@@ -96,7 +99,7 @@ def mps_facts(torch: Any) -> dict[str, Any]:
     return mps
 
 
-def cuda_facts(torch: Any) -> dict[str, Any]:
+def cuda_facts(torch: ModuleType) -> dict[str, Any]:
     cuda: dict[str, Any] = {"built": torch.version.cuda is not None, "version": torch.version.cuda,
                             "available": False, "devices": []}
     if not cuda["built"]:
@@ -189,7 +192,7 @@ def collect() -> dict[str, Any]:
     return facts
 
 
-def matmul_gflops(torch: Any, device: str, n: int = 2048, min_s: float = 1.0) -> float:
+def matmul_gflops(torch: ModuleType, device: str, n: int = 2048, min_s: float = 1.0) -> float:
     """Float32 ``n x n`` matrix multiplies for at least ``min_s`` (after one unmeasured), as in the
     usual CPU-against-MPS benchmark: GFLOP/s, 2 n^3 per product."""
     from orchestrator.harness import backend

@@ -43,7 +43,7 @@ class FallbackLog:
         warnings.showwarning = self._showwarning
         return self
 
-    def _showwarning(self, message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+    def _showwarning(self, message: object, category: object, filename: str, lineno: int, file: object = None,
                      line: str | None = None) -> None:
         op = op_name(str(message))
         if op is None:
@@ -52,5 +52,5 @@ class FallbackLog:
             self.ops.append(op)
             self._show(message, category, filename, lineno, file, line)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._saved.__exit__(*exc)

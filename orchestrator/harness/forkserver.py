@@ -75,7 +75,7 @@ def fork_server(experiment: str) -> int:
             if order.kind is Kind.LEAVE:
                 return 0
             if order.kind is Kind.GO or (order.kind is Kind.RUN and order.pid is not None):
-                fd = children.get(order.pid)  # type: ignore[arg-type]
+                fd = children.get(order.pid)  # type: ignore[arg-type]  # GO has no pid: get(None) is None
                 if fd is not None:  # go, or a prepared process's configuration (prepared.py)
                     os.write(fd, encode_order(GO if order.kind is Kind.GO else
                                               Order(Kind.RUN, config=order.config, log=order.log)).encode())

@@ -34,7 +34,7 @@ import runpy
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -44,6 +44,9 @@ from orchestrator.harness import backend, swap
 from orchestrator.harness import marks as MK
 from orchestrator.protocol import ScriptCall, TrialConfig
 
+if TYPE_CHECKING:
+    from orchestrator.harness.train import Progress
+
 
 class ScriptEnded(Exception):
     """The script returned (or called ``sys.exit``) before its timed window closed."""
@@ -51,7 +54,7 @@ class ScriptEnded(Exception):
     ended = True
     """Its message says it all (``scriptfile.describe_failure`` looks for no line of the script)."""
 
-    def __init__(self, code: Any, steps: int, samples: int, needed: str) -> None:
+    def __init__(self, code: object, steps: int, samples: int, needed: str) -> None:
         self.code, self.steps, self.samples = code, steps, samples
         if steps == 0:
             text = (f"the script exited{_code(code)} without stepping an optimizer (the harness counts "
@@ -62,13 +65,13 @@ class ScriptEnded(Exception):
         super().__init__(text)
 
 
-def _code(code: Any) -> str:
+def _code(code: object) -> str:
     if code is None:
         return ""
     return f" (exit code {code})" if isinstance(code, int) else f" ({code})"
 
 
-def first_dimension(batch: Any) -> tuple[int | None, int | None]:
+def first_dimension(batch: object) -> tuple[int | None, int | None]:
     """(samples, tokens) of one batch: a tensor's first dimension; a mapping's ``input_ids`` (its
     elements are the tokens, padding included) or else its first tensor; a sequence's first item.
     (None, None) where no tensor is found."""
@@ -92,7 +95,7 @@ class Meter:
     """Counts the script's optimizer steps and the samples its DataLoaders yield; opens the timed
     window after the warm-up and closes it, calling ``finish(out)`` with the figures."""
 
-    def __init__(self, config: TrialConfig, device: str, progress: Any, started: float,
+    def __init__(self, config: TrialConfig, device: str, progress: Progress, started: float,
                  finish: Callable[[dict[str, Any]], None], swap_start: swap.SwapSample) -> None:
         assert config.script is not None
         self.trial, self.device, self.progress, self.started = config.trial, device, progress, started
@@ -111,12 +114,12 @@ class Meter:
         self.swap_warmup = self.swap_window = swap_start
 
     # -- the two counters ----------------------------------------------------------------------
-    def on_batch(self, batch: Any) -> None:
+    def on_batch(self, batch: object) -> None:
         samples, tokens = first_dimension(batch)
         self.samples += samples or 0
         self.tokens += tokens or 0
 
-    def on_step(self, *_: Any) -> None:
+    def on_step(self, *_: object) -> None:
         self.steps += 1
         self.progress.step = self.steps
         if not self.window_open:
@@ -232,11 +235,11 @@ def counting_batches(meter: Meter) -> Callable[[], None]:
     _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]  # the one place every loader yields
 
     def undo() -> None:
-        _BaseDataLoaderIter.__next__ = inner  # type: ignore[method-assign]
+        _BaseDataLoaderIter.__next__ = inner  # type: ignore[method-assign]  # the original put back
     return undo
 
 
-def run(config: TrialConfig, progress: Any, finish: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+def run(config: TrialConfig, progress: Progress, finish: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """Run the script of ``config`` with the meter in place. ``finish(out)`` is called at the
     window's end and must not return (it ends the process); so ``run`` returns only by raising:
     ``ScriptEnded``, or the script's own exception."""

@@ -91,13 +91,13 @@ def last_lines(log_path: str | os.PathLike[str] | None, n: int = 3, limit: int =
             with open(log_path, "rb") as f:
                 f.seek(0, os.SEEK_END)
                 f.seek(max(0, f.tell() - 16384))
-                text = f.read()
+                tail = f.read()
         else:
             size = os.fstat(2).st_size
-            text = os.pread(2, 16384, max(0, size - 16384))
+            tail = os.pread(2, 16384, max(0, size - 16384))
     except OSError:
         return None
-    lines = [ln.strip() for ln in text.decode(errors="replace").splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in tail.decode(errors="replace").splitlines() if ln.strip()]
     text = " | ".join(lines[-n:])
     return (text if len(text) <= limit else "..." + text[-limit:]) or None
 

@@ -30,7 +30,7 @@ import time
 import traceback
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from orchestrator.errors import first_line
 from orchestrator.protocol import TrialConfig, TrialSteps
@@ -58,7 +58,7 @@ def smoke_step(experiment: str, params: dict[str, Any], device: str) -> dict[str
         progress.phase = "setup"
         build = getattr(module, "build", None)
         if callable(build):
-            module.build = _recording(build, built)  # train.run finds the same module object
+            setattr(module, "build", _recording(build, built))  # train.run finds the same module object
         out = train.run(config, progress)
     except BaseException as exc:  # noqa: BLE001 - every failure is the answer
         if isinstance(exc, KeyboardInterrupt):
@@ -88,7 +88,7 @@ def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
     started = time.perf_counter()
     backend.init_device(backend.resolve(device))
 
-    def stepped(*_: Any) -> None:
+    def stepped(*_: object) -> None:
         ok({"ok": True, "device": backend.resolve(device), "seconds": round(time.perf_counter() - started, 3)})
         sys.stdout.flush()
         sys.stderr.flush()
@@ -129,16 +129,19 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _recording(build: Any, built: dict[str, Any]) -> Any:
+T = TypeVar("T")
+
+
+def _recording(build: Callable[..., T], built: dict[str, Any]) -> Callable[..., T]:
     @functools.wraps(build)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> T:
         built["workload"] = build(*args, **kwargs)
         return built["workload"]
 
     return wrapper
 
 
-def locate(tb: TracebackType | None, experiment: str, workload: Any = None) -> dict[str, Any]:
+def locate(tb: TracebackType | None, experiment: str, workload: object = None) -> dict[str, Any]:
     """Where a failure is in the experiment's own source: ``where`` (FILE:LINE, relative to the
     working directory when under it) and ``function``, or None for both; ``frame``: the innermost
     frame of all (torch's, often), for the log; ``note`` when ``where`` is the loss function's
@@ -202,7 +205,7 @@ def main(argv: list[str]) -> int:
              "'{\"experiment\": MODULE, \"params\": {...}, \"device\": DEVICE}'")
     try:
         request = json.loads(argv[1]) if len(argv) == 2 else None
-        experiment, params, device = request["experiment"], request.get("params", {}), request.get("device", "auto")
+        experiment, params, device = request["experiment"], request.get("params", {}), request.get("device", "auto")  # type: ignore[index, union-attr]  # None (a wrong argument count) raises TypeError: the usage below
         if not isinstance(experiment, str) or not isinstance(params, dict) or not isinstance(device, str):
             raise TypeError
     except (TypeError, KeyError, ValueError):

@@ -25,6 +25,7 @@ exited first (a double-forked daemon).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 import os
 import signal
 import subprocess
@@ -150,7 +151,7 @@ def end_descendants(pid: int | None = None, rounds: int = 20) -> int:
     return killed
 
 
-def adopted(known: set[int] | dict[int, object]) -> list[int]:
+def adopted(known: Collection[int]) -> list[int]:
     """This process's live children that are not in ``known`` (those it started itself): orphans
     re-parented to it as a subreaper."""
     me = os.getpid()

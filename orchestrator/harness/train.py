@@ -17,7 +17,8 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Iterable, cast
 
 import torch
 
@@ -62,7 +63,7 @@ def apply_limits(params: dict[str, Any], device: str, applied: dict[str, Any]) -
         applied["cpu_isa"] = f"{params['cpu_isa']} (ATen kernels: {torch.backends.cpu.get_cpu_capability()})"
 
 
-def wrap_checkpointing(blocks: Any) -> int:
+def wrap_checkpointing(blocks: Iterable[torch.nn.Module]) -> int:
     """Recompute each block's activations in backward (non-reentrant, as torch recommends)."""
     from torch.utils.checkpoint import checkpoint
 
@@ -88,7 +89,7 @@ def enable_checkpointing(workload: Workload) -> bool:
     return wrap_checkpointing(workload.blocks) > 0
 
 
-def make_optimizer(name: str, params: Any, lr: float, device: str) -> tuple[torch.optim.Optimizer, str]:
+def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float, device: str) -> tuple[torch.optim.Optimizer, str]:
     """Return the optimizer and the implementation actually used."""
     params = list(params)
     if name == "sgd":
@@ -104,8 +105,8 @@ def make_optimizer(name: str, params: Any, lr: float, device: str) -> tuple[torc
     return torch.optim.AdamW(params, lr=lr, foreach=True), "adamw_foreach"
 
 
-def accumulate(model: torch.nn.Module, loss_fn: Callable, batches: Any, k: int,
-               autocast: Any, scaler: Any) -> torch.Tensor:
+def accumulate(model: torch.nn.Module, loss_fn: Callable, batches: Iterable[object], k: int,
+               autocast: AbstractContextManager[object], scaler: torch.amp.GradScaler | None) -> torch.Tensor:
     """Forward and backward over ``k`` micro-batches, each loss scaled by 1/k, so the summed
     gradient equals that of one batch k times larger. Returns the mean loss, on the device."""
     total = None
@@ -115,7 +116,7 @@ def accumulate(model: torch.nn.Module, loss_fn: Callable, batches: Any, k: int,
         total = loss.detach().float() if total is None else total + loss.detach().float()
         scaled = loss / k
         (scaler.scale(scaled) if scaler is not None else scaled).backward()
-    return total / k
+    return cast(torch.Tensor, total) / k  # k >= 1 batches: a tensor
 
 
 def run(config: TrialConfig, progress: Progress) -> dict[str, Any]:
@@ -211,7 +212,7 @@ def set_up(config: TrialConfig, progress: Progress) -> Trial:
             not_applied["activation_checkpointing"] = "the experiment lists no blocks to checkpoint"
     if params.get("compile"):
         compiled.use_cache(config.compile_cache)
-        model = torch.compile(model)
+        model = cast(torch.nn.Module, torch.compile(model))  # a module compiles to a module (OptimizedModule)
         applied["compile"] = True
         applied["compile_cache"] = os.environ.get(compiled.CACHE_ENV)  # where Inductor's caches are (None: torch's default)
     progress.mark(MK.WRAPPED)
@@ -269,7 +270,7 @@ def warm_up(trial: Trial, warmup_steps: int, progress: Progress) -> Warm:
             backend.empty_cache(device)
         progress.phase = "warmup"
     backend.warn_every_fallback(device, False)
-    loss_first = first_loss.item()  # outside the window: deliberate host read
+    loss_first = cast(torch.Tensor, first_loss).item()  # outside the window: deliberate host read (warmup_steps >= 1)
     backend.synchronize(device)  # sync point: the window starts with an idle device
     for i, at in enumerate(backend.marker_times(step_ends, time.time()), 1):
         progress.marks[MK.warmup_step(i)] = at

@@ -102,5 +102,5 @@ def param_error(field: str, message: str) -> ValueError:
     it, so the orchestrator's spec error points at that parameter's line
     (``orchestrator.harness.probe`` reads ``field``)."""
     exc = ValueError(message)
-    exc.field = field  # type: ignore[attr-defined]
+    exc.field = field  # type: ignore[attr-defined]  # our own attribute on a ValueError, read by the probe
     return exc

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from orchestrator.protocol import FORK_SERVER_FLAG, Kind, Order, StatusLine, Word
-from orchestrator.launch.process import Interpreter, TrialProcess, is_alive, kill_group
+from orchestrator.launch.process import Interpreter, TrialProcess, Usage, is_alive, kill_group
 
 
 def fork_server_usable() -> bool:
@@ -94,7 +94,7 @@ class Forked(TrialProcess):
         self.pid: int | None = None
         self.ready = self.at_window = self.result_ready = self._kill_when_forked = False
         self.returncode: int | None = None
-        self.rusage: Any = None
+        self.rusage: Usage | None = None
         self.running_since: float | None = None
         """When it could first run a trial: the server forked it, or (prepared) its device was
         initialised (the server may still have been importing when it was asked)."""
@@ -137,7 +137,7 @@ class Forked(TrialProcess):
         elif status.word is Word.RESULT:
             self.result_ready = True
         elif status.word is Word.EXITED:
-            self.exited(status.code, status.maxrss_kib)  # type: ignore[arg-type]
+            self.exited(status.code, status.maxrss_kib)  # type: ignore[arg-type]  # EXITED carries its code
 
     def exited(self, code: int, maxrss_kib: int) -> None:
         self.returncode = code

@@ -55,7 +55,7 @@ class StopFlag:
         self.signum: int | None = None
         self.pgids: set[int] = set()
 
-    def trip(self, signum: int, _frame: Any = None) -> None:
+    def trip(self, signum: int, _frame: object = None) -> None:
         self.signum = signum
         for pgid in list(self.pgids):
             kill_group(pgid)
@@ -63,6 +63,13 @@ class StopFlag:
     @property
     def tripped(self) -> bool:
         return self.signum is not None
+
+
+class Usage(Protocol):
+    """What is read of a process's resource usage: ``os.wait4``'s, or a fork server's word of it."""
+
+    @property
+    def ru_maxrss(self) -> int: ...
 
 
 class TrialProcess(Protocol):
@@ -87,7 +94,7 @@ class TrialProcess(Protocol):
     """Its result file is written (it may still be exiting)."""
     returncode: int | None
     """Its exit code once reaped (negative: the signal that killed it)."""
-    rusage: Any
+    rusage: Usage | None
     """Its resource usage once reaped (``ru_maxrss``: its peak RSS)."""
 
     @abstractmethod
@@ -149,7 +156,7 @@ class Interpreter(TrialProcess):
         self.at_window = False
         self.result_ready = False
         self.returncode: int | None = None
-        self.rusage: Any = None
+        self.rusage: Usage | None = None
         self._buffer = b""
         if stop is not None:
             stop.pgids.add(self.proc.pid)
@@ -158,7 +165,7 @@ class Interpreter(TrialProcess):
         event("interpreter_spawn")
 
     @property
-    def pid(self) -> int:  # type: ignore[override]
+    def pid(self) -> int:  # type: ignore[override]  # a property over the base's attribute
         return self.proc.pid
 
     def read_status(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.protocol import TrialConfig
 from orchestrator.launch.host import Host
@@ -21,6 +21,9 @@ takes 0.3 s a process on an H100. A CPU has nothing to initialise, and a small o
 spare for a process forked early (MPS has no fork server)."""
 from orchestrator.launch.slots import Slot
 from orchestrator.launch.trial import ProcessRun
+
+if TYPE_CHECKING:
+    from orchestrator.launch.process import Interpreter
 
 
 class ProcessRunner:
@@ -37,7 +40,7 @@ class ProcessRunner:
         self.launchers = [SlotLauncher(experiment, s.env, s.cores, None, stop, prestart, host, where=where,
                                        fixed=fixed) for s in slots]
 
-    def prewarm(self, env: dict[str, str], log_path: Path | None = None) -> Any:
+    def prewarm(self, env: dict[str, str], log_path: Path | None = None) -> Interpreter | None:
         """Every slot's fork server, starting now, for trials that will need ``env``; the first
         slot's is returned (None where there are no fork servers), its output to ``log_path``
         (it answers the experiment's probe: ``checks.Probe``)."""

@@ -53,6 +53,10 @@ class SlotLauncher:
     def pending(self) -> list[dict[str, str]]:
         return self.pool.pending
 
+    @pending.setter
+    def pending(self, envs: list[dict[str, str]]) -> None:
+        self.pool.pending = envs
+
     @property
     def prepared(self) -> list[Interpreter | Forked]:
         """The process prepared for the slot's next trial, if any (``SparePool.prepared``)."""
@@ -61,10 +65,6 @@ class SlotLauncher:
     @property
     def prepare_pending(self) -> bool:
         return self.pool.prepare_pending is not None
-
-    @pending.setter
-    def pending(self, envs: list[dict[str, str]]) -> None:
-        self.pool.pending = envs
 
     @property
     def discarded(self) -> int:
@@ -135,7 +135,7 @@ class SlotLauncher:
         if run is None:
             return
         if run.held and not self.host.importing() and not self.host.pending():
-            run.go(list(self.spares) + self.prepared)
+            run.go([*self.spares, *self.prepared])
 
     def fds(self) -> list[int]:
         out = self.pool.fds()

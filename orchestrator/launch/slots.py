@@ -22,7 +22,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator.errors import SpecError
 from orchestrator.machine import Gpu, list_gpus
@@ -100,13 +100,13 @@ def gpu_cores(gpus: list[Gpu], have: frozenset[int], sys_root: Path = Path("/sys
         ordered = sorted(node)
         for k, i in enumerate(members):
             out[i] = frozenset().union(*(units[u] for u in ordered[k * each:(k + 1) * each]))
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # every member was given its cores: no None left
 
 
 def _ranges(cores: frozenset[int]) -> str:
     ordered, out = sorted(cores), []
     start = prev = ordered[0]
-    for c in ordered[1:] + [None]:  # type: ignore[list-item]
+    for c in ordered[1:] + [None]:
         if c is not None and c == prev + 1:
             prev = c
             continue
@@ -116,7 +116,7 @@ def _ranges(cores: frozenset[int]) -> str:
     return ",".join(out)
 
 
-def resolve_slots(items: tuple[str, ...] | None, device: str, fail: Any) -> list[Slot]:
+def resolve_slots(items: tuple[str, ...] | None, device: str, fail: Callable[[str], Exception]) -> list[Slot]:
     """The slots for ``items`` (the spec's ``devices``, or ``--devices``) on the resolved ``device``
     (``cuda``, ``mps``, ``cpu`` or ``swept``). ``fail(rule)`` returns the SpecError to raise (it
     names the spec's line, or the flag)."""
@@ -166,7 +166,8 @@ def resolve_slots(items: tuple[str, ...] | None, device: str, fail: Any) -> list
     if device != "cpu":
         raise fail(f"devices lists CPU slots but the trials run on {device}")
     have = available_cores()
-    slots, used = [], set()
+    slots: list[Slot] = []
+    used: set[int] = set()
     for item in items:
         if item == "cpu":
             if len(items) > 1:
@@ -209,6 +210,6 @@ def pinning_line(slots: list[Slot]) -> str | None:
         f"{s.name}: {_ranges(s.cores)}" for s in slots if s.cores) + ")")
 
 
-def flag_error(flag: str) -> Any:
+def flag_error(flag: str) -> Callable[[str], SpecError]:
     """``fail`` for a value given on the command line."""
     return lambda rule: SpecError(rule, file=flag, field="devices")

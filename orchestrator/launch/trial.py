@@ -20,6 +20,7 @@ import enum
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -87,7 +88,8 @@ class ProcessRun:
         """CPU seconds the slot's pre-started interpreters used from ``go`` to the result: ~0."""
         self._spare_cpu_at_go: dict[int, float | None] | None = None
         """CPU seconds of each of the slot's pre-started interpreters when ``go`` was sent."""
-        self.slot_free_at, self.exited_at = slot_free_at, None
+        self.slot_free_at = slot_free_at
+        self.exited_at: float | None = None
         self.prepared_next = False
         """Its slot's next process has been planned (once it had its result: ``SlotLauncher.tick``)."""
         config_path = trial_dir / trialdir.CONFIG
@@ -162,7 +164,7 @@ class ProcessRun:
         if self.interp.result_ready:
             self._count_spares()
 
-    def go(self, spares: list[TrialProcess]) -> None:
+    def go(self, spares: Sequence[TrialProcess]) -> None:
         """HELD: the host's gate allows its window (``Host``): the time held stops counting
         against it, the ``spares``' CPU is read (their use in the window: ``spare_cpu_in_window``)
         and it is told ``go``."""
@@ -179,7 +181,7 @@ class ProcessRun:
             return
         used = [now - before for pid, before in self._spare_cpu_at_go.items()
                 if before is not None and (now := cpu_seconds(pid)) is not None]
-        self.spare_cpu_in_window = sum(used)  # type: ignore[arg-type]
+        self.spare_cpu_in_window = sum(used)
         event("spare_cpu", self.trial, seconds=self.spare_cpu_in_window, spares=len(used))
 
     def import_wait(self, now: float) -> float:

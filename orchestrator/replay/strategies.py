@@ -17,7 +17,7 @@ import copy
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from orchestrator.protocol import TrialResult
 from orchestrator.replay.landscape import Landscape
@@ -27,6 +27,9 @@ from orchestrator import trialdir
 from orchestrator.protocol import TrialConfig
 from orchestrator.outcome import Outcome, Status
 from orchestrator.store import record
+
+if TYPE_CHECKING:
+    from optuna import Study
 
 REPLAY_PATH = Path("<replay>")
 
@@ -67,10 +70,10 @@ class NullTracker:
         return None
 
     def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str],
-                    on_created: Any = None) -> str:
+                    on_created: object = None) -> str:
         return f"replay-{number}"
 
-    def finish_trial(self, ref: str, status: str, metrics: dict[str, float], tags: dict[str, str],
+    def finish_trial(self, ref: str, status: str, metrics: dict[str, float], tags: Mapping[str, object],
                      files: list[tuple[Path, str | None]]) -> None:
         return None
 
@@ -183,7 +186,7 @@ class Replayed:
 
 
 def replay_sweep(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip: bool,
-                 sampler: Any = None, launcher: Callable[..., Launched] | None = None,
+                 sampler: object = None, launcher: Callable[..., Launched] | None = None,
                  neighbours: bool = True, slots: int = 1) -> list[ReplayedTrial]:
     """``replay_run``'s trials (see there)."""
     return replay_run(spec_dict, landscape, seed, skip, sampler, launcher, neighbours, slots).records
@@ -216,7 +219,7 @@ def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip:
     runner = ReplayRunner(launcher or ReplayLauncher(landscape, noise, seed), slots)
     if isinstance(runner.launcher, ReplayLauncher):
         runner.launcher.clock = lambda: runner.clock  # a drifting noise reads the simulated time
-    sweep = Sweep(spec, plan, study, NullTracker(), REPLAY_PATH, StopFlag(), runner,  # type: ignore[arg-type]
+    sweep = Sweep(spec, plan, study, NullTracker(), REPLAY_PATH, StopFlag(), runner,
                   SweepOptions(neighbours=neighbours, memory_limit_gib=landscape.memory_limit_gib,
                                native_half=landscape.native_half))
     finished: dict[int, float] = {}
@@ -226,7 +229,7 @@ def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip:
     return Replayed(replayed_trials(study, finished), result.stopped_because, runner.clock, answer, unsure)
 
 
-def replayed_trials(study: Any, finished: dict[int, float] | None = None) -> list[ReplayedTrial]:
+def replayed_trials(study: Study, finished: dict[int, float] | None = None) -> list[ReplayedTrial]:
     """What the study recorded, trial by trial (repeats are told by the sweep, not run), in the
     order their results were known."""
     out = []
@@ -257,7 +260,7 @@ def lightning_search(landscape: Landscape, batch: str = "batch_size", precision:
     for p in precisions:
         b = min(batches)
         while True:
-            params = {**others, batch: b, **({precision: p} if p is not None else {})}
+            params: dict[str, Any] = {**others, batch: b, **({precision: p} if p is not None else {})}  # type: ignore[dict-item]  # p is None where precision is
             row = landscape.row(params)
             out.append(ReplayedTrial(len(out), {c: row.params[c] for c in landscape.columns}, row.status,
                                    row.samples_per_s if row.status == Status.OK else None, row.duration_s))
@@ -285,7 +288,7 @@ def lightning_pick(records: list[ReplayedTrial], precision: str | None = "dtype"
         if r.status == Status.OK:
             largest[r.params.get(precision) if precision else None] = r  # doubling: the last ok is the largest
     candidates = [r for r in largest.values() if r.samples_per_s is not None]
-    return max(candidates, key=lambda r: r.samples_per_s) if candidates else None  # type: ignore[arg-type,return-value]
+    return max(candidates, key=lambda r: r.samples_per_s) if candidates else None  # type: ignore[arg-type,return-value]  # candidates have a throughput
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import argparse
 import datetime
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import exits, trialdir
 from orchestrator.errors import OrchestratorError, StudyError, UsageParser, first_line, print_error
@@ -28,6 +28,9 @@ from orchestrator.spec.load import SweepSpec, load_spec
 from orchestrator.store.agreement import Difference, compare
 from orchestrator.store.record import TrialRecord
 from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri, sqlite_path
+
+if TYPE_CHECKING:
+    from optuna import Study
 
 SHOWN_PER_KIND = 20  # lines of one kind before "... and N more"
 
@@ -118,7 +121,8 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
 
 
 def _lines(found: list[Difference]) -> list[str]:
-    out, per_kind = [], {}
+    out: list[str] = []
+    per_kind: dict[str, int] = {}
     for d in found:
         per_kind[d.kind] = per_kind.get(d.kind, 0) + 1
         if per_kind[d.kind] <= SHOWN_PER_KIND:
@@ -128,7 +132,7 @@ def _lines(found: list[Difference]) -> list[str]:
     return out
 
 
-def _live(spec: SweepSpec, study: Any) -> tuple[str | None, set[int]]:
+def _live(spec: SweepSpec, study: Study) -> tuple[str | None, set[int]]:
     """Whether a sweep runs the study now (what to say, or None), and the trial numbers it has
     in flight: RUNNING ones, and those told less than a grace period ago."""
     from orchestrator.store.study import check_not_locked
@@ -146,7 +150,7 @@ def _live(spec: SweepSpec, study: Any) -> tuple[str | None, set[int]]:
     return (f"{len(alive)} trial(s) are running now" if alive else None), alive | _told_within(study, grace)
 
 
-def _told_within(study: Any, grace: datetime.timedelta) -> set[int]:
+def _told_within(study: Study, grace: datetime.timedelta) -> set[int]:
     """Trials told less than ``grace`` ago (by this clock, as Optuna's times): their
     orchestrator's writer thread may still be writing their runs."""
     now = datetime.datetime.now()
@@ -207,7 +211,7 @@ def _mlflow(spec: SweepSpec, uid: str) -> tuple[Any, Any, Any, dict[int, list[An
         raise
 
 
-def _folder_root(study: Any, name: str, uid: str) -> Path:
+def _folder_root(study: Study, name: str, uid: str) -> Path:
     """Where the study's trial folders are: as its trials name them, else under ``./mlruns``."""
     for t in study.trials:
         if folder := TrialRecord.of(t).trial_dir:
@@ -223,7 +227,7 @@ def _repair(spec: SweepSpec) -> int:
     device = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else guess_device()
     _, target = target_of(spec, make_plan(spec, device))
 
-    def close(study: Any) -> tuple[str, str, dict[str, float]]:
+    def close(study: Study) -> tuple[str, str, dict[str, float]]:
         from orchestrator.store.records import result_trials
 
         done = len(result_trials(study)) >= target

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
 from orchestrator.report.compare import compare_knob, comparison, device_advice, reference_for
@@ -26,6 +26,9 @@ from orchestrator.spec.load import SweepSpec, load_spec
 from orchestrator.store.studyread import StoredStudy, read_study
 from orchestrator.report.summary import fmt_num
 from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri
+
+if TYPE_CHECKING:
+    from orchestrator.report.plots import PlotContext
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
@@ -131,7 +134,7 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
     return 0
 
 
-def plot_context(spec: SweepSpec, rep: dict[str, Any], prov: dict[str, Any]) -> Any:
+def plot_context(spec: SweepSpec, rep: dict[str, Any], prov: dict[str, Any]) -> PlotContext:
     """The plots' subtitle (what ran where) and memory lines (the budget, the device's memory)."""
     from orchestrator.report.plots import PlotContext
 
@@ -207,7 +210,7 @@ def unwritable_plots(folder: Path, exc: OSError) -> OrchestratorError:
     return error
 
 
-def export_best(spec: SweepSpec, study: Any, path: Path) -> str:
+def export_best(spec: SweepSpec, study: object, path: Path) -> str:
     """Write the best configuration to ``path``; returns the one-line summary to print."""
     text, summary = best_yaml(spec, study)
     path = Path(path)

@@ -28,7 +28,7 @@ def compare_knob(spec: SweepSpec, asked: str | None) -> str | None:
     return "device" if "device" in spec.space else None
 
 
-def reference_for(spec: SweepSpec, knob: str | None) -> Any:
+def reference_for(spec: SweepSpec, knob: str | None) -> object:
     """What a comparison is relative to: the CPU for devices, else the spec's first value."""
     if knob is None:
         return None
@@ -36,7 +36,7 @@ def reference_for(spec: SweepSpec, knob: str | None) -> Any:
     return "cpu" if knob == "device" and "cpu" in values else (values[0] if values else None)
 
 
-def comparison(trials: list[Any], knob: str = "device", reference: Any = None) -> dict[str, Any] | None:
+def comparison(trials: list[Any], knob: str = "device", reference: object = None) -> dict[str, Any] | None:
     """Throughput by value of ``knob`` (the device, say) per configuration of the other parameters.
 
     Trials are grouped by the parameters every trial has, besides ``knob`` (a knob only one device
@@ -103,7 +103,7 @@ def comparison_lines(comp: dict[str, Any]) -> list[str]:
     lines = [f"{title}: samples/s per configuration of the other parameters, and the speedup over {knob} {ref}"
              + (f"; each cell the fastest over {', '.join(comp['folded'])}" if comp["folded"] else "")]
 
-    def cell_text(v: Any, cell: dict[str, Any] | None) -> str:
+    def cell_text(v: object, cell: dict[str, Any] | None) -> str:
         if cell is None:
             return "-"
         if cell["samples_per_s"] is None:

@@ -169,7 +169,7 @@ def _folder(spec: SweepSpec, study: Any, uid: str) -> Path:
     return trialdir.root(spec.name, uid)
 
 
-def refuse_if_running(spec: SweepSpec, study: Any) -> None:
+def refuse_if_running(spec: SweepSpec, study: object) -> None:
     """A study an orchestrator runs now is not deleted under it."""
     from orchestrator.store.study import check_not_locked
     from orchestrator.urls import sqlite_path

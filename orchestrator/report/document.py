@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
 from orchestrator import trialdir
@@ -22,9 +22,13 @@ from orchestrator.outcome import RESULT_STATUSES, VERDICT_DETAIL, Status
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.report.summary import best_table, fmt_num, fmt_params
-from orchestrator.store.record import TrialRecord, status_of
+from orchestrator.store.record import HasAttrs, TrialRecord, status_of
 from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.urls import absolute_uri
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
+    from optuna import Study
 
 COUNTED = RESULT_STATUSES  # ok, oom, swapped, skipped, timeout, crashed, diverged
 TOP_MARK = "\n\n#### Top configurations"  # the part of the parent run's description a report rewrites
@@ -40,7 +44,7 @@ def paste_command(spec: SweepSpec, *words: str) -> str:
     return command(*words, str(spec.path), *stores)
 
 
-def trial_row(t: Any) -> dict[str, Any]:
+def trial_row(t: FrozenTrial) -> dict[str, Any]:
     rec = TrialRecord.of(t)
     return {"number": t.number, "state": t.state.name,
             "status": rec.status_text if rec.status is not None else t.state.name.lower(), "params": dict(t.params),
@@ -85,7 +89,7 @@ def retry_note(r: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _fallback_ops(t: Any) -> list[str] | None:
+def _fallback_ops(t: HasAttrs) -> list[str] | None:
     """Ops that fell back from MPS to the CPU (names from the result file; the count is a metric)."""
     n = TrialRecord.of(t).metrics.get(M.MPS_FALLBACK_OPS)
     if not n:
@@ -105,7 +109,7 @@ def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list
     prov = prov or {}
     device, device_name = device_of(spec, study, next(iter(results), None)), prov.get("device_name")
     if "device" in spec.space:  # swept: no one device (nor its name) speaks for the study
-        device, device_name = " and ".join(map(str, spec.space["device"].values)), None
+        device, device_name = " and ".join(map(str, spec.space["device"].values)), None  # type: ignore[union-attr]  # device is always a list (a Choice)
     return {
         "study": spec.name, "storage": shown(absolute_uri(spec.storage)),
         "objective": [list(m) for m in spec.objective.metrics],
@@ -121,7 +125,7 @@ def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list
     }
 
 
-def device_of(spec: SweepSpec, study: Any, t: Any = None) -> str:
+def device_of(spec: SweepSpec, study: Study, t: Any = None) -> str:
     """The device a trial ran on: its result file, its params, the study's plan, the spec."""
     applied = result_file(t).get("applied", {}) if t is not None else {}
     device = applied.get("device") or (t.params.get("device") if t is not None else None)
@@ -134,7 +138,7 @@ def device_of(spec: SweepSpec, study: Any, t: Any = None) -> str:
     return device
 
 
-def script_command(spec: SweepSpec, study: Any, t: Any) -> str | None:
+def script_command(spec: SweepSpec, study: Any, t: FrozenTrial) -> str | None:
     """A script spec's trial ``t`` as the command line that trains it (None for a module's spec),
     with Python named as the user runs this venv's (``invocation.tool``)."""
     if spec.script is None:
@@ -147,7 +151,7 @@ def script_command(spec: SweepSpec, study: Any, t: Any) -> str | None:
     return pasteable(spec, trial_params(make_plan(spec, device), t.params), tool("python"))
 
 
-def _target(spec: SweepSpec, study: Any) -> int | None:
+def _target(spec: SweepSpec, study: Study) -> int | None:
     from orchestrator.search.space import count_configurations, make_plan
 
     n = count_configurations(make_plan(spec, device_of(spec, study)))
@@ -155,7 +159,7 @@ def _target(spec: SweepSpec, study: Any) -> int | None:
     return min(known) if known else None
 
 
-def result_file(t: Any) -> dict[str, Any]:
+def result_file(t: HasAttrs) -> dict[str, Any]:
     folder = TrialRecord.of(t).trial_dir if t is not None else None
     try:
         data = json.loads((Path(folder) / trialdir.RESULT).read_text()) if folder else {}

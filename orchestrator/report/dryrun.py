@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from orchestrator.errors import SpecError
 from orchestrator.spec.load import SweepSpec
+
+if TYPE_CHECKING:
+    from orchestrator.search.space import Plan
 
 
 def print_plan(spec: SweepSpec) -> None:
@@ -85,7 +90,7 @@ SHOWN_COMMANDS = 20
 """The most command lines ``--dry-run`` lists for a script spec."""
 
 
-def commands(spec: SweepSpec, plan: object) -> list[str]:
+def commands(spec: SweepSpec, plan: Plan) -> list[str]:
     """A script spec's command line for each configuration (the first ``SHOWN_COMMANDS``)."""
     if spec.script is None:
         return []
@@ -94,12 +99,12 @@ def commands(spec: SweepSpec, plan: object) -> list[str]:
     from orchestrator.spec.script import pasteable
 
     python = tool("python")  # as the user runs this venv's Python (orchestrator/invocation.py)
-    configs = configurations(plan) if plan.finite() else None  # type: ignore[attr-defined]
+    configs = configurations(plan) if plan.finite() else None
     if not configs:
         return [f"  commands     sampled from the space: {python} " + " ".join((spec.script, *spec.args))]
     lines = [f"  commands     {len(configs)}, one per configuration (run in the working directory):"]
     for config in configs[:SHOWN_COMMANDS]:
-        lines.append(f"               {pasteable(spec, trial_params(plan, config), python)}")  # type: ignore[arg-type]
+        lines.append(f"               {pasteable(spec, trial_params(plan, config), python)}")
     if len(configs) > SHOWN_COMMANDS:
         lines.append(f"               ... and {len(configs) - SHOWN_COMMANDS} more")
     return lines

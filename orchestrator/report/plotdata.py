@@ -14,13 +14,13 @@ from typing import Any
 
 from orchestrator import metrics as M
 from orchestrator.outcome import NOT_FITTING, Status
-from orchestrator.store.record import TrialRecord, status_of
+from orchestrator.store.record import HasAttrs, TrialRecord, status_of
 from orchestrator.store.records import is_feasible
 
 MAX_LINES = 8
 PRIORITY = NOT_FITTING + (Status.CRASHED, Status.TIMEOUT, Status.ERROR, Status.DIVERGED)  # a cell's failure, worst first
 MEMORY_FAILURES = NOT_FITTING  # what the boundary map marks as not fitting
-NOTES = {Status.OOM: "OOM", Status.SWAPPED: "swaps", Status.SKIPPED: "skipped"}
+NOTES: dict[str, str] = {Status.OOM: "OOM", Status.SWAPPED: "swaps", Status.SKIPPED: "skipped"}
 
 
 @dataclass(frozen=True)
@@ -34,13 +34,13 @@ class Layout:
     rows: str | None
 
 
-def status(t: Any) -> str:
+def status(t: HasAttrs) -> str:
     """The trial's status as plain text (``?``: none yet), for the plots' and the report's data."""
     s = status_of(t)
     return s.value if s is not None else "?"
 
 
-def metric_of(t: Any, name: str) -> Any:
+def metric_of(t: HasAttrs, name: str) -> Any:
     return TrialRecord.of(t).metrics.get(name)
 
 
@@ -99,7 +99,7 @@ def throughput_series(trials: list[Any], layout: Layout | None = None) -> dict[s
     return metric_series(trials, M.SAMPLES_PER_S, layout)
 
 
-def interval(t: Any) -> tuple[float, float] | None:
+def interval(t: HasAttrs) -> tuple[float, float] | None:
     """The 95% interval of a trial's throughput (``throughput_ci95``, a half-width on the log
     scale: ``value * exp(-ci)`` to ``value * exp(ci)``); None where it recorded none."""
     value, ci = metric_of(t, M.SAMPLES_PER_S), metric_of(t, M.THROUGHPUT_CI95)

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
 from orchestrator.outcome import Status
 from orchestrator.report.plotdata import (MEMORY_FAILURES, NOTES, choose_layout, history_series, metric_series, oom_grid,
                                    pareto_points, throughput_intervals)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from matplotlib.axes import Axes
 
 LINE_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
 MARKS = {Status.OOM: ("X", "tab:red", "out of memory"), Status.SWAPPED: ("D", "tab:orange", "fits but swaps"),
@@ -53,7 +57,7 @@ def _figure(title: str, ctx: PlotContext):
     return fig, ax
 
 
-def _save(fig: Any, path: Path) -> Path:
+def _save(fig: Figure, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
@@ -67,12 +71,12 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def _folded(ax: Any, ctx: PlotContext, knobs: tuple[str, ...], what: str) -> None:
+def _folded(ax: Axes, ctx: PlotContext, knobs: tuple[str, ...], what: str) -> None:
     if knobs:
         ax.set_title(f"{ctx.subtitle}\neach {what}: the fastest over {', '.join(knobs)}", fontsize=10, color="0.3")
 
 
-def _x_axis(ax: Any, xs: list[Any], name: str) -> bool:
+def _x_axis(ax: Axes, xs: list[Any], name: str) -> bool:
     """Label the x axis with the values tried; base-2 log scale for wide ranges (returns whether)."""
     ax.set_xlabel(AXIS.get(name, name))
     log = bool(xs) and min(xs) > 0 and max(xs) / min(xs) >= 8
@@ -83,7 +87,7 @@ def _x_axis(ax: Any, xs: list[Any], name: str) -> bool:
     return log
 
 
-def _failures(ax: Any, pts: list[tuple[Any, str]], y: float, edge: str) -> set[str]:
+def _failures(ax: Axes, pts: list[tuple[Any, str]], y: float, edge: str) -> set[str]:
     """Failed points as markers on the line ``y`` (the axis floor or the memory limit); the marker
     says what failed, its edge which line it belongs to. Returns the kinds drawn."""
     kinds = set()
@@ -96,7 +100,7 @@ def _failures(ax: Any, pts: list[tuple[Any, str]], y: float, edge: str) -> set[s
     return kinds
 
 
-def _failure_legend(ax: Any, kinds: set[str], where: str = "") -> None:
+def _failure_legend(ax: Axes, kinds: set[str], where: str = "") -> None:
     for kind in (k for k in MARKS if k in kinds):
         shape, colour, text = MARKS[kind]
         ax.scatter([], [], marker=shape, s=120, color=colour, edgecolors="black", linewidths=1, label=text + where)

@@ -97,7 +97,7 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
     first = (f"orchestrate: {spec.name} on {', '.join(plan.devices)} (as recorded with the study: nothing to "
              f"run, so nothing was started), torch {machine['torch_version']}; {len(results)} of {target} trials done")
     best = rank(results, spec)
-    last_load = (attrs.load or [None])[-1]
+    last_load = attrs.load[-1] if attrs.load else None
     return [first] + summary(spec, results, best, target, trial_time_s(trials), 0.0, stopped,
                              stopped is not None, origins, last_load) + repaired
 

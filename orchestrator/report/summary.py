@@ -21,7 +21,7 @@ def fmt_params(params: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items())
 
 
-def fmt_num(value: Any, unit: str = "", digits: int = 1) -> str:
+def fmt_num(value: object, unit: str = "", digits: int = 1) -> str:
     if value is None:
         return "-"
     return f"{value:,.{digits}f}{unit}"
@@ -57,7 +57,7 @@ def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[s
     return line
 
 
-def describe_dim(dim: Any) -> str:
+def describe_dim(dim: object) -> str:
     if isinstance(dim, Choice):
         return "[" + ", ".join(map(str, dim.values)) + "]"
     assert isinstance(dim, Range)

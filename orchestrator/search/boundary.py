@@ -82,7 +82,7 @@ class Boundary:
         lead = min(near, key=lambda i: (self._memory_rank(self.configs[i]), i))
         rest = {k: v for k, v in self.configs[lead].items() if k != self.scaling}
         column = [i for i, c in enumerate(self.configs) if {k: v for k, v in c.items() if k != self.scaling} == rest]
-        return sorted(column, key=lambda i: self.configs[i][self.scaling])
+        return sorted(column, key=lambda i: self.configs[i][self.scaling])  # type: ignore[index]  # a batch knob is set where this runs
 
     def _memory_rank(self, config: dict[str, Any]) -> float:
         """How much memory ``config`` needs, in the memory order's units, batch size set aside: the

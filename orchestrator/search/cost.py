@@ -11,9 +11,12 @@ bfloat16 without its instructions cost 18 s a trial at batch 256, 0.7 s at batch
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from orchestrator.search.mixture import Model
 
 LOOK_COST = 4.0
 """A look goes to the best measured configuration with the unseen value instead (paired), unless
@@ -33,7 +36,7 @@ it, and the first trials (``boundary``) bisect a column without it."""
 
 def costly_pairs(value_keys: list[list[tuple[str, str]]], configs: list[dict[str, Any]]) -> set[tuple[str, str]]:
     """The (parameter, value key) pairs of the space whose value is in ``COSTLY``."""
-    out = set()
+    out: set[tuple[str, str]] = set()
     for config, pairs in zip(configs, value_keys):
         out.update(pair for pair in pairs if config.get(pair[0], object()) in COSTLY.get(pair[0], ()))
     return out
@@ -87,7 +90,7 @@ def step_samples(config: dict[str, Any], scaling: str) -> float:
     return float(config.get(scaling, 1)) * float(config.get("grad_accum_steps", 1))
 
 
-def predictor(model: Any, configs: list[dict[str, Any]], scaling: str, durations: dict[int, float],
+def predictor(model: Model, configs: list[dict[str, Any]], scaling: str, durations: dict[int, float],
               costly: np.ndarray | None) -> Any:
     """A trial's predicted seconds for configurations ``at`` (indices), or None: ``fit`` on the
     measured trials' ``durations`` without a costly value (``costly``, per configuration; None: no

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import math
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from orchestrator.keys import value_key
 from orchestrator.spec.model import DEFAULT_ORDER, ORDER_WORDS, Order  # noqa: F401 - the spec's words for memory orders
 
+if TYPE_CHECKING:
+    import numpy
 
-def _same(a: Any, b: Any) -> bool:
+
+def _same(a: object, b: object) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     return a == b
@@ -90,7 +93,8 @@ class DominanceIndex:
                 continue
             seen: dict[str, int] = {}
             memo: dict[Any, tuple[int, float | None]] = {}  # per distinct value: its code and rank
-            code, rank = [], []
+            code: list[int] = []
+            rank: list[float | None] = []
             for c in configs:
                 if name not in c:
                     code.append(-1)
@@ -116,15 +120,15 @@ class DominanceIndex:
         self.rank = np.array(ranks, dtype=float).T.reshape(len(configs), len(ranks))
         self.code = np.array(codes, dtype=int).T.reshape(len(configs), len(codes))
 
-    def at_least(self, refs: list[int]) -> Any:
+    def at_least(self, refs: list[int]) -> numpy.ndarray:
         """Which configurations need at least as much memory as one of ``refs`` (indices)."""
         return self._any(refs, self.np.greater_equal)
 
-    def at_most(self, refs: list[int]) -> Any:
+    def at_most(self, refs: list[int]) -> numpy.ndarray:
         """Which configurations need at most as much memory as one of ``refs``."""
         return self._any(refs, self.np.less_equal)
 
-    def _any(self, refs: list[int], compare: Any) -> Any:
+    def _any(self, refs: list[int], compare: numpy.ufunc) -> numpy.ndarray:
         np = self.np
         out = np.zeros(len(self.keyset), dtype=bool)
         ranked = ~np.isnan(self.rank)
@@ -137,7 +141,7 @@ class DominanceIndex:
         return out
 
 
-def _rank(rule: Order | None, value: Any) -> float | None:
+def _rank(rule: Order | None, value: object) -> float | None:
     """A value's memory rank under ``rule`` (None: compared for equality only)."""
     if rule == "increasing" or rule == "decreasing":
         if isinstance(value, (int, float)) and not isinstance(value, bool):

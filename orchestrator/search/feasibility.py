@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 from orchestrator.search.dominance import DominanceIndex, needs_at_least
 from orchestrator.keys import config_key, value_keys_of
@@ -98,7 +98,7 @@ def fit_probabilities(configs: list[dict[str, Any]], observed: dict[str, Observe
         if line is None and cap is not None and any(0.0 < p[i] < 1.0 for i in members):
             sibling = next(((h, more) for h, more in index.siblings.get(g, ()) if lines[h] is not None), None)
             if sibling is not None:
-                _from_sibling(p, configs, members, lines[sibling[0]], sibling[1], scaling, cap)
+                _from_sibling(p, configs, members, lines[sibling[0]], sibling[1], scaling, cap)  # type: ignore[arg-type]  # its line is not None (picked so)
         if line is None or cap is None:
             continue
         for i in members:
@@ -174,7 +174,7 @@ def _boundary(p: list[float], configs: list[dict[str, Any]], members: list[int],
 def _line(configs: list[dict[str, Any]], keys: list[str], members: list[int], observed: dict[str, Observed],
           scaling: str) -> tuple[float, float] | None:
     """Least-squares peak = a + s * batch over a group's measured peaks (two batches at least)."""
-    points = [(float(configs[i][scaling]), observed[keys[i]].peak_gib) for i in members
+    points = [(float(configs[i][scaling]), cast(float, observed[keys[i]].peak_gib)) for i in members
               if keys[i] in observed and observed[keys[i]].fits and observed[keys[i]].peak_gib]
     if len({b for b, _ in points}) < 2:
         return None

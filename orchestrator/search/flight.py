@@ -24,11 +24,14 @@ change its verdict. Pure: the planner calls these with what the study holds.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from orchestrator.search.mixture import Model
+
+if TYPE_CHECKING:
+    from orchestrator.search.dominance import DominanceIndex
 
 
 def running(index: dict[str, int], in_flight: set[str], p_fit: np.ndarray, likely: float = 0.5) -> np.ndarray:
@@ -65,7 +68,7 @@ def without(open_: list[int], value_keys: list[list[tuple[str, str]]], looking: 
     return [i for i in open_ if not any(pair in looking for pair in value_keys[i])]
 
 
-def hostage(dominance: Any, flying: list[int], p_fit: np.ndarray) -> np.ndarray:
+def hostage(dominance: DominanceIndex, flying: list[int], p_fit: np.ndarray) -> np.ndarray:
     """Per configuration, the chance that every configuration in flight it needs at least as much
     memory as (``dominance.at_least``) fits: 1 where none is in flight or each surely fits."""
     out = np.ones(len(p_fit))

@@ -31,7 +31,7 @@ class Model:
         """The mean of the measured log objective, which ``mean`` is centred on."""
 
     def mean(self, at: np.ndarray) -> np.ndarray:
-        return sum(w * S.posterior_mean(self.space, c, at, self.cross) for w, c in self.members)
+        return sum(w * S.posterior_mean(self.space, c, at, self.cross) for w, c in self.members)  # type: ignore[return-value]  # members is never empty: an array
 
     def chance_above(self, ref: int, at: np.ndarray, threshold: float) -> np.ndarray:
         """P(g(at) - g(ref) > threshold), one by one, under the mixture."""

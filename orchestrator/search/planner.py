@@ -188,7 +188,7 @@ class Planner:
         if again is not None:
             return Decision(self.configs[again], verdict, "remeasure")
         if open_ and not (stop and self._verdict(model, open_, [], p_fit, len(left), too_large, False).done):
-            pick = self._best_candidate(model, choices, p_fit, held) if choices else None  # else: wait for a look
+            pick = self._best_candidate(model, choices, p_fit, held) if choices else None  # type: ignore[assignment]  # None: wait for a look
             return Decision(None if pick is None else self.configs[pick], verdict, "improvement" if choices else "")
         if stop or not open_:  # nothing unmeasured is likely to win, and the rival cannot be settled
             verdict.done, verdict.unsure = True, True
@@ -201,7 +201,7 @@ class Planner:
         """Measured configurations other than the best, not in flight: each may still beat the best
         by more than the band, as far as its spread allows. None where no trial reported its spread."""
         no = model is None or self._seen.noise() is None
-        return [] if no else self._seen.rivals(model.incumbent, self._busy(in_flight))  # type: ignore[union-attr]
+        return [] if no else self._seen.rivals(model.incumbent, self._busy(in_flight))  # type: ignore[union-attr]  # not no: the model is set
 
     def _again(self, model: Model, rival: int, in_flight: set[str]) -> int | None:
         """Which of the best and ``rival`` to measure again (the one measured less recently), or None
@@ -263,7 +263,7 @@ class Planner:
             if incumbent is not None:
                 paired = self._paired(incumbent, name, group, p_fit)
                 if paired in group:
-                    picks.append((float(model.upper(model.incumbent, np.array([paired]))[0]), paired))
+                    picks.append((float(model.upper(model.incumbent, np.array([paired]))[0]), paired))  # type: ignore[union-attr]  # an incumbent comes from a model
                     continue
             mean = self.space.H[g] @ self.space.prior_mean if model is None else model.mean(g)
             best = int(g[int(np.argmax(mean + np.log(np.clip(p_fit[g], 1e-9, None))))])  # E[throughput], OOM as 0
@@ -285,7 +285,7 @@ class Planner:
         top, rest = incumbent[self.scaling], {k: v for k, v in self.configs[paired].items() if k != self.scaling}
         below = [i for i in group if p_fit[i] >= PAIR_FITS and self.configs[i].get(self.scaling, top) < top
                  and {k: v for k, v in self.configs[i].items() if k != self.scaling} == rest]
-        return max(below, key=lambda i: self.configs[i][self.scaling], default=paired)
+        return max(below, key=lambda i: self.configs[i][self.scaling], default=paired)  # type: ignore[index]  # scaling is in incumbent (above)
 
     def _cost(self, model: Model | None) -> Any:
         """A trial's predicted seconds for configurations ``at`` (``cost.predictor``); None where the

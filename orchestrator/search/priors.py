@@ -110,7 +110,7 @@ def ordered(values: tuple[Any, ...]) -> bool:
     return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
-def _prior(name: str, value: Any, metric: str, device: str | None,
+def _prior(name: str, value: object, metric: str, device: str | None,
            native_half: frozenset[str] | None = None) -> tuple[float, float]:
     """(mean, spread) of one categorical value's effect; see ``PRIORS``. ``native_half``: on a
     CPU, the half precisions it has instructions for (None: not known)."""
@@ -134,7 +134,7 @@ def _slope(name: str, metric: str, device: str | None, log: bool) -> tuple[float
         return SEQ_LEN_PRIOR.get(metric, UNKNOWN_ORDERED)
     rule = PRIORS.get(name)
     if name == "batch_size":  # by device; several devices in one space: one that covers them
-        rule = rule.get(device, SEVERAL_DEVICES)
+        rule = rule.get(device, SEVERAL_DEVICES)  # type: ignore[union-attr]  # PRIORS has batch_size's rules by device
     return rule if isinstance(rule, tuple) and log else UNKNOWN_ORDERED
 
 

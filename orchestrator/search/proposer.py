@@ -27,13 +27,14 @@ from orchestrator.outcome import Outcome, Status
 from orchestrator.search.strategy import (MAX_REPEATED_PROPOSALS, SAMPLE, WAIT, Done, Proposal, Strategy, View,
                                           Wait, strategy_for, unvisited)
 from orchestrator.search.verdict import Verdict
-from orchestrator.store.record import TrialRecord, enqueue, is_attempt, status_of, write
+from orchestrator.store.record import RecordValues, TrialRecord, enqueue, is_attempt, status_of, write
 from orchestrator.store.records import results_of
 from orchestrator.search.space import Plan, config_key, configurations, nearest, suggest
 from orchestrator.spec.load import SweepSpec
 from orchestrator.timeline import event
 
 if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial, Trial
     from optuna.study import Study
 
 
@@ -42,7 +43,7 @@ class Asked:
     """A trial asked of the study to run ``sampled``; ``predicted_by``: the trial whose OOM
     predicts this one's (``dominance``), when the spec skips predicted OOMs."""
 
-    trial: Any
+    trial: Trial
     sampled: dict[str, Any]
     predicted_by: int | None = None
 
@@ -153,7 +154,7 @@ class Proposer:
         event("ask_end", trial.number)
         return trial, sampled
 
-    def _answered_at_once(self, trial: Any, sampled: dict[str, Any], v: View) -> bool:
+    def _answered_at_once(self, trial: FrozenTrial, sampled: dict[str, Any], v: View) -> bool:
         """A configuration that has a result (unless measured again on purpose), is in flight or
         failed here is answered without a process, and its nearest free neighbour queued."""
         key = config_key(sampled)
@@ -207,7 +208,8 @@ class Proposer:
                 if not (self.spec.search.skip_predicted_oom and predicted_oom(c, ooms, order) is not None)]
         chosen = nearest(proposed, left, self.plan, self.rng)
         if chosen is not None:
-            enqueue(self.study, chosen, **({"neighbour_of": original} if original is not None else {}))
+            near: RecordValues = {"neighbour_of": original} if original is not None else {}
+            enqueue(self.study, chosen, **near)
             v.queued.add(config_key(chosen))
 
     def failed(self, sampled: dict[str, Any]) -> None:

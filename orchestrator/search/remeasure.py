@@ -146,7 +146,7 @@ class Measurements:
                              chance, band, None if spread is None else 1.96 * spread, spent, enabled)
 
 
-def process_values(runs: Any, metric: str) -> list[float]:
+def process_values(runs: object, metric: str) -> list[float]:
     """The objective as each process of one configuration measured it (a trial's recorded
     ``repeat_metrics``); none where it is not a throughput or a step time (whose spread is relative:
     ``priors.measured_noise``) or a process lacks it."""

@@ -145,7 +145,7 @@ def suggest(trial: Any, plan: Plan) -> dict[str, Any]:
     params: dict[str, Any] = {}
     device = plan.device
     if "device" in plan.searched:
-        device = trial.suggest_categorical("device", list(plan.searched["device"].values))
+        device = trial.suggest_categorical("device", list(plan.searched["device"].values))  # type: ignore[union-attr]  # device is always a list (a Choice)
         params["device"] = device
     for name in applicable(plan, device):
         if name == "device":
@@ -173,7 +173,7 @@ def trial_params(plan: Plan, sampled: dict[str, Any]) -> dict[str, Any]:
 
 def fingerprint(spec: SweepSpec, plan: Plan) -> dict[str, Any]:
     """What a study is about; a resumed study must match it."""
-    def dim(d: Dimension) -> Any:
+    def dim(d: Dimension) -> object:
         return list(d.values) if isinstance(d, Choice) else {
             "low": d.low, "high": d.high, "step": d.step, "log": d.log}
     what: dict[str, Any] = {"experiment": spec.experiment} if spec.script is None else {

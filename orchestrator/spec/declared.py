@@ -32,7 +32,7 @@ def declared_params(source: str) -> list[str] | None:
             if not isinstance(value, ast.Dict) or not all(
                     isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys):
                 return None  # built by code, or ** unpacking (a key of None)
-            found = [k.value for k in value.keys]  # type: ignore[union-attr]
+            found = [k.value for k in value.keys]  # type: ignore[union-attr]  # every key a str constant (above)
         elif _touches(node):
             return None  # PARAMS.update(...), PARAMS[k] = ..., from x import PARAMS, a loop...
     return found

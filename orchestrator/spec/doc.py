@@ -39,7 +39,7 @@ LOADER_ONLY = (
 experiment); listed on the reference page."""
 
 
-def code(value: Any) -> str:
+def code(value: object) -> str:
     """A value as YAML writes it, in backticks."""
     if value is None:
         return "`null`"
@@ -133,7 +133,7 @@ def _knob_rows(space: dict[str, Any]) -> list[str]:
     return rows
 
 
-def _order_text(rule: Any) -> str:
+def _order_text(rule: object) -> str:
     if isinstance(rule, dict):
         return ", ".join(f"{code(value)} {rank}" for value, rank in rule.items())
     return f"`{rule}`"

@@ -23,11 +23,11 @@ bfloat16 instructions; avx512_core_bf16 (Cooper Lake, Zen 4) and avx512_core_amx
 with them. A cap above what the CPU has changes nothing."""
 
 
-def is_int(v: Any) -> bool:
+def is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def is_number(v: Any) -> bool:
+def is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -41,7 +41,7 @@ class Rule:
     broken: str
     schema: dict[str, Any]
 
-    def __call__(self, value: Any) -> str | None:
+    def __call__(self, value: object) -> str | None:
         return None if self.holds(value) else self.broken
 
 

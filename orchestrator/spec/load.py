@@ -54,7 +54,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Swee
     return check_spec(data, path, lines, flag_of, spelled)
 
 
-def check_spec(data: Any, path: Path, lines: dict[tuple, int],
+def check_spec(data: object, path: Path, lines: dict[tuple, int],
                flag_of: dict[tuple, str] | None = None,
                spelled: dict[tuple, str] | None = None) -> SweepSpec:
     """Every rule, each part of the spec checked on its own (``Checker.attempt``), so that one read
@@ -91,7 +91,7 @@ def check_spec(data: Any, path: Path, lines: dict[tuple, int],
             c.note(c.fail(("space", key), f"{key} is also in fixed (line {lines.get(('fixed', key))}); "
                           "a parameter is either fixed or swept", show_value=False))
             continue
-        space[key] = c.attempt(lambda: check_dimension(c, ("space", key), key, value), None)
+        space[key] = c.attempt(lambda: check_dimension(c, ("space", key), key, value), None)  # type: ignore[assignment]  # None where it broke a rule: left out below, refused by raise_found
     parameters_ok = len(c.found) == broken
     if parameters_ok:
         c.attempt(lambda: check_space_size(c, space), None)
@@ -104,7 +104,10 @@ def check_spec(data: Any, path: Path, lines: dict[tuple, int],
         c.note(c.fail(("search", "patience"), "patience needs a single objective metric (a Pareto front "
                       "has no single best to improve on)", show_value=False))
     trial = c.attempt(lambda: check_trial(c, section("trial")), None)
-    script, script_file, args, per_step = None, None, (), None
+    script: str | None = None
+    script_file: Path | None = None
+    args: tuple[str, ...] = ()
+    per_step: str | float | None = None
     if parameters_ok:
         c.attempt(lambda: check_combinations(c, fixed, space), None)
         script, script_file, args, per_step = c.attempt(
@@ -115,6 +118,9 @@ def check_spec(data: Any, path: Path, lines: dict[tuple, int],
                                            "tracking_uri"), None)
     devices = c.attempt(lambda: check_devices(c, top.get("devices")), None)
     c.raise_found()
+    # every check passed (raise_found raised otherwise): none of these is its fallback
+    assert name is not None and objective is not None and search is not None and trial is not None
+    assert storage is not None and tracking is not None
     return SweepSpec(path=path, name=name, experiment=experiment, device=device, fixed=fixed,
                      space=space, objective=objective, search=search, trial=trial, storage=storage,
                      tracking_uri=tracking, devices=devices, script=script,

@@ -248,7 +248,7 @@ class SweepSpec:
         """The workload as the spec names it (the module, or the script as given)."""
         return self.script if self.script is not None else str(self.experiment)
 
-    def line_of(self, *path: Any) -> int | None:
+    def line_of(self, *path: object) -> int | None:
         return self.lines.get(tuple(path))
 
     def error(self, path: tuple, rule: str) -> SpecError:

@@ -20,7 +20,7 @@ from orchestrator.spec.yamlsource import dotted
 from orchestrator.urls import is_sqlite_file
 
 
-def show(value: Any, spelled: str | None = None) -> str:
+def show(value: object, spelled: str | None = None) -> str:
     """A value as the user wrote it in YAML; ``spelled`` is the text of a boolean or null
     written another way (``yes``, ``off``, ``~``)."""
     if isinstance(value, bool):
@@ -42,6 +42,7 @@ def show(value: Any, spelled: str | None = None) -> str:
 
 
 T = TypeVar("T")
+F = TypeVar("F")
 _NUMBER = re.compile(r"[-+]?(\d[\d_]*\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
@@ -61,7 +62,7 @@ class Checker:
         """A broken rule, kept; checking goes on."""
         self.found += each_error(error)
 
-    def attempt(self, check: Callable[[], T], fallback: T) -> T:
+    def attempt(self, check: Callable[[], T], fallback: F) -> T | F:
         """``check()``, or ``fallback`` where it breaks a rule (the error is kept)."""
         try:
             return check()
@@ -73,7 +74,7 @@ class Checker:
         """Every kept error at once (``errors.raise_all``); nothing if none."""
         raise_all(self.found)
 
-    def fail(self, path: tuple, rule: str, value: Any = ..., *, show_value: bool = True) -> SpecError:
+    def fail(self, path: tuple, rule: str, value: object = ..., *, show_value: bool = True) -> SpecError:
         if show_value and value is not ...:
             rule = f"{rule}, got {show(value, None if path in self.overrides else self.spelled.get(path))}"
         field_name = dotted(path) or None
@@ -81,7 +82,7 @@ class Checker:
             return SpecError(rule, file=self.overrides[path], field=field_name)
         return SpecError(rule, file=self.file, line=nearest_line(self.lines, path), field=field_name)
 
-    def mapping(self, path: tuple, value: Any, allowed: tuple[str, ...] | None = None,
+    def mapping(self, path: tuple, value: object, allowed: tuple[str, ...] | None = None,
                 required: tuple[str, ...] = ()) -> dict[str, Any]:
         """``value`` as a mapping whose keys are among ``allowed`` (None: any name): an unknown key
         is noted and left out of the mapping returned; a missing required key raises."""
@@ -118,7 +119,7 @@ class Checker:
             raise self.fail(path, f"{what} must be {kind}", value)
         return float(value)
 
-    def one_of(self, path: tuple, value: Any, options: tuple[str, ...], what: str) -> str:
+    def one_of(self, path: tuple, value: object, options: tuple[str, ...], what: str) -> str:
         if value not in options:
             hint = difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
             did = f" (did you mean {hint[0]!r}?)" if hint else ""
@@ -126,7 +127,7 @@ class Checker:
         return value
 
 
-def check_objective(c: Checker, raw: Any) -> Objective:
+def check_objective(c: Checker, raw: object) -> Objective:
     path = ("objective",)
     obj = c.mapping(path, raw, ("metric", "direction", "metrics", "constraints"))
     metrics: list[tuple[str, Direction]] = []
@@ -160,7 +161,7 @@ def check_objective(c: Checker, raw: Any) -> Objective:
     return Objective(tuple(metrics), tuple(constraints))
 
 
-def check_search(c: Checker, raw: Any, space: dict[str, Dimension]) -> SearchSettings:
+def check_search(c: Checker, raw: object, space: dict[str, Dimension]) -> SearchSettings:
     path = ("search",)
     s = c.mapping(path, raw, ("sampler", "n_trials", "stop", "band", "seed", "max_failures", "timeout_min",
                               "patience", "skip_predicted_oom", "memory_order", "allow_swap", "grace_period_s",
@@ -203,7 +204,7 @@ def check_search(c: Checker, raw: Any, space: dict[str, Dimension]) -> SearchSet
         raise c.fail(path + ("grace_period_s",), "grace_period_s must be at least 2 (heartbeats are "
                      "sent every grace_period_s / 4, at least once a second)", grace)
     outage_s = c.number(path + ("outage_s",), s.get("outage_s", 300.0), "outage_s", positive=True)
-    return SearchSettings(sampler=sampler, n_trials=n_trials, stop=stop, band=band, outage_s=outage_s, seed=seed,
+    return SearchSettings(sampler=sampler, n_trials=n_trials, stop=stop, band=band, outage_s=outage_s, seed=seed,  # type: ignore[arg-type]  # sampler and stop: one_of checked each is one of the Literal's words
                           max_failures=max_failures,
                           timeout_min=timeout_min, patience=patience, skip_predicted_oom=skip,
                           allow_swap=allow_swap, grace_period_s=grace,
@@ -237,7 +238,7 @@ def check_memory_order(c: Checker, raw: Any, space: dict[str, Dimension]) -> dic
 DEVICE_SLOT = re.compile(r"(cuda(:\d+)?|mps|cpu(:\d+(-\d+)?)?)")
 
 
-def check_devices(c: Checker, raw: Any) -> tuple[str, ...] | None:
+def check_devices(c: Checker, raw: object) -> tuple[str, ...] | None:
     """``auto``, or device slots as a list or a comma-separated text: ``cuda:0``, ``cuda`` (every
     visible GPU), ``mps``, ``cpu`` (all cores) or ``cpu:0-3`` (a trial pinned to cores 0-3)."""
     if raw is None:
@@ -263,7 +264,7 @@ def check_devices(c: Checker, raw: Any) -> tuple[str, ...] | None:
     return tuple(items)
 
 
-def check_trial(c: Checker, raw: Any) -> TrialSettings:
+def check_trial(c: Checker, raw: object) -> TrialSettings:
     path = ("trial",)
     t = c.mapping(path, raw, ("warmup_steps", "measure_steps", "min_measure_s", "timeout_s", "repeats"))
     d = TrialSettings()
@@ -288,7 +289,7 @@ _DRIVER_PACKAGES = {"psycopg": "psycopg[binary]", "psycopg2": "psycopg2-binary",
                     "mysqldb": "mysqlclient", "pymysql": "PyMySQL"}
 
 
-def check_url(c: Checker, path: tuple, value: Any, what: str) -> str:
+def check_url(c: Checker, path: tuple, value: object, what: str) -> str:
     """A URL Optuna (storage) or MLflow (tracking_uri) can open; the connection itself is tried
     at run time, but a missing database driver is caught here, before anything runs."""
     example = DEFAULT_STORAGE if what == "storage" else DEFAULT_TRACKING_URI

@@ -72,7 +72,7 @@ def field_docs() -> dict[tuple[str, str], str]:
     return docs
 
 
-def type_schema(hint: Any, where: str) -> dict[str, Any]:
+def type_schema(hint: object, where: str) -> dict[str, Any]:
     """The JSON Schema of a field's type hint (``where`` names the field in errors)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Annotated:
@@ -90,7 +90,7 @@ def type_schema(hint: Any, where: str) -> dict[str, Any]:
     if hint in _PLAIN:
         return {"type": _PLAIN[hint]}
     if dataclasses.is_dataclass(hint):
-        return section(hint, tuple(where.split(".")))
+        return section(hint, tuple(where.split(".")))  # type: ignore[arg-type]  # a field's annotation: a class, not an instance
     raise TypeError(f"{where}: no JSON Schema for the type {hint!r}: use a Literal, bool, int, float or str "
                     "(Annotated with a Bound for limits), or give the field an entry in orchestrator.spec.schema.FRAGMENTS")
 
@@ -117,7 +117,7 @@ def section(cls: type, path: tuple[str, ...]) -> dict[str, Any]:
     return {"type": ["object", "null"], "additionalProperties": False, "properties": props}
 
 
-def field_schema(cls: type, f: dataclasses.Field, hint: Any, path: tuple[str, ...]) -> dict[str, Any]:
+def field_schema(cls: type, f: dataclasses.Field, hint: object, path: tuple[str, ...]) -> dict[str, Any]:
     make = FRAGMENTS.get(path)
     schema = make() if make else type_schema(hint, ".".join(path))
     doc = field_docs().get((cls.__name__, f.name))
@@ -129,7 +129,7 @@ def field_schema(cls: type, f: dataclasses.Field, hint: Any, path: tuple[str, ..
     return out
 
 
-def _plain_json(value: Any) -> bool:
+def _plain_json(value: object) -> bool:
     if isinstance(value, dict):
         return all(isinstance(k, str) and _plain_json(v) for k, v in value.items())
     if isinstance(value, (list, tuple)):

@@ -26,7 +26,10 @@ import operator
 import shlex
 import string
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from orchestrator.spec.rules import Checker
 
 LOOP_KNOBS = ("dtype", "grad_accum_steps", "effective_batch_size", "activation_checkpointing", "compile",
               "optimizer", "zero_grad", "empty_cache_every")
@@ -145,7 +148,7 @@ def samples_per_step(text: str | int | float | None, params: dict[str, Any]) -> 
 
     def value(node: ast.expr) -> float:
         if isinstance(node, ast.Constant):
-            return float(node.value)
+            return float(node.value)  # type: ignore[arg-type]  # a constant that is no number raises here, as a bad name does
         if isinstance(node, ast.Name):
             return float(params[node.id])
         if isinstance(node, ast.UnaryOp):
@@ -179,7 +182,7 @@ def missing(given: str, spec_folder: Path, cwd: Path | None = None) -> str:
 
 # -- the spec's rules --------------------------------------------------------------------------
 
-def refuse_loop_knobs(c: Any, top: dict[str, Any], fixed: Any, space: Any) -> None:
+def refuse_loop_knobs(c: Checker, top: dict[str, Any], fixed: object, space: object) -> None:
     """A script spec may not name a knob that only the harness's loop applies (``LOOP_KNOBS``):
     checked before any value, so that the line says what to do instead (each such knob noted:
     ``rules.Checker.note``)."""
@@ -194,7 +197,7 @@ def refuse_loop_knobs(c: Any, top: dict[str, Any], fixed: Any, space: Any) -> No
                               show_value=False))
 
 
-def check_script(c: Any, top: dict[str, Any], fixed: dict[str, Any], space: dict[str, Any],
+def check_script(c: Checker, top: dict[str, Any], fixed: dict[str, Any], space: dict[str, Any],
                  spec_folder: Path) -> tuple[str | None, Path | None, tuple[str, ...], str | float | None]:
     """The script's keys checked (``c``: ``rules.Checker``): the script as given and its file
     (None where it is not there yet: a run refuses it, ``report`` needs no script), its arguments,
@@ -253,7 +256,7 @@ def check_script(c: Any, top: dict[str, Any], fixed: dict[str, Any], space: dict
     return given, find_script(given, spec_folder), tuple(args), per_step
 
 
-def _check_arg(c: Any, i: int, arg: Any, names: set[str], fixed: dict[str, Any], space: dict[str, Any],
+def _check_arg(c: Checker, i: int, arg: object, names: set[str], fixed: dict[str, Any], space: dict[str, Any],
                used: set[str]) -> str:
     """One of ``args``, checked; the names its placeholders use go into ``used``."""
     if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
@@ -282,7 +285,7 @@ SCRIPT_PARAMS = ("batch_size", "seq_len", "lr", "seed")
 like any other name of its own, the script sees them only through ``args``."""
 
 
-def _check_format(c: Any, path: tuple, name: str, spec: str, fixed: dict[str, Any], space: dict[str, Any],
+def _check_format(c: Checker, path: tuple, name: str, spec: str, fixed: dict[str, Any], space: dict[str, Any],
                   text: str) -> None:
     """``{name:FORMAT}``: the format must take every value the parameter can have."""
     values: tuple[Any, ...] = ()

@@ -34,7 +34,7 @@ def check_value(c: Checker, path: tuple, name: str, value: Any) -> Any:
     return value
 
 
-def _same_key(value: Any) -> Any:
+def _same_key(value: object) -> Any:
     """Values a trial cannot tell apart compare equal (1 and 1.0; not true and 1)."""
     if isinstance(value, bool):
         return ("bool", value)
@@ -43,7 +43,7 @@ def _same_key(value: Any) -> Any:
     return (type(value).__name__, value)
 
 
-def check_dimension(c: Checker, path: tuple, name: str, value: Any) -> Dimension:
+def check_dimension(c: Checker, path: tuple, name: str, value: object) -> Dimension:
     if isinstance(value, list):
         if not value:
             raise c.fail(path, "a list of choices must not be empty", show_value=False)
@@ -107,7 +107,7 @@ def check_dimension(c: Checker, path: tuple, name: str, value: Any) -> Dimension
 
 
 def _values(fixed: dict[str, Any], space: dict[str, Dimension], name: str,
-            ends: bool = False) -> tuple[tuple, tuple[Any, ...]] | None:
+            ends: bool = False) -> tuple[tuple[str, str], tuple[Any, ...] | None] | None:
     """The values a parameter can take, with its path; None if absent or (unless ``ends``: then
     its bounds stand for it) a continuous range."""
     if name in fixed:
@@ -135,9 +135,10 @@ def _count(dim: Dimension) -> int | None:
 def check_space_size(c: Checker, space: dict[str, Dimension]) -> None:
     """A finite space of more than ``MAX_CONFIGURATIONS`` is refused at the line of its largest
     dimension (the product is computed from the sizes, never listed)."""
-    sizes = {name: _count(dim) for name, dim in space.items()}
-    if not sizes or any(n is None for n in sizes.values()):
+    counted = {name: _count(dim) for name, dim in space.items()}
+    if not counted or any(n is None for n in counted.values()):
         return  # a continuous dimension: sampled, never listed
+    sizes = {name: n for name, n in counted.items() if n is not None}  # every one (above)
     total = math.prod(sizes.values())
     if total > MAX_CONFIGURATIONS:
         largest = max(sizes, key=lambda k: sizes[k])
@@ -147,7 +148,7 @@ def check_space_size(c: Checker, space: dict[str, Dimension]) -> None:
                      "without a step so that it is sampled", show_value=False)
 
 
-def _item(where: tuple, values: tuple[Any, ...], value: Any, space: dict[str, Dimension]) -> tuple:
+def _item(where: tuple, values: tuple[Any, ...], value: object, space: dict[str, Dimension]) -> tuple:
     """The path of ``value`` inside a list of choices (so the message points at its line)."""
     if where[0] == "space" and isinstance(space.get(where[1]), Choice):
         return where + (values.index(value),)
@@ -171,6 +172,7 @@ def check_combinations(c: Checker, fixed: dict[str, Any], space: dict[str, Dimen
                 raise c.fail(where, f"every effective_batch_size is checked against every batch size, so this "
                              f"range must list at most {MAX_CONFIGURATIONS:,} values; give a step or a list",
                              show_value=False)
+        assert bs[1] is not None and eff[1] is not None  # refused above
         if len(bs[1]) * len(eff[1]) > MAX_CONFIGURATIONS:
             raise c.fail(eff[0], f"{len(bs[1]):,} batch sizes x {len(eff[1]):,} effective batch sizes are more "
                          f"than {MAX_CONFIGURATIONS:,} combinations to check; give fewer values", show_value=False)
@@ -180,11 +182,11 @@ def check_combinations(c: Checker, fixed: dict[str, Any], space: dict[str, Dimen
                              f"each batch size must divide effective_batch_size {e}", b)
     high = _values(fixed, space, "mps_high_watermark_ratio", ends=True)
     low = _values(fixed, space, "mps_low_watermark_ratio", ends=True)
-    if low is not None:
-        for h, lo in itertools.product(high[1] if high else (knobs.MPS_DEFAULT_HIGH_WATERMARK,), low[1]):
+    if low is not None:  # ratios are floats: their values listed or their ends, never None
+        for h, lo in itertools.product(high[1] if high else (knobs.MPS_DEFAULT_HIGH_WATERMARK,), low[1]):  # type: ignore[arg-type]  # a ratio's values: never None
             if h != 0.0 and lo > h:
                 if high is None:
-                    raise c.fail(_item(low[0], low[1], lo, space), "the low watermark must not exceed "
+                    raise c.fail(_item(low[0], low[1], lo, space), "the low watermark must not exceed "  # type: ignore[arg-type]  # as above
                                  f"MPS's default high one, {h}, when mps_high_watermark_ratio is not given", lo)
-                raise c.fail(_item(low[0], low[1], lo, space), "the low watermark must not exceed "
+                raise c.fail(_item(low[0], low[1], lo, space), "the low watermark must not exceed "  # type: ignore[arg-type]  # as above
                              f"the high one ({h})", lo)

@@ -16,7 +16,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import yaml
 
@@ -39,7 +39,7 @@ _LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")  # what PyYAML counts as
 try:  # libyaml's scanner and parser (C), with PyYAML's composer on top: 10x faster than pure Python
     from yaml._yaml import CParser as _CParser
 except ImportError:  # PyYAML built without libyaml
-    _CParser = None
+    _CParser = None  # type: ignore[misc, assignment]  # no libyaml: the pure-Python composer below
 
 
 class Document(NamedTuple):
@@ -142,10 +142,10 @@ if _CParser is not None:
             yaml.composer.Composer.__init__(self)
             yaml.resolver.Resolver.__init__(self)
 else:
-    _Composer = yaml.SafeLoader  # type: ignore[misc, assignment]
+    _Composer = yaml.SafeLoader  # type: ignore[misc, assignment]  # the pure-Python loader in the C one's place
 
 
-class _Loader(_Composer):  # type: ignore[valid-type, misc]
+class _Loader(_Composer):
     """A YAML composer: nesting is capped, and an alias inside the value its anchor names
     (``a: &x [*x]``, which builds a value that contains itself) is refused where it is written."""
 
@@ -156,15 +156,15 @@ class _Loader(_Composer):  # type: ignore[valid-type, misc]
         self.open_anchors: dict[str, int] = {}
         """Anchors whose value is being composed -> the line of the anchor."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event = self.peek_event()
-        line = event.start_mark.line + 1
+        line = event.start_mark.line + 1  # type: ignore[union-attr]  # composed while events remain, each with its mark
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in self.open_anchors:
                 raise SpecError(f"the alias *{event.anchor} is inside the value it names (&{event.anchor} on "
                                 f"line {self.open_anchors[event.anchor]}); a spec cannot contain itself",
                                 file=self.name, line=line)
-            return _alias(super().compose_node(parent, index), event)
+            return _alias(super().compose_node(parent, index), event)  # type: ignore[arg-type]  # an alias names a node
         if not isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             return super().compose_node(parent, index)
         self.depth += 1
@@ -185,11 +185,15 @@ class _Loader(_Composer):  # type: ignore[valid-type, misc]
 def _alias(node: yaml.Node, event: yaml.AliasEvent) -> yaml.Node:
     """The anchored node as seen from where the alias is written: the same value (shared, not
     copied), the alias's position, and ``alias`` set to its name."""
+    seen: yaml.Node
+    # (the marks: libyaml's parser gives its own Mark class, which the stubs do not allow for)
     if isinstance(node, yaml.ScalarNode):
-        seen = yaml.ScalarNode(node.tag, node.value, event.start_mark, event.end_mark, style=node.style)
+        seen = yaml.ScalarNode(node.tag, node.value, event.start_mark, event.end_mark, style=node.style)  # type: ignore[arg-type]  # libyaml's Mark
     else:
-        seen = type(node)(node.tag, node.value, event.start_mark, event.end_mark, flow_style=node.flow_style)
-    seen.alias = event.anchor  # type: ignore[attr-defined]
+        collection = cast(yaml.CollectionNode, node)  # a sequence or a mapping
+        seen = type(collection)(collection.tag, collection.value, event.start_mark, event.end_mark,  # type: ignore[arg-type]  # libyaml's Mark
+                                flow_style=collection.flow_style)
+    seen.alias = event.anchor  # type: ignore[union-attr]  # our own mark on the node, read by the builder
     return seen
 
 
@@ -229,7 +233,7 @@ def _tab_at(text: str, mark: Any) -> bool:
     return "\t" in indent or "\t" in line[max(mark.column - 1, 0):mark.column + 1]
 
 
-def _key_text(key: Any) -> str:
+def _key_text(key: object) -> str:
     if key is None:
         return "null"
     if isinstance(key, bool):
@@ -293,7 +297,7 @@ class _Builder:
             return out
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, path + (i,), depth + 1, origin, expanding) for i, item in enumerate(node.value)]
-        value = self.construct(node)
+        value = self.construct(cast(yaml.ScalarNode, node))  # neither a mapping nor a sequence: a scalar
         if (isinstance(value, bool) or value is None) and node.value not in ("true", "false", "null"):
             self.spelled[path] = node.value
         return value

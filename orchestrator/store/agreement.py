@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Iterable
 
 from orchestrator import metrics as M
 from orchestrator import trialdir
@@ -29,6 +29,10 @@ from orchestrator.store.record import TrialRecord
 from orchestrator.store.records import run_metrics, run_tags, trial_trace_tags
 from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.store.runs import MLFLOW_STATUS, TERMINAL, logged_metrics, param_text
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from optuna.trial import FrozenTrial
 
 KINDS = {  # kind -> what the line says is wrong, and whether writing MLflow from the study repairs it
     "no_run": True, "duplicate_runs": True, "run_unfinished": True, "run_status": True, "status_tag": True,
@@ -86,7 +90,7 @@ class Record:
         return [(p, folder) for p, folder in trialdir.files(self.trial_dir, self.processes) if p.is_file()]
 
 
-def record_of(trial: Any, default_dir: Path) -> Record:
+def record_of(trial: FrozenTrial, default_dir: Path) -> Record:
     """``trial``'s record (an Optuna ``FrozenTrial`` or a ``studyread.StoredTrial``);
     ``default_dir``: its folder when the study does not name one."""
     rec = TrialRecord.of(trial)
@@ -116,7 +120,7 @@ class Difference:
 
 
 def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Callable[[int], Path],
-            in_flight: set[int] = frozenset(), folders: dict[int, Path] | None = None,
+            in_flight: AbstractSet[int] = frozenset(), folders: dict[int, Path] | None = None,
             artifacts: Callable[[str, str | None], set[str]] | None = None) -> list[Difference]:
     """Every difference between the study's ``trials`` and MLflow's child ``runs`` (by trial
     number), skipping ``in_flight`` trial numbers and waiting trials. ``folders`` (trial number ->
@@ -153,7 +157,7 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
     return out
 
 
-def keeper(runs: list[Any], run_id: str | None) -> Any:
+def keeper(runs: list[Run], run_id: str | None) -> Run:
     """The one of a trial's runs to keep: the one the study names, else a finished one, else the first."""
     by_id = [r for r in runs if r.info.run_id == run_id]
     done = [r for r in runs if r.info.status in TERMINAL]

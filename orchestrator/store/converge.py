@@ -20,13 +20,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, AbstractSet, Any, Callable
 
 from orchestrator.redact import shown
 from orchestrator.store.agreement import Difference, compare, keeper, record_of
 from orchestrator.store.record import TrialRecord
 from orchestrator.store.studyrecord import write_study
 from orchestrator.store.writefault import StoreUnwritable
+
+if TYPE_CHECKING:
+    from orchestrator.store.tracking import Tracker
+    from optuna import Study
 
 
 @dataclass
@@ -41,7 +45,7 @@ class Converged:
     """Differences converging does not repair (a trial cut off, a folder of no trial)."""
 
 
-def converge(tracker: Any, trials: list[Any], default_dir: Callable[[int], Path], in_flight: set[int] = frozenset(),
+def converge(tracker: Tracker, trials: list[Any], default_dir: Callable[[int], Path], in_flight: AbstractSet[int] = frozenset(),
              runs: dict[int, list[Any]] | None = None, artifacts: Any = None) -> Converged:
     """Write what MLflow lacks of ``trials``' records through ``tracker`` (``tracking.Tracker``,
     its parent run open). Stops at the first write MLflow refuses: the rest is ``missing``."""
@@ -72,7 +76,7 @@ def converge(tracker: Any, trials: list[Any], default_dir: Callable[[int], Path]
     return out
 
 
-def _repair(tracker: Any, record: Any, runs: list[Any], run_id: str | None, kinds: set[str]) -> None:
+def _repair(tracker: Tracker, record: Any, runs: list[Any], run_id: str | None, kinds: set[str]) -> None:
     if not runs and run_id:  # the run the study names was deleted: restored, the study's link holds
         runs = _restored(tracker, run_id)
     if not runs:  # a run an earlier repair wrote (the study cannot name it: a told trial is fixed), deleted
@@ -98,7 +102,7 @@ def _repair(tracker: Any, record: Any, runs: list[Any], run_id: str | None, kind
     tracker.finish_trial(new, record.status, record.all_metrics, record.tags, record.files)
 
 
-def _restored(tracker: Any, run_id: str) -> list[Any]:
+def _restored(tracker: Tracker, run_id: str) -> list[Any]:
     """[the run ``run_id``], restored if it was deleted; [] where the store has no such run."""
     from mlflow.exceptions import MlflowException
 
@@ -112,7 +116,7 @@ def _restored(tracker: Any, run_id: str) -> list[Any]:
     return [run]
 
 
-def _restored_child(tracker: Any, number: int) -> list[Any]:
+def _restored_child(tracker: Tracker, number: int) -> list[Any]:
     """[trial ``number``'s deleted run under the study's parent run, restored], or []."""
     from mlflow.entities import ViewType
 
@@ -126,7 +130,7 @@ def _restored_child(tracker: Any, number: int) -> list[Any]:
     return [tracker.client.get_run(run.info.run_id)]
 
 
-def mark(study: Any, tracking_uri: str, parent_id: str | None, trials: int) -> None:
+def mark(study: Study, tracking_uri: str, parent_id: str | None, trials: int) -> None:
     """Set the study's mark (``studyrecord.RECORDED_ATTR``): MLflow holds all ``trials`` trials. A
     study that cannot take it stays unmarked: the next finished-study command compares again."""
     from orchestrator.urls import absolute_uri

@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from orchestrator.timeline import event
 from orchestrator.urls import is_sqlite
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+    from orchestrator.store.outage import Outage
+    from optuna.trial import FrozenTrial
 
 
 def is_shared(storage_url: str) -> bool:
@@ -29,11 +34,11 @@ def is_shared(storage_url: str) -> bool:
 class StudyLock:
     """A re-entrant, cross-process lock for one study (see the module)."""
 
-    def __init__(self, storage_url: str, study_name: str, outage: Any = None) -> None:
+    def __init__(self, storage_url: str, study_name: str, outage: Outage | None = None) -> None:
         """``outage``: an ``outage.Outage`` guard; taking the lock waits out a lost connection."""
         self._local = threading.RLock()
         self._depth = 0
-        self._conn: Any = None
+        self._conn: Connection | None = None
         self._outage = outage
         self._swap = threading.Lock()  # _conn between the holder and ``ensure`` (another thread's retry)
         self._held = False
@@ -85,7 +90,7 @@ class StudyLock:
                 self._conn = None
             self._conn = self._take()  # raises while the server is still down: the retry waits
 
-    def _take(self) -> Any:
+    def _take(self) -> Connection:
         conn = self._engine.connect()
         try:
             conn.execute(self._text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
@@ -95,7 +100,7 @@ class StudyLock:
             raise
         return conn
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         try:
             self._depth -= 1
             if self._depth == 0 and hasattr(self, "_engine"):
@@ -107,7 +112,7 @@ class StudyLock:
         finally:
             self._local.release()
 
-    def _release(self, conn: Any) -> None:
+    def _release(self, conn: Connection) -> None:
         try:
             conn.execute(self._text("SELECT pg_advisory_unlock(:k)"), {"k": self._key})
             conn.commit()
@@ -142,7 +147,7 @@ class Heartbeat:
             except Exception:  # noqa: BLE001 - a missed beat is retried; grace covers several
                 self.errors += 1
 
-    def beat_one(self, trial: Any) -> None:
+    def beat_one(self, trial: FrozenTrial) -> None:
         """A trial just asked for: alive from its first moment."""
         from orchestrator.store.optuna_internals import trial_id
 

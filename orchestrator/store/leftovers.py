@@ -52,7 +52,7 @@ def storage_tag(storage: str) -> str:
     return shown(absolute_uri(storage))
 
 
-def groups(client: Any, experiment_id: str, storage: str, uid: str | None) -> tuple[RunGroup | None, list[RunGroup]]:
+def groups(client: object, experiment_id: str, storage: str, uid: str | None) -> tuple[RunGroup | None, list[RunGroup]]:
     """The study's runs (None: no parent run for ``uid``) and the groups that belong to no study,
     in experiment ``experiment_id``; ``uid`` None: the storage holds no such study now."""
     parents = _search(client, experiment_id, "tags.role = 'sweep'")

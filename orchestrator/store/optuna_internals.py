@@ -14,20 +14,26 @@ Optuna is imported inside the functions: importing this module costs nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage, RDBStorage
+    from optuna.trial import Trial
+    from sqlalchemy.engine import Engine
+    from optuna import Study
 
 CHECKED_WITH = "5.0.0"
 """The Optuna version every function here was checked against (pyproject: ``optuna>=5,<6``)."""
 
 
-def storage_of(study: Any) -> Any:
+def storage_of(study: Study) -> Any:
     """The storage ``study`` reads and writes through (what ``open_study`` gave it: a
     ``RetryingStorage`` around Optuna's ``_CachedStorage``). Private: ``Study._storage``; there is
     no public accessor, and the heartbeat and the stale-trial check are calls on the storage."""
     return study._storage
 
 
-def study_id(study: Any) -> int:
+def study_id(study: Study) -> int:
     """``study``'s id in its storage, what the storage's calls take. Private: ``Study._study_id``
     (the public API names a study by its name only)."""
     return study._study_id
@@ -40,7 +46,7 @@ def trial_id(trial: Any) -> int:
     return trial._trial_id
 
 
-def trial_of(study: Any, frozen: Any) -> Any:
+def trial_of(study: Study, frozen: object) -> Trial:
     """A live ``optuna.Trial`` for a stored ``FrozenTrial`` of ``study``, to set attributes on a
     RUNNING trial another process asked for (``recovery``: one cut off by a kill). The constructor
     ``Trial(study, trial_id)`` is public; the id it takes is private (``trial_id``)."""
@@ -49,7 +55,7 @@ def trial_of(study: Any, frozen: Any) -> Any:
     return optuna.trial.Trial(study, trial_id(frozen))
 
 
-def heartbeat_enabled(storage: Any) -> bool:
+def heartbeat_enabled(storage: BaseStorage) -> bool:
     """Whether ``storage`` keeps heartbeats (a server database opened with a heartbeat interval).
     Private: ``optuna.storages._heartbeat.is_heartbeat_enabled`` (no public export)."""
     from optuna.storages._heartbeat import is_heartbeat_enabled
@@ -57,7 +63,7 @@ def heartbeat_enabled(storage: Any) -> bool:
     return is_heartbeat_enabled(storage)
 
 
-def stale_trial_ids(study: Any) -> list[int]:
+def stale_trial_ids(study: Study) -> list[int]:
     """Storage ids of ``study``'s RUNNING trials whose last heartbeat is older than the storage's
     grace period: the check ``optuna.storages.fail_stale_trials`` runs before it fails them itself,
     which would set the state before the trial's ``status`` (a finished trial's attributes cannot
@@ -87,7 +93,7 @@ def heartbeat_base() -> type:
     return storage_interface()[0][1]
 
 
-def cached(rdb: Any) -> Any:
+def cached(rdb: RDBStorage) -> BaseStorage:
     """``rdb`` (an ``RDBStorage``) behind Optuna's own cache of finished trials, as
     ``optuna.create_study`` wraps a storage given by URL (``optuna.storages.get_storage``, itself
     "only for internal usage"). Private: ``optuna.storages._cached_storage._CachedStorage``."""
@@ -96,7 +102,7 @@ def cached(rdb: Any) -> Any:
     return _CachedStorage(rdb)
 
 
-def engine_of(storage: Any) -> Any:
+def engine_of(storage: object) -> Engine | None:
     """The SQLAlchemy engine behind a study's storage (``RDBStorage.engine``, through the
     ``RetryingStorage``'s ``inner`` and the ``_CachedStorage``), or None (not an RDB storage).
     Private: ``_CachedStorage._backend``."""

@@ -21,7 +21,10 @@ from __future__ import annotations
 import sqlite3
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 SCHEMAS = ("v3.2.0.a",)
 """Optuna's alembic revisions whose tables these queries read (Optuna 5.0's)."""
@@ -120,7 +123,7 @@ def trial_system_attributes(con: sqlite3.Connection, study_id: int) -> list[tupl
 
 # -- any RDB storage, through SQLAlchemy ---------------------------------------------------------------
 
-def silent_trial_ids(engine: Any, study_id: int) -> set[int]:
+def silent_trial_ids(engine: Engine, study_id: int) -> set[int]:
     """Storage ids of the study's RUNNING trials without a row in Optuna's heartbeat table (asked
     by an orchestrator that died before its first beat: Optuna's own stale check skips them)."""
     import sqlalchemy

@@ -24,12 +24,19 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar
 
 from orchestrator import exits
 from orchestrator.errors import OrchestratorError, first_line
 from orchestrator.redact import scrub
 from orchestrator.store.writefault import unwritable
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+    from optuna.study import StudyDirection
+    from optuna.trial import TrialState
+    from sqlalchemy.engine import Engine
+    from logging import LogRecord
 
 BACKOFF_S = (0.5, 10.0)
 LOST = ("server closed the connection", "connection refused", "could not connect", "terminating connection",
@@ -84,7 +91,7 @@ def connection_lost(exc: BaseException) -> bool:
                 return True
         if any(word in text for word in LOST):
             return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]  # None ends the loop
         seen += 1
     return False
 
@@ -102,6 +109,17 @@ class Stopping(Protocol):
     @property
     def tripped(self) -> bool:
         """A signal came: stop waiting."""
+
+
+T = TypeVar("T")
+
+
+class Guard(Protocol):
+    """What a guarded storage or client calls through: an ``Outage`` (a server's store), or
+    ``writefault.WriteGuard`` (SQLite's: a full disk said in one line)."""
+
+    def call(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
+        """``fn(*args, **kwargs)``, guarded."""
 
 
 class Outage:
@@ -130,7 +148,7 @@ class Outage:
         """Run before each retry (``coordination.StudyLock.ensure``: a lock held on a connection
         the outage killed is taken again before the work it guards goes on)."""
 
-    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def call(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         me = threading.get_ident()
         with self._lock:
             self._calls[me] = time.monotonic()
@@ -159,7 +177,7 @@ class Outage:
                 self.say(f"orchestrate: waiting for {self.store}: no answer for {NOTICE_S:g} s; retrying for up to "
                          f"search.outage_s={self.limit_s:g} s (Ctrl-C stops, and the same command resumes)")
 
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _call(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         delay = BACKOFF_S[0]
         retry = False
         while True:
@@ -217,7 +235,7 @@ class Outage:
         return self.down_since is not None or (self.last_ended is not None and now - self.last_ended < within_s)
 
 
-def create(outage: Outage, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def create(outage: Guard, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
     """``outage.call`` for a call that creates a store's tables (MLflow's and Optuna's first
     connection to a new database): two orchestrators whose creation an outage interrupted can
     meet in it (a driver's own reconnect loop may finish one after the study lock was lost), and
@@ -235,7 +253,14 @@ def create(outage: Outage, fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
     raise AssertionError("unreachable")
 
 
-def retrying_storage(inner: Any, outage: Outage) -> Any:
+class _Guarded(Protocol):
+    """The ``RetryingStorage`` its methods see: Optuna's storage, and the guard each call goes through."""
+
+    inner: BaseStorage
+    outage: Guard
+
+
+def retrying_storage(inner: BaseStorage, outage: Guard) -> BaseStorage:
     """``inner`` (an Optuna ``BaseStorage`` with heartbeats) with every call guarded."""
     from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 
@@ -244,12 +269,13 @@ def retrying_storage(inner: Any, outage: Outage) -> Any:
     bases, names = storage_interface()  # Optuna's private names stay behind the door
 
     def guarded(name: str) -> Callable[..., Any]:
-        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        def method(self: _Guarded, *args: object, **kwargs: object) -> object:
             return self.outage.call(getattr(self.inner, name), *args, **kwargs)
         method.__name__ = name
         return method
 
-    def set_trial_state_values(self: Any, trial_id: int, state: Any, values: Any = None) -> bool:
+    def set_trial_state_values(self: _Guarded, trial_id: int, state: TrialState,
+                               values: Sequence[float] | None = None) -> bool:
         """A retried ``tell`` whose first try was committed after all is done, not a conflict."""
         tries = [0]
 
@@ -265,7 +291,7 @@ def retrying_storage(inner: Any, outage: Outage) -> Any:
                 raise
         return self.outage.call(tell)
 
-    def create_new_study(self: Any, directions: Any, study_name: str | None = None) -> int:
+    def create_new_study(self: _Guarded, directions: Sequence[StudyDirection], study_name: str | None = None) -> int:
         tries = [0]
 
         def create() -> int:
@@ -278,7 +304,7 @@ def retrying_storage(inner: Any, outage: Outage) -> Any:
                 raise
         return self.outage.call(create)
 
-    def getattr_(self: Any, name: str) -> Any:  # the inner storage's other public attributes
+    def getattr_(self: _Guarded, name: str) -> Any:  # the inner storage's other public attributes
         if name.startswith("_") and not name.startswith("__"):
             raise AttributeError(f"{name}: a private name of Optuna's storage is reached through "
                                  "store/optuna_internals.py, not passed on")
@@ -296,7 +322,7 @@ def retrying_storage(inner: Any, outage: Outage) -> Any:
 class RetryingClient:
     """``MlflowClient`` with every call through ``outage`` (see the module)."""
 
-    def __init__(self, client: Any, outage: Outage) -> None:
+    def __init__(self, client: object, outage: Guard) -> None:
         self._client, self._outage = client, outage
 
     def __getattr__(self, name: str) -> Any:
@@ -318,7 +344,7 @@ class _LostConnectionFilter:
     """Drops MLflow's own log records of a lost connection (its SQL store logs each with a
     traceback): the guard waits them out and, past ``outage_s``, says so in one line."""
 
-    def filter(self, record: Any) -> bool:
+    def filter(self, record: LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and connection_lost(exc):
             return False
@@ -343,7 +369,7 @@ def mlflow_pool() -> None:
     os.environ.setdefault("MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW", "1")
 
 
-def server_started_at(engine: Any) -> float | None:
+def server_started_at(engine: Engine | None) -> float | None:
     """How many seconds ago the PostgreSQL server (re)started, by its own clock; None elsewhere."""
     if engine is None or engine.dialect.name != "postgresql":
         return None
@@ -351,4 +377,4 @@ def server_started_at(engine: Any) -> float | None:
 
     with engine.connect() as conn:
         return float(conn.execute(sqlalchemy.text(
-            "SELECT EXTRACT(EPOCH FROM (now() - pg_postmaster_start_time()))")).scalar())
+            "SELECT EXTRACT(EPOCH FROM (now() - pg_postmaster_start_time()))")).scalar())  # type: ignore[arg-type]  # the query always gives a number

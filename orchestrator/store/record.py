@@ -25,9 +25,63 @@ a repair writes. Attributes it does not know are ignored.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, TypedDict
 
 from orchestrator.outcome import INFEASIBLE, Status
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+    from optuna.trial import FrozenTrial
+    from optuna import Study
+    from typing_extensions import Unpack
+
+
+class HasAttrs(Protocol):
+    """A trial as the record reads it: an Optuna ``FrozenTrial`` or ``Trial``, or a ``studyread.StoredTrial``."""
+
+    @property
+    def user_attrs(self) -> dict[str, Any]: ...
+
+
+class Writable(Protocol):
+    """A trial the record writes to: an Optuna ``Trial`` (or ``FrozenTrial``)."""
+
+    def set_user_attr(self, key: str, value: object) -> None: ...
+
+
+class RecordValues(TypedDict, total=False):
+    """What ``write``, ``write_stored`` and ``enqueue`` take: ``TrialRecord``'s fields by name (a
+    ``Status`` or its string for ``status``; None stores null)."""
+
+    status: Status | str | None
+    metrics: dict[str, Any] | None
+    detail: str | None
+    duration_s: float | None
+    process_peak_rss_gib: float | None
+    trial_dir: str | None
+    slot: str | None
+    host: str | None
+    gpu_index: int | None
+    gpu_uuid: str | None
+    cpu_cores: str | None
+    started_at: float | None
+    slot_free_at: float | None
+    processes: int | None
+    repeat_metrics: list[Any] | None
+    env: dict[str, str] | None
+    mlflow_run_id: str | None
+    reason: str | None
+    predicted_by: int | None
+    repeat_of: int | None
+    deferred_to: int | None
+    neighbour_of: int | None
+    retry_of: int | None
+    retry_reason: str | None
+    chosen_by: str | None
+    remeasure_of: int | None
+    measurements: int | None
+    orchestrator: str | None
+    worker: str | None
 
 NOT_RESULTS = ("repeat_of", "deferred_to")
 """Attributes of trials that ran nothing (they answered a proposal from the record)."""
@@ -94,7 +148,7 @@ class TrialRecord:
     worker: str | None = None
 
     @classmethod
-    def of(cls, trial: Any) -> TrialRecord:
+    def of(cls, trial: HasAttrs) -> TrialRecord:
         """The record of ``trial`` (anything with Optuna's ``user_attrs``)."""
         attrs = trial.user_attrs
         known = {k: v for k, v in attrs.items() if k in FIELDS}
@@ -124,17 +178,17 @@ FIELDS = frozenset(f.name for f in fields(TrialRecord)) - {"status_text"}
 """The attributes a trial may have (``status_text`` is ``status`` as stored, not an attribute)."""
 
 
-def status_of(trial: Any) -> Status | None:
+def status_of(trial: HasAttrs) -> Status | None:
     """``TrialRecord.of(trial).status``, without reading the rest (for loops over every trial)."""
     return settled(Status.read(trial.user_attrs.get("status")), trial)
 
 
-def metrics_of(trial: Any) -> dict[str, Any]:
+def metrics_of(trial: FrozenTrial) -> dict[str, Any]:
     """``TrialRecord.of(trial).metrics``, without reading the rest."""
     return trial.user_attrs.get("metrics") or {}
 
 
-def settled(status: Status | None, trial: Any) -> Status | None:
+def settled(status: Status | None, trial: object) -> Status | None:
     """The status, unless Optuna's final state contradicts it: then ``INTERRUPTED``. ``tell`` writes
     the attributes, then the state (ok: COMPLETE; not fitting: PRUNED; the rest: FAIL). Another
     orchestrator that declared the trial dead (no heartbeat, ``recovery.fail_stale``) writes
@@ -148,25 +202,25 @@ def settled(status: Status | None, trial: Any) -> Status | None:
     return status if state.name == expected else Status.INTERRUPTED
 
 
-def is_attempt(trial: Any) -> bool:
+def is_attempt(trial: FrozenTrial) -> bool:
     """``TrialRecord.of(trial).is_attempt``, without reading the rest."""
     attrs = trial.user_attrs
     return not any(k in attrs for k in NOT_RESULTS)
 
 
-def has_status(trial: Any) -> bool:
+def has_status(trial: FrozenTrial) -> bool:
     """Whether the trial was told a status (any, known or not)."""
     return "status" in trial.user_attrs
 
 
-def attrs_of(trial: Any, names: tuple[str, ...]) -> dict[str, Any]:
+def attrs_of(trial: HasAttrs, names: tuple[str, ...]) -> dict[str, Any]:
     """The attributes ``names`` the trial has, as stored (MLflow tags copy some: ``records.TRACE_ATTRS``)."""
     _check(names)
     attrs = trial.user_attrs
     return {k: attrs[k] for k in names if k in attrs}
 
 
-def write(trial: Any, **values: Any) -> None:
+def write(trial: Writable, **values: Unpack[RecordValues]) -> None:
     """Set the trial's attributes ``values`` (names of ``TrialRecord``'s fields), in that order; a
     ``Status`` is stored as its string, None as null."""
     _check(values)
@@ -174,7 +228,7 @@ def write(trial: Any, **values: Any) -> None:
         trial.set_user_attr(k, _plain(v))
 
 
-def write_stored(storage: Any, trial_id: int, **values: Any) -> None:
+def write_stored(storage: BaseStorage, trial_id: int, **values: Unpack[RecordValues]) -> None:
     """``write`` for a trial known only by its storage id (another orchestrator's, being failed
     by ``recovery.fail_stale``)."""
     _check(values)
@@ -182,17 +236,17 @@ def write_stored(storage: Any, trial_id: int, **values: Any) -> None:
         storage.set_trial_user_attr(trial_id, k, _plain(v))
 
 
-def enqueue(study: Any, params: dict[str, Any], **values: Any) -> None:
+def enqueue(study: Study, params: dict[str, Any], **values: Unpack[RecordValues]) -> None:
     """Queue ``params`` in Optuna with the attributes ``values`` (``write``'s names); none: none."""
     _check(values)
     study.enqueue_trial(params, user_attrs={k: _plain(v) for k, v in values.items()} if values else None)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     return value.value if isinstance(value, Status) else value
 
 
-def _check(names: Any) -> None:
+def _check(names: Iterable[str]) -> None:
     wrong = [k for k in names if k not in FIELDS]
     if wrong:
         raise TypeError(f"not fields of TrialRecord: {', '.join(wrong)} (fields: {', '.join(sorted(FIELDS))})")

@@ -10,14 +10,18 @@ are never results.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
 from orchestrator.protocol import TrialResult
 from orchestrator.outcome import INFEASIBLE, RESULT_STATUSES, Outcome, Status
 from orchestrator.keys import config_key
 from orchestrator.spec.load import SweepSpec
-from orchestrator.store.record import attrs_of, is_attempt, status_of, write
+from orchestrator.store.record import HasAttrs, Writable, attrs_of, is_attempt, status_of, write
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
+    from optuna import Study
 
 FIT_CONSTRAINT = "fits_in_memory"
 
@@ -33,7 +37,7 @@ def results_of(trials: list[Any]) -> list[Any]:
     return sorted(newest.values(), key=lambda t: t.number)
 
 
-def result_trials(study: Any) -> list[Any]:
+def result_trials(study: Study) -> list[Any]:
     """``results_of`` the study's trials."""
     return results_of(study.get_trials(deepcopy=False))
 
@@ -42,14 +46,14 @@ def objective_values(spec: SweepSpec, metrics: dict[str, float]) -> list[float] 
     values = [metrics.get(m) for m, _ in spec.objective.metrics]
     if any(v is None or v != v for v in values):
         return None
-    return [float(v) for v in values]
+    return [float(v) for v in values if v is not None]  # none is None (above)
 
 
-def is_feasible(trial: Any) -> bool:
+def is_feasible(trial: FrozenTrial) -> bool:
     return trial.state.name == "COMPLETE" and all(v <= 0 for v in trial.constraints.values())
 
 
-def best_trials(study: Any, spec: SweepSpec) -> list[Any]:
+def best_trials(study: Study, spec: SweepSpec) -> list[Any]:
     """Feasible measured trials, best first (single objective), or the Pareto front."""
     return rank(result_trials(study), spec)
 
@@ -75,7 +79,7 @@ def _dominates(a: list[float], b: list[float], spec: SweepSpec) -> bool:
     return better
 
 
-def tell(study: Any, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[str, Any]) -> Status:
+def tell(study: Study, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[str, Any]) -> Status:
     """Record a trial's outcome in Optuna; OOM and crashes are infeasible, never given a value.
     ``extra``: more of the trial's ``record.TrialRecord`` fields. Returns the status recorded
     (``ok`` without the objective metric(s) becomes ``error``)."""
@@ -105,7 +109,7 @@ def tell(study: Any, trial: Any, spec: SweepSpec, outcome: Outcome, extra: dict[
     return status
 
 
-def _tell(study: Any, trial: Any, state: Any, values: list[float] | None = None) -> None:
+def _tell(study: Study, trial: Any, state: Any, values: list[float] | None = None) -> None:
     """``study.tell``, raising ``UpdateFinishedTrialError`` (as a refused attribute write does) when
     another orchestrator finished the trial first (``recovery.fail_stale``), whenever that landed:
     Optuna's own ``tell`` says ``ValueError`` for a trial it finds finished."""
@@ -117,7 +121,7 @@ def _tell(study: Any, trial: Any, state: Any, values: list[float] | None = None)
                                        "finished it first")
 
 
-def run_tags(result: TrialResult | None, status: Status, detail: str | None,
+def run_tags(result: TrialResult | None, status: str, detail: str | None,
              signal: str | None = None) -> dict[str, str]:
     """MLflow tags of a trial's run: the recorded ``status``, and what its result file says."""
     result = result or TrialResult(str(status))
@@ -159,12 +163,12 @@ def trace_tags(attrs: dict[str, Any]) -> dict[str, str]:
     return {k: str(attrs[k]) for k in TRACE_ATTRS if k in attrs}
 
 
-def trial_trace_tags(trial: Any, extra: dict[str, Any] | None = None) -> dict[str, str]:
+def trial_trace_tags(trial: HasAttrs, extra: dict[str, Any] | None = None) -> dict[str, str]:
     """``trace_tags`` of what the trial recorded, ``extra`` (not written yet) over it."""
     return trace_tags({**attrs_of(trial, TRACE_ATTRS), **(extra or {})})
 
 
-def link_run(trial: Any, run_id: str) -> None:
+def link_run(trial: Writable, run_id: str) -> None:
     """The trial's MLflow run id as a user attribute, from the tracker's writer thread, while the
     trial is still running (a finished trial's attributes are fixed: then its run is found by its
     ``trial_number`` tag)."""

@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from orchestrator import trialdir
 from orchestrator.outcome import DIED_DETAIL, RUN_AGAIN, VERDICT_DETAIL, Status
-from orchestrator.store.record import TrialRecord, enqueue, is_attempt, status_of, write, write_stored
+from orchestrator.store.record import RecordValues, TrialRecord, enqueue, is_attempt, status_of, write, write_stored
 from orchestrator.store.records import results_of
 from orchestrator.keys import config_key
 
 if TYPE_CHECKING:
+    from mlflow.entities import Run
     from optuna.study import Study
     from optuna.trial import FrozenTrial
 
@@ -60,7 +61,7 @@ class Recovery:
         return trialdir.folder(self.work_dir, number)
 
     # -- at start ---------------------------------------------------------------------------------
-    def recover(self, artifacts: Any = None) -> int:
+    def recover(self, artifacts: object = None) -> int:
         """Repair what killed orchestrators left; returns how many trials were ended as interrupted.
         MLflow is then converged to the study (``converge``; ``artifacts``: compare the runs' files
         too, ``agreement.compare``); if it refuses a write, nothing is started: ``StoreUnwritable``
@@ -79,7 +80,7 @@ class Recovery:
                 "the same command again once it can be written (the study holds every result)")
         return interrupted
 
-    def converge(self, only: set[int] | None = None, artifacts: Any = None) -> Any:
+    def converge(self, only: set[int] | None = None, artifacts: object = None) -> Any:
         """Write what MLflow lacks of the study's ended trials (``converge.converge``), but for
         the trials in flight: with a server database, other orchestrators' RUNNING trials and
         those told less than a grace period ago (their writer threads finish them). ``only``: these
@@ -174,7 +175,7 @@ class Recovery:
         write(trial, status=Status.INTERRUPTED, detail=DIED_DETAIL)
         self.study.tell(t.number, state=TrialState.FAIL)
 
-    def _new_run(self, t: FrozenTrial) -> Any:
+    def _new_run(self, t: FrozenTrial) -> Run:
         run_id = self.tracker.start_trial(t.number, t.params, {})
         return self.tracker.client.get_run(run_id)
 
@@ -206,14 +207,16 @@ class Recovery:
             if key in results:
                 if status_of(results[key]) not in retry:
                     continue
-                t, status = results[key], status_of(results[key])
+                t, status = results[key], status_of(results[key])  # type: ignore[assignment]  # in retry (above): a status
                 superseded[key] = first_new
             elif status not in RUN_AGAIN or TrialRecord.of(t).detail == VERDICT_DETAIL:
                 continue  # a final result, or stopped by a verdict (the planner asks for it if it must)
             params = t.params or t.system_attrs.get("fixed_params")
             neighbour_of = TrialRecord.of(t).neighbour_of
-            enqueue(self.study, params, retry_of=t.number, retry_reason=status,
-                    **({"neighbour_of": neighbour_of} if neighbour_of is not None else {}))
+            values: RecordValues = {"retry_of": t.number, "retry_reason": status}
+            if neighbour_of is not None:
+                values["neighbour_of"] = neighbour_of
+            enqueue(self.study, params, **values)
             busy.add(key)
             queued[status] = queued.get(status, 0) + 1
         return queued, superseded

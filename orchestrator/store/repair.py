@@ -9,11 +9,14 @@ trial; MLflow and Optuna are imported, torch is not.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
 from orchestrator.urls import is_sqlite
+
+if TYPE_CHECKING:
+    from orchestrator.store.outage import Outage
 
 
 def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, float]]], files: bool = False) -> int:
@@ -35,7 +38,7 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
     with study_lock(spec.storage, spec.name):
         study = load_study(spec.storage, spec.name, spec.search.grace_period_s)
         tracker = Tracker(spec.tracking_uri, spec.name, _outage(spec), swept=tuple(spec.space))
-        uid = StudyRecord.of(study).uid
+        uid = cast(str, StudyRecord.of(study).uid)  # a study orchestrate made has its uid (open_study writes it)
         if shared:  # other orchestrators may be running it: its parent run is theirs to close
             created = _find_parent(tracker, spec, uid)
         else:
@@ -73,7 +76,7 @@ def artifacts(client: Any) -> Callable[[str, str | None], set[str]]:
     return lambda run_id, folder: {Path(f.path).name for f in client.list_artifacts(run_id, folder)}
 
 
-def _outage(spec: SweepSpec) -> Any:
+def _outage(spec: SweepSpec) -> Outage | None:
     """A tracking server's lost connection is waited out, as in a sweep (``outage.Outage``)."""
     if is_sqlite(spec.tracking_uri):
         return None

@@ -14,13 +14,13 @@ from orchestrator.outcome import Status
 # A trial's MLflow run status. Out of memory, fits-but-swaps and predicted out of memory are results
 # (the configuration's answer, told by the `status` tag), so FINISHED, not MLflow's red failure mark;
 # a failure of the code or the process is FAILED; a trial cut off (it runs again) KILLED.
-MLFLOW_STATUS = {Status.OK: "FINISHED", Status.OOM: "FINISHED", Status.SWAPPED: "FINISHED", Status.SKIPPED: "FINISHED",
+MLFLOW_STATUS: dict[str, str] = {Status.OK: "FINISHED", Status.OOM: "FINISHED", Status.SWAPPED: "FINISHED", Status.SKIPPED: "FINISHED",
                  Status.INTERRUPTED: "KILLED"}  # every other status: FAILED
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 COLOR_TAG = "mlflow.runColor"
 """The run's colour in MLflow's UI (the dot beside its name, its line in the charts)."""
-RUN_COLORS = {Status.OK: "#1a7f37", Status.SWAPPED: "#bf8700", Status.OOM: "#e8590c", Status.SKIPPED: "#8c959f",
+RUN_COLORS: dict[str, str] = {Status.OK: "#1a7f37", Status.SWAPPED: "#bf8700", Status.OOM: "#e8590c", Status.SKIPPED: "#8c959f",
               Status.INTERRUPTED: "#57606a", Status.REPEAT: "#d0d7de", Status.DEFERRED: "#d0d7de"}
 """A colour per status: measured green, swapped amber, out of memory orange, predicted out of
 memory (skipped, no process ran) grey; every failure (``error``, ``crashed``, ``timeout``,
@@ -29,7 +29,7 @@ FAILURE_COLOR = "#cf222e"
 
 
 def run_color(status: str) -> str:
-    return RUN_COLORS.get(status, FAILURE_COLOR)  # type: ignore[call-overload]
+    return RUN_COLORS.get(status, FAILURE_COLOR)
 
 
 def initials(name: str) -> str:
@@ -94,6 +94,6 @@ def logged_metrics(metrics: dict[str, Any]) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v}
 
 
-def param_text(value: Any) -> str:
+def param_text(value: object) -> str:
     """A parameter's value as an MLflow param."""
     return json.dumps(value) if isinstance(value, (dict, list)) else str(value)

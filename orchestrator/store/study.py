@@ -11,13 +11,17 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
 from orchestrator.store.studyrecord import StudyRecord, write_study
 from orchestrator.urls import is_sqlite, sqlite_folder, sqlite_path, sqlite_url
+
+if TYPE_CHECKING:
+    from optuna import Study
+    from optuna.storages import BaseStorage
 
 
 def check_url_opens(url: str, what: str, timeout_s: float | None = None, rebuild: str = "the same command") -> None:
@@ -194,7 +198,7 @@ more while it is held (``coordination.StudyLock``)."""
 
 
 def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], sampler: Callable[[int], Any],
-               outage: Any = None, absent: Callable[[str], None] | None = None):
+               outage: object = None, absent: Callable[[str], None] | None = None):
     """Create the study, or load it and check it was made from the same spec, with the sampler
     ``sampler(n)`` gives for a study of ``n`` trials (``strategy.make_sampler``). With a server
     database the storage keeps heartbeats (``coordination.Heartbeat`` records them; a trial silent
@@ -254,13 +258,13 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], s
 
         write_study(study, uid=uuid.uuid4().hex)
     elif stored != wanted:
-        raise spec_mismatch(spec, storage_url, stored, wanted)
+        raise spec_mismatch(spec, storage_url, stored, wanted)  # type: ignore[arg-type]  # no fingerprint: a new study, which has no uid yet
     if attrs.recorded is not None:  # this run writes MLflow: it is compared again at its end
         write_study(study, recorded=None)
     return study
 
 
-def load_study(url: str, name: str, grace_s: float) -> Any:
+def load_study(url: str, name: str, grace_s: float) -> Study:
     """Study ``name`` (which exists) to repair its records, its storage as ``open_study``'s."""
     import optuna
 
@@ -305,7 +309,7 @@ def new_database(url: str, kwargs: dict[str, Any]) -> None:
     from_template(url, f"optuna-{optuna.__version__}-empty.db", opened, opened)
 
 
-def _storage(url: str, kwargs: dict[str, Any], outage: Any) -> Any:
+def _storage(url: str, kwargs: dict[str, Any], outage: Any) -> BaseStorage:
     """Optuna's storage for ``url``, every call through a guard: ``outage`` for a server
     database (a lost connection is waited out), else a ``writefault.WriteGuard``; either way a
     write the store refuses (a full disk, say) comes out as one line (``StoreUnwritable``)."""

@@ -30,13 +30,16 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import StudyError
 from orchestrator.redact import first_line, shown
 from orchestrator.store import optuna_sql as sql
 from orchestrator.store.optuna_sql import SCHEMAS
 from orchestrator.urls import sqlite_path, sqlite_url
+
+if TYPE_CHECKING:
+    from optuna import Study
 
 CONSTRAINTS_KEY = "constraints"  # optuna.study._constrained_optimization._CONSTRAINTS_KEY
 INT_DISTRIBUTIONS = ("IntDistribution", "IntUniformDistribution", "IntLogUniformDistribution")
@@ -133,7 +136,7 @@ def _read_sqlite(path: Path, name: str) -> StoredStudy | None:
         con.close()
 
 
-def from_optuna(study: Any) -> StoredStudy:
+def from_optuna(study: Study) -> StoredStudy:
     """An ``optuna.Study`` read once into a ``StoredStudy`` (its trials stay ``FrozenTrial``s)."""
     return StoredStudy(study.study_name, tuple(d.name.lower() for d in study.directions), dict(study.user_attrs),
                        study.get_trials(deepcopy=False))
@@ -181,8 +184,8 @@ def _trials(con: sqlite3.Connection, study_id: int) -> list[StoredTrial]:
     decode = _Decoder()
     for trial_id, name, value, dist in sql.trial_params(con, study_id):
         params[trial_id][name] = decode(value, dist)
-    for trial_id, objective, value, kind in sql.trial_values(con, study_id):
-        values.setdefault(trial_id, {})[objective] = _value(value, kind)
+    for trial_id, objective, stored, kind in sql.trial_values(con, study_id):
+        values.setdefault(trial_id, {})[objective] = _value(stored, kind)
     for read, into in ((sql.trial_user_attributes, user), (sql.trial_system_attributes, system)):
         for trial_id, key, value_json in read(con, study_id):
             into[trial_id][key] = json.loads(value_json)
@@ -198,10 +201,10 @@ class _Decoder:
     def __init__(self) -> None:
         self.seen: dict[str, tuple[str, tuple[Any, ...] | None]] = {}
 
-    def __call__(self, value: float, distribution_json: str) -> Any:
+    def __call__(self, value: float, distribution_json: str) -> object:
         kind, choices = self.seen.get(distribution_json) or self._parse(distribution_json)
         if kind == "categorical":
-            return choices[int(value)]
+            return choices[int(value)]  # type: ignore[index]  # a categorical distribution lists its choices
         return int(value) if kind == "int" else value
 
     def _parse(self, text: str) -> tuple[str, tuple[Any, ...] | None]:

@@ -8,9 +8,13 @@ The only module that reads or writes a study's user attributes (``record`` does 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.machine import MACHINE_ATTR
+
+if TYPE_CHECKING:
+    from orchestrator.store.studyread import StoredStudy
+    from optuna import Study
 
 FINGERPRINT_ATTR = "orchestrate.fingerprint"
 UID_ATTR = "orchestrate.uid"  # tells a study from an earlier one of the same name (delete-study)
@@ -46,13 +50,13 @@ class StudyRecord:
     """The machine's load before and during each run of the sweep (``machineload.LoadLog.summary``)."""
 
     @classmethod
-    def of(cls, study: Any) -> StudyRecord:
+    def of(cls, study: Study | StoredStudy) -> StudyRecord:
         """The record of ``study``, read once (each read of an ``optuna.Study``'s is a query)."""
         attrs = study.user_attrs
         return cls(**{name: attrs.get(key) for name, key in KEYS.items()})
 
 
-def write_study(study: Any, **values: Any) -> None:
+def write_study(study: Study, **values: object) -> None:
     """Set the study's attributes ``values`` (names of ``StudyRecord``'s fields), in that order."""
     wrong = [k for k in values if k not in KEYS]
     if wrong:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
 from orchestrator.urls import SQLITE_IN_MEMORY, absolute_uri, is_sqlite, sqlite_folder, sqlite_path
 from orchestrator.store.runs import (COLOR_TAG, MLFLOW_STATUS, child_runs, metric_batch, param_text, run_color,
                                      run_name)
+
+if TYPE_CHECKING:
+    from orchestrator.store.outage import Outage
 
 
 def quiet_mlflow_logs() -> None:
@@ -118,7 +121,7 @@ def restore_command(uri: str, experiment_id: str) -> str:
 
 
 class Tracker:
-    def __init__(self, tracking_uri: str, experiment: str, outage: Any = None, swept: tuple[str, ...] = ()) -> None:
+    def __init__(self, tracking_uri: str, experiment: str, outage: Outage | None = None, swept: tuple[str, ...] = ()) -> None:
         """``outage``: an ``outage.Outage`` guard for a tracking server or server database (every
         client call waits out a lost connection); a local SQLite store needs none. ``swept``: the
         searched parameters, whose values name each trial's run (``runs.run_name``)."""
@@ -223,7 +226,7 @@ class Tracker:
         self.client.log_batch(run.info.run_id, params=[Param(k, param_text(v)) for k, v in sorted(params.items())])
         return run.info.run_id
 
-    def finish_trial(self, run_id: str, status: str, metrics: dict[str, float], tags: dict[str, str],
+    def finish_trial(self, run_id: str, status: str, metrics: dict[str, float], tags: Mapping[str, object],
                      files: list[tuple[Path, str | None]]) -> None:
         """Idempotent: a resume may call it again for a trial whose orchestrator died midway."""
         from mlflow.entities import RunTag
@@ -250,7 +253,7 @@ class RunRef:
         self.number = number
         self.run_id: str | None = None
         self.done = threading.Event()
-        self.on_created: Any = None
+        self.on_created: Callable[[str], None] | None = None
 
 
 class AsyncTracker:
@@ -328,14 +331,14 @@ class AsyncTracker:
                 "and the next run of this command writes MLflow's missing records from it")
 
     def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str],
-                    on_created: Any = None) -> RunRef:
+                    on_created: Callable[[str], None] | None = None) -> RunRef:
         """Queue the trial's run; ``on_created(run_id)`` is called by the writer once it exists."""
         ref = RunRef(number)
         ref.on_created = on_created
         self.queue.put(("start", ref, (number, params, tags)))
         return ref
 
-    def finish_trial(self, ref: RunRef, status: str, metrics: dict[str, float], tags: dict[str, str],
+    def finish_trial(self, ref: RunRef, status: str, metrics: dict[str, float], tags: Mapping[str, object],
                      files: list[tuple[Path, str | None]]) -> None:
         self.queue.put(("finish", ref, (status, metrics, tags, files)))
 

@@ -24,12 +24,17 @@ import errno
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from orchestrator import exits
 from orchestrator.errors import OrchestratorError
 from orchestrator.redact import scrub
 from orchestrator.urls import absolute_uri, sqlite_path
+
+if TYPE_CHECKING:
+    from logging import LogRecord
+
+T = TypeVar("T")
 
 DISK_FULL = "the disk is full"
 READ_ONLY = "the store is read-only"
@@ -275,7 +280,7 @@ class WriteGuard:
         (``faultpoints.failing``), ``study_write`` or ``mlflow_write``; ``folder``: ``unwritable``'s."""
         self.store, self.point, self.folder = store, point, folder
 
-    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def call(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         try:
             if self.point is not None and _writes(fn):
                 from orchestrator.faultpoints import failing
@@ -310,6 +315,6 @@ def quiet_write_failures() -> None:
 
 
 class _WriteFailureFilter:
-    def filter(self, record: Any) -> bool:
+    def filter(self, record: LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         return exc is None or cause(exc) is None

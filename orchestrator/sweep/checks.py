@@ -238,7 +238,7 @@ class ProcessProbe(Probe):
 
 
 def start_probe(spec: SweepSpec, smoke: dict[str, Any] | None, env: dict[str, str] | None = None,
-                server: Any = None, folder: Any = None) -> Probe:
+                server: object = None, folder: object = None) -> Probe:
     """A probe forked by ``server`` (its files in ``folder``), else one in a process of its own
     (``env`` added to its environment)."""
     if server is not None:
@@ -296,7 +296,7 @@ def check_experiment_params(spec: SweepSpec, probe: dict[str, Any]) -> None:
     accepted = probe.get("params")
     if accepted is not None:
         raise_all(unknown_params(spec, accepted))
-    for device in (spec.space["device"].values if "device" in spec.space else ()):
+    for device in (spec.space["device"].values if "device" in spec.space else ()):  # type: ignore[union-attr]  # device is always a list (a Choice)
         if not probe.get("available", {}).get(device, False):
             raise spec.error(("space", "device"), f"device {device} is not available on this machine")
 

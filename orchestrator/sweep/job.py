@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from orchestrator.protocol import TrialConfig
 from orchestrator.launch import Launched
@@ -26,6 +26,9 @@ from orchestrator.outcome import INTERRUPTED_DETAIL, Outcome, Status
 from orchestrator.sweep.repeats import combine
 from orchestrator.sweep.seams import TrialRun
 from orchestrator.trialdir import LOG, repeat_path
+
+if TYPE_CHECKING:
+    from optuna.trial import Trial
 
 
 class State(enum.Enum):
@@ -43,14 +46,14 @@ class State(enum.Enum):
 
 @dataclass
 class Job:
-    trial: Any
+    trial: Trial
     sampled: dict[str, Any]
     params: dict[str, Any]
     config: TrialConfig
     env: dict[str, str]
     trial_dir: Path
     slot: int
-    run_ref: Any
+    run_ref: object
     repeats: int = 1
     state: State = State.PROPOSED
     runs: list[Launched] = field(default_factory=list)
@@ -59,6 +62,12 @@ class Job:
     """The running process (``launch.ProcessRun`` or a replayed one)."""
     pending: Launched | None = None
     """REPEATING: the last process's result, counted once that process has exited."""
+
+    @property
+    def running(self) -> TrialRun:
+        """The trial's process: there is one in every state after PROPOSED (RUNNING, REPEATING)."""
+        assert self.handle is not None, self.state
+        return self.handle
 
     def advance(self, idle: bool, start: Callable[["Job", Path], TrialRun], stopping: bool = False) -> State:
         """Move on as far as the processes allow. ``idle``: the slot has no process; ``start(job,
@@ -70,15 +79,15 @@ class Job:
             else:
                 self.handle = start(self, repeat_path(self.trial_dir, 1))
                 self.state = State.RUNNING
-        if self.state is State.RUNNING and self.handle.has_result:
-            current = self.handle.launched()
+        if self.state is State.RUNNING and self.running.has_result:
+            current = self.running.launched()
             if current.outcome.status == Status.OK and len(self.runs) + 1 < self.repeats:
                 self.pending, self.state = current, State.REPEATING
             else:
                 self.runs.append(current)
                 self.state = State.FINISHED
-        if self.state is State.REPEATING and self.handle.exited and idle:
-            self.runs.append(self.pending)  # type: ignore[arg-type]
+        if self.state is State.REPEATING and self.running.exited and idle:
+            self.runs.append(self.pending)  # type: ignore[arg-type]  # REPEATING: a result is pending
             self.pending = None
             if stopping:  # stopped between repeats: start no process only to kill it
                 self.runs.append(Launched(Outcome(Status.INTERRUPTED, INTERRUPTED_DETAIL), None, 0.0, None,
@@ -94,8 +103,8 @@ class Job:
         A repeat that was due can no longer run, so an ``ok`` that needed more is interrupted."""
         if self.handle is not None:
             self.handle.poll()
-        if self.state is State.RUNNING and self.handle.has_result:
-            current = self.handle.launched()
+        if self.state is State.RUNNING and self.running.has_result:
+            current = self.running.launched()
             status = current.outcome.status
             final = status != Status.INTERRUPTED and (status != Status.OK or len(self.runs) + 1 >= self.repeats)
             if final:

@@ -48,6 +48,7 @@ from orchestrator.timeline import event
 from orchestrator import trialdir
 
 if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
     from optuna.study import Study
 
 
@@ -247,7 +248,7 @@ class Sweep:
         self.jobs[slot] = Job(trial, proposal.sampled, params, config, env, self.trial_dir(trial.number),
                               slot, run_ref, self.spec.trial.processes)
 
-    def _record_skip(self, trial: Any, run_ref: Any, device: str, predicted_by: int) -> None:
+    def _record_skip(self, trial: object, run_ref: object, device: str, predicted_by: int) -> None:
         outcome = Outcome(Status.SKIPPED, f"predicted out of memory: needs at least as much memory as "
                           f"trial {predicted_by}, which ran out of memory (or swapped)")
         extra: dict[str, Any] = {"reason": "predicted_oom", "predicted_by": predicted_by}
@@ -341,7 +342,7 @@ class Sweep:
             self.best = rank(result_trials(self.study), self.spec)
         return dataclasses.replace(outcome, status=status)
 
-    def _answered(self, trial: Any, outcome: Outcome, original: int | None) -> None:
+    def _answered(self, trial: FrozenTrial, outcome: Outcome, original: int | None) -> None:
         """A proposal answered without a process (``proposer``): its MLflow run, then the line."""
         key = "repeat_of" if outcome.status == Status.REPEAT else "deferred_to"
         tags = {key: str(original), "detail": outcome.detail or ""}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from orchestrator.search.stoppolicy import Failures
 
@@ -16,7 +15,7 @@ silent until its ``timeout_s`` (15 minutes by default). ``ORCHESTRATE_QUIET_S``:
 QUIET_AGAIN_S = 5 * QUIET_S
 
 
-def quiet_notice(number: int, run: Any, elapsed_s: float, timeout_s: float) -> str:
+def quiet_notice(number: int, run: object, elapsed_s: float, timeout_s: float) -> str:
     """The line for trial ``number`` running ``elapsed_s`` without a result (``run``: its
     ``TrialRun``; a real process's phase and log are named)."""
     phase = getattr(getattr(run, "phase", None), "value", None)

@@ -16,13 +16,16 @@ import os
 import signal
 import sys
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from orchestrator.launch.process import StopFlag
 
 
 class Guarded:
     """A text stream whose failed writes stop the sweep instead of raising (see the module)."""
 
-    def __init__(self, stream: Any, stop: Any) -> None:
+    def __init__(self, stream: Any, stop: StopFlag) -> None:
         self._stream, self._stop = stream, stop
         self.lost = False
 
@@ -55,7 +58,7 @@ class Guarded:
 
 
 @contextmanager
-def guarded(stop: Any) -> Iterator[None]:
+def guarded(stop: StopFlag) -> Iterator[None]:
     """``sys.stdout`` and ``sys.stderr`` as ``Guarded`` streams (see the module), and SIGHUP
     handled as SIGINT and SIGTERM are (``stop.trip``), until the block ends."""
     out, err = sys.stdout, sys.stderr
@@ -70,6 +73,6 @@ def guarded(stop: Any) -> Iterator[None]:
             signal.signal(s, handler)
 
 
-NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP (its terminal closed)",
+NAMES: dict[int, str] = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP (its terminal closed)",
          signal.SIGPIPE: "a closed pipe (the reader of its output left)"}
 """How the line that ends an interrupted sweep names what stopped it."""

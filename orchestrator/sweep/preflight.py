@@ -18,8 +18,9 @@ raised together (``errors.raise_all``). Passwords never reach a message (``redac
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Callable
 
 from orchestrator.errors import SpecError, StudyError, each_error, raise_all
 from orchestrator.redact import shown
@@ -42,11 +43,11 @@ def preflight(spec: SweepSpec, origins: Origins = Origins(), *, tracking_server:
             found.extend(each_error(exc))
 
     attempt(lambda: workload(spec))
-    remote: list[Callable[[], None]] = [lambda f=f, u=u: store(spec, origins, f, u)
+    remote: list[Callable[[], None]] = [functools.partial(store, spec, origins, f, u)
                                         for f, u in (("storage", spec.storage), ("tracking_uri", spec.tracking_uri))]
     if tracking_server and spec.tracking_uri.split(":", 1)[0] in ("http", "https"):
         remote.append(lambda: tracking(spec, origins))
-    remote += [lambda p=p, m=m: hub_model(spec, p, m) for p, m in hub_models(spec)]
+    remote += [functools.partial(hub_model, spec, p, m) for p, m in hub_models(spec)]
     with ThreadPoolExecutor(max_workers=len(remote)) as pool:
         for future in [pool.submit(attempt, check) for check in remote]:
             future.result()
@@ -95,7 +96,7 @@ def with_declared_names(exc: SpecError, path: str) -> None:
     if accepted is not None:
         names = [(section, name) for section in ("fixed", "space") if isinstance(data.get(section), dict)
                  for name in data[section]]
-        found += unknown_names(experiment, names, accepted, lambda p, rule: SpecError(
+        found += unknown_names(experiment, names, accepted, lambda p, rule: SpecError(  # type: ignore[arg-type]  # accepted: experiment named a module
             rule, file=path, line=nearest_line(lines, p), field=dotted(p)))
     raise_all(found)
 
@@ -146,7 +147,7 @@ def hub_models(spec: SweepSpec) -> list[tuple[tuple, str]]:
         return []  # both given: the module's own check says to give one
     if isinstance(spec.fixed.get(name), str):
         return [(("fixed", name), spec.fixed[name])]
-    dim: Any = spec.space.get(name)
+    dim = spec.space.get(name)
     if isinstance(dim, Choice):
         return [(("space", name, i), v) for i, v in enumerate(dim.values) if isinstance(v, str)]
     return []

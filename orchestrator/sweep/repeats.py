@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from orchestrator.protocol import TrialResult
 from orchestrator.launch import Launched
 from orchestrator.harness.spread import combined_ci95
 from orchestrator.metrics import SAMPLES_PER_S, THROUGHPUT_CI95
 from orchestrator.outcome import Outcome, Status
+
+if TYPE_CHECKING:
+    from orchestrator.store.record import HasAttrs
 
 
 def combine(runs: Sequence[Launched], repeats: int, objective_metrics: Sequence[str]) -> Launched:
@@ -72,7 +75,7 @@ def combine_metrics(per_run: Sequence[dict[str, float]], objective_metrics: Sequ
             metrics[f"{name}_spread"] = (max(values) - min(values)) / abs(middle)
     throughputs = [m.get(SAMPLES_PER_S) for m in per_run]
     if all(isinstance(v, (int, float)) and v > 0 for v in throughputs):
-        ci = combined_ci95(throughputs, [m.get(THROUGHPUT_CI95) for m in per_run])  # type: ignore[arg-type]
+        ci = combined_ci95(throughputs, [m.get(THROUGHPUT_CI95) for m in per_run])  # type: ignore[arg-type]  # numbers (checked above); a missing interval is None, as it takes
         if ci is not None:
             metrics[THROUGHPUT_CI95] = ci
         else:
@@ -80,7 +83,7 @@ def combine_metrics(per_run: Sequence[dict[str, float]], objective_metrics: Sequ
     return metrics
 
 
-def remeasured(outcome: Outcome, earlier: Any, objective_metrics: Sequence[str]) -> tuple[Outcome, int]:
+def remeasured(outcome: Outcome, earlier: HasAttrs, objective_metrics: Sequence[str]) -> tuple[Outcome, int]:
     """A configuration measured again (``search/remeasure``): this trial's ``ok`` outcome combined
     with the earlier trial's measurements (``earlier``: the trial that held the result), as one
     trial's repeats are (``combine_metrics``). Returns the outcome and how many trials measured it."""

@@ -30,6 +30,7 @@ from orchestrator.timeline import event
 from orchestrator.urls import Origins
 
 if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
     from orchestrator.outcome import Outcome
     from orchestrator.sweep.loop import Sweep, SweepResult
 
@@ -51,7 +52,7 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     start = start_probe(r, check, devices_flag)  # the slot's fork server answers the probe
     try:
         check_experiment(r, start)
-        r.slots, r.runner = start.ready(r.plan)  # the servers started with the probe, unless it found another device
+        r.slots, r.runner = start.ready(r.plan)  # type: ignore[arg-type]  # the plan: set by check_experiment  # the servers started with the probe, unless it found another device
         with guarded(r.stop), stores_held(r):  # SIGINT, SIGTERM, SIGHUP and a closed pipe stop the sweep alike
             open_stores(r, new_study)
             recover(r, retry)
@@ -127,7 +128,7 @@ def make_sweep(r: Run) -> Sweep:
     from orchestrator.sweep.seams import SweepOptions
 
     assert r.study is not None and r.tracker is not None and r.work_dir is not None and r.runner is not None
-    sweep = Sweep(r.spec, r.plan, r.study, r.tracker, r.work_dir, r.stop, r.runner, SweepOptions(
+    sweep = Sweep(r.spec, r.plan, r.study, r.tracker, r.work_dir, r.stop, r.runner, SweepOptions(  # type: ignore[arg-type]  # the plan: set before
         lock=r.lock, recovery=r.recovery if r.shared else None, superseded=r.superseded,
         heartbeat=r.heartbeat.beat_one if r.heartbeat else None,
         owner=f"{socket.gethostname()}:{os.getpid()}" if r.shared else None,
@@ -184,7 +185,7 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
     from orchestrator.report.summary import trial_line
 
     spec, probe, slots, load, queued, interrupted = r.spec, r.found, r.slots, r.load, r.queued, r.interrupted
-    done = len(result_trials(r.study)) - sum(n for s, n in queued.items() if s not in RUN_AGAIN)
+    done = len(result_trials(r.study)) - sum(n for s, n in queued.items() if s not in RUN_AGAIN)  # type: ignore[arg-type]  # the study: opened before
     n = len(sweep.configs) if sweep.configs is not None else None
     where = f"{probe['device']} ({probe.get('device_name')})"
     if len(slots) > 1:
@@ -210,7 +211,7 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
     bar = tqdm(total=sweep.target, initial=max(0, done), unit="trial", dynamic_ncols=True, file=sys.stderr,
                disable=None)
 
-    def on_result(trial: Any, outcome: Outcome, _now: float) -> None:
+    def on_result(trial: FrozenTrial, outcome: Outcome, _now: float) -> None:
         # the live trial carries what was just told: no re-read of the whole study
         load.note()
         rec = TrialRecord.of(trial)

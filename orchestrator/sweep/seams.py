@@ -19,7 +19,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from orchestrator.protocol import TrialConfig
 from orchestrator.launch import Launched
@@ -80,13 +80,13 @@ class TrialTracker(Protocol):
         """A line, once, when the store first refused a write (the sweep goes on)."""
 
     def start_trial(self, number: int, params: dict[str, Any], tags: dict[str, str],
-                    on_created: Callable[[str], None] | None = None) -> Any:
+                    on_created: Callable[[str], None] | None = None) -> object:
         """Start the trial's run; returns its handle. ``on_created(run_id)`` once it exists."""
 
     def run_id(self, ref: Any, *, wait: bool = True) -> str | None:
         """The run's id (``wait=False``: None if it does not exist yet)."""
 
-    def finish_trial(self, ref: Any, status: str, metrics: dict[str, float], tags: dict[str, str],
+    def finish_trial(self, ref: Any, status: str, metrics: dict[str, float], tags: Mapping[str, object],
                      files: list[tuple[Path, str | None]]) -> None:
         """Finish the trial's run with its status, metrics, tags and files."""
 

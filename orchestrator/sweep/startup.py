@@ -56,14 +56,14 @@ class Startup:
 
                 folder = probe_folder()
                 self.runner = new_runner(spec, self.slots, stop)
-                server = self.runner.prewarm(shared_env(guessed), folder / "server.log")
+                server = self.runner.prewarm(shared_env(guessed), folder / "server.log")  # type: ignore[arg-type]  # not None: _server_can_answer
         try:
             if server is None:
                 self.close_runner()
                 self.probe = checks.start_probe(spec, smoke, probe_env(spec))
             else:
                 self.probe = checks.start_probe(spec, smoke, server=server, folder=folder)
-                self.runner.prepare(guessed.device)  # forked after the probe: the first trials' processes
+                self.runner.prepare(guessed.device)  # type: ignore[union-attr]  # the server came from it  # forked after the probe: the first trials' processes
         except BaseException:
             self.close_runner()
             raise
@@ -74,7 +74,7 @@ class Startup:
         from orchestrator.search.space import shared_env
 
         if self.runner is not None and plan.device == self.guessed.device and shared_env(plan) == shared_env(self.guessed):
-            return self.slots, self.runner  # type: ignore[return-value]
+            return self.slots, self.runner  # type: ignore[return-value]  # both set with the runner
         self.close_runner()
         self.slots = slots_for(self.spec, plan.device, self.devices_flag)
         self.runner = new_runner(self.spec, self.slots, self.stop)

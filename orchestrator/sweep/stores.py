@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from orchestrator import trialdir
 from orchestrator.launch import StopFlag
@@ -79,11 +79,11 @@ def open_stores(r: Run, new_study: bool) -> None:
         recorded = StudyRecord.of(study)  # one read of the study's attributes
         r.limit_gib, r.native = memory_limit(spec, plan, r.found), native_half_of(plan)  # read once
         record_machine(study, plan, r.limit_gib, r.native, recorded.machine)
-        parent = r.sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, recorded.uid)
+        parent = r.sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, recorded.uid)  # type: ignore[arg-type]  # open_study wrote the uid
         if recorded.parent_run_id != parent:
             write_study(study, parent_run_id=parent)
     event("stores_opened")
-    r.work_dir = trialdir.root(spec.name, recorded.uid)
+    r.work_dir = trialdir.root(spec.name, recorded.uid)  # type: ignore[arg-type]  # open_study wrote the uid
 
 
 def recover(r: Run, retry: tuple[str, ...]) -> None:
@@ -106,7 +106,7 @@ def recover(r: Run, retry: tuple[str, ...]) -> None:
         r.heartbeat = Heartbeat(storage_of(r.study), max(1.0, r.spec.search.grace_period_s / 4))
 
 
-def _not_replaced(spec: SweepSpec, tracker: Any) -> Any:
+def _not_replaced(spec: SweepSpec, tracker: Any) -> Callable[[str], None]:
     """``open_study``'s ``absent``: a missing study is refused where an earlier one of its name
     left runs (``lost``); ``--new-study`` starts one anyway."""
     from orchestrator.store.lost import found_runs, refuse

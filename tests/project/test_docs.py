@@ -106,6 +106,19 @@ def test_every_file_under_docs_is_linked_from_a_page() -> None:
     assert [str(p.relative_to(DOCS)) for p in files if p.resolve() not in linked] == []
 
 
+
+# What may sit at docs/'s root beside the pages: the generated schema (the specs' modelines name
+# ../docs/spec.schema.json) and the results page's two screenshots. Logs and data go to docs/logs/
+# (docs/gpu/ for the GPU sessions').
+ROOT_FILES = {"spec.schema.json", "mlflow_ui.png", "mlflow_ui_bottom.png"}
+
+
+def test_docs_root_holds_pages_only() -> None:
+    at_root = {p.name for p in DOCS.iterdir() if p.is_file() and p.suffix != ".md"}
+    assert at_root - ROOT_FILES == set(), "move logs and data to docs/logs/ and link them from there"
+    assert (DOCS / "logs").is_dir() and len(list((DOCS / "logs").iterdir())) > 30
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The site as ``mkdocs build --strict`` makes it (every link and anchor resolved)."""
@@ -122,7 +135,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_site_builds_with_every_link_resolved(site: Path) -> None:
     for page in ("index.html", "reference/spec/index.html", "benchmarks/index.html", "spec.schema.json",
-                 "plots/throughput.png", "gpu/bench.log"):
+                 "plots/throughput.png", "gpu/bench.log", "logs/overhead_cpu.log"):
         assert (site / page).is_file(), page
     assert "batch_size" in (site / "reference" / "spec" / "index.html").read_text()
 

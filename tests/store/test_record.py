@@ -17,7 +17,7 @@ from orchestrator.protocol import TrialResult
 from orchestrator import metrics as M
 from orchestrator.outcome import (CHILD_STATUSES, INFEASIBLE, RESULT_STATUSES, RUN_AGAIN, STATUSES, Outcome, Status,
                                   classify)
-from orchestrator.store.record import FIELDS, TrialRecord, enqueue, is_attempt, status_of, write
+from orchestrator.store.record import FIELDS, RecordValues, TrialRecord, enqueue, is_attempt, status_of, write
 from orchestrator.store.studyread import read_study
 from orchestrator.store.studyrecord import KEYS, StudyRecord, write_study
 
@@ -53,6 +53,12 @@ def stored_rows(tmp_path: Path) -> list[tuple[str, str]]:
 def test_the_example_sets_every_field() -> None:
     assert set(EVERY_FIELD) == FIELDS == {f.name for f in fields(TrialRecord)} - {"status_text"}
     assert M.DURATION_S in FIELDS  # the metric's name is the attribute's
+
+
+def test_the_typed_writes_name_every_field_and_nothing_else() -> None:
+    """``write``'s keyword arguments (``RecordValues``, which mypy checks the writes against) are
+    the record's fields: a field added to one is added to the other."""
+    assert set(RecordValues.__annotations__) == FIELDS
 
 
 def test_every_field_round_trips_through_a_real_study(tmp_path: Path) -> None:

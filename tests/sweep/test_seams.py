@@ -1,6 +1,7 @@
 """``sweep/seams.py``: the Protocols the sweep loop is typed with are what its real parts and the
-replay's stand-ins provide. Nothing checks a Protocol at run time (and this project runs no type
-checker), so this compares each one's members and parameters with each implementation's."""
+replay's stand-ins provide. Nothing checks a Protocol at run time; mypy (tests/project/test_types.py)
+checks it where an implementation is passed for one, and this compares each one's members and
+parameters with each implementation's, wherever they are passed."""
 
 from __future__ import annotations
 
