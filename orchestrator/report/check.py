@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator import exits, trialdir
 from orchestrator.errors import OrchestratorError, StudyError, UsageParser, first_line, print_error
 from orchestrator.redact import shown
-from orchestrator.spec.load import SweepSpec, load_spec
+from orchestrator.spec.load import SweepSpec, load_guarded
 from orchestrator.store.agreement import Difference, compare
 from orchestrator.store.record import TrialRecord
 from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri, sqlite_path
@@ -52,11 +52,7 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv[1:])
     try:
         from orchestrator.report.command import open_study
-        from orchestrator.urls import guard, overrides
-
-        stores, origins = overrides(args.storage, args.tracking_uri)
-        spec = load_spec(args.spec, stores)
-        guard(spec, origins)
+        spec, origins = load_guarded(args.spec, args.storage, args.tracking_uri)
         from orchestrator.invocation import command
         from orchestrator.report.closing import store_flags
         from orchestrator.store.study import check_file

@@ -22,7 +22,7 @@ from orchestrator.store.records import rank, results_of
 from orchestrator.redact import shown
 from orchestrator.report.document import (best_lines, build_report, device_of, paste_command, pick_best, provenance,
                                     render_text, result_file, script_command, top_markdown)
-from orchestrator.spec.load import SweepSpec, load_spec
+from orchestrator.spec.load import SweepSpec, load_guarded
 from orchestrator.store.studyread import StoredStudy, read_study
 from orchestrator.report.summary import fmt_num
 from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri
@@ -57,11 +57,7 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     args = _parser(command).parse_args(rest)
     try:
-        from orchestrator.urls import guard, overrides
-
-        stores, origins = overrides(args.storage, args.tracking_uri)
-        spec = load_spec(args.spec, stores)
-        guard(spec, origins)
+        spec, _ = load_guarded(args.spec, args.storage, args.tracking_uri)
         study = open_study(spec)
         if command == "best":
             text, summary = best_yaml(spec, study)

@@ -26,7 +26,7 @@ from typing import Any
 from orchestrator import exits, trialdir
 from orchestrator.errors import OrchestratorError, StudyError, UsageParser, first_line, print_error
 from orchestrator.redact import shown
-from orchestrator.spec.load import SweepSpec, load_spec
+from orchestrator.spec.load import SweepSpec, load_guarded
 from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri
 
 
@@ -47,11 +47,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv[1:])
     try:
-        from orchestrator.urls import guard, overrides
-
-        stores, origins = overrides(args.storage, args.tracking_uri)
-        spec = load_spec(args.spec, stores)
-        guard(spec, origins)
+        spec, _ = load_guarded(args.spec, args.storage, args.tracking_uri)
         plan = Plan.of(spec, leftovers_only=args.leftovers)
         print("\n".join(plan.lines()))
         if plan.empty:

@@ -62,13 +62,9 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv[1:])
     try:
         if args.spec:
-            from orchestrator.spec.load import load_spec
+            from orchestrator.spec.load import load_guarded
 
-            from orchestrator.urls import guard, overrides
-
-            stores, origins = overrides(None, args.tracking_uri)
-            spec = load_spec(args.spec, stores)
-            guard(spec, origins)
+            spec, _ = load_guarded(args.spec, None, args.tracking_uri)
             return serve(spec.tracking_uri, args.port, spec.storage, spec.name, spec.objective.metrics[0])
         return serve(args.tracking_uri or DEFAULT_TRACKING_URI, args.port)
     except OrchestratorError as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.spec import knobs
 from orchestrator.spec.model import (DEFAULT_STORAGE, DEFAULT_TRACKING_URI, Choice, Constraint,  # noqa: F401
@@ -22,6 +22,9 @@ from orchestrator.spec.rules import (Checker, check_devices, check_objective, ch
 from orchestrator.spec.script import check_script, refuse_loop_knobs
 from orchestrator.spec.space_rules import check_combinations, check_dimension, check_space_size, check_value  # noqa: F401
 from orchestrator.spec.yamlsource import load_yaml
+
+if TYPE_CHECKING:
+    from orchestrator.urls import Origins
 
 # The data model lives in ``spec/model.py`` and the rules in ``spec/rules.py`` and ``spec/space_rules.py``; the names
 # other modules use are re-exported here (above), so ``from orchestrator.spec.load import SweepSpec``
@@ -33,6 +36,18 @@ REQUIRED_TOP = ("name",)
 """Besides ``name``: exactly one of ``experiment`` and ``script`` (``check_spec``)."""
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"
 EXPERIMENT_PATTERN = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
+
+
+def load_guarded(path: str | Path, storage: str | None, tracking_uri: str | None) -> tuple[SweepSpec, Origins]:
+    """The spec with the stores its command's flags and the environment pick (``urls.overrides``),
+    its secrets kept out of the output (``urls.guard``): what every command but the sweep's (whose
+    flags override more) reads first. Returns the spec and where each store came from."""
+    from orchestrator.urls import guard, overrides
+
+    stores, origins = overrides(storage, tracking_uri)
+    spec = load_spec(path, stores)
+    guard(spec, origins)
+    return spec, origins
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
