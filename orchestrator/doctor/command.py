@@ -221,6 +221,10 @@ def main(argv: list[str]) -> int:
     caps = mps_caps(facts["env"], mps.get("recommended_max_memory_bytes"), facts["cpu"].get("ram_bytes")) \
         if ok and mps.get("built") else None
     warnings = warnings_for(facts, caps) if ok else []
+    from orchestrator.bytecode import uncompiled
+
+    if slow := uncompiled():
+        warnings.append(slow)
     device = resolve_device(facts) if args.device == "auto" else args.device
     doc: dict[str, Any] = {"device": device, "facts": facts, "mps_caps": caps, "warnings": warnings}
     from orchestrator.invocation import command

@@ -208,6 +208,10 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
 
     if pinned := pinning_line(slots):
         print(pinned)
+    from orchestrator.bytecode import uncompiled
+
+    if slow := uncompiled():
+        print(f"  {slow}")
     bar = tqdm(total=sweep.target, initial=max(0, done), unit="trial", dynamic_ncols=True, file=sys.stderr,
                disable=None)
 
