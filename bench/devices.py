@@ -82,7 +82,7 @@ def run(spec: Path, devices: str, log: Path | None) -> dict:
     ends = [t.datetime_complete.timestamp() for t in trials.values() if t.datetime_complete]
     events = [json.loads(ln) for ln in (work / "events.jsonl").read_text().splitlines() if ln.strip()] \
         if (work / "events.jsonl").exists() else []
-    slot_of = {t.number: t.user_attrs.get("slot", "?") for t in results}
+    slot_of = {t.number: t.user_attrs.get("slot", "?") for t in study.get_trials()}  # a repeat's process too
     return {"wall_s": wall, "loop_s": (max(ends) - min(starts)) if starts and ends else None, "trials": trials,
             "measured_twice": len(results) - len(trials), "stop": stop, "devices": devices,
             "beside": beside(work, events, slot_of), "start_end": start_and_end(events, slot_of)}
