@@ -85,6 +85,8 @@
 #                                   rm -rf .before40; mkdir .before40; git archive 3ff9fad orchestrator experiments | tar -x -C .before40
 #                                 then bench/fidelity.py --overlap (prepared processes against forked ones) on
 #                                 BERT-base at batch 64 and on the launch-bound MLP
+#   bash docs/gpu/session.sh f40  issue #40 item 2 with torch's bytecode: fidelity of the prepared process, BERT-base
+#                                 (8 rounds, 3-s windows) and the launch-bound MLP (6 rounds; about 6 minutes)
 #   bash docs/gpu/session.sh d41  issue #41 items 2-3 on 4 x H100 (nvidia-h100-x4), about 6 minutes: the headline on
 #                                 1, 2 and 4 GPUs, each from an empty folder, the order rotated, twice each
 #                                 (bench/devices.py), with what ran beside each configuration's window on the
@@ -273,6 +275,13 @@ c40)
       --only activation_checkpointing=False > "$OUT/fidelity_overlap_bert.log" 2>&1
   timeout 55 python3 bench/fidelity.py --device cuda --overlap --rounds 2 --configs 2 --min-measure-s 1.0 \
       --spec sweeps/mlp_launch_bound.yaml > "$OUT/fidelity_overlap_mlp.log" 2>&1
+  ;;
+f40)  # issue #40 item 2 again, with torch's bytecode: the prepared process against the forked one, longer windows
+  step fidelity-overlap-bert; timeout 200 python3 bench/fidelity.py --device cuda --overlap --rounds 8 --configs 1 \
+      --min-measure-s 3 --spec sweeps/bert_base_devices.yaml --only batch_size=64 --only dtype=bfloat16 \
+      --only activation_checkpointing=False > "$OUT/fidelity_overlap_bert.log" 2>&1
+  step fidelity-overlap-mlp; timeout 150 python3 bench/fidelity.py --device cuda --overlap --rounds 6 --configs 2 \
+      --min-measure-s 2 --spec sweeps/mlp_launch_bound.yaml > "$OUT/fidelity_overlap_mlp.log" 2>&1
   ;;
 d41)
   python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
