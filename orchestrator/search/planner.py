@@ -50,7 +50,7 @@ from orchestrator.search.feasibility import (
 )
 from orchestrator.keys import config_key, value_key, value_keys_of
 from orchestrator.search.mixture import Model
-from orchestrator.search.remeasure import Measured, Measurements, describe, process_values
+from orchestrator.search.remeasure import Measured, Measurements, Parts, describe, process_values
 from orchestrator.search.priors import NOISE_FLOOR, THROUGHPUT, encode, measured_noise, ordered, values_of
 from orchestrator.search.verdict import Decision, Verdict, reason, unmeasured_note
 from orchestrator.metrics import DURATION_S
@@ -192,7 +192,8 @@ class Planner:
             return Decision(None if pick is None else self.configs[pick], verdict, "improvement" if choices else "")
         if stop or not open_:  # nothing unmeasured is likely to win, and the rival cannot be settled
             verdict.done, verdict.unsure = True, True
-            verdict.reason = self._unsure(model, pick, verdict.chance) + self._unmeasured_note(model, idx, p_fit)
+            verdict.reason = self._unsure(model, pick, verdict.chance, self._parts(model, pick, open_, rivals, p_fit)) \
+                + self._unmeasured_note(model, idx, p_fit)
             verdict.ends_running = self._ends(measured, open_, idx, in_flight, p_fit)
         return Decision(None, verdict)
 
@@ -209,9 +210,18 @@ class Planner:
         busy, gap = self._busy(in_flight), float(model.gap(model.incumbent, np.array([rival]))[0])
         return self._seen.again(model.incumbent, rival, gap, self.threshold, busy) if self.again else None
 
-    def _unsure(self, model: Model, rival: int, chance: float) -> str:
+    def _parts(self, model: Model, rival: int, open_: list[int], rivals: list[int], p_fit: np.ndarray) -> Parts:
+        """Where an unsure verdict's chance comes from (``remeasure.Parts``)."""
+        def chance(candidates: list[int]) -> float:
+            return self._verdict(model, candidates, [], p_fit, 0, 0, False).chance if candidates else 0.0
+
+        return Parts(float(self._chances(model, [rival], p_fit)[0]), chance(rivals), len(rivals), chance(open_),
+                     len(open_))
+
+    def _unsure(self, model: Model, rival: int, chance: float, parts: Parts | None = None) -> str:
         best, c = model.incumbent, self.configs
-        return self._seen.unsure((best, describe(c[best])), (rival, describe(c[rival])), chance, self.band, self.again)
+        return self._seen.unsure((best, describe(c[best])), (rival, describe(c[rival])), chance, self.band, self.again,
+                                 parts)
 
     def _busy(self, in_flight: set[str]) -> set[int]:
         return {self.index[k] for k in in_flight if k in self.index}

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -137,13 +137,15 @@ class Measurements:
             return None if other in busy else other
         return pick
 
-    def unsure(self, best: tuple[int, str], rival: tuple[int, str], chance: float, band: float, enabled: bool) -> str:
-        """The stop line when ``best`` and ``rival`` (index, parameters) could not be told apart."""
+    def unsure(self, best: tuple[int, str], rival: tuple[int, str], chance: float, band: float, enabled: bool,
+               parts: Parts | None = None) -> str:
+        """The stop line when ``best`` and ``rival`` (index, parameters) could not be told apart
+        (``parts``: ``unsure_reason``'s)."""
         spread = self.typical()
         spent = enabled and not again_allowed(list(self.measured.values()), self.first_s)
         (i, i_text), (j, j_text) = best, rival
         return unsure_reason((i_text, self.measured[i], self.values[i]), (j_text, self.measured[j], self.values[j]),
-                             chance, band, None if spread is None else 1.96 * spread, spent, enabled)
+                             chance, band, None if spread is None else 1.96 * spread, spent, enabled, parts)
 
 
 def process_values(runs: object, metric: str) -> list[float]:
@@ -195,11 +197,26 @@ def worth_it(gap: float, noise: float, threshold: float, best: Measured, rival: 
     return needed(gap, noise, threshold) <= affordable
 
 
+class Parts(NamedTuple):
+    """Where an unsure verdict's chance comes from (each a chance of beating the best by more than
+    the band): the named rival ``alone``; the ``rivals`` measured configurations that may (the
+    named one among them) together, ``measured``; the ``unmeasured`` ones together, ``open``."""
+
+    alone: float
+    measured: float
+    rivals: int
+    open: float
+    unmeasured: int
+
+
 def unsure_reason(best: tuple[str, Measured, float], rival: tuple[str, Measured, float], chance: float,
-                  band: float, spread: float | None, allowance_spent: bool, enabled: bool = True) -> str:
+                  band: float, spread: float | None, allowance_spent: bool, enabled: bool = True,
+                  parts: Parts | None = None) -> str:
     """The stop line of a sweep that cannot tell its best from a rival: which two, how far apart,
     how noisy, and what would tell them apart. ``best``/``rival``: (parameters, record, value);
-    ``spread``: one measurement's 95% half-width (log scale), the sweep's typical."""
+    ``spread``: one measurement's 95% half-width (log scale), the sweep's typical; ``parts``: where
+    the chance comes from, said where the rival's own is under half of it (the H100 headline stopped "unsure" naming two leaders
+    0.4% apart, each within +-0.5%: most of its 5% was the configurations not measured)."""
     (b_text, b, b_value), (r_text, r, r_value) = best, rival
     gap = abs(b_value / r_value - 1) if r_value else math.inf
     measured = (f"measured {b.measurements} and {r.measurements} times" if b.measurements > 1 or r.measurements > 1
@@ -208,8 +225,16 @@ def unsure_reason(best: tuple[str, Measured, float], rival: tuple[str, Measured,
            else "measuring again used its allowance, a quarter of the first measurements' time" if allowance_spent
            else "more measurements could not settle it within the allowance")
     noise = f", each measurement within {shown(spread)} at 95%" if spread is not None else ""
+    split = ""
+    if parts is not None and parts.alone < chance / 2:
+        split = f": trial {r.number} alone {parts.alone:.1%}"
+        if parts.rivals > 1:
+            split += f", the {parts.rivals} measured rivals together {parts.measured:.1%}"
+        if parts.unmeasured:
+            split += (f", the {parts.unmeasured} configuration{'s' if parts.unmeasured > 1 else ''} not measured "
+                      f"{parts.open:.1%}")
     return (f"unsure of the answer: trial {b.number} ({b_text}) and trial {r.number} ({r_text}) are {gap:.1%} apart, "
-            f"{measured}{noise}; the chance that the answer is more than {band:.0%} off is {chance:.0%} "
+            f"{measured}{noise}; the chance that the answer is more than {band:.0%} off is {chance:.0%}{split} "
             f"({why}). To tell them apart: run on a quieter machine, measure longer (trial.min_measure_s), "
             f"or measure more (trial.repeats)")
 

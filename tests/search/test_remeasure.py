@@ -61,6 +61,20 @@ def test_the_unsure_line_names_both_trials_the_gap_the_chance_and_what_to_do() -
                                                           0.3, 0.02, None, False, enabled=False)
 
 
+def test_the_unsure_line_says_how_much_of_the_chance_is_the_rival_and_how_much_the_rest() -> None:
+    """Two leaders 0.4% apart, each within +-0.5%, cannot be what makes a 2% answer unsure: where
+    the rival's own chance is under half, the line says where the rest comes from (the H100
+    headline's stop)."""
+    best, rival = ("batch_size=256", R.Measured(10, 2), 2598.6), ("batch_size=128", R.Measured(2, 1), 2588.3)
+    line = R.unsure_reason(best, rival, 0.052, 0.02, 0.005, True, parts=R.Parts(0.004, 0.004, 1, 0.048, 40))
+    assert ("more than 2% off is 5%: trial 2 alone 0.4%, the 40 configurations not measured 4.8% "
+            "(measuring again") in line, line
+    line = R.unsure_reason(best, rival, 0.11, 0.02, 0.02, True, parts=R.Parts(0.045, 0.099, 4, 0.008, 1))
+    assert "is 11%: trial 2 alone 4.5%, the 4 measured rivals together 9.9%, the 1 configuration not measured 0.8% (" in line
+    for parts in (None, R.Parts(0.03, 0.03, 1, 0.03, 40)):  # unknown; the rival's is most of it
+        assert "alone" not in R.unsure_reason(best, rival, 0.052, 0.02, 0.005, True, parts=parts)
+
+
 # -- the planner -----------------------------------------------------------------------------------
 SPACE = [{"batch_size": b, "dtype": d} for b in (16, 32, 64) for d in ("float32", "bfloat16")]
 
