@@ -42,12 +42,7 @@ from orchestrator.outcome import NOT_FITTING, Status
 from orchestrator.search import cost, flight
 from orchestrator.search.boundary import Boundary
 from orchestrator.search import surrogate as S
-from orchestrator.search.feasibility import (
-    FitIndex,
-    Observed,
-    fit_probabilities,
-    scaling_dimension,
-)
+from orchestrator.search.feasibility import FitIndex, Observed, fit_probabilities, scaling_dimension
 from orchestrator.keys import config_key, value_key, value_keys_of
 from orchestrator.search.mixture import Model
 from orchestrator.search.remeasure import Measured, Measurements, Parts, describe, process_values
@@ -192,8 +187,7 @@ class Planner:
             return Decision(None if pick is None else self.configs[pick], verdict, "improvement" if choices else "")
         if stop or not open_:  # nothing unmeasured is likely to win, and the rival cannot be settled
             verdict.done, verdict.unsure = True, True
-            verdict.reason = self._unsure(model, pick, verdict.chance, self._parts(model, pick, open_, rivals, p_fit)) \
-                + self._unmeasured_note(model, idx, p_fit)
+            verdict.reason = self._unsure(model, pick, verdict.chance, open_, rivals, p_fit) + self._unmeasured_note(model, idx, p_fit)
             verdict.ends_running = self._ends(measured, open_, idx, in_flight, p_fit)
         return Decision(None, verdict)
 
@@ -210,18 +204,11 @@ class Planner:
         busy, gap = self._busy(in_flight), float(model.gap(model.incumbent, np.array([rival]))[0])
         return self._seen.again(model.incumbent, rival, gap, self.threshold, busy) if self.again else None
 
-    def _parts(self, model: Model, rival: int, open_: list[int], rivals: list[int], p_fit: np.ndarray) -> Parts:
-        """Where an unsure verdict's chance comes from (``remeasure.Parts``)."""
-        def chance(candidates: list[int]) -> float:
-            return self._verdict(model, candidates, [], p_fit, 0, 0, False).chance if candidates else 0.0
-
-        return Parts(float(self._chances(model, [rival], p_fit)[0]), chance(rivals), len(rivals), chance(open_),
-                     len(open_))
-
-    def _unsure(self, model: Model, rival: int, chance: float, parts: Parts | None = None) -> str:
-        best, c = model.incumbent, self.configs
-        return self._seen.unsure((best, describe(c[best])), (rival, describe(c[rival])), chance, self.band, self.again,
-                                 parts)
+    def _unsure(self, model: Model, rival: int, chance: float, open_: list[int], rivals: list[int], p_fit: np.ndarray) -> str:
+        best, c = model.incumbent, self.configs  # where the chance comes from: remeasure.Parts
+        any_of = lambda at: self._verdict(model, at, [], p_fit, 0, 0, False).chance if at else 0.0  # noqa: E731
+        parts = Parts.of(float(self._chances(model, [rival], p_fit)[0]), any_of, rivals, open_)
+        return self._seen.unsure((best, describe(c[best])), (rival, describe(c[rival])), chance, self.band, self.again, parts)
 
     def _busy(self, in_flight: set[str]) -> set[int]:
         return {self.index[k] for k in in_flight if k in self.index}

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -207,6 +207,11 @@ class Parts(NamedTuple):
     rivals: int
     open: float
     unmeasured: int
+
+    @classmethod
+    def of(cls, alone: float, any_of: Callable[[list[int]], float], rivals: list[int], open_: list[int]) -> Parts:
+        """``any_of``: the chance that one of some configurations beats the best by more than the band."""
+        return cls(alone, any_of(rivals), len(rivals), any_of(open_), len(open_))
 
 
 def unsure_reason(best: tuple[str, Measured, float], rival: tuple[str, Measured, float], chance: float,
