@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -85,7 +86,21 @@ def run(spec: Path, devices: str, log: Path | None) -> dict:
     slot_of = {t.number: t.user_attrs.get("slot", "?") for t in study.get_trials()}  # a repeat's process too
     return {"wall_s": wall, "loop_s": (max(ends) - min(starts)) if starts and ends else None, "trials": trials,
             "measured_twice": len(results) - len(trials), "stop": stop, "devices": devices,
-            "beside": beside(work, events, slot_of), "start_end": start_and_end(events, slot_of)}
+            "beside": beside(work, events, slot_of), "start_end": start_and_end(events, slot_of),
+            "timeline": timeline(study.get_trials(), events)}
+
+
+def timeline(all_trials: list[Any], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every trial of the sweep (repeats and stopped ones too), seconds after the loop began: where a
+    slow round's time went (two 4-GPU rounds took 45 s where a third took 29 s, 2026-11-26)."""
+    t0 = next((e["t"] for e in events if e.get("event") == "loop_start"), None)
+    if t0 is None:
+        return []
+    start = {e["trial"]: e["t"] - t0 for e in events if e.get("event") == "start" and e.get("trial") is not None}
+    told = {e["trial"]: e["t"] - t0 for e in events if e.get("event") == "told" and e.get("trial") is not None}
+    return [{"trial": t.number, "slot": t.user_attrs.get("slot"), "params": t.params, "state": t.state.name,
+             "status": t.user_attrs.get("status"), "start": start.get(t.number), "told": told.get(t.number)}
+            for t in all_trials]
 
 
 def main() -> None:
@@ -198,7 +213,7 @@ def compare(args: argparse.Namespace, spec: Path, ones: list[dict], manys: list[
             "beside": rows, "sweeps": [{"way": way, "round": r, "wall_s": g["wall_s"], "loop_s": g["loop_s"],
                                         "configurations": len(g["trials"]), "measured_twice": g["measured_twice"],
                                         "stop": g["stop"], "best": best_of(g["trials"], spec),
-                                        "start_end": g["start_end"]} for way, r, g in sweeps]}
+                                        "start_end": g["start_end"], "timeline": g["timeline"]} for way, r, g in sweeps]}
 
 
 def best_of(trials: dict, spec: Path) -> tuple[dict, float] | None:

@@ -286,7 +286,7 @@ f40)  # issue #40 item 2 again, with torch's bytecode: the prepared process agai
 d41)
   python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
   step devices; timeout 560 python3 bench/devices.py sweeps/bert_memory.yaml --one cuda:0 ${D41_MANY:---many cuda:0,cuda:1 --many auto} \
-      --rounds 2 --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
+      --rounds ${D41_ROUNDS:-2} --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
   ;;
 s37b)
   step script-vs-module-cuda; timeout 380 python3 bench/script_vs_module.py --device cuda --rounds 4 --min-measure-s 3 \
