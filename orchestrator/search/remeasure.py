@@ -220,8 +220,9 @@ def unsure_reason(best: tuple[str, Measured, float], rival: tuple[str, Measured,
     """The stop line of a sweep that cannot tell its best from a rival: which two, how far apart,
     how noisy, and what would tell them apart. ``best``/``rival``: (parameters, record, value);
     ``spread``: one measurement's 95% half-width (log scale), the sweep's typical; ``parts``: where
-    the chance comes from, said where the rival's own is under half of it (the H100 headline stopped "unsure" naming two leaders
-    0.4% apart, each within +-0.5%: most of its 5% was the configurations not measured)."""
+    the chance comes from, said where the rival's own is under half of it (the H100 headline stopped
+    "unsure" naming two leaders 0.4% apart, each within +-0.5%: most of its 5% was the
+    configurations not measured)."""
     (b_text, b, b_value), (r_text, r, r_value) = best, rival
     gap = abs(b_value / r_value - 1) if r_value else math.inf
     measured = (f"measured {b.measurements} and {r.measurements} times" if b.measurements > 1 or r.measurements > 1
