@@ -11,6 +11,7 @@ bfloat16 without its instructions cost 18 s a trial at batch 256, 0.7 s at batch
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -73,13 +74,16 @@ def fit(work: np.ndarray, durations: np.ndarray) -> tuple[float, float] | None:
     return max(0.0, float(durations.mean() - slope * work.mean())), slope
 
 
-def affordable(group: list[int], predicted: np.ndarray, likely: np.ndarray) -> list[int]:
+def affordable(group: list[int], predicted: np.ndarray, likely: np.ndarray, beside: int = 0) -> list[int]:
     """The members of ``group`` predicted to cost at most ``LOOK_COST`` times the cheapest one that
-    likely fits (``likely``, per member); all of it when none likely fits."""
+    likely fits (``likely``, per member); all of it when none likely fits. With ``beside`` trials in
+    flight the factor is ``LOOK_COST / sqrt(1 + beside)``: a long look holds the stop while the
+    other slots have little left to do."""
     if not likely.any():
         return group
     cheapest = float(predicted[likely].min())
-    return [i for i, c in zip(group, predicted) if c <= LOOK_COST * cheapest]
+    factor = LOOK_COST / math.sqrt(1 + beside)
+    return [i for i, c in zip(group, predicted) if c <= factor * cheapest]
 
 
 def step_samples(config: dict[str, Any], scaling: str) -> float:

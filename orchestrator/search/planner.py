@@ -165,12 +165,15 @@ class Planner:
                 avoid = self._looking(idx, set(), costly=True)  # a costly value is measured by its own look only
                 looks = [(k[0], flight.without(g, self.value_keys, avoid - {k}) or g) for k, g in unseen.items() if g]
                 if looks:
-                    return Decision(self.configs[self._look(model, looks, p_fit)], verdict, "coverage")
+                    return Decision(self.configs[self._look(model, looks, p_fit, len(self._busy(in_flight)))], verdict, "coverage")
                 if stop and verdict.chance < STOP_CHANCE:
                     return Decision(None, verdict)  # the looks in flight may change the verdict
         if stop and verdict.done:
             verdict.reason += self._unmeasured_note(model, idx, p_fit)
             verdict.ends_running = self._ends(measured, open_, idx, in_flight, p_fit)
+            spare = self._seen.spare(measured.incumbent, self._busy(in_flight)) if self.again and in_flight and measured else None
+            if not verdict.ends_running and spare is not None:  # a slot that would wait measures the best again
+                return Decision(self.configs[spare], Verdict(False, verdict.chance, verdict.left, verdict.too_large), "remeasure")
             return Decision(None, verdict)
         if not choices and not rivals:  # each one left waits for a look in flight
             return Decision(None, verdict)
@@ -244,7 +247,7 @@ class Planner:
                     out[key].append(i)
         return out
 
-    def _look(self, model: Model | None, looks: list[tuple[str, list[int]]], p_fit: np.ndarray) -> int:
+    def _look(self, model: Model | None, looks: list[tuple[str, list[int]]], p_fit: np.ndarray, beside: int = 0) -> int:
         """The one look to take: for each unseen value, the best measured configuration with that
         value instead (a paired comparison: only that parameter differs), else the configuration
         with the highest expected throughput counting an OOM as none, among those predicted to
@@ -255,7 +258,7 @@ class Planner:
         predict = self._cost(model)  # fitted once for every value's look
         for name, group in looks:
             if predict is not None:
-                group = cost.affordable(group, predict(group), p_fit[group] >= 0.5)
+                group = cost.affordable(group, predict(group), p_fit[group] >= 0.5, beside)
             g = np.array(group)
             if incumbent is not None:
                 paired = self._paired(incumbent, name, group, p_fit)

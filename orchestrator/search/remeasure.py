@@ -137,6 +137,14 @@ class Measurements:
             return None if other in busy else other
         return pick
 
+    def spare(self, best: int, busy: set[int]) -> int | None:
+        """``best``, to measure again on a slot that would wait: measured once, not in flight,
+        within the allowance."""
+        m = self.measured.get(best)
+        if m is None or best in busy or m.measurements > 1:
+            return None
+        return best if allowance_left(list(self.measured.values()), self.first_s) > 0 else None
+
     def unsure(self, best: tuple[int, str], rival: tuple[int, str], chance: float, band: float, enabled: bool,
                parts: Parts | None = None) -> str:
         """The stop line when ``best`` and ``rival`` (index, parameters) could not be told apart

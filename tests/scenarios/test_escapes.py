@@ -129,6 +129,23 @@ def test_a_reader_that_leaves_the_pipe_stops_the_sweep_in_one_line(seeded_projec
     assert left_behind(project) == []
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """The child gets SIGINT as a shell's foreground command does: its default action, not blocked.
+    In two full CI runs every SIGINT to these commands went unanswered (the repairs ran on to
+    their end) while the test passed alone: a disposition or mask the pytest worker had picked up
+    would be inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _signal_masks(pid: int) -> str:
+    """The process's blocked and ignored signals, as /proc says (for the failure message)."""
+    try:
+        return " ".join(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith(("SigBlk", "SigIgn")))
+    except OSError:
+        return "gone"
+
+
 def test_ctrl_c_during_check_and_repair_is_one_line_and_repair_converges_after_it(seeded_project: Path) -> None:
     project = seeded_project
     path = spec(project, "checked", ["none", "none"])
@@ -141,21 +158,23 @@ def test_ctrl_c_during_check_and_repair_is_one_line_and_repair_converges_after_i
     assert orchestrate(["check", str(timing / path.name), "--repair"], timing).returncode == 0
     whole = time.monotonic() - started  # check alone reads SQLite and ends in 0.15 s: too soon to hit
     assert not (project / "mlruns" / "mlflow.db").exists()  # the copy was repaired, not the project
-    interrupted = 0
+    interrupted, seen = 0, []
     for args, share in ((["check", str(path)], 0.1), (["check", str(path), "--repair"], 0.3),
                         (["check", str(path), "--repair"], 0.6)):
         proc = subprocess.Popen([ORCHESTRATE, *args], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                text=True, preexec_fn=_ctrl_c_as_in_a_terminal)
         time.sleep(share * whole)  # fixed 1-2 s came after a repair's end on a loaded machine
+        masks = _signal_masks(proc.pid)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
         lines = [ln for ln in err.splitlines() if ln.strip()]
+        seen.append((args[1:], proc.returncode, lines, masks))
         assert "Traceback" not in err and len(lines) <= 1, (args, share, err)
         if proc.returncode == 130:  # else it had finished first
             interrupted += 1
             assert lines[0].startswith(f"orchestrate {' '.join(a for a in args if a.startswith(('c', '--')))}: "
                                        "interrupted (Ctrl-C)"), lines
-    assert interrupted >= 2, whole  # the repairs' signals come before a whole repair's time is up
+    assert interrupted >= 2, (whole, seen)  # the repairs' signals come before a whole repair's time is up
     repaired = orchestrate(["check", str(path), "--repair"], project)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "The study, MLflow and the trial folders agree." in repaired.stdout

@@ -132,6 +132,24 @@ def test_nothing_is_measured_again_while_one_of_the_two_is_in_flight() -> None:
     assert d.why != "remeasure" or d.config != {"batch_size": 64, "dtype": "bfloat16"}
 
 
+def test_a_slot_that_would_wait_on_a_verdict_measures_the_best_again_once() -> None:
+    """Several slots: the verdict is done if the trial in flight comes in as predicted, but it could
+    still beat the best; rather than wait, a free slot measures the best again (what a rival that
+    result may make would have measured next). Once: not a best measured twice, not with nothing in
+    flight (one slot: unchanged)."""
+    apart = {**FLAT, (64, "bfloat16"): 1200.0}
+    flying = config_key({"batch_size": 64, "dtype": "float32"})
+    results = {k: v for k, v in every_configuration(apart, ci=0.004).items() if k != flying}
+    d = planner().decide(results, {flying})
+    assert d.why == "remeasure" and d.config == {"batch_size": 64, "dtype": "bfloat16"} and not d.verdict.done
+    best = config_key({"batch_size": 64, "dtype": "bfloat16"})
+    waits = planner().decide(results, {flying, best})                # the best is being measured again
+    assert waits.config is None and waits.verdict.done
+    twice = {**results, best: trial(5, 1200.0, 0.004, measurements=2)}
+    assert planner().decide(twice, {flying}).config is None
+    assert planner().decide(results, set()).config == {"batch_size": 64, "dtype": "float32"}  # one slot: as before
+
+
 # -- the floor: what processes of one configuration measured here --------------------------------
 def test_processes_that_agree_lower_the_floor_and_processes_that_disagree_raise_it() -> None:
     assumed = R.Measurements(0.01)
