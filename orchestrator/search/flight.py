@@ -15,6 +15,12 @@ change its verdict. Pure: the planner calls these with what the study holds.
   memory, so does this one, and its slot was spent on nothing): its score is multiplied by the
   chance that the one in flight fits (two slots gave float16 and bfloat16 at batch 128 their
   out-of-memory trials together, 6.7 s each on the H200).
+- **A long look beside others** (``cost.affordable``): a look at an unseen value placed beside
+  trials in flight may cost at most ``LOOK_COST / sqrt(1 + in flight)`` times the cheapest with
+  that value: a long one holds the stop while the other slots have little left to do.
+- **No slot waits idle on a verdict** (``remeasure.Measurements.spare``): where the verdict is done
+  if the trials in flight come in as predicted but they could still change it, a free slot
+  measures the best again once, as a rival made by those results would ask next.
 - **Ending together** (``ends``, the planner's): once the verdict is done, it is taken again from the
   measurements alone (nothing believed), counting the configurations in flight as candidates; when
   even they are unlikely to beat the best by more than the band and none is a look, the verdict ends
