@@ -91,6 +91,7 @@
 #                                 1, 2 and 4 GPUs, each from an empty folder, the order rotated, twice each
 #                                 (bench/devices.py), with what ran beside each configuration's window on the
 #                                 other slots, each slot's first trial and the command's end
+#                                 (D41_MANY="--many auto" D41_ROUNDS=3: one GPU against four only, 3 rounds)
 #   bash docs/gpu/session.sh s37b issue #37 again: the module against the script on CUDA with 3-s windows and 4
 #                                 alternating rounds, the hooks' cost with the time inside them, then the same
 #                                 comparison on the host's CPU (the tiny BERT; about 8 minutes on an H100)
