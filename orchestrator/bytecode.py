@@ -7,6 +7,11 @@ into a read-only folder: then every process that imports torch compiles its modu
 lent H100 image that made ``import torch`` take 4-7 s against 1.8-2.4 s once compiled, and
 ``import torch, torch._dynamo`` 9-11 s against 3.7-4.1 s (``docs/gpu/imports/``): a sweep pays it
 in the probe, in each slot's fork server and in every process a trial starts afresh.
+
+The fix printed is ``compileall -qq``: torch ships a test file in Python 3.12 syntax
+(``torch/testing/_internal/py312_intrinsics.py``) that an older Python cannot compile, and ``-q``
+printed its SyntaxError (the rest compiled; the exit status is 1 either way, as pip's own
+compiling ignores it).
 """
 
 from __future__ import annotations
@@ -39,4 +44,4 @@ def uncompiled(package: str = "torch") -> str | None:
     site = os.path.dirname(folder)
     return (f"{package} at {folder} has no compiled bytecode and Python will not write it ({why}): every "
             f"process that imports {package} compiles it first (import torch 2-3x slower). Compile it once: "
-            f"{shlex.quote(sys.executable)} -m compileall -q {shlex.quote(site)}")
+            f"{shlex.quote(sys.executable)} -m compileall -qq {shlex.quote(site)}")

@@ -33,7 +33,7 @@ def test_no_bytecode_and_not_allowed_to_write_it_is_named_with_the_fix(pkg: Path
     line = bytecode.uncompiled("heavy")
     assert line is not None
     assert f"heavy at {pkg} has no compiled bytecode" in line and "PYTHONDONTWRITEBYTECODE is set" in line
-    assert line.endswith(f"-m compileall -q {pkg.parent}") and sys.executable in line
+    assert line.endswith(f"-m compileall -qq {pkg.parent}") and sys.executable in line
 
 
 def test_the_fix_it_prints_makes_the_line_go_away(pkg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,7 +75,7 @@ def test_a_real_python_with_an_images_variables_sees_torch_uncompiled(tmp_path: 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPYCACHEPREFIX": str(tmp_path / "empty")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.startswith("torch at ") and "PYTHONDONTWRITEBYTECODE is set" in out and "-m compileall -q" in out
+    assert out.startswith("torch at ") and "PYTHONDONTWRITEBYTECODE is set" in out and "-m compileall -qq" in out
     plain = {k: v for k, v in env.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
     assert subprocess.run([sys.executable, "-c", code], env=plain, capture_output=True, text=True,
                           check=True).stdout.strip() == "None"
