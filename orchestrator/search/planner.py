@@ -128,9 +128,10 @@ class Planner:
                     seen.add_processes(process_values(record.get("repeat_metrics"), self.metric))
         return memory, idx, y
 
-    def decide(self, results: dict[str, Any], in_flight: set[str], stop: bool = True) -> Decision:
-        """The next configuration to measure and the verdict; None when nothing is left that could
-        fit or, with ``stop``, when the verdict says the search is done."""
+    def decide(self, results: dict[str, Any], in_flight: set[str], stop: bool = True, running: int | None = None) -> Decision:
+        """The next configuration to measure and the verdict; None when nothing is left that could fit
+        or, with ``stop``, when the verdict is done. ``running``: how many of ``in_flight`` run now."""
+        self._running = len(in_flight) if running is None else running
         from threadpoolctl import threadpool_limits
 
         # The matrices are small (a few hundred rows at most): BLAS's threads only cost here, up to
@@ -165,14 +166,13 @@ class Planner:
                 avoid = self._looking(idx, set(), costly=True)  # a costly value is measured by its own look only
                 looks = [(k[0], flight.without(g, self.value_keys, avoid - {k}) or g) for k, g in unseen.items() if g]
                 if looks:
-                    return Decision(self.configs[self._look(model, looks, p_fit, len(self._busy(in_flight)))], verdict, "coverage")
+                    return Decision(self.configs[self._look(model, looks, p_fit, self._running)], verdict, "coverage")
                 if stop and verdict.chance < STOP_CHANCE:
                     return Decision(None, verdict)  # the looks in flight may change the verdict
         if stop and verdict.done:
             verdict.reason += self._unmeasured_note(model, idx, p_fit)
             verdict.ends_running = self._ends(measured, open_, idx, in_flight, p_fit)
-            spare = self._seen.spare(measured.incumbent, self._busy(in_flight)) if self.again and in_flight and measured else None
-            if not verdict.ends_running and spare is not None:  # a slot that would wait measures the best again
+            if not verdict.ends_running and self.again and self._running and measured is not None and (spare := self._seen.spare(measured.incumbent, self._busy(in_flight))) is not None:  # rather than wait
                 return Decision(self.configs[spare], Verdict(False, verdict.chance, verdict.left, verdict.too_large), "remeasure")
             return Decision(None, verdict)
         if not choices and not rivals:  # each one left waits for a look in flight

@@ -131,7 +131,8 @@ class Planned(Strategy):
         self.verdict = None
 
     def next(self, view: View) -> Proposal | Wait | Done:
-        decision = self.planner.decide(view.results, set(view.in_flight) | view.failed, stop=self.stop)
+        decision = self.planner.decide(view.results, set(view.in_flight) | view.failed, stop=self.stop,
+                                       running=len(view.in_flight))
         self.verdict = decision.verdict
         if decision.config is None:
             if view.waiting and not (decision.verdict.ends_running and not view.strays):
