@@ -98,6 +98,8 @@
 #   bash docs/gpu/session.sh l41a issue #41's new landscapes, part 1: a Hugging Face decoder (GPT-2 small, 512 tokens)
 #                                 under a 12% cap and a Hugging Face encoder (BERT-base masked LM), each a full grid
 #                                 (about 7 minutes on an H100)
+#   bash docs/gpu/session.sh lhead the headline's own space (sweeps/landscape_headline_cuda.yaml: batch x precision x
+#                                 accumulation, uncapped, its warm-up and window), a full grid (about 5 minutes on an H100)
 #   bash docs/gpu/session.sh l41b part 2, the compile landscapes: the small BERT and a 153M Llama under a 10% cap,
 #                                 each with compile as a dimension (about 9 minutes on an H100)
 set -uo pipefail
@@ -300,6 +302,9 @@ l41a)
   export HF_HUB_OFFLINE=1
   LT=290 landscape hf_gpt2_cap012 hf_gpt2_h100_cap012
   LT=290 landscape hf_bert hf_bert_h100
+  ;;
+lhead)
+  LT=560 landscape headline headline_h100
   ;;
 l41b)
   export HF_HUB_OFFLINE=1

@@ -60,6 +60,10 @@ class Landscape:
     """A CPU landscape: the half precisions its trials had instructions for (``landscapes.json``'s
     ``native_half``, read off the CPU's flags and ``cpu_isa``), as a real run tells the planner;
     None where not recorded."""
+    steps: tuple[int, int] | None = None
+    """The recording's warm-up and measured steps a trial (``landscapes.json``'s ``warmup_steps``
+    and ``measure_steps``): a replay's spec runs the same, so that its planner prices a trial's
+    work as the recorded durations were made (``search/cost``); None where not recorded."""
 
     def values(self, column: str) -> tuple[Any, ...]:
         """A column's distinct values in order of first appearance (for a table written from a
@@ -145,13 +149,14 @@ def load_landscape(csv_path: str | Path) -> Landscape:
                         _number(raw["peak_memory_gib"], f"{line}: peak_memory_gib"), duration)
     about = _index(path).get(path.name, {})
     native = about.get("native_half")
+    steps = (int(about["warmup_steps"]), int(about["measure_steps"])) if "measure_steps" in about else None
     return Landscape(path, columns, rows, about.get("device", "cpu"), about.get("memory_limit_gib"),
-                     about.get("contradicts"), None if native is None else frozenset(native))
+                     about.get("contradicts"), None if native is None else frozenset(native), steps)
 
 
 def _index(path: Path) -> dict[str, Any]:
     """``landscapes.json`` beside the table: {file name: {"device": ..., "memory_limit_gib": ...,
-    "contradicts": ...}}."""
+    "contradicts": ..., "warmup_steps": ..., "measure_steps": ...}}."""
     index = path.parent / INDEX
     try:
         data = json.loads(index.read_text())

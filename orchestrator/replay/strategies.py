@@ -164,11 +164,14 @@ class ReplayedTrial:
 def landscape_spec(landscape: Landscape, name: str = "replay", device: str | None = None) -> dict[str, Any]:
     """A spec (as a YAML-like mapping) whose space is exactly the landscape's columns and values,
     on the landscape's device (``device`` overrides it: it decides which knobs are searched and
-    the ``auto`` search's priors)."""
-    return {"name": name, "experiment": "experiments.bert", "device": device or landscape.device,
+    the ``auto`` search's priors), with the recording's warm-up and measured steps where known."""
+    spec = {"name": name, "experiment": "experiments.bert", "device": device or landscape.device,
             "space": {c: list(landscape.values(c)) for c in landscape.columns},
             "objective": {"metric": "samples_per_s", "direction": "maximize"},
             "search": {"sampler": "grid"}}
+    if landscape.steps is not None:  # the steps the recorded durations were made with
+        spec["trial"] = {"warmup_steps": landscape.steps[0], "measure_steps": landscape.steps[1]}
+    return spec
 
 
 @dataclass(frozen=True)
