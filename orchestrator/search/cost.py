@@ -7,12 +7,18 @@ a step's samples over the throughput, and a candidate's work is predicted from t
 throughput. On a GPU the fixed part dominates (1.4-1.7 s a trial on the recorded H100
 landscapes, whatever the batch); on a CPU the steps do, and a slow value's steps most:
 bfloat16 without its instructions cost 18 s a trial at batch 256, 0.7 s at batch 8.
+
+Every trial runs its warm-up and at least its window's steps, so the slope is held to at least
+their number: on 4 x H100 (2026-11-26) the first trials' fixed part (3.5-4.6 s, each slot's first
+slower) hid the slope, fitted at 1.1 s per unit of work against the 13 steps the trials ran, and a
+float32 trial at 4 micro-batches of 256 passed as an affordable look; it took 26.4 s while the
+other slots ran out of work.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -63,14 +69,16 @@ LOW_Z = 1.645
 unmeasured value's prior is wide, and under-predicting a slow one's cost is what costs time."""
 
 
-def fit(work: np.ndarray, durations: np.ndarray) -> tuple[float, float] | None:
-    """(fixed seconds, seconds per unit of work) by least squares; None without two trials of
-    different work, or where more work did not take longer (no cost to tell candidates apart)."""
+def fit(work: np.ndarray, durations: np.ndarray, least: float = 0.0) -> tuple[float, float] | None:
+    """(fixed seconds, seconds per unit of work) by least squares, the slope at least ``least``;
+    None without two trials of different work, or where more work did not take longer and no
+    ``least`` is known (no cost to tell candidates apart)."""
     if len(work) < 2 or np.ptp(work) <= 0:
         return None
     slope = float(np.cov(work, durations, bias=True)[0, 1] / np.var(work))
-    if slope <= 0:
+    if slope <= 0 and least <= 0:
         return None
+    slope = max(slope, least)
     return max(0.0, float(durations.mean() - slope * work.mean())), slope
 
 
@@ -86,6 +94,26 @@ def affordable(group: list[int], predicted: np.ndarray, likely: np.ndarray, besi
     return [i for i, c in zip(group, predicted) if c <= factor * cheapest]
 
 
+def first_looks(choices: list[int], pairs: list[list[tuple[str, str]]], unmeasured: Callable[[tuple[str, str]], bool],
+                predict: Callable[[list[int]], np.ndarray], likely: np.ndarray, beside: int = 0) -> list[int]:
+    """Of ``choices`` (configuration indices), those whose first measurement of a value is
+    ``affordable``: a configuration with a value no trial measured (``unmeasured(pair)``) is kept
+    only where it is affordable among the choices with that value (``predict(at)``: their seconds;
+    ``likely``: per configuration, whether it likely fits). A look made by the search's choice of
+    the best candidate costs what the evidence rule's would: on 4 x H100 it chose float32 at 4
+    micro-batches of 256 (26.4 s) while its look at batch 256 alone took 7 s. All of them where
+    none is kept."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i in choices:
+        for pair in pairs[i]:
+            if unmeasured(pair):
+                groups.setdefault(pair, []).append(i)
+    dropped: set[int] = set()
+    for group in groups.values():
+        dropped.update(set(group) - set(affordable(group, predict(group), likely[group], beside)))
+    return [i for i in choices if i not in dropped] or choices
+
+
 def step_samples(config: dict[str, Any], scaling: str) -> float:
     """A step's samples: the effective batch where the space sets it (``effective_batch_size``:
     the micro-batches are derived from it), else the batch times its micro-batches."""
@@ -95,11 +123,12 @@ def step_samples(config: dict[str, Any], scaling: str) -> float:
 
 
 def predictor(model: Model, configs: list[dict[str, Any]], scaling: str, durations: dict[int, float],
-              costly: np.ndarray | None) -> Any:
+              costly: np.ndarray | None, steps: int = 0) -> Any:
     """A trial's predicted seconds for configurations ``at`` (indices), or None: ``fit`` on the
     measured trials' ``durations`` without a costly value (``costly``, per configuration; None: no
     such value in the space), a candidate's throughput at the low end of its interval
-    (``mixture.Model``), plus what its costly value adds (``extra_s``)."""
+    (``mixture.Model``), plus what its costly value adds (``extra_s``). ``steps``: the steps every
+    trial runs (warm-up and window): the slope is at least that (see the module's doc)."""
     def work(i: list[int], pessimistic: bool = False) -> np.ndarray:  # a step's samples over the throughput
         step = np.array([step_samples(configs[j], scaling) for j in i])
         at = np.array(i)
@@ -109,7 +138,7 @@ def predictor(model: Model, configs: list[dict[str, Any]], scaling: str, duratio
         low = model.mean(ref) + model.offset + model.upper(model.incumbent, at, z=-LOW_Z)
         return step / np.exp(low)
     plain = [i for i in durations if costly is None or not costly[i]]
-    line = fit(work(plain), np.array([durations[i] for i in plain])) if plain else None
+    line = fit(work(plain), np.array([durations[i] for i in plain]), steps) if plain else None
     if line is None:
         return None
     extra = extra_s(line, {i: d for i, d in durations.items() if costly is not None and costly[i]}, work)

@@ -43,11 +43,11 @@ from orchestrator.search import cost, flight
 from orchestrator.search.boundary import Boundary
 from orchestrator.search import surrogate as S
 from orchestrator.search.feasibility import FitIndex, Observed, fit_probabilities, scaling_dimension
-from orchestrator.keys import config_key, value_key, value_keys_of
+from orchestrator.keys import config_key, value_keys_of
 from orchestrator.search.mixture import Model
 from orchestrator.search.remeasure import Measured, Measurements, Parts, describe, process_values
 from orchestrator.search.priors import NOISE_FLOOR, THROUGHPUT, encode, measured_noise, ordered, values_of
-from orchestrator.search.verdict import Decision, Verdict, reason, unmeasured_note
+from orchestrator.search.verdict import Decision, Verdict, measured_values, reason, unmeasured_note
 from orchestrator.metrics import DURATION_S
 from orchestrator.store.record import attrs_of, metrics_of, status_of
 
@@ -65,12 +65,13 @@ TOP = 200
 class Planner:
     def __init__(self, configs: list[dict[str, Any]], searched: dict[str, Any], metric: str, direction: str,
                  device: str, order: dict[str, Any], band: float = 0.02, cap_gib: float | None = None,
-                 native_half: frozenset[str] | None = None, again: bool = True) -> None:
+                 native_half: frozenset[str] | None = None, again: bool = True, steps: int = 0) -> None:
         """``configs``: every configuration of the space, in spec order; ``searched``: the plan's
         dimensions (``space.Plan.searched``); ``device``: the resolved device (``swept``: several);
         ``native_half``: on a CPU, the half precisions it has instructions for (None: unknown);
-        ``again``: whether a rival closer than its spread is measured again (``trial.repeats: auto``)."""
-        self.again = again
+        ``again``: whether a rival closer than its spread is measured again (``trial.repeats: auto``);
+        ``steps``: the warm-up and measured steps of a trial (``cost.predictor``)."""
+        self.again, self.steps = again, steps
         self.configs, self.keys = configs, [config_key(c) for c in configs]
         self.index = {k: i for i, k in enumerate(self.keys)}
         self.metric, self.maximize = metric, direction == "maximize"
@@ -178,6 +179,10 @@ class Planner:
         if not choices and not rivals:  # each one left waits for a look in flight
             return Decision(None, verdict)
         held = flight.hostage(self.fit_index.dominance, sorted(self._busy(in_flight)), p_fit) if in_flight else None
+        if (predict := self._cost(model)) is not None:  # a first measurement of a value costs as a look may
+            known = self._measured_values(idx)
+            new = lambda pair: pair[0] in self.searched and pair[0] != self.scaling and pair not in known  # noqa: E731
+            choices = cost.first_looks(choices, self.value_keys, new, predict, p_fit >= 0.5, self._running)
         pick = self._best_candidate(model, choices + rivals, p_fit, held)
         if pick not in rivals:
             return Decision(self.configs[pick], verdict, "improvement")
@@ -218,15 +223,7 @@ class Planner:
 
     # -- evidence before the stop: every value measured once --------------------------------------
     def _measured_values(self, idx: list[int]) -> set[tuple[str, str]]:
-        """(parameter, value key) pairs of the configurations measured (and fitted), with every
-        value of a numeric parameter that lies between two measured ones (``ordered``)."""
-        measured = {pair for i in idx for pair in self.value_keys[i]}
-        for name in self.ordered:
-            seen = [self.configs[i][name] for i in idx if name in self.configs[i]]
-            if seen:
-                low, high = min(seen), max(seen)
-                measured.update((name, value_key(name, v)) for v in self.values[name] if low < v < high)
-        return measured
+        return measured_values(idx, self.configs, self.value_keys, self.ordered, self.values)
 
     def _unseen(self, idx: list[int], open_: list[int], in_flight: set[str],
                 p_fit: np.ndarray) -> dict[tuple[str, str], list[int]]:
@@ -293,7 +290,7 @@ class Planner:
         if model is None or self.scaling is None or not self.maximize or self.metric not in THROUGHPUT:
             return None
         costly = np.array([bool(self.costly.intersection(p)) for p in self.value_keys]) if self.costly else None
-        return cost.predictor(model, self.configs, self.scaling, self._seen.durations(), costly)
+        return cost.predictor(model, self.configs, self.scaling, self._seen.durations(), costly, self.steps)
 
     def _unmeasured_note(self, model: Model | None, idx: list[int], p_fit: np.ndarray) -> str:
         """For the stop line: each searched value never measured, and what the model says of it."""

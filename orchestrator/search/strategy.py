@@ -194,7 +194,8 @@ def strategy_for(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | No
     if planned(spec) and configs:
         (metric, direction), = spec.objective.metrics
         planner = planner_for(configs, plan.searched, metric, direction, plan.device, spec.search.memory_order,
-                              spec.search.band, memory_limit_gib, native_half, again=spec.trial.repeats == "auto")
+                              spec.search.band, memory_limit_gib, native_half, again=spec.trial.repeats == "auto",
+                              steps=spec.trial.warmup_steps + spec.trial.measure_steps)
         return Planned(planner, target, len(configs), spec.search.stop == "auto")
     if spec.search.sampler == "grid":
         return Grid(configs)

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.keys import value_key
+
 
 @dataclass
 class Verdict:
@@ -69,3 +71,16 @@ def unmeasured_note(model: Any, configs: list[dict[str, Any]], value_keys: list[
             upper = float(np.exp(model.upper(model.incumbent, np.array(fits)).max()))
             notes.append(f"{name}={value} (predicted <= {upper:.2f}x of the best at 95%)")
     return "; not measured: " + ", ".join(notes) if notes else ""
+
+
+def measured_values(idx: list[int], configs: list[dict[str, Any]], value_keys: list[list[tuple[str, str]]],
+                    ordered: set[str], values: dict[str, Any]) -> set[tuple[str, str]]:
+    """(parameter, value key) pairs of the configurations measured (``idx``: fitted ones), with
+    every value of a numeric parameter (``ordered``) that lies between two measured ones."""
+    measured = {pair for i in idx for pair in value_keys[i]}
+    for name in ordered:
+        seen = [configs[i][name] for i in idx if name in configs[i]]
+        if seen:
+            low, high = min(seen), max(seen)
+            measured.update((name, value_key(name, v)) for v in values[name] if low < v < high)
+    return measured

@@ -23,6 +23,42 @@ def test_no_cost_where_trials_cannot_be_told_apart(work: list[float], durations:
     assert cost.fit(np.array(work), np.array(durations)) is None
 
 
+def test_the_slope_is_at_least_the_steps_every_trial_runs() -> None:
+    """The 4 x H100 headline (2026-11-26, round 1 of four slots): the eight results known when the
+    float32 look was chosen. Their fixed part (3.5-4.6 s, each slot's first trial slower) hid the
+    slope (1.1 s per unit of work against the 13 steps each trial ran), and float32 at 4
+    micro-batches of 256 (predicted work 2 s a step at its low throughput) passed as affordable
+    beside three slots; it took 26.4 s. Held to the steps, it is not; batch 8 of float32 is."""
+    work = np.array([0.037, 0.036, 0.032, 0.138, 0.101, 0.054, 0.108, 0.216])
+    durations = np.array([4.07, 3.67, 3.85, 4.64, 4.03, 3.53, 3.80, 3.71])
+    free = cost.fit(work, durations)
+    assert free is not None and free[1] == pytest.approx(1.06, abs=0.01)
+    held = cost.fit(work, durations, least=13)
+    assert held is not None and held[1] == 13
+    assert held[0] + 13 * work.mean() == pytest.approx(durations.mean())  # through the centroid
+    look = np.array([0.04, 2.0])  # float32 at batch 8 and at 4 x 256, s a step at the low bound
+    for line, affordable in ((free, [0, 1]), (held, [0])):
+        predicted = line[0] + line[1] * look
+        assert cost.affordable([0, 1], predicted, np.array([True, True]), beside=3) == affordable
+    # a line with no slope of its own gets the steps' slope
+    assert cost.fit(np.array([0.1, 0.4]), np.array([2.0, 2.0]), least=13) == pytest.approx((0.0, 13.0))
+
+
+def test_a_first_measurement_of_a_value_is_priced_as_a_look_whichever_rule_chose_it() -> None:
+    """Choices 0-3: 0 and 1 have only measured values; 2 and 3 have float32, never measured, at
+    predicted 3 s and 26 s. Beside three slots (bar 2x the cheapest float32) the 26-s one goes;
+    alone (4x) too; a measured value is never priced, and where nothing would be left, all stay."""
+    pairs = [[("dtype", "bf16")], [("dtype", "fp16")], [("dtype", "fp32")], [("dtype", "fp32")]]
+    seconds = np.array([2.0, 2.0, 3.0, 26.0])
+    predict = lambda at: seconds[at]  # noqa: E731
+    new = lambda pair: pair == ("dtype", "fp32")  # noqa: E731
+    likely = np.array([True] * 4)
+    assert cost.first_looks([0, 1, 2, 3], pairs, new, predict, likely, beside=3) == [0, 1, 2]
+    assert cost.first_looks([0, 1, 2, 3], pairs, new, predict, likely) == [0, 1, 2]
+    assert cost.first_looks([0, 1, 3], pairs, new, predict, likely, beside=3) == [0, 1, 3]  # 3 is the cheapest left
+    assert cost.first_looks([0, 1, 2, 3], pairs, lambda pair: False, predict, likely) == [0, 1, 2, 3]
+
+
 def test_affordable_keeps_what_costs_at_most_look_cost_times_the_cheapest_that_likely_fits() -> None:
     assert cost.LOOK_COST == 4.0
     group = [10, 11, 12, 13]
