@@ -40,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from concurrency import beside, report, start_and_end  # noqa: E402
+from concurrency import beside, report, start_and_end, trials as trials_of  # noqa: E402
 
 
 def with_repeats(spec: Path, repeats: int) -> Path:
@@ -87,19 +87,25 @@ def run(spec: Path, devices: str, log: Path | None) -> dict:
     return {"wall_s": wall, "loop_s": (max(ends) - min(starts)) if starts and ends else None, "trials": trials,
             "measured_twice": len(results) - len(trials), "stop": stop, "devices": devices,
             "beside": beside(work, events, slot_of), "start_end": start_and_end(events, slot_of),
-            "timeline": timeline(study.get_trials(), events)}
+            "timeline": timeline(study.get_trials(), events, work)}
 
 
-def timeline(all_trials: list[Any], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def timeline(all_trials: list[Any], events: list[dict[str, Any]], work: Path) -> list[dict[str, Any]]:
     """Every trial of the sweep (repeats and stopped ones too), seconds after the loop began: where a
-    slow round's time went (two 4-GPU rounds took 45 s where a third took 29 s, 2026-11-26)."""
+    slow round's time went (two 4-GPU rounds took 45 s where a third took 29 s, 2026-11-26), with
+    why the search chose it (``chosen_by``) and its own marks (``harness/marks.py``: set-up, warm-up
+    and window), so a slow trial shows which of them took the time."""
     t0 = next((e["t"] for e in events if e.get("event") == "loop_start"), None)
     if t0 is None:
         return []
     start = {e["trial"]: e["t"] - t0 for e in events if e.get("event") == "start" and e.get("trial") is not None}
     told = {e["trial"]: e["t"] - t0 for e in events if e.get("event") == "told" and e.get("trial") is not None}
+    marks = {t["trial"]: {k: round(v - t0, 3) for k, v in t["tl"].items() if isinstance(v, (int, float))}
+             for t in trials_of(work, events)}
     return [{"trial": t.number, "slot": t.user_attrs.get("slot"), "params": t.params, "state": t.state.name,
-             "status": t.user_attrs.get("status"), "start": start.get(t.number), "told": told.get(t.number)}
+             "status": t.user_attrs.get("status"), "chosen_by": t.user_attrs.get("chosen_by"),
+             "start": start.get(t.number), "told": told.get(t.number),
+             "marks": marks.get(t.number, {})}
             for t in all_trials]
 
 
