@@ -2,17 +2,11 @@
 
 A trial stops before its timed window (it says so on its status pipe) until no pre-started
 interpreter of the host is importing and none is waiting to start, then gets ``go``; new
-interpreters start only while no window runs. Measured on a 2-GPU H200 host with imports allowed
+interpreters start only while no window runs. A process prepared for a slot's next trial (forked,
+its device initialised ahead: ``SparePool.prepare_next``) counts as one importing until it is ready:
+on CUDA it creates a context, work no window should share. Measured on a 2-GPU H200 host with imports allowed
 during windows: launch-bound trials (BERT-base, batch 16-64, fp16/bf16) lost up to 40% of their
 throughput, on one GPU as on two; GPU-bound ones nothing.
-
-A process prepared for a slot's next trial (forked, its device initialised ahead:
-``SparePool.prepare_next``) counts as one importing until it is ready, and starts only while no
-window runs, where the slots share the CPU. Where each slot has cores of its own (several GPUs,
-each pinned: ``slots.gpu_cores``), it starts at once and holds no window: on 4 x H100 (2026-11-26)
-gating it meant that with some window always open no trial was prepared, and each initialised its
-device in its own set-up (0.4-1.4 s), beside the other slots' windows, which measured 0.993-1.010
-of their one-GPU throughput all the same.
 """
 
 from __future__ import annotations
@@ -46,10 +40,6 @@ class HostSlot(Protocol):
     def prepare_pending(self) -> bool:
         """A process for its next trial is to be prepared once no window runs on the host."""
 
-    @property
-    def pinned(self) -> bool:
-        """Its trials run on CPU cores of their own: its prepared process is not gated."""
-
 
 class Host:
     """The slots of one orchestrator together (see the module's rule on imports and windows)."""
@@ -59,8 +49,7 @@ class Host:
 
     def importing(self) -> bool:
         """Some interpreter of the host is still starting (a spare, or a trial's fresh process)."""
-        procs = [s for launcher in self.launchers
-                 for s in [*launcher.spares, *([] if launcher.pinned else launcher.prepared)]]
+        procs = [s for launcher in self.launchers for s in [*launcher.spares, *launcher.prepared]]
         procs += [launcher.running.interp for launcher in self.launchers if launcher.running is not None]
         return any(not p.ready and not p.at_window and p.returncode is None for p in procs)
 
