@@ -107,6 +107,22 @@ class Proposer:
                 v.queued.add(config_key(t.system_attrs.get("fixed_params") or {}))
         return v
 
+    def _view_besides(self, number: int, key: str) -> View:
+        """The study as it is now, but for trial ``number`` (just asked, for configuration ``key``):
+        where the lock's session died while this orchestrator proposed (the database restarted),
+        another one may have taken the lock meanwhile and started the same configuration, which the
+        view read before did not show (two orchestrators measured one configuration twice across a
+        restart of PostgreSQL)."""
+        v = self.view()
+        if v.in_flight.get(key) == number:  # ours: the other attempt, if any, is the one to defer to
+            del v.in_flight[key]
+            other = next((t.number for t in self.study.get_trials(deepcopy=False)
+                          if t.number != number and t.state.name == "RUNNING" and is_attempt(t)
+                          and config_key(t.params) == key), None)
+            if other is not None:
+                v.in_flight[key] = other
+        return v
+
     # -- proposing ------------------------------------------------------------------------------
     def next(self) -> Asked | Wait | Done:
         """A trial to run, ``Wait`` (nothing now, but trials in flight may change that) or ``Done``
@@ -115,6 +131,7 @@ class Proposer:
         repeat, a deferral) is recorded, and the strategy asked again."""
         with self.lock:
             for _ in range(4 * MAX_REPEATED_PROPOSALS):
+                retaken = getattr(self.lock, "retaken", 0)
                 v = self.view()
                 self.strays = v.strays
                 answer = self._before(v) or self.strategy.next(v)
@@ -125,6 +142,8 @@ class Proposer:
                 if answer.config is not None:
                     enqueue(self.study, answer.config, **answer.attrs)
                 trial, sampled = self._ask()
+                if getattr(self.lock, "retaken", 0) != retaken:  # the lock was lost meanwhile: look again
+                    v = self._view_besides(trial.number, config_key(sampled))
                 if self._answered_at_once(trial, sampled, v):
                     continue
                 self.answered = 0

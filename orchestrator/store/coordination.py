@@ -43,6 +43,9 @@ class StudyLock:
         self._swap = threading.Lock()  # _conn between the holder and ``ensure`` (another thread's retry)
         self._held = False
         """The lock was taken (``__enter__`` returned) and not yet released."""
+        self.retaken = 0
+        """How often ``ensure`` took the lock again after its session died: meanwhile another
+        orchestrator may have held it, and what was decided before is to be checked again."""
         if storage_url.startswith("postgresql"):
             import sqlalchemy
 
@@ -89,6 +92,7 @@ class StudyLock:
                         pass
                 self._conn = None
             self._conn = self._take()  # raises while the server is still down: the retry waits
+            self.retaken += 1
 
     def _take(self) -> Connection:
         conn = self._engine.connect()

@@ -245,3 +245,33 @@ def test_a_tracking_server_restart_costs_nothing(tmp_path: Path, pg: PostgresSer
             assert run.info.status == "FINISHED" and run.data.metrics["samples_per_s"] > 0
     finally:
         server.kill()
+
+
+def test_a_lock_lost_with_its_session_is_taken_again_and_counted(pg: PostgresServer) -> None:
+    """The study's advisory lock dies with its session when the database restarts. ``ensure`` (run
+    before every retried call) takes it again on a new session and counts it in ``retaken``: the
+    proposer then reads the study again before its trial runs (``test_proposer.py``), since
+    another orchestrator may have held the lock meanwhile."""
+    import sqlalchemy
+
+    from orchestrator.store.coordination import StudyLock
+
+    url = with_password(pg.database_for(ROLE, "lock"))
+    lock = StudyLock(url, "team")
+    probe = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+
+    def free() -> bool:  # whether another session could take the lock now
+        with probe.connect() as conn:
+            got = conn.execute(sqlalchemy.text("SELECT pg_try_advisory_lock(:k)"), {"k": lock._key}).scalar()
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock_all()"))
+            return bool(got)
+
+    with lock:
+        assert not free() and lock.retaken == 0
+        lock.ensure()  # its session alive: nothing to do
+        assert lock.retaken == 0
+        pg.restart()
+        assert free()  # gone with the session
+        lock.ensure()
+        assert lock.retaken == 1 and not free()
+    assert free()

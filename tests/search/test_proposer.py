@@ -1,0 +1,75 @@
+"""The proposer's exclusivity across a lost lock (``search/proposer.py``, ``store/coordination.py``):
+a proposal made while the study's lock went away with its database session is checked again
+against the study as it is, before its process runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from orchestrator.outcome import Status
+from orchestrator.search.proposer import Asked, Proposer
+from orchestrator.search.space import make_plan, suggest
+from orchestrator.search.strategy import make_sampler
+from orchestrator.spec.load import check_spec
+
+
+class Lock:
+    """A stand-in for ``coordination.StudyLock``: ``retaken`` counts its re-takings."""
+
+    retaken = 0
+
+    def __enter__(self) -> "Lock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def proposer_with_a_rival(tmp_path: Path, lost: bool) -> tuple[Proposer, list[tuple[int, Status]], optuna.Study]:
+    """A grid proposer whose ``ask`` is raced by another orchestrator that starts the same
+    configuration meanwhile, which only a lost lock allows; ``lost``: the lock was taken again."""
+    spec = check_spec({"name": "s", "experiment": "experiments.mlp", "device": "cpu",
+                       "space": {"batch_size": [8, 16]}, "search": {"sampler": "grid"}}, Path("spec.yaml"), {})
+    plan = make_plan(spec, "cpu")
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s", direction="maximize",
+                                sampler=make_sampler(spec, 0))
+    answered: list[tuple[int, Status]] = []
+    lock = Lock()
+    proposer = Proposer(spec, plan, study, lock, lambda trial, outcome, original: answered.append(
+        (trial.number, outcome.status)))
+    own_ask = proposer._ask
+    raced = []
+
+    def ask() -> tuple[Any, dict[str, Any]]:
+        trial, sampled = own_ask()
+        if not raced:  # the other orchestrator, between this one's view and its process
+            study.enqueue_trial(sampled)
+            suggest(study.ask(), plan)
+            raced.append(sampled)
+            lock.retaken += lost
+        return trial, sampled
+
+    proposer._ask = ask  # type: ignore[method-assign]
+    return proposer, answered, study
+
+
+def test_a_proposal_made_across_a_lost_lock_defers_to_the_trial_started_meanwhile(tmp_path: Path) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    proposer, answered, study = proposer_with_a_rival(tmp_path, lost=True)
+    got = proposer.next()
+    assert isinstance(got, Asked) and got.sampled == {"batch_size": 16}, got  # the configuration still free
+    assert answered == [(0, Status.DEFERRED)]  # trial 0 stepped aside for the other's trial 1
+    running = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING]
+    assert [(t.number, t.params) for t in running] == [(1, {"batch_size": 8}), (2, {"batch_size": 16})]
+
+
+def test_with_the_lock_held_throughout_the_view_read_under_it_stands(tmp_path: Path) -> None:
+    """The same race with the lock never lost cannot happen for real; here it shows that the
+    study is read again only when the lock was lost (one read per proposal otherwise)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    proposer, answered, _ = proposer_with_a_rival(tmp_path, lost=False)
+    got = proposer.next()
+    assert isinstance(got, Asked) and got.sampled == {"batch_size": 8} and answered == []
