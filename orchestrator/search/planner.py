@@ -181,7 +181,7 @@ class Planner:
         held = flight.hostage(self.fit_index.dominance, sorted(self._busy(in_flight)), p_fit) if in_flight else None
         if (predict := self._cost(model)) is not None:  # a first measurement of a value costs as a look may
             known = self._measured_values(idx)
-            new = lambda pair: pair[0] in self.searched and pair[0] != self.scaling and pair not in known  # noqa: E731
+            new = lambda pair: self._looked_for(pair[0]) and pair not in known  # noqa: E731
             choices = cost.first_looks(choices, self.value_keys, new, predict, p_fit >= 0.5, self._running)
         pick = self._best_candidate(model, choices + rivals, p_fit, held)
         if pick not in rivals:
@@ -236,8 +236,7 @@ class Planner:
         out: dict[tuple[str, str], list[int]] = {}
         for i in open_:
             for key in self.value_keys[i]:
-                name = key[0]
-                if name == self.scaling or name not in self.searched or key in measured:
+                if not self._looked_for(key[0]) or key in measured:
                     continue
                 out.setdefault(key, [])
                 if key not in flying:
@@ -322,7 +321,11 @@ class Planner:
         if not idx or not in_flight:
             return never
         return never | flight.pending(sorted(self._busy(in_flight)), self.value_keys, self._measured_values(idx),
-                                      lambda name: name in self.searched and name != self.scaling)
+                                      self._looked_for)
+
+    def _looked_for(self, name: str) -> bool:
+        """Whether each value of parameter ``name`` needs its look: searched, and not the batch."""
+        return name in self.searched and name != self.scaling
 
     def _ends(self, measured: Model | None, open_: list[int], idx: list[int], in_flight: set[str],
               p_fit: np.ndarray) -> bool:
