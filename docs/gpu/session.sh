@@ -102,6 +102,11 @@
 #                                 accumulation, uncapped, its warm-up and window), a full grid (about 5 minutes on an H100)
 #   bash docs/gpu/session.sh l41b part 2, the compile landscapes: the small BERT and a 153M Llama under a 10% cap,
 #                                 each with compile as a dimension (about 9 minutes on an H100)
+#   bash docs/gpu/session.sh ahead issue #40, tried and not kept: a lone slot's next process prepared at its trial's
+#                                 start and warmed (backend.warm_kernels; apply docs/gpu/ahead/warm_ahead.patch to
+#                                 764bd0d first), against 764bd0d (git archive of its orchestrator/ and experiments/
+#                                 into .before_ahead/), bench/overhead.py on the headline, 2 rounds; ahead2: the
+#                                 fidelity of a window beside that process (bench/fidelity.py --overlap)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -302,6 +307,24 @@ l41a)
   export HF_HUB_OFFLINE=1
   LT=290 landscape hf_gpt2_cap012 hf_gpt2_h100_cap012
   LT=290 landscape hf_bert hf_bert_h100
+  ;;
+ahead)
+  step "first step ahead"; for v in none generic; do python3 docs/gpu/first_step/ahead.py $v bfloat16 128; done > "$OUT/ahead_probe.log" 2>&1
+  python3 -c "
+import os, subprocess, torch
+from orchestrator.harness import backend
+backend.init_device('cuda'); a = torch.cuda.mem_get_info()[0]
+backend.warm_kernels('cuda'); b = torch.cuda.mem_get_info()[0]
+smi = subprocess.run(['nvidia-smi', '--query-compute-apps=pid,used_memory', '--format=csv,noheader'], capture_output=True, text=True).stdout
+print(f'a prepared process: context then warm, free {a / 2**20:.0f} -> {b / 2**20:.0f} MiB; nvidia-smi: {smi.strip()}')
+" >> "$OUT/ahead_probe.log" 2>&1
+  step overhead; rm -rf /tmp/before_ahead && cp -r .before_ahead /tmp/before_ahead
+  timeout 540 python3 bench/overhead.py --device cuda --compare /tmp/before_ahead --real sweeps/bert_memory.yaml --rounds 2 \
+      --trials 4 --floor-repeats 3 --json "$OUT/overhead_ahead.json" > "$OUT/overhead_ahead.log" 2>&1
+  ;;
+ahead2)
+  step fidelity; timeout 560 python3 bench/fidelity.py --device cuda --overlap --spec sweeps/bert_memory.yaml \
+      --only batch_size=64 --configs 3 --rounds 3 > "$OUT/fidelity_ahead.log" 2>&1
   ;;
 lhead)
   LT=560 landscape headline headline_h100
