@@ -102,6 +102,10 @@
 #                                 accumulation, uncapped, its warm-up and window), a full grid (about 5 minutes on an H100)
 #   bash docs/gpu/session.sh l41b part 2, the compile landscapes: the small BERT and a 153M Llama under a 10% cap,
 #                                 each with compile as a dimension (about 9 minutes on an H100)
+#   bash docs/gpu/session.sh jit  three headline commands in a row: each trial's first step and the CUDA JIT cache
+#                                 (docs/gpu/first_step/sweeps.sh); sdpa: the same first step with each attention
+#                                 backend alone, one process each (docs/gpu/first_step/sdpa.sh); cwd: the same
+#                                 first step in new and known working folders (CWD_PART=what: what of the folder)
 #   bash docs/gpu/session.sh ahead issue #40, tried and not kept: a lone slot's next process prepared at its trial's
 #                                 start and warmed (backend.warm_kernels; apply docs/gpu/ahead/warm_ahead.patch to
 #                                 764bd0d first), against 764bd0d (git archive of its orchestrator/ and experiments/
@@ -321,6 +325,15 @@ print(f'a prepared process: context then warm, free {a / 2**20:.0f} -> {b / 2**2
   step overhead; rm -rf /tmp/before_ahead && cp -r .before_ahead /tmp/before_ahead
   timeout 540 python3 bench/overhead.py --device cuda --compare /tmp/before_ahead --real sweeps/bert_memory.yaml --rounds 2 \
       --trials 4 --floor-repeats 3 --json "$OUT/overhead_ahead.json" > "$OUT/overhead_ahead.log" 2>&1
+  ;;
+jit)
+  step "first steps across commands"; bash docs/gpu/first_step/sweeps.sh > "$OUT/first_steps.log" 2>&1
+  ;;
+sdpa)
+  step "first steps by attention backend"; bash docs/gpu/first_step/sdpa.sh > "$OUT/first_step_sdpa.log" 2>&1
+  ;;
+cwd)
+  step "first steps by working folder"; bash docs/gpu/first_step/cwd.sh ${CWD_PART:-} > "$OUT/first_step_cwd${CWD_PART:+_$CWD_PART}.log" 2>&1
   ;;
 ahead2)
   step fidelity; timeout 560 python3 bench/fidelity.py --device cuda --overlap --spec sweeps/bert_memory.yaml \

@@ -20,6 +20,7 @@ sys.path.insert(0, os.getcwd())
 from experiments import bert  # noqa: E402
 
 dtype, batch = sys.argv[1], int(sys.argv[2])
+backend = os.environ.get("PROBE_SDPA")  # FLASH_ATTENTION, EFFICIENT_ATTENTION, CUDNN_ATTENTION, MATH: only that one
 imported = time.perf_counter()
 device = torch.device("cuda")
 torch.zeros(1, device=device)
@@ -30,6 +31,10 @@ opt = torch.optim.AdamW(w.model.parameters(), lr=1e-4, fused=True)
 amp = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(dtype)
 built = time.perf_counter()
 steps = []
+if backend:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    sdpa_kernel([getattr(SDPBackend, backend)]).__enter__()
 for _ in range(3):
     s = time.perf_counter()
     with torch.autocast("cuda", dtype=amp) if amp else contextlib.nullcontext():
@@ -40,6 +45,7 @@ for _ in range(3):
     torch.cuda.synchronize()
     steps.append(time.perf_counter() - s)
 print(f"{dtype:9s} b{batch}: import {imported - t0:.2f} s, context {context - imported:.2f} s, build {built - context:.2f} s, "
-      f"steps {' '.join(f'{x:.3f}' for x in steps)} s{' (os._exit)' if sys.argv[3:] == ['_exit'] else ''}", flush=True)
+      f"steps {' '.join(f'{x:.3f}' for x in steps)} s{' (os._exit)' if sys.argv[3:] == ['_exit'] else ''}"
+      f"{f' SDPA {backend} only' if backend else ''}", flush=True)
 if sys.argv[3:] == ["_exit"]:
     os._exit(0)
