@@ -16,7 +16,7 @@ other than the CLI's own errors, a traceback, a second line, a message without t
 line, a hang. Prints: examples tried, valid specs, one-line errors, failures (and the first few
 failing documents). Exit code 1 if any failed.
 
-``tests/spec/test_fuzz_specs.py`` runs the same strategy and checker for 2,000 examples in CI.
+``tests/spec/test_fuzz_specs.py`` runs the same strategy and checker for 1,000 examples in CI.
 """
 
 from __future__ import annotations

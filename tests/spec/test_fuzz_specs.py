@@ -3,7 +3,7 @@ go through every path that loads a spec; each ends in a valid spec or in one std
 ``SPEC:LINE: ...`` with exit code 2, within a time and memory limit, writing nothing.
 
 The strategy and the checker live in ``bench/fuzz_specs.py`` (which runs many more examples);
-here 2,000 fixed examples (derandomized, no example database) each run in-process through the four
+here 1,000 fixed examples (derandomized, no example database) each run in-process through the four
 entry points as the CLI calls them, and a few of them through the installed ``orchestrate``
 command, every path.
 """
@@ -28,14 +28,14 @@ fuzz_specs = importlib.util.module_from_spec(_spec)
 sys.modules["fuzz_specs"] = fuzz_specs
 _spec.loader.exec_module(fuzz_specs)
 
-EXAMPLES = 2_000
+EXAMPLES = 1_000
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 @pytest.fixture(scope="module")
 def fuzzed() -> tuple[fuzz_specs.Tally, float]:
-    """The 2,000 examples, each through the four paths in this process; failures are collected,
+    """The 1,000 examples, each through the four paths in this process; failures are collected,
     not raised, so that the tally says how many there were."""
     tally = fuzz_specs.Tally()
     workdir = fuzz_specs.scratch_dir()
