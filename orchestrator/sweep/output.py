@@ -3,7 +3,9 @@ pipe) or a terminal that closes (its writes fail with EIO after SIGHUP) stops th
 signal does, instead of ending it with a traceback between a trial's start and its record.
 
 Python ignores SIGPIPE: a write to a closed pipe raises ``BrokenPipeError``. While the sweep runs,
-``sys.stdout`` and ``sys.stderr`` are ``Guarded`` streams: the first write that fails sends that
+``sys.stdout`` and ``sys.stderr`` are line-buffered ``Guarded`` streams (Python block-buffers a
+pipe's stdout: without ``PYTHONUNBUFFERED`` the trial lines waited in the buffer, and ``| head -1``
+let a sweep run to its end and exit 0): the first write that fails sends that
 stream to ``/dev/null`` from then on and trips the sweep's ``StopFlag`` with SIGPIPE (or SIGHUP,
 for a terminal gone), so the loop records the trials in flight as interrupted, closes MLflow's
 parent run and exits 141 (129); the one line that says so goes to stderr if it still reaches
@@ -62,6 +64,11 @@ def guarded(stop: StopFlag) -> Iterator[None]:
     """``sys.stdout`` and ``sys.stderr`` as ``Guarded`` streams (see the module), and SIGHUP
     handled as SIGINT and SIGTERM are (``stop.trip``), until the block ends."""
     out, err = sys.stdout, sys.stderr
+    for stream in (out, err):  # a pipe's stdout is block-buffered: its trial lines would wait for the
+        try:  # end (`| tee` showed nothing live), and so would the write that finds the reader gone
+            stream.reconfigure(line_buffering=True)
+        except (AttributeError, ValueError, OSError):  # not a TextIOWrapper (a test's capture, say)
+            pass
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {s: signal.signal(s, stop.trip) for s in signals}
     sys.stdout, sys.stderr = Guarded(out, stop), Guarded(err, stop)
