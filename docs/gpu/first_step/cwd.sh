@@ -2,11 +2,12 @@
 # cache keyed by the working folder? One process per line (probe.py), the cache's size after each.
 #   bash docs/gpu/first_step/cwd.sh          # folders: a new one twice, another new one, the repository
 #   bash docs/gpu/first_step/cwd.sh what     # the folder or PWD, and the cache switched off
+#   bash docs/gpu/first_step/cwd.sh backend  # each attention backend alone, each in a new folder
 set -u
 cache="${CUDA_CACHE_PATH:-$HOME/.nv/ComputeCache}"
 size() { echo "    JIT cache $(du -sk "$cache" 2>/dev/null | cut -f1) KiB"; }
 root=$PWD
-if [ "${1:-}" != what ]; then
+if [ -z "${1:-}" ]; then
 a=$(mktemp -d); b=$(mktemp -d)
 for where in "$a" "$a" "$b" "$root"; do
   echo "  in $where:"; (cd "$where" && python3 "$root/docs/gpu/first_step/probe.py" bfloat16 256 _exit); size
@@ -19,4 +20,11 @@ echo "  in a new folder, PWD=$root:"; (cd "$c" && PWD="$root" python3 "$root/doc
 echo "  in a new folder, os.chdir($root) before torch:"; (cd "$d" && python3 -c "import os, runpy, sys; os.chdir('$root'); sys.argv = ['probe.py', 'bfloat16', '256', '_exit']; runpy.run_path('$root/docs/gpu/first_step/probe.py', run_name='__main__')"); size
 echo "  in $root, CUDA_CACHE_DISABLE=1:"; (cd "$root" && CUDA_CACHE_DISABLE=1 python3 "$root/docs/gpu/first_step/probe.py" bfloat16 256 _exit); size
 command -v strace >/dev/null && (cd "$c" && strace -f -qq -e trace=getcwd,readlink -o /tmp/st.txt python3 "$root/docs/gpu/first_step/probe.py" float16 256 _exit; grep -c getcwd /tmp/st.txt; grep getcwd /tmp/st.txt | tail -5)
+fi
+if [ "${1:-}" = backend ]; then
+# Which attention backend's kernels miss the cache in a new folder? Each process in a folder of its own.
+for b in "" FLASH_ATTENTION EFFICIENT_ATTENTION CUDNN_ATTENTION MATH ""; do
+  w=$(mktemp -d); echo "  a new folder, SDPA ${b:-default}:"
+  (cd "$w" && PROBE_SDPA=$b python3 "$root/docs/gpu/first_step/probe.py" bfloat16 256 _exit); size
+done
 fi
