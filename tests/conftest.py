@@ -23,6 +23,10 @@ pytest_plugins = ["servers"]  # tests/servers.py: real PostgreSQL and mlflow ser
 # suite's time (10:53 against 11:41 and 11:43, the same machine, one evening). A value the caller
 # set is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The commands run as a user's shell runs them: without PYTHONUNBUFFERED, which some shells and
+# containers set (this project's did). With it, a pipe's stdout is unbuffered, and that hid a sweep
+# whose trial lines waited in the buffer (`| head -1` ran on to the end, `| tee` showed nothing live).
+os.environ.pop("PYTHONUNBUFFERED", None)
 
 ROOT = Path(__file__).resolve().parents[1]
 
