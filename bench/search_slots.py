@@ -4,6 +4,7 @@ itself with 2 and 4 slots than with one (issue #41 item 1)?
     python bench/search_slots.py                                   # every landscape, seeds 5000-5019
     python bench/search_slots.py bench/landscapes/x.csv --seeds 10 --first-seed 1000 --slots 1,4
     python bench/search_slots.py --noise 0.10 --check              # exit 1 if a target fails
+    python bench/search_slots.py --first-seed 7000 --where         # also where 4 slots' time goes
 
 The shipped search (``sampler: auto``, ``stop: auto``, ``trial.repeats: auto``) is replayed over each
 recorded landscape through the real sweep loop (``orchestrator.replay.strategies``) with ``N``
@@ -42,9 +43,10 @@ TARGETS = {4: 0.40}
 IN_BAND = 0.95
 
 
-def one(path: str, slots: int, seed: int, noise: float, band: float) -> tuple[float, float, bool, int, float]:
+def one(path: str, slots: int, seed: int, noise: float, band: float) -> tuple[float, float, bool, int, float, float, float]:
     """One replayed sweep: (when the band was first known, when it ended, band measured by then,
-    processes run, real seconds the replay took)."""
+    processes run, real seconds the replay took, the share of the slots' time busy with trials,
+    the share spent on trials started after the band was known)."""
     import warnings
 
     warnings.filterwarnings("ignore", module="optuna")
@@ -57,7 +59,12 @@ def one(path: str, slots: int, seed: int, noise: float, band: float) -> tuple[fl
     found = [r.finished_at for r in run.records
              if r.measured and r.status == "ok" and (truth(r) or 0) >= threshold and r.finished_at is not None]
     measured = sum(r.measured for r in run.records)
-    return (min(found, default=float("inf")), run.end_s, bool(found), measured, time.perf_counter() - started)
+    first = min(found, default=float("inf"))
+    ran = [r for r in run.records if r.measured and r.finished_at is not None]
+    room = slots * run.end_s or 1.0  # the slots' seconds until the sweep ended
+    after = sum(r.cost_s for r in ran if r.finished_at is not None and r.finished_at - r.cost_s >= first)
+    return (first, run.end_s, bool(found), measured, time.perf_counter() - started,
+            sum(r.cost_s for r in ran) / room, after / room)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--band", type=float, default=0.02)
     p.add_argument("--jobs", type=int, default=2, help="replays in parallel (default 2)")
     p.add_argument("--check", action="store_true", help="exit 1 when a target fails")
+    p.add_argument("--where", action="store_true", help="also where the most slots' time goes: busy, the band's "
+                   "time over the stop, and the share of slot time spent on trials started after the band")
     args = p.parse_args(argv)
     counts = [int(s) for s in args.slots.split(",")]
     paths = args.landscapes or sorted(LANDSCAPES.glob("*.csv"))
@@ -83,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios: dict[int, list[float]] = {n: [] for n in counts[1:]}
     checks: list[tuple[str, bool]] = []
     walls = []
+    where: list[str] = []
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for path in paths:
             jobs = {n: [pool.submit(one, str(path), n, s, args.noise, args.band) for s in seeds] for n in counts}
@@ -98,9 +108,19 @@ def main(argv: list[str] | None = None) -> int:
                 line += f" {stop[n] / stop[counts[0]]:>6.2f}"
             line += "".join(f" {trials[n]:>9.0f}" for n in counts)
             print(f"{path.name:<38}{line} {'/'.join(f'{in_band[n]:.0%}' for n in counts):>8}", flush=True)
+            most = got[counts[-1]]
+            where.append(f"{path.name:<38} {statistics.median(r[5] for r in most):>6.2f} "
+                         f"{statistics.median(min(1.0, r[0] / r[1]) if r[1] else 1.0 for r in most):>10.2f} "
+                         f"{statistics.median(r[6] for r in most):>11.2f}")
             for n in counts[1:]:
                 checks.append((f"{path.name}: {n} slots, band measured before the stop in {in_band[n]:.0%} of seeds "
                                f">= {IN_BAND:.0%}", in_band[n] >= IN_BAND))
+    if args.where:
+        print(f"\nwhere {counts[-1]} slots' time goes (medians over seeds): busy = trial seconds over the slots' "
+              "seconds to the stop; band/stop = when the band was first known over the stop; after band = the "
+              "share of the slots' seconds spent on trials started once it was")
+        print(f"{'landscape':<38} {'busy':>6} {'band/stop':>10} {'after band':>11}")
+        print("\n".join(where))
     print()
     for n in counts[1:]:
         median = statistics.median(ratios[n])

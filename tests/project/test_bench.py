@@ -61,6 +61,23 @@ def test_search_efficiency_runs_and_reports_every_strategy_and_target(tmp_path: 
     assert figures["strategies"]["grid"]["ratio"] == pytest.approx(0.615, abs=0.002)  # the spec's order, every point
 
 
+def test_search_slots_prints_the_ratios_and_where_the_most_slots_time_goes() -> None:
+    """``bench/search_slots.py --where``: per landscape, the slots' busy share, the band's time over
+    the stop and the share of slot time after the band, each a fraction, for the most slots asked."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "search_slots.py"), "--seeds", "2", "--slots", "1,2",
+                           "--jobs", "1", "--where", str(ROOT / "bench" / "landscapes" / "mlp_narrow_h100.csv"),
+                           str(ROOT / "bench" / "landscapes" / "hf_bert_h100.csv")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "where 2 slots' time goes" in out and "2 slots: stop" in out
+    rows = {m[0]: [float(x) for x in m[1:]] for m in re.findall(r"^(\S+\.csv) +([\d.]+) +([\d.]+) +([\d.]+)$", out, re.MULTILINE)}
+    assert set(rows) == {"mlp_narrow_h100.csv", "hf_bert_h100.csv"}, out
+    for busy, band, after in rows.values():
+        assert 0 < busy <= 1 and 0 < band <= 1 and 0 <= after < 1
+    assert rows["hf_bert_h100.csv"][2] > rows["mlp_narrow_h100.csv"][2]  # the band early there, late here
+
+
 @pytest.mark.slow
 @pytest.mark.long  # many processes each way: a benchmark's own check, run with -m long
 def test_devices_bench_alternates_rounds_and_prints_the_control(tmp_path: Path) -> None:
