@@ -62,7 +62,7 @@ def one(path: str, slots: int, seed: int, noise: float, band: float) -> tuple[fl
     first = min(found, default=float("inf"))
     ran = [r for r in run.records if r.measured and r.finished_at is not None]
     room = slots * run.end_s or 1.0  # the slots' seconds until the sweep ended
-    after = sum(r.cost_s for r in ran if r.finished_at is not None and r.finished_at - r.cost_s >= first)
+    after = sum(r.cost_s for r in ran if r.finished_at - r.cost_s >= first)  # ran: each has finished_at
     return (first, run.end_s, bool(found), measured, time.perf_counter() - started,
             sum(r.cost_s for r in ran) / room, after / room)
 

@@ -115,13 +115,13 @@ def test_a_closed_terminal_stops_the_sweep_as_sigterm_does(seeded_project: Path)
 
 def test_a_reader_that_leaves_the_pipe_stops_the_sweep_in_one_line(seeded_project: Path) -> None:
     """``orchestrate spec | head -1``: the issue's exit 141 with the trial left RUNNING. Run as a
-    user runs it, without ``PYTHONUNBUFFERED``: Python block-buffers a pipe's stdout, and the trial
-    lines once waited there while the sweep ran on to its end (exit 0, after the hang's 60 s)."""
+    user runs it, without ``PYTHONUNBUFFERED`` (``conftest.py`` removes it): Python block-buffers a
+    pipe's stdout, and the trial lines once waited there while the sweep ran on to its end (exit 0,
+    after the hang's 60 s)."""
     project = seeded_project
     path = spec(project, "piped", ["none", "hang"], timeout_s=60, min_measure_s=0.5)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     run = subprocess.run(["bash", "-c", f"{ORCHESTRATE} {path} | head -1; echo ${{PIPESTATUS[0]}} > rc"], cwd=project,
-                         capture_output=True, text=True, timeout=300, env=env)
+                         capture_output=True, text=True, timeout=300)
     assert run.stdout.startswith("orchestrate: piped on cpu") and len(run.stdout.splitlines()) == 1
     assert (project / "rc").read_text().strip() == "141"
     lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
