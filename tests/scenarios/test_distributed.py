@@ -114,8 +114,12 @@ def test_a_killed_orchestrators_trial_is_run_again_by_the_others(tmp_path: Path,
         running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
                    if t.user_attrs.get("orchestrator") == owner and "hidden_size" in t.params
                    and list(folder.glob(f"mlruns/.trials/*/trial-{t.number:04d}"))]
-        if running:
-            cut = running[0]
+        if running:  # stopped, the victim can record no result: the trial is cut only if still running
+            victim.send_signal(signal.SIGSTOP)  # (under a loaded CI its result once came between the
+            if db.get_trial(running[0]._trial_id).state == TrialState.RUNNING:  # read and the kill)
+                cut = running[0]
+            else:
+                victim.send_signal(signal.SIGCONT)
     assert cut is not None, "the first orchestrator never had a trial in flight"
     victim.send_signal(signal.SIGKILL)
     victim.wait()
