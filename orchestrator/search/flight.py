@@ -25,7 +25,8 @@ change its verdict. Pure: the planner calls these with what the study holds.
   measurements alone (nothing believed), counting the configurations in flight as candidates; when
   even they are unlikely to beat the best by more than the band and none is a look, the verdict ends
   them too (``Verdict.ends_running``): the sweep stops them instead of waiting for results that
-  cannot change its answer.
+  cannot change its answer. An *unsure* verdict (the leaders could not be settled by measuring
+  again) ends what is being measured again, and judges only the new configurations in flight.
 """
 
 from __future__ import annotations

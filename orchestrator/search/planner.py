@@ -90,14 +90,13 @@ class Planner:
         self.noise_floor = NOISE_FLOOR.get(device, max(NOISE_FLOOR.values()))
         self._fitted: tuple[int, list[tuple[float, S.Hyper]]] | None = None
         self.values = values
-        self.value_keys = value_keys_of(configs)
+        self.value_keys = value_keys_of(configs)  # per configuration, its (parameter, value key) pairs
         self.costly = cost.costly_pairs(self.value_keys, configs)
         """Values known to cost much (``cost.COSTLY``): measured by their look first."""
         self.boundary = Boundary(configs, self.keys, self.scaling, self.space, self.scaling_feature, order, values,
                                  down_first=device == "cpu",
                                  costly=[bool(self.costly.intersection(p)) for p in self.value_keys])
         """The first trials: the most promising batch column's memory boundary (``boundary``)."""
-        """Per configuration, its (parameter, value key) pairs: what the stop rule's looks count."""
         self.fit_index = FitIndex(configs, order, self.scaling, self.keys, self.value_keys)
         self._seen = Measurements(self.noise_floor)
         """The measured configurations, read with the observations (``remeasure``)."""
@@ -196,7 +195,7 @@ class Planner:
         if stop or not open_:  # nothing unmeasured is likely to win, and the rival cannot be settled
             verdict.done, verdict.unsure = True, True
             verdict.reason = self._unsure(model, pick, verdict.chance, open_, rivals, p_fit) + self._unmeasured_note(model, idx, p_fit)
-            verdict.ends_running = self._ends(measured, open_, idx, in_flight, p_fit)
+            verdict.ends_running = self._ends(measured, open_, idx, in_flight, p_fit, unsure=True)
         return Decision(None, verdict)
 
     # -- measuring again: where the best and a rival are closer than their spread (``remeasure``) -
@@ -328,16 +327,17 @@ class Planner:
         return name in self.searched and name != self.scaling
 
     def _ends(self, measured: Model | None, open_: list[int], idx: list[int], in_flight: set[str],
-              p_fit: np.ndarray) -> bool:
+              p_fit: np.ndarray, unsure: bool = False) -> bool:
         """Whether a done verdict ends the trials in flight too (``flight``): none is a look, and
         from the measurements alone, no configuration left or in flight is likely to beat the best
-        by more than the band."""
+        by more than the band. ``unsure`` (measuring again could not settle the leaders): what is
+        measured again in flight is not waited for; only new ones are judged, rivals aside."""
         flying = sorted(i for i in self._busy(in_flight) if p_fit[i] > 0.0)
+        new = [i for i in flying if i not in self._seen.measured] if unsure else flying
         if not flying or measured is None or self._looking(idx, in_flight):
             return False
-        rivals = [i for i in self._seen.rivals(measured.incumbent, set()) if i not in flying]
-        candidates = list(dict.fromkeys(open_ + flying))
-        return self._verdict(measured, candidates, rivals, p_fit, 0, 0, False).done
+        rivals = [] if unsure else [i for i in self._seen.rivals(measured.incumbent, set()) if i not in flying]
+        return not new or self._verdict(measured, list(dict.fromkeys(open_ + new)), rivals, p_fit, 0, 0, False).done
 
     def _members(self, i: np.ndarray, yc: np.ndarray, noise: np.ndarray | None = None,
                  floor: float | None = None, counts: np.ndarray | None = None) -> list[tuple[float, S.Hyper]]:

@@ -212,3 +212,19 @@ def test_a_replayed_sweep_records_each_measurement_again_with_the_earlier_ones(t
     assert len(keys) > len(set(keys)), "no configuration was measured again at 10% noise"
     assert run.unsure or run.stopped_because is None or "likely to beat" in run.stopped_because
     assert run.answer is not None and math.isfinite(land.row(run.answer).samples_per_s)
+
+
+def test_an_unsure_verdict_ends_what_is_measured_again_in_flight_but_not_a_new_one_that_may_win() -> None:
+    """Measuring again could not settle the leaders (here: ``trial.repeats`` a number): a
+    configuration measured again in flight cannot settle them either, so the sweep does not wait
+    for it (four replayed slots waited up to 5 s of a 21 s headline for such trials). A
+    configuration in flight with no result yet, which may still beat the best, is waited for."""
+    results = every_configuration(FLAT, ci=0.196)
+    again = config_key({"batch_size": 16, "dtype": "float32"})          # measured: in flight again
+    d = planner(again=False).decide(results, {again})
+    assert d.config is None and d.verdict.done and d.verdict.unsure and d.verdict.ends_running
+    close = {**FLAT, (32, "bfloat16"): 995.0}
+    del close[(64, "bfloat16")]
+    new = config_key({"batch_size": 64, "dtype": "bfloat16"})           # no result: it may win
+    d = planner(again=False).decide(every_configuration(close, ci=0.196), {new})
+    assert d.config is None and d.verdict.done and d.verdict.unsure and not d.verdict.ends_running
