@@ -150,7 +150,8 @@ def start_and_end(events: list[dict[str, Any]], slot_of: dict[int, str]) -> list
     told = [e["t"] for e in events if e.get("event") == "told"]
     first: dict[str, float] = {}
     for at, trial in sorted(starts):
-        first.setdefault(slot_of.get(trial, "?"), at)
+        if slot_of.get(trial, "?") != "?":  # a trial the verdict ended before it had a process has no slot
+            first.setdefault(slot_of[trial], at)
     lines = []
     if "loop_start" in t and first:
         rel = {s: at - t["loop_start"] for s, at in first.items()}

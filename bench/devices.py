@@ -94,17 +94,19 @@ def timeline(all_trials: list[Any], events: list[dict[str, Any]], work: Path) ->
     """Every trial of the sweep (repeats and stopped ones too), seconds after the loop began: where a
     slow round's time went (two 4-GPU rounds took 45 s where a third took 29 s, 2026-11-26), with
     why the search chose it (``chosen_by``) and its own marks (``harness/marks.py``: set-up, warm-up
-    and window), so a slow trial shows which of them took the time."""
+    and window), so a slow trial shows which of them took the time; ``exited``: when its process
+    was seen to have exited (its slot free for the next trial)."""
     t0 = next((e["t"] for e in events if e.get("event") == "loop_start"), None)
     if t0 is None:
         return []
     start = {e["trial"]: e["t"] - t0 for e in events if e.get("event") == "start" and e.get("trial") is not None}
     told = {e["trial"]: e["t"] - t0 for e in events if e.get("event") == "told" and e.get("trial") is not None}
+    exited = {e["trial"]: e["t"] - t0 for e in events if e.get("event") == "exited" and e.get("trial") is not None}
     marks = {t["trial"]: {k: round(v - t0, 3) for k, v in t["tl"].items() if isinstance(v, (int, float))}
              for t in trials_of(work, events)}
     return [{"trial": t.number, "slot": t.user_attrs.get("slot"), "params": t.params, "state": t.state.name,
              "status": t.user_attrs.get("status"), "chosen_by": t.user_attrs.get("chosen_by"),
-             "start": start.get(t.number), "told": told.get(t.number),
+             "start": start.get(t.number), "told": told.get(t.number), "exited": exited.get(t.number),
              "marks": marks.get(t.number, {})}
             for t in all_trials]
 
