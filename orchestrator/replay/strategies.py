@@ -186,6 +186,8 @@ class Replayed:
     """The best configuration the sweep reported (``records.rank``'s first), None if none fitted."""
     unsure: bool = False
     """The search stopped saying it could not tell its best from a rival (``search/remeasure``)."""
+    study: Study | None = None
+    """The replay's in-memory Optuna study, every trial's record in it."""
 
 
 def replay_sweep(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip: bool,
@@ -229,7 +231,7 @@ def replay_run(spec_dict: dict[str, Any], landscape: Landscape, seed: int, skip:
     result = sweep.run(lambda trial, outcome, now: finished.__setitem__(trial.number, now))
     answer = dict(result.best[0].params) if result.best else None
     unsure = result.verdict is not None and result.verdict.unsure
-    return Replayed(replayed_trials(study, finished), result.stopped_because, runner.clock, answer, unsure)
+    return Replayed(replayed_trials(study, finished), result.stopped_because, runner.clock, answer, unsure, study)
 
 
 def replayed_trials(study: Study, finished: dict[int, float] | None = None) -> list[ReplayedTrial]:

@@ -383,8 +383,9 @@ class Sweep:
         self.runner.close()
         for job in self.jobs.values():
             trial = job.trial
-            try:
-                write(trial, status=Status.INTERRUPTED, detail=detail)
+            try:  # one that had its process says where it ran (its MLflow run has the placement)
+                write(trial, status=Status.INTERRUPTED, detail=detail,
+                      **(self.runner.slots[job.slot].record() if job.started else {}))
                 self.study.tell(trial, state=TrialState.FAIL)
             except UpdateFinishedTrialError:
                 continue

@@ -50,8 +50,8 @@ def test_a_window_is_told_what_the_other_slots_did_beside_it(tmp_path: Path, con
 
 
 def test_the_first_trial_of_each_slot_and_the_command_s_end(concurrency: Any) -> None:
-    """Trial 3 was asked for but ended by the verdict before it had a process (no slot): not a slot's
-    first trial (a 4-GPU round printed "? 18.92" among the slots)."""
+    """Trial 3 has no slot recorded (the verdict ended it, in a study from before trials it ended
+    recorded theirs): not counted as a slot's first trial (a 4-GPU round printed "? 18.92")."""
     events = [{"t": 1.0, "event": "loop_start"}, {"t": 1.2, "event": "start", "trial": 0},
               {"t": 1.5, "event": "start", "trial": 1}, {"t": 5.0, "event": "start", "trial": 2},
               {"t": 8.0, "event": "told", "trial": 2}, {"t": 8.3, "event": "stores_closed"},

@@ -94,3 +94,22 @@ def test_a_costly_value_is_measured_by_its_look_only_and_not_bisected() -> None:
     d = p.decide(seen, set())
     assert d.config["compile"] is True and d.why == "coverage"  # one look, at the best with compile on
     assert d.config["dtype"] == "bfloat16" and d.config["batch_size"] >= 128  # where it is likeliest to win
+
+
+def test_an_unsure_verdict_stops_the_leaders_measured_again_and_records_where_they_ran() -> None:
+    """The headline's landscape on 4 replayed slots (seed 5000, 2% noise): the leaders, 0.0-0.5%
+    apart, cannot be settled within the allowance; the trials measuring them again when the verdict
+    comes are stopped by it (not waited for: 5 s of a 21 s sweep before), recorded interrupted with
+    the verdict's detail and the slot they ran on, and the sweep ends with their stop."""
+    from orchestrator.outcome import VERDICT_DETAIL
+    from orchestrator.store.record import TrialRecord
+
+    landscape = load_landscape(LANDSCAPES / "headline_h100.csv")
+    spec = landscape_spec(landscape)
+    spec["search"] = {"sampler": "auto"}
+    run = replay_run(spec, landscape, 5000, True, slots=4, noise=0.02)
+    assert run.unsure, run.stopped_because
+    stopped = [TrialRecord.of(t) for t in run.study.trials if TrialRecord.of(t).detail == VERDICT_DETAIL]
+    assert stopped and all(r.status == Status.INTERRUPTED and r.slot is not None and r.slot.startswith("replay:")
+                           and r.remeasure_of is not None for r in stopped)
+    assert run.end_s < 18.0  # the last result came at 16.0 s; waiting for the stopped ones took it to 21.1 s
