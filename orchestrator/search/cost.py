@@ -128,7 +128,9 @@ def predictor(model: Model, configs: list[dict[str, Any]], scaling: str, duratio
     measured trials' ``durations`` without a costly value (``costly``, per configuration; None: no
     such value in the space), a candidate's throughput at the low end of its interval
     (``mixture.Model``), plus what its costly value adds (``extra_s``). ``steps``: the steps every
-    trial runs (warm-up and window): the slope is at least that (see the module's doc)."""
+    trial runs (warm-up and window): the slope is at least that (see the module's doc). Where the
+    line cannot be fitted but a costly value is in the space, the plain trials' median prices every
+    one (a Llama's look at float32 went to a compiled 35 s trial where an eager one took 1.2 s)."""
     def work(i: list[int], pessimistic: bool = False) -> np.ndarray:  # a step's samples over the throughput
         step = np.array([step_samples(configs[j], scaling) for j in i])
         at = np.array(i)
@@ -139,6 +141,8 @@ def predictor(model: Model, configs: list[dict[str, Any]], scaling: str, duratio
         return step / np.exp(low)
     plain = [i for i in durations if costly is None or not costly[i]]
     line = fit(work(plain), np.array([durations[i] for i in plain]), steps) if plain else None
+    if line is None and costly is not None and plain:  # too few to fit: they still price the costly value
+        line = (float(np.median([durations[i] for i in plain])), 0.0)
     if line is None:
         return None
     extra = extra_s(line, {i: d for i, d in durations.items() if costly is not None and costly[i]}, work)

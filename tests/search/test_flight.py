@@ -113,3 +113,16 @@ def test_an_unsure_verdict_stops_the_leaders_measured_again_and_records_where_th
     assert stopped and all(r.status == Status.INTERRUPTED and r.slot is not None and r.slot.startswith("replay:")
                            and r.remeasure_of is not None for r in stopped)
     assert run.end_s < 18.0  # the last result came at 16.0 s; waiting for the stopped ones took it to 21.1 s
+
+
+def test_a_look_is_priced_even_when_one_plain_trial_is_all_the_cost_line_has() -> None:
+    """The Llama under a 10% cap (a compiled trial 26-46 s, an eager one 0.6-2.6 s): after three
+    eager trials, one of them ok, float32's look went to batch 8 compiled (35 s), the cost line
+    needing two ok durations to exist; one eager trial prices every eager candidate, and the costly
+    value adds what its trials measured. The look goes to batch 4 eager (1.2 s)."""
+    landscape = load_landscape(LANDSCAPES / "hf_llama_compile_h100_cap010.csv")
+    spec = landscape_spec(landscape)
+    spec["search"] = {"sampler": "auto"}
+    run = replay_run(spec, landscape, 5000, True, noise=0.02)
+    float32 = [r for r in run.records if r.params["dtype"] == "float32" and r.status == Status.OK]
+    assert float32 and float32[0].params == {"batch_size": 4, "dtype": "float32", "compile": False}
