@@ -160,4 +160,11 @@ def start_and_end(events: list[dict[str, Any]], slot_of: dict[int, str]) -> list
     if told and "exit" in t:
         lines.append(f"after the last result: stores closed {t.get('stores_closed', t['exit']) - max(told):.2f} s, "
                      f"command's end {t['exit'] - max(told):.2f} s later")
+    if "process_start" in t and "loop_start" in t:  # where the seconds before the first trial went
+        lines.append("before the loop, s after the command's process began: " + ", ".join(
+            f"{name} {t[name] - t['process_start']:.2f}" for name in BEFORE_LOOP if name in t))
     return lines
+
+
+BEFORE_LOOP = ("imports_done", "probe_answered", "smoke_answered", "stores_opened", "loop_start")
+"""The command's own marks before its first trial (``orchestrator.timeline``), in their order."""
