@@ -142,6 +142,8 @@ class Proposer:
                 if answer.config is not None:
                     enqueue(self.study, answer.config, **answer.attrs)
                 trial, sampled = self._ask()
+                if (confirm := getattr(self.lock, "confirm", None)) is not None:
+                    confirm()  # a lock lost unseen (the database restarted between calls) is taken again
                 if getattr(self.lock, "retaken", 0) != retaken:  # the lock was lost meanwhile: look again
                     v = self._view_besides(trial.number, config_key(sampled))
                 if self._answered_at_once(trial, sampled, v):

@@ -94,6 +94,16 @@ class StudyLock:
             self._conn = self._take()  # raises while the server is still down: the retry waits
             self.retaken += 1
 
+    def confirm(self) -> None:
+        """While held: ``ensure``, waiting out an outage. Where the database restarted between two
+        calls, Optuna's pool reconnects unseen (``pool_pre_ping``): no call fails, no retry runs
+        ``ensure``, and the lock is lost without a word; a proposal confirms it before its trial
+        runs (CI saw two orchestrators measure one configuration across a restart, twice)."""
+        if self._outage is not None:
+            self._outage.call(self.ensure)
+        else:
+            self.ensure()
+
     def _take(self) -> Connection:
         conn = self._engine.connect()
         try:

@@ -274,4 +274,10 @@ def test_a_lock_lost_with_its_session_is_taken_again_and_counted(pg: PostgresSer
         assert free()  # gone with the session
         lock.ensure()
         assert lock.retaken == 1 and not free()
+        pg.restart()  # again, and no call fails to say so (Optuna's pool reconnects unseen)
+        assert free()
+        lock.confirm()  # what the proposer asks before its trial runs
+        assert lock.retaken == 2 and not free()
+        lock.confirm()
+        assert lock.retaken == 2
     assert free()

@@ -66,6 +66,28 @@ def test_a_proposal_made_across_a_lost_lock_defers_to_the_trial_started_meanwhil
     assert [(t.number, t.params) for t in running] == [(1, {"batch_size": 8}), (2, {"batch_size": 16})]
 
 
+def test_a_lock_lost_unseen_is_confirmed_before_the_trial_runs_and_the_proposal_defers(tmp_path: Path) -> None:
+    """The database restarted between two of Optuna's calls: its pool reconnected unseen, no call
+    failed, so no retry took the lock again; the lock's own session died with it, and another
+    orchestrator started the same configuration meanwhile (CI: one configuration measured twice
+    across a restart). The proposer confirms the lock before its trial runs, which finds it lost."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    proposer, answered, study = proposer_with_a_rival(tmp_path, lost=False)
+    lock = proposer.lock
+    confirmed: list[int] = []
+
+    def confirm() -> None:  # StudyLock.confirm: its session is dead, so it is taken again
+        confirmed.append(1)
+        lock.retaken += 1  # type: ignore[attr-defined]  # the stand-in's counter
+
+    lock.confirm = confirm  # type: ignore[attr-defined]  # the stand-in gains StudyLock's method
+    got = proposer.next()
+    assert confirmed and isinstance(got, Asked) and got.sampled == {"batch_size": 16}, got
+    assert answered == [(0, Status.DEFERRED)]  # trial 0 stepped aside for the other's trial 1
+    running = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING]
+    assert [(t.number, t.params) for t in running] == [(1, {"batch_size": 8}), (2, {"batch_size": 16})]
+
+
 def test_with_the_lock_held_throughout_the_view_read_under_it_stands(tmp_path: Path) -> None:
     """The same race with the lock never lost cannot happen for real; here it shows that the
     study is read again only when the lock was lost (one read per proposal otherwise)."""
