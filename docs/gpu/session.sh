@@ -105,7 +105,7 @@
 #   bash docs/gpu/session.sh jit  three headline commands in a row: each trial's first step and the CUDA JIT cache
 #                                 (docs/gpu/first_step/sweeps.sh); sdpa: the same first step with each attention
 #                                 backend alone, one process each (docs/gpu/first_step/sdpa.sh); cwd: the same
-#                                 first step in new and known working folders (CWD_PART=what: what of the folder)
+#                                 first step in new and known working folders (CWD_PART=what: what of the folder; CWD_PART=when: at import or at the first kernels)
 #   bash docs/gpu/session.sh folders the headline from an empty store in a folder run from before against a new
 #                                 folder, alternating (docs/gpu/first_step/headline_folders.sh; about 5 minutes)
 #   bash docs/gpu/session.sh ahead issue #40, tried and not kept: a lone slot's next process prepared at its trial's

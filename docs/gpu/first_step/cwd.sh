@@ -3,6 +3,7 @@
 #   bash docs/gpu/first_step/cwd.sh          # folders: a new one twice, another new one, the repository
 #   bash docs/gpu/first_step/cwd.sh what     # the folder or PWD, and the cache switched off
 #   bash docs/gpu/first_step/cwd.sh backend  # each attention backend alone, each in a new folder
+#   bash docs/gpu/first_step/cwd.sh when     # the folder at `import torch` or at the first kernels?
 set -u
 cache="${CUDA_CACHE_PATH:-$HOME/.nv/ComputeCache}"
 size() { echo "    JIT cache $(du -sk "$cache" 2>/dev/null | cut -f1) KiB"; }
@@ -27,4 +28,16 @@ for b in "" FLASH_ATTENTION EFFICIENT_ATTENTION CUDNN_ATTENTION MATH ""; do
   w=$(mktemp -d); echo "  a new folder, SDPA ${b:-default}:"
   (cd "$w" && PROBE_SDPA=$b python3 "$root/docs/gpu/first_step/probe.py" bfloat16 256 _exit); size
 done
+fi
+if [ "${1:-}" = when ]; then
+# Which moment's folder keys the cache: torch imported in one folder, the first step run in another.
+run() {  # $1: folder at import, $2: folder at the first step
+  python3 -c "import os, runpy, sys; os.chdir('$1'); import torch; os.chdir('$2'); sys.argv = ['probe.py', 'bfloat16', '256', '_exit']; runpy.run_path('$root/docs/gpu/first_step/probe.py', run_name='__main__')"
+}
+e=$(mktemp -d); f=$(mktemp -d); g=$(mktemp -d); h=$(mktemp -d)
+echo "  warm the repository's entries:"; (cd "$root" && python3 "$root/docs/gpu/first_step/probe.py" bfloat16 256 _exit); size
+echo "  torch imported in the repository, the step in a new folder:"; run "$root" "$e"; size
+echo "  torch imported in a new folder, the step in the repository:"; run "$f" "$root"; size
+echo "  both in a new folder (the control: a miss):"; run "$g" "$g"; size
+echo "  again, torch imported in the repository, the step in another new folder:"; run "$root" "$h"; size
 fi
