@@ -177,7 +177,9 @@ def test_ctrl_c_during_check_and_repair_is_one_line_and_repair_converges_after_i
             interrupted += 1
             assert lines[0].startswith(f"orchestrate {' '.join(a for a in args if a.startswith(('c', '--')))}: "
                                        "interrupted (Ctrl-C)"), lines
-    assert interrupted >= 2, (whole, seen)  # the repairs' signals come before a whole repair's time is up
+    # the first repair's signal comes before a whole repair's time is up; what it repaired before it
+    # stays, so the second may have less left than 0.6 of it and end first (seen under 4 workers)
+    assert interrupted >= 1 and seen[1][1] == 130, (whole, seen)
     repaired = orchestrate(["check", str(path), "--repair"], project)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "The study, MLflow and the trial folders agree." in repaired.stdout
