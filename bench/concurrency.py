@@ -150,8 +150,8 @@ def start_and_end(events: list[dict[str, Any]], slot_of: dict[int, str]) -> list
     told = [e["t"] for e in events if e.get("event") == "told"]
     first: dict[str, float] = {}
     for at, trial in sorted(starts):
-        if slot_of.get(trial, "?") != "?":  # no slot recorded (a trial the verdict ended, before this was recorded)
-            first.setdefault(slot_of[trial], at)
+        if (slot := slot_of.get(trial, "?")) != "?":  # "?": no slot recorded (a study from before stopped trials kept theirs)
+            first.setdefault(slot, at)
     lines = []
     if "loop_start" in t and first:
         rel = {s: at - t["loop_start"] for s, at in first.items()}

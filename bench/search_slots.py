@@ -108,10 +108,11 @@ def main(argv: list[str] | None = None) -> int:
                 line += f" {stop[n] / stop[counts[0]]:>6.2f}"
             line += "".join(f" {trials[n]:>9.0f}" for n in counts)
             print(f"{path.name:<38}{line} {'/'.join(f'{in_band[n]:.0%}' for n in counts):>8}", flush=True)
-            most = got[counts[-1]]
-            where.append(f"{path.name:<38} {statistics.median(r[5] for r in most):>6.2f} "
-                         f"{statistics.median(min(1.0, r[0] / r[1]) if r[1] else 1.0 for r in most):>10.2f} "
-                         f"{statistics.median(r[6] for r in most):>11.2f}")
+            if args.where:
+                most = got[counts[-1]]
+                where.append(f"{path.name:<38} {statistics.median(r[5] for r in most):>6.2f} "
+                             f"{statistics.median(min(1.0, r[0] / r[1]) if r[1] else 1.0 for r in most):>10.2f} "
+                             f"{statistics.median(r[6] for r in most):>11.2f}")
             for n in counts[1:]:
                 checks.append((f"{path.name}: {n} slots, band measured before the stop in {in_band[n]:.0%} of seeds "
                                f">= {IN_BAND:.0%}", in_band[n] >= IN_BAND))
