@@ -209,6 +209,9 @@ class TrialSteps:
     """The timed window's least number of steps."""
     min_measure_s: float
     """The timed window's least length, in seconds."""
+    precision: float | None = None
+    """Close the window before ``measure_steps`` once its ``throughput_ci95`` is at most this
+    (the spec's ``trial.precision``); None: it holds ``measure_steps``."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,8 @@ def encode_config(config: TrialConfig) -> str:
     data.update(params=config.params, not_applied=config.not_applied, allow_swap=config.allow_swap,
                 trial={"warmup_steps": config.trial.warmup_steps, "measure_steps": config.trial.measure_steps,
                        "min_measure_s": config.trial.min_measure_s})
+    if config.trial.precision is not None:
+        data["trial"]["precision"] = config.trial.precision
     if config.result_path is not None:
         data["result_path"] = config.result_path
     if not config.watch_parent:
@@ -275,7 +280,8 @@ def config_of(data: dict[str, Any]) -> TrialConfig:
     steps = data["trial"]
     script = data.get("script")
     return TrialConfig(data["experiment"], dict(data["params"]),
-                       TrialSteps(steps["warmup_steps"], steps["measure_steps"], steps["min_measure_s"]),
+                       TrialSteps(steps["warmup_steps"], steps["measure_steps"], steps["min_measure_s"],
+                                  steps.get("precision")),
                        data.get("trial_number"), dict(data.get("not_applied") or {}),
                        bool(data.get("allow_swap", False)), data.get("result_path"),
                        bool(data.get("watch_parent", True)),

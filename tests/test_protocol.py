@@ -160,3 +160,14 @@ def test_text_that_is_no_result_is_refused(text: str) -> None:
 
     with pytest.raises(ValueError):
         decode_result(text)
+
+
+def test_a_window_s_precision_travels_in_the_config_only_where_the_spec_sets_one() -> None:
+    import dataclasses
+
+    from orchestrator.protocol import TrialSteps, config_of, decode_config, encode_config
+
+    config = dataclasses.replace(config_of(SWEEP_CONFIG), trial=TrialSteps(2, 10, 0.5, 0.005))
+    text = encode_config(config)
+    assert '"precision": 0.005' in text and decode_config(text).trial.precision == 0.005
+    assert "precision" not in encode_config(config_of(SWEEP_CONFIG))

@@ -108,6 +108,8 @@
 #                                 first step in new and known working folders (CWD_PART=what: what of the folder; CWD_PART=when: at import or at the first kernels)
 #   bash docs/gpu/session.sh folders the headline from an empty store in a folder run from before against a new
 #                                 folder, alternating (docs/gpu/first_step/headline_folders.sh; about 5 minutes)
+#   bash docs/gpu/session.sh window  the headline with trial.precision (as shipped) against without, alternating
+#                                 in one known folder (ROUNDS pairs, default 2; docs/gpu/window/)
 #   bash docs/gpu/session.sh ahead issue #40, tried and not kept: a lone slot's next process prepared at its trial's
 #                                 start and warmed (backend.warm_kernels; apply docs/gpu/ahead/warm_ahead.patch to
 #                                 764bd0d first), against 764bd0d (git archive of its orchestrator/ and experiments/
@@ -336,6 +338,9 @@ sdpa)
   ;;
 cwd)
   step "first steps by working folder"; bash docs/gpu/first_step/cwd.sh ${CWD_PART:-} > "$OUT/first_step_cwd${CWD_PART:+_$CWD_PART}.log" 2>&1
+  ;;
+window)
+  step "the headline with and without trial.precision"; bash docs/gpu/window/headline_precision.sh > "$OUT/headline_precision.log" 2>&1
   ;;
 folders)
   step "the headline in a known and a new folder"; bash docs/gpu/first_step/headline_folders.sh > "$OUT/headline_folders.log" 2>&1

@@ -19,8 +19,8 @@ workers and children end with it (the launcher kills the trial's process group).
   no batch from a DataLoader.
 - **The window**: the first ``warmup_steps`` steps are not measured; the device is synchronized
   at the window's edges only (``# sync point``), then the launcher's gate is waited at, as for a
-  module (``Progress.before_window``); it closes after at least ``measure_steps`` steps and
-  ``min_measure_s`` seconds. Work between two steps (data loading, logging, evaluation) is part of
+  module (``Progress.before_window``); it closes as a module's does (``harness/window.py``): after
+  ``measure_steps`` steps and ``min_measure_s`` seconds, or sooner with ``precision``. Work between two steps (data loading, logging, evaluation) is part of
   the step it precedes: the harness sees only the steps.
 
 A script that exits, or raises, before its window closes ends as ``ScriptEnded`` / its exception,
@@ -41,6 +41,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from orchestrator import metrics as M
 from orchestrator.harness import backend, swap
+from orchestrator.harness.window import StepTimes, closes
 from orchestrator.harness import marks as MK
 from orchestrator.protocol import ScriptCall, TrialConfig
 
@@ -109,6 +110,7 @@ class Meter:
         self.window_open = False
         self.t0 = 0.0
         self.marks: list[Any] = []
+        self.times = StepTimes(self.marks)
         self.driver_peak = 0
         self.startup_s = 0.0
         self.swap_warmup = self.swap_window = swap_start
@@ -128,7 +130,7 @@ class Meter:
             return
         self._mark()
         done = self.steps - self.trial.warmup_steps
-        if done >= self.trial.measure_steps and time.perf_counter() - self.t0 >= self.trial.min_measure_s:
+        if closes(done, time.perf_counter() - self.t0, self.trial, self.times):
             self._close()
 
     # -- the window ----------------------------------------------------------------------------

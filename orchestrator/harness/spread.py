@@ -32,6 +32,8 @@ from orchestrator import metrics as M
 
 SUBWINDOWS = 5
 Z95 = 1.96
+EARLY_STEPS = SUBWINDOWS
+"""The fewest steps a window closed by its precision holds: one step in each part."""
 
 
 def subwindow_rates(step_s: Sequence[float], parts: int = SUBWINDOWS) -> list[float]:
@@ -55,6 +57,16 @@ def window_spread(step_s: Sequence[float], parts: int = SUBWINDOWS) -> tuple[flo
     mean = statistics.fmean(rates)
     cv = statistics.pstdev(rates) / mean
     return cv, statistics.stdev(math.log(r) for r in rates)
+
+
+def known_within(step_s: Sequence[float], precision: float) -> bool:
+    """Whether a window of these step times (any one unit) knows its throughput within
+    ``precision`` at 95% (its ``throughput_ci95``, as it would be recorded), with at least
+    ``EARLY_STEPS`` steps: the spec's ``trial.precision`` closes the window then."""
+    if len(step_s) < EARLY_STEPS:
+        return False
+    _, s = window_spread(step_s)
+    return s is not None and Z95 * s <= precision
 
 
 def ci95(spread: float | None, measurements: int = 1) -> float | None:

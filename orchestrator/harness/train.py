@@ -25,8 +25,9 @@ import torch
 from orchestrator.spec import knobs
 from orchestrator import metrics as M
 from orchestrator.harness import backend, compiled, fallback, spread, swap
+from orchestrator.harness.window import StepTimes, closes
 from orchestrator.harness import marks as MK
-from orchestrator.protocol import TrialConfig
+from orchestrator.protocol import TrialConfig, TrialSteps
 from orchestrator.harness.workload import Workload
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -134,7 +135,7 @@ def _measure(config: TrialConfig, progress: Progress, fell_back: fallback.Fallba
     """The trial, phase by phase: each phase a function below, in the order they run."""
     trial = set_up(config, progress)
     warm = warm_up(trial, config.trial.warmup_steps, progress)
-    window = timed_window(trial, config.trial.measure_steps, config.trial.min_measure_s, progress)
+    window = timed_window(trial, config.trial, progress)
     return figures(trial, warm, window, fell_back, config.allow_swap)
 
 
@@ -280,9 +281,10 @@ def warm_up(trial: Trial, warmup_steps: int, progress: Progress) -> Warm:
     return Warm(loss_first, startup_s, swap_warmup)
 
 
-def timed_window(trial: Trial, min_steps: int, min_s: float, progress: Progress) -> Window:
-    """At least ``min_steps`` steps and at least ``min_s`` seconds, synchronized at both ends;
-    peak memory counted from its start. Nothing else runs in it."""
+def timed_window(trial: Trial, steps: TrialSteps, progress: Progress) -> Window:
+    """Synchronized at both ends, closed by ``window.closes`` (``steps.measure_steps`` steps and
+    ``steps.min_measure_s`` seconds, or sooner with ``steps.precision``); peak memory counted from
+    its start. Nothing else runs in it."""
     device, train_step, empty_every = trial.device, trial.step, trial.empty_every
     progress.phase = "measure"
     swap_window = swap.read_swap()  # after the gate: swap while waiting there is nobody's
@@ -299,6 +301,7 @@ def timed_window(trial: Trial, min_steps: int, min_s: float, progress: Progress)
         marks.append(start)
     else:
         marks.append(t0)
+    times = StepTimes(marks)
     step = 0
     while True:
         progress.step = step
@@ -315,7 +318,7 @@ def timed_window(trial: Trial, min_steps: int, min_s: float, progress: Progress)
             marks.append(time.perf_counter())
         if empty_every and step % empty_every == 0:  # after the sample: the step's peak counts
             backend.empty_cache(device)
-        if step >= min_steps and time.perf_counter() - t0 >= min_s:
+        if closes(step, time.perf_counter() - t0, steps, times):
             break
     backend.synchronize(device)  # sync point: the window ends when the device is done
     elapsed = time.perf_counter() - t0

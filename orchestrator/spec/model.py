@@ -179,6 +179,11 @@ class TrialSettings:
     ``auto``: one, and where the auto search cannot tell its best from a rival within their spread,
     both measured again, alternating, before it stops (at most a quarter of the time the first
     measurements took); with another sampler, one."""
+    precision: Annotated[float, Bound(above=0, maximum=0.5)] | None = None
+    """Close the timed window before ``measure_steps`` once its throughput is known within this
+    fraction at 95% (``throughput_ci95``; 0.005 = +-0.5%), after at least 5 steps and
+    ``min_measure_s``; ``measure_steps`` is then the most it needs. Unset (null): every window holds
+    ``measure_steps``."""
 
     @property
     def processes(self) -> int:

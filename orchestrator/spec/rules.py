@@ -266,7 +266,8 @@ def check_devices(c: Checker, raw: object) -> tuple[str, ...] | None:
 
 def check_trial(c: Checker, raw: object) -> TrialSettings:
     path = ("trial",)
-    t = c.mapping(path, raw, ("warmup_steps", "measure_steps", "min_measure_s", "timeout_s", "repeats"))
+    t = c.mapping(path, raw, ("warmup_steps", "measure_steps", "min_measure_s", "precision", "timeout_s",
+                                       "repeats"))
     d = TrialSettings()
     repeats = t.get("repeats", d.repeats)
     if repeats != "auto" and (not knobs.is_int(repeats) or repeats < 1):
@@ -281,7 +282,18 @@ def check_trial(c: Checker, raw: object) -> TrialSettings:
         measure_steps=c.integer(path + ("measure_steps",), t.get("measure_steps", d.measure_steps), 1, "measure_steps"),
         min_measure_s=c.number(path + ("min_measure_s",), t.get("min_measure_s", d.min_measure_s), "min_measure_s", nonneg=True),
         timeout_s=c.number(path + ("timeout_s",), t.get("timeout_s", d.timeout_s), "timeout_s", positive=True),
+        precision=check_precision(c, path + ("precision",), t.get("precision", d.precision)),
     )
+
+
+def check_precision(c: Checker, path: tuple, value: object) -> float | None:
+    """``trial.precision``: None, or a fraction in (0, 0.5]."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 0.5:
+        raise c.fail(path, "precision must be a fraction above 0 and at most 0.5 (0.005 closes the window "
+                     "once its throughput is known within +-0.5%), or null", value)
+    return float(value)
 
 
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://")

@@ -240,7 +240,7 @@ class Sweep:
             return
         steps = self.spec.trial
         config = TrialConfig(self.spec.workload, params,
-                             TrialSteps(steps.warmup_steps, steps.measure_steps, steps.min_measure_s),
+                             TrialSteps(steps.warmup_steps, steps.measure_steps, steps.min_measure_s, steps.precision),
                              trial.number, dict(self.plan.not_applied), self.spec.search.allow_swap,
                              script=script_call(self.spec, params),
                              compile_cache=cache_folder(str(self.work_dir)))

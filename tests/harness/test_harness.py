@@ -76,6 +76,15 @@ def test_window_lasts_at_least_min_measure_s_and_measure_steps() -> None:
     assert out["metrics"]["throughput_cv"] is not None and out["metrics"]["throughput_cv"] >= 0
 
 
+def test_a_window_closes_once_its_precision_is_met_and_holds_measure_steps_until_then() -> None:
+    early = run({}, {**FAST, "measure_steps": 500, "precision": 0.5})["metrics"]
+    assert 5 <= early["measure_steps_done"] < 500  # known within +-50% long before 500 steps
+    assert early["throughput_ci95"] <= 0.5  # on the CPU the steps read are the steps recorded
+    assert early["samples_per_s"] == pytest.approx(8 * early["measure_steps_done"] / early["measure_s"])
+    held = run({}, {**FAST, "measure_steps": 12, "precision": 1e-6})["metrics"]
+    assert held["measure_steps_done"] == 12 and held["throughput_ci95"] > 1e-6  # never that even: all 12
+
+
 def test_the_start_up_is_marked_in_order_and_startup_s_is_its_span() -> None:
     progress = train.Progress()
     config = {"experiment": "experiments.bert", "params": TINY, "not_applied": {},

@@ -128,6 +128,13 @@ def test_a_script_trial_counts_accumulated_steps_and_their_samples_then_ends_at_
     assert result["timeline"]["warmup_done"] <= result["timeline"]["window_start"] < result["timeline"]["window_end"]
 
 
+def test_a_script_s_window_closes_at_its_precision_as_a_module_s_does(tmp_path: Path) -> None:
+    proc, result = run_trial(tmp_path, LOOP, ["4", "1"], TrialSteps(2, 100000, 0.0, 0.5))
+    assert proc.returncode == 0 and result["status"] == "ok", result
+    m = result["metrics"]
+    assert 5 <= m["measure_steps_done"] < 100000 and m["throughput_ci95"] <= 0.5
+
+
 def test_samples_per_step_from_the_spec_replaces_the_count(tmp_path: Path) -> None:
     source = """
         import torch

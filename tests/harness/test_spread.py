@@ -60,3 +60,12 @@ def test_a_zero_or_negative_throughput_has_no_interval() -> None:
                                              (math.log(6.8), "a factor of 6.8 either way", "x/6.8")])
 def test_a_spread_reads_as_percent_when_small_and_as_a_factor_when_large(ci: float, text: str, table: str) -> None:
     assert spread.shown(ci) == text and spread.shown(ci, table=True) == table
+
+
+def test_a_window_knows_its_throughput_within_a_precision_as_its_recorded_interval_says() -> None:
+    noisy = [10.0, 12.0, 9.0, 13.0, 10.0, 11.0]
+    recorded = spread.window_figures(noisy)[M.THROUGHPUT_CI95]
+    assert recorded is not None
+    assert spread.known_within(noisy, recorded * 1.01) and not spread.known_within(noisy, recorded * 0.99)
+    assert spread.known_within([10.0] * spread.EARLY_STEPS, 1e-9)  # steady: known at once...
+    assert not spread.known_within([10.0] * (spread.EARLY_STEPS - 1), 0.5)  # ...but never with fewer steps

@@ -123,3 +123,19 @@ def test_the_command_prints_one_line_per_error_and_exits_2(tmp_path: Path) -> No
     lines = proc.stderr.splitlines()
     assert len(lines) == 7 and all(line.startswith(f"{spec}:") for line in lines), proc.stderr
     assert "Traceback" not in proc.stderr and sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+
+
+@pytest.mark.parametrize("value, shown", [("0", "0"), ("0.6", "0.6"), ("high", "'high'"), ("-0.01", "-0.01")])
+def test_a_window_s_precision_is_a_fraction_up_to_a_half(tmp_path: Path, value: str, shown: str) -> None:
+    found = errors_of(tmp_path, f"name: t\nexperiment: experiments.mlp\nspace:\n  batch_size: [8]\n"
+                                f"trial:\n  precision: {value}\n")
+    assert found == [f"6: trial.precision: precision must be a fraction above 0 and at most 0.5 (0.005 closes the "
+                     f"window once its throughput is known within +-0.5%), or null, got {shown}"]
+
+
+def test_a_window_s_precision_is_read_and_unset_by_default(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: t\nexperiment: experiments.mlp\nspace:\n  batch_size: [8]\n")
+    assert load_spec(path).trial.precision is None
+    path.write_text("name: t\nexperiment: experiments.mlp\nspace:\n  batch_size: [8]\ntrial:\n  precision: 0.005\n")
+    assert load_spec(path).trial.precision == 0.005

@@ -1,0 +1,55 @@
+"""When a timed window closes (``harness/window.py``): after ``measure_steps`` and
+``min_measure_s``, or sooner once ``precision`` is met; the step times so far read without
+waiting on the device. Real trials closing early: ``test_harness``, ``test_script``."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.harness import spread
+from orchestrator.harness.window import StepTimes, closes
+from orchestrator.protocol import TrialSteps
+
+STEADY = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]  # perf_counter marks: six steps of 100 ms
+UNEVEN = [0.0, 0.1, 0.3, 0.35, 0.6, 0.65, 0.9]
+
+
+@pytest.mark.parametrize("steps, elapsed, trial, marks, want", [
+    (10, 1.0, TrialSteps(3, 10, 1.0), STEADY, True),           # both floors met
+    (10, 0.9, TrialSteps(3, 10, 1.0), STEADY, False),          # the seconds' floor holds
+    (9, 2.0, TrialSteps(3, 10, 1.0), STEADY, False),           # no precision: the steps' floor holds
+    (6, 0.6, TrialSteps(3, 10, 0.5, 0.01), STEADY, True),      # steady steps: known within 1%
+    (6, 0.4, TrialSteps(3, 10, 0.5, 0.01), STEADY, False),     # ...but not before min_measure_s
+    (4, 0.6, TrialSteps(3, 10, 0.0, 0.5), STEADY[:5], False),  # ...nor with fewer than EARLY_STEPS steps
+    (6, 0.9, TrialSteps(3, 10, 0.0, 0.01), UNEVEN, False),     # uneven steps: not yet known
+])
+def test_a_window_closes_at_its_floors_or_at_its_precision(steps: int, elapsed: float, trial: TrialSteps,
+                                                           marks: list[float], want: bool) -> None:
+    assert spread.EARLY_STEPS == 5
+    assert closes(steps, elapsed, trial, StepTimes(list(marks))) is want
+
+
+class Event:
+    """Contract test stand-in for ``torch.cuda.Event`` (no CUDA here): reached or not, and its
+    time; reading the time of an event not reached is an error, as on the device."""
+
+    def __init__(self, ms: float, reached: bool) -> None:
+        self.ms, self.reached = ms, reached
+
+    def query(self) -> bool:
+        return self.reached
+
+    def elapsed_time(self, end: "Event") -> float:
+        assert self.reached and end.reached, "elapsed_time before both events are reached"
+        return end.ms - self.ms
+
+
+def test_on_cuda_only_the_events_reached_are_read_and_the_rest_later() -> None:
+    marks = [Event(0.0, True), Event(10.0, True), Event(21.0, True), Event(30.0, False), Event(40.0, False)]
+    times = StepTimes(marks)
+    assert times.known() == [10.0, 11.0]  # stops at the first event the device has not reached
+    marks[3].reached = True
+    marks.append(Event(52.0, False))  # the window goes on: the list grows
+    assert times.known() == [10.0, 11.0, 9.0]
+    marks[4].reached = marks[5].reached = True
+    assert times.known() == [10.0, 11.0, 9.0, 10.0, 12.0]
