@@ -24,6 +24,7 @@ windows' ``s``: two measurements that agree by chance do not make a noisy machin
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from typing import Sequence
@@ -39,12 +40,19 @@ EARLY_STEPS = SUBWINDOWS
 def subwindow_rates(step_s: Sequence[float], parts: int = SUBWINDOWS) -> list[float]:
     """Throughput (steps per second) of ``parts`` consecutive groups of equal steps; steps left
     over at the end are not counted. Fewer than two steps: none."""
-    n = min(parts, len(step_s))
+    return rates_from_totals(list(itertools.accumulate(step_s, initial=0.0)), parts)
+
+
+def rates_from_totals(totals: Sequence[float], parts: int = SUBWINDOWS) -> list[float]:
+    """``subwindow_rates`` from the running totals of the step times (``[0, t1, t1 + t2, ...]``):
+    a few subtractions however long the window, so a window may ask at every step."""
+    steps = len(totals) - 1
+    n = min(parts, steps)
     if n < 2:
         return []
-    size = len(step_s) // n
-    sums = [sum(step_s[i * size:(i + 1) * size]) for i in range(n)]
-    return [size / s for s in sums if s > 0] if all(s > 0 for s in sums) else []
+    size = steps // n
+    sums = [totals[(i + 1) * size] - totals[i * size] for i in range(n)]
+    return [size / s for s in sums] if all(s > 0 for s in sums) else []
 
 
 def window_spread(step_s: Sequence[float], parts: int = SUBWINDOWS) -> tuple[float | None, float | None]:
@@ -59,14 +67,14 @@ def window_spread(step_s: Sequence[float], parts: int = SUBWINDOWS) -> tuple[flo
     return cv, statistics.stdev(math.log(r) for r in rates)
 
 
-def known_within(step_s: Sequence[float], precision: float) -> bool:
-    """Whether a window of these step times (any one unit) knows its throughput within
-    ``precision`` at 95% (its ``throughput_ci95``, as it would be recorded), with at least
-    ``EARLY_STEPS`` steps: the spec's ``trial.precision`` closes the window then."""
-    if len(step_s) < EARLY_STEPS:
-        return False
-    _, s = window_spread(step_s)
-    return s is not None and Z95 * s <= precision
+def known_within(totals: Sequence[float], precision: float) -> bool:
+    """Whether the steps whose running totals these are (``rates_from_totals``) know their
+    throughput within ``precision`` at 95%, by the window's own interval (``throughput_ci95``:
+    1.96 times the spread of five parts, the convention of every interval recorded, optimistic
+    with one step a part), with at least ``EARLY_STEPS`` steps: the spec's ``trial.precision``
+    closes the window then."""
+    rates = rates_from_totals(totals) if len(totals) > EARLY_STEPS else []
+    return len(rates) >= 2 and Z95 * statistics.stdev(math.log(r) for r in rates) <= precision
 
 
 def ci95(spread: float | None, measurements: int = 1) -> float | None:

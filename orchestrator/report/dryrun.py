@@ -66,11 +66,11 @@ def print_plan(spec: SweepSpec) -> None:
     if plan.fixed:
         out.append("  fixed        " + " ".join(f"{k}={v}" for k, v in plan.fixed.items()))
     out.append(f"  trials       at most {target} in total for the study, across resumes{_progress(spec)}")
-    held = (f"{EARLY_STEPS} to {t.measure_steps} measured steps (closed once the throughput is known within "
-            f"+-{t.precision:.1%} at 95%) and at least" if t.precision is not None and t.measure_steps > EARLY_STEPS
-            else f"at least {t.measure_steps} measured steps and")
+    held = (f"at least {EARLY_STEPS} measured steps ({t.measure_steps} unless the throughput is known within "
+            f"+-{t.precision:.1%} at 95% sooner)" if t.precision is not None and t.measure_steps > EARLY_STEPS
+            else f"at least {t.measure_steps} measured steps")
     out.append(f"               each: {t.warmup_steps} warm-up + {held} "
-               f"{t.min_measure_s:g} s; killed after {t.timeout_s:g} s"
+               f"and {t.min_measure_s:g} s; killed after {t.timeout_s:g} s"
                + (f"; measured {t.processes} times, each in a fresh process (median)" if t.processes > 1 else "")
                + ("; leaders closer than their spread are measured again (repeats: auto)"
                   if t.repeats == "auto" and spec.search.sampler == "auto" else ""))

@@ -181,9 +181,9 @@ class TrialSettings:
     measurements took); with another sampler, one."""
     precision: Annotated[float, Bound(above=0, maximum=0.5)] | None = None
     """Close the timed window before ``measure_steps`` once its throughput is known within this
-    fraction at 95% (``throughput_ci95``; 0.005 = +-0.5%), after at least 5 steps and
-    ``min_measure_s``; ``measure_steps`` is then the most it needs. Unset (null): every window holds
-    ``measure_steps``."""
+    fraction at 95% (``throughput_ci95``; 0.005 = +-0.5%), after at least 5 steps; never before
+    ``min_measure_s``, which may hold it past ``measure_steps`` as without. Unset (null): every
+    window holds ``measure_steps``."""
 
     @property
     def processes(self) -> int:

@@ -4,6 +4,7 @@ measurements' together. Pure functions, table-tested; the harness's own trial re
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 
@@ -62,10 +63,23 @@ def test_a_spread_reads_as_percent_when_small_and_as_a_factor_when_large(ci: flo
     assert spread.shown(ci) == text and spread.shown(ci, table=True) == table
 
 
-def test_a_window_knows_its_throughput_within_a_precision_as_its_recorded_interval_says() -> None:
-    noisy = [10.0, 12.0, 9.0, 13.0, 10.0, 11.0]
-    recorded = spread.window_figures(noisy)[M.THROUGHPUT_CI95]
+def totals(steps: list[float]) -> list[float]:
+    return list(itertools.accumulate(steps, initial=0.0))
+
+
+@pytest.mark.parametrize("steps", [[10.0, 12.0, 9.0, 13.0, 10.0, 11.0], [10.0, 12.0, 9.0, 13.0, 10.0] * 3 + [50.0]])
+def test_a_window_knows_its_throughput_within_a_precision_as_its_recorded_interval_says(steps: list[float]) -> None:
+    recorded = spread.window_figures(steps)[M.THROUGHPUT_CI95]
     assert recorded is not None
-    assert spread.known_within(noisy, recorded * 1.01) and not spread.known_within(noisy, recorded * 0.99)
-    assert spread.known_within([10.0] * spread.EARLY_STEPS, 1e-9)  # steady: known at once...
-    assert not spread.known_within([10.0] * (spread.EARLY_STEPS - 1), 0.5)  # ...but never with fewer steps
+    assert spread.known_within(totals(steps), recorded * 1.01) and not spread.known_within(totals(steps), recorded * 0.99)
+
+
+def test_steady_steps_are_known_at_five_but_never_sooner() -> None:
+    assert spread.known_within(totals([10.0] * spread.EARLY_STEPS), 1e-9)
+    assert not spread.known_within(totals([10.0] * (spread.EARLY_STEPS - 1)), 0.5)
+
+
+def test_parts_from_running_totals_are_the_parts_of_the_steps() -> None:
+    steps = [0.011, 0.013, 0.010, 0.019, 0.012, 0.011, 0.014, 0.010, 0.012, 0.016, 0.02, 0.03]
+    assert spread.rates_from_totals(totals(steps)) == pytest.approx(spread.subwindow_rates(steps))
+    assert spread.subwindow_rates(steps) == pytest.approx([2 / (a + b) for a, b in zip(steps[0:10:2], steps[1:10:2])])

@@ -1,6 +1,6 @@
-"""When a timed window closes (``harness/window.py``): after ``measure_steps`` and
-``min_measure_s``, or sooner once ``precision`` is met; the step times so far read without
-waiting on the device. Real trials closing early: ``test_harness``, ``test_script``."""
+"""When a timed window closes (``harness/window.py``): once ``min_measure_s`` has passed, at
+``measure_steps`` or sooner once ``precision`` is met; the step times so far read without waiting
+on the device. Real trials closing early: ``test_harness``, ``test_script``."""
 
 from __future__ import annotations
 
@@ -20,13 +20,24 @@ UNEVEN = [0.0, 0.1, 0.3, 0.35, 0.6, 0.65, 0.9]
     (9, 2.0, TrialSteps(3, 10, 1.0), STEADY, False),           # no precision: the steps' floor holds
     (6, 0.6, TrialSteps(3, 10, 0.5, 0.01), STEADY, True),      # steady steps: known within 1%
     (6, 0.4, TrialSteps(3, 10, 0.5, 0.01), STEADY, False),     # ...but not before min_measure_s
-    (4, 0.6, TrialSteps(3, 10, 0.0, 0.5), STEADY[:5], False),  # ...nor with fewer than EARLY_STEPS steps
+    (4, 0.6, TrialSteps(3, 10, 0.0, 0.5), STEADY, False),      # ...nor before EARLY_STEPS steps ran
+    (5, 0.6, TrialSteps(3, 10, 0.0, 0.5), STEADY[:5], False),  # ...nor before EARLY_STEPS are known
     (6, 0.9, TrialSteps(3, 10, 0.0, 0.01), UNEVEN, False),     # uneven steps: not yet known
 ])
 def test_a_window_closes_at_its_floors_or_at_its_precision(steps: int, elapsed: float, trial: TrialSteps,
                                                            marks: list[float], want: bool) -> None:
     assert spread.EARLY_STEPS == 5
     assert closes(steps, elapsed, trial, StepTimes(list(marks))) is want
+
+
+def test_the_rule_is_asked_again_only_once_each_part_holds_one_more_step() -> None:
+    marks = list(UNEVEN)
+    times = StepTimes(marks)
+    assert not times.within(0.01)  # asked at one step a part: not known
+    marks += [1.0, 1.1, 1.2]  # nine steps: still one a part
+    assert not times.within(1e9)  # not asked again: its verdict cannot have changed
+    marks.append(1.3)  # ten steps: two a part
+    assert times.within(1e9)
 
 
 class Event:
@@ -47,9 +58,9 @@ class Event:
 def test_on_cuda_only_the_events_reached_are_read_and_the_rest_later() -> None:
     marks = [Event(0.0, True), Event(10.0, True), Event(21.0, True), Event(30.0, False), Event(40.0, False)]
     times = StepTimes(marks)
-    assert times.known() == [10.0, 11.0]  # stops at the first event the device has not reached
+    assert times.known() == 2 and times.totals == [0.0, 10.0, 21.0]  # up to the first event not reached
     marks[3].reached = True
     marks.append(Event(52.0, False))  # the window goes on: the list grows
-    assert times.known() == [10.0, 11.0, 9.0]
+    assert times.known() == 3 and times.totals[-1] == 30.0
     marks[4].reached = marks[5].reached = True
-    assert times.known() == [10.0, 11.0, 9.0, 10.0, 12.0]
+    assert times.known() == 5 and times.totals == [0.0, 10.0, 21.0, 30.0, 40.0, 52.0]

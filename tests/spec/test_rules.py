@@ -125,7 +125,8 @@ def test_the_command_prints_one_line_per_error_and_exits_2(tmp_path: Path) -> No
     assert "Traceback" not in proc.stderr and sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
 
 
-@pytest.mark.parametrize("value, shown", [("0", "0"), ("0.6", "0.6"), ("high", "'high'"), ("-0.01", "-0.01")])
+@pytest.mark.parametrize("value, shown", [("0", "0"), ("0.6", "0.6"), ("0.5000001", "0.5000001"), ("high", "'high'"),
+                                          ("-0.01", "-0.01"), ("true", "true")])
 def test_a_window_s_precision_is_a_fraction_up_to_a_half(tmp_path: Path, value: str, shown: str) -> None:
     found = errors_of(tmp_path, f"name: t\nexperiment: experiments.mlp\nspace:\n  batch_size: [8]\n"
                                 f"trial:\n  precision: {value}\n")
@@ -137,5 +138,6 @@ def test_a_window_s_precision_is_read_and_unset_by_default(tmp_path: Path) -> No
     path = tmp_path / "spec.yaml"
     path.write_text("name: t\nexperiment: experiments.mlp\nspace:\n  batch_size: [8]\n")
     assert load_spec(path).trial.precision is None
-    path.write_text("name: t\nexperiment: experiments.mlp\nspace:\n  batch_size: [8]\ntrial:\n  precision: 0.005\n")
-    assert load_spec(path).trial.precision == 0.005
+    for given, read in (("0.005", 0.005), ("0.5", 0.5), ("1.0e-9", 1e-9), ("null", None)):
+        path.write_text(f"name: t\nexperiment: experiments.mlp\nspace:\n  batch_size: [8]\ntrial:\n  precision: {given}\n")
+        assert load_spec(path).trial.precision == read
