@@ -64,3 +64,34 @@ def test_on_cuda_only_the_events_reached_are_read_and_the_rest_later() -> None:
     assert times.known() == 3 and times.totals[-1] == 30.0
     marks[4].reached = marks[5].reached = True
     assert times.known() == 5 and times.totals == [0.0, 10.0, 21.0, 30.0, 40.0, 52.0]
+
+
+def test_asking_once_a_part_grows_closes_where_asking_at_every_step_would() -> None:
+    """The rule asked at every step over every step known (the plain reading of ``precision``),
+    against ``StepTimes``'s asking once a part grows: the same closing step on 500 random windows
+    (noise, precision, cap, and how many steps the GPU lags behind the host drawn)."""
+    import random
+
+    def plain(step_s: list[float], trial: TrialSteps, lag: int) -> int:
+        for k in range(1, len(step_s) + 1):
+            known = step_s[:max(0, k - lag)]
+            if k >= trial.measure_steps or k >= 5 and len(known) >= 5 and \
+                    1.96 * (spread.window_spread(known)[1] or 0.0) <= (trial.precision or 0.0):
+                return k
+        return -1
+
+    for seed in range(500):
+        rng = random.Random(seed)
+        noise, lag = rng.choice([0.001, 0.003, 0.01, 0.05]), rng.randint(0, 3)
+        trial = TrialSteps(1, rng.choice([10, 20, 50]), 0.0, rng.choice([0.005, 0.01, 0.05]))
+        step_s = [0.1 * (1 + rng.gauss(0, noise)) for _ in range(60)]
+        ends = [0.0]
+        for s in step_s:
+            ends.append(ends[-1] + s)
+        times, closed = StepTimes([]), -1
+        for k in range(1, len(step_s) + 1):
+            times.marks = ends[:max(0, k - lag) + 1]  # what the device has reached after step k
+            if closes(k, 10.0, trial, times):
+                closed = k
+                break
+        assert closed == plain(step_s, trial, lag), seed
