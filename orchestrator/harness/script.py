@@ -20,8 +20,9 @@ workers and children end with it (the launcher kills the trial's process group).
 - **The window**: the first ``warmup_steps`` steps are not measured; the device is synchronized
   at the window's edges only (``# sync point``), then the launcher's gate is waited at, as for a
   module (``Progress.before_window``); it closes as a module's does (``harness/window.py``): after
-  ``measure_steps`` steps and ``min_measure_s`` seconds, or sooner with ``precision``. Work between two steps (data loading, logging, evaluation) is part of
-  the step it precedes: the harness sees only the steps.
+  ``measure_steps`` steps and ``min_measure_s`` seconds, or sooner with ``precision``. Work
+  between two steps (data loading, logging, evaluation) is part of the step it precedes: the
+  harness sees only the steps.
 
 A script that exits, or raises, before its window closes ends as ``ScriptEnded`` / its exception,
 which ``child.run_config`` records with the last lines the script printed (``scriptfile``).

@@ -64,7 +64,12 @@ def window_spread(step_s: Sequence[float], parts: int = SUBWINDOWS) -> tuple[flo
         return None, None
     mean = statistics.fmean(rates)
     cv = statistics.pstdev(rates) / mean
-    return cv, statistics.stdev(math.log(r) for r in rates)
+    return cv, log_spread(rates)
+
+
+def log_spread(rates: Sequence[float]) -> float:
+    """The sample standard deviation of the log of two or more parts' rates: a window's ``s``."""
+    return statistics.stdev(math.log(r) for r in rates)
 
 
 def known_within(totals: Sequence[float], precision: float) -> bool:
@@ -74,7 +79,7 @@ def known_within(totals: Sequence[float], precision: float) -> bool:
     with one step a part), with at least ``EARLY_STEPS`` steps: the spec's ``trial.precision``
     closes the window then."""
     rates = rates_from_totals(totals) if len(totals) > EARLY_STEPS else []
-    return len(rates) >= 2 and Z95 * statistics.stdev(math.log(r) for r in rates) <= precision
+    return len(rates) >= 2 and Z95 * log_spread(rates) <= precision
 
 
 def ci95(spread: float | None, measurements: int = 1) -> float | None:

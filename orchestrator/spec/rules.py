@@ -266,8 +266,7 @@ def check_devices(c: Checker, raw: object) -> tuple[str, ...] | None:
 
 def check_trial(c: Checker, raw: object) -> TrialSettings:
     path = ("trial",)
-    t = c.mapping(path, raw, ("warmup_steps", "measure_steps", "min_measure_s", "precision", "timeout_s",
-                                       "repeats"))
+    t = c.mapping(path, raw, ("warmup_steps", "measure_steps", "min_measure_s", "precision", "timeout_s", "repeats"))
     d = TrialSettings()
     repeats = t.get("repeats", d.repeats)
     if repeats != "auto" and (not knobs.is_int(repeats) or repeats < 1):
