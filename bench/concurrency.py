@@ -158,13 +158,16 @@ def start_and_end(events: list[dict[str, Any]], slot_of: dict[int, str]) -> list
         lines.append("first trial per slot, s after the loop began: " + ", ".join(
             f"{s} {v:.2f}" for s, v in sorted(rel.items())) + f" (spread {max(rel.values()) - min(rel.values()):.2f} s)")
     if told and "exit" in t:
-        lines.append(f"after the last result: stores closed {t.get('stores_closed', t['exit']) - max(told):.2f} s, "
-                     f"command's end {t['exit'] - max(told):.2f} s later")
+        marks = [(label, t[name] - max(told)) for name, label in AFTER_LAST if name in t]
+        lines.append("after the last result, s: " + ", ".join(f"{label} {at:.2f}" for label, at in marks))
     if "process_start" in t and "loop_start" in t:  # where the seconds before the first trial went
         lines.append("before the loop, s after the command's process began: " + ", ".join(
             f"{name} {t[name] - t['process_start']:.2f}" for name in BEFORE_LOOP if name in t))
     return lines
 
 
+AFTER_LAST = (("trials_stopped", "trials in flight stopped"), ("loop_end", "loop ended"),
+              ("stores_closed", "stores closed"), ("summary_printed", "summary printed"), ("exit", "command's end"))
+"""The command's own marks after its last result, with their labels."""
 BEFORE_LOOP = ("imports_done", "probe_answered", "smoke_answered", "stores_opened", "loop_start")
 """The command's own marks before its first trial (``orchestrator.timeline``), in their order."""

@@ -20,6 +20,8 @@ their order can differ:
 - ``stores_opened``: the study and the MLflow experiment exist (``created``: they were made now);
 - ``loop_start``; ``start`` (trial 0): the first trial's process is forked or given its
   configuration; ``told`` (the last one): the last result is in the study;
+- ``trials_stopped`` (where the verdict, or Ctrl-C, found trials in flight): every slot's trial
+  process killed and reaped; ``loop_end``: the loop has nothing left to run;
 - ``stores_closed``: MLflow has every record it takes (``converge.settle``), the parent run closed;
 - ``summary_printed``: the summary is on stdout;
 - ``exit``: the command is done; what is left is the interpreter's exit.
@@ -35,7 +37,8 @@ import time
 _lock = threading.Lock()
 
 COMMAND = ("process_start", "cli_start", "probe_start", "imports_done", "probe_answered", "smoke_answered",
-           "stores_opened", "loop_start", "start", "told", "stores_closed", "summary_printed", "exit")
+           "stores_opened", "loop_start", "start", "told", "trials_stopped", "loop_end", "stores_closed",
+           "summary_printed", "exit")
 """The command's own marks (see the module); ``start`` and ``told`` are per trial."""
 
 

@@ -24,6 +24,9 @@ from orchestrator.launch.spares import PRESTART, SparePool
 from orchestrator.launch.trial import Launched, ProcessRun
 
 POLL_S = 0.05
+KILL_GRACE_S = 5.0
+"""How long the end of a sweep waits for a killed trial's process to be reaped (a CUDA process's
+memory is freed as it dies: 0.3-1 s on an H100)."""
 
 
 class SlotLauncher:
@@ -143,15 +146,24 @@ class SlotLauncher:
             out.append(self.running.interp.status_fd)
         return out
 
-    def close(self) -> None:
-        """End of the sweep: a running trial is killed (and reaped: by its fork server, if it has
-        one); the spares leave."""
+    def kill_running(self) -> None:
+        """End of the sweep, first step: its running trial, if any, is killed (not waited for:
+        ``close`` reaps it), and no spare is started any more."""
         self.pool.pending = []
         if self.running is not None and not self.running.exited:
             self.running.kill()
-            deadline = time.monotonic() + 5
-            while not self.running.interp.reap() and time.monotonic() < deadline:
-                time.sleep(0.01)
+
+    def reaped(self) -> bool:
+        """Whether its last trial's process is gone (reaped: by its fork server, if it has one)."""
+        return self.running is None or self.running.interp.reap()
+
+    def close(self, grace_s: float = KILL_GRACE_S) -> None:
+        """End of the sweep: a running trial is killed and reaped (waited for at most ``grace_s``);
+        the spares leave."""
+        self.kill_running()
+        deadline = time.monotonic() + grace_s
+        while not self.reaped() and time.monotonic() < deadline:
+            time.sleep(0.01)
         if self.running is not None:
             self.running.interp.close()
         self.pool.close()

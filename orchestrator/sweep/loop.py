@@ -171,6 +171,7 @@ class Sweep:
             self._advance_all()  # take the results the wait brought
             self._say_quiet(on_notice)
         policy.done(self.proposer.exhausted)
+        event("loop_end")
         return self._result(clock() - started)
 
     def _advance_all(self) -> None:
@@ -381,6 +382,7 @@ class Sweep:
                 if outcome is not None:
                     self._on_result(job.trial, outcome, self.runner.now())
         self.runner.close()
+        event("trials_stopped")
         for job in self.jobs.values():
             trial = job.trial
             try:  # one that had its process says where it ran (its MLflow run has the placement)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.harness.prepared import PREPARE_FAILED
-from orchestrator.protocol import config_of
+from orchestrator.protocol import TrialSteps, config_of
 from orchestrator.launch import (ForkServer, Forked, Host, Interpreter, SlotLauncher, TrialProcess, cpu_seconds, launch_trial,
                                  wait_for_activity)
 
@@ -454,3 +454,31 @@ def torch_has_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def test_the_end_kills_every_slot_s_trial_before_it_waits_for_any(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end of a sweep with trials in flight on several slots (the verdict, Ctrl-C): every trial
+    is killed first, then all are reaped together, so a host waits once for its dying processes (a
+    CUDA process takes 0.3-1 s to die), not once a slot. Two real trials, each in its window."""
+    from orchestrator.launch import ProcessRunner, StopFlag
+    from orchestrator.launch.process import is_alive
+    from orchestrator.launch.slots import Slot
+
+    runner = ProcessRunner([Slot("cpu:0"), Slot("cpu:1")], "experiments.mlp", tmp_path, StopFlag(), prestart=0)
+    calls: list[tuple[str, int]] = []
+    for i, launcher in enumerate(runner.launchers):
+        kill, reaped = launcher.kill_running, launcher.reaped
+        monkeypatch.setattr(launcher, "kill_running", lambda kill=kill, i=i: (calls.append(("kill", i)), kill())[1])
+        monkeypatch.setattr(launcher, "reaped", lambda reaped=reaped, i=i: (calls.append(("reaped", i)), reaped())[1])
+    long = replace(CONFIG, trial=TrialSteps(warmup_steps=1, measure_steps=100_000, min_measure_s=60.0))
+    runs = [runner.start(i, replace(long, trial_number=i), tmp_path / f"t{i}", {}, 120, [{}]) for i in range(2)]
+    deadline = time.monotonic() + 60
+    while not all(r.in_window for r in runs) and time.monotonic() < deadline:
+        runner.wait(0.05)
+    assert all(r.in_window for r in runs), [r.phase for r in runs]
+    pids = [r.interp.pid for r in runs]
+    runner.close()
+    first_wait = next(n for n, (what, _) in enumerate(calls) if what == "reaped")
+    assert sorted(calls[:first_wait]) == [("kill", 0), ("kill", 1)], calls  # both killed before any wait
+    assert all(r.exited and r.interp.returncode is not None and r.interp.returncode < 0 for r in runs)
+    assert not any(pid is not None and is_alive(pid) for pid in pids)

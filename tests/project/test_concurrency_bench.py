@@ -55,9 +55,11 @@ def test_the_first_trial_of_each_slot_and_the_command_s_end(concurrency: Any) ->
     events = [{"t": -3.0, "event": "process_start"}, {"t": -0.5, "event": "imports_done"},
               {"t": 1.0, "event": "loop_start"}, {"t": 1.2, "event": "start", "trial": 0},
               {"t": 1.5, "event": "start", "trial": 1}, {"t": 5.0, "event": "start", "trial": 2},
-              {"t": 8.0, "event": "told", "trial": 2}, {"t": 8.3, "event": "stores_closed"},
+              {"t": 8.0, "event": "told", "trial": 2}, {"t": 8.1, "event": "trials_stopped"},
+              {"t": 8.15, "event": "loop_end"}, {"t": 8.3, "event": "stores_closed"},
               {"t": 8.4, "event": "exit"}, {"t": 7.0, "event": "start", "trial": 3}]
     lines = concurrency.start_and_end(events, {0: "cuda:0", 1: "cuda:1", 2: "cuda:0", 3: "?"})
     assert lines[0] == "first trial per slot, s after the loop began: cuda:0 0.20, cuda:1 0.50 (spread 0.30 s)"
-    assert lines[1] == "after the last result: stores closed 0.30 s, command's end 0.40 s later"
+    assert lines[1] == ("after the last result, s: trials in flight stopped 0.10, loop ended 0.15, stores closed 0.30, "
+                        "command's end 0.40")  # no summary_printed mark: left out
     assert lines[2] == "before the loop, s after the command's process began: imports_done 2.50, loop_start 4.00"
