@@ -17,7 +17,6 @@ Neither runs a process nor counts toward ``n_trials``.
 from __future__ import annotations
 
 import random
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -37,6 +36,8 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial, Trial
     from optuna.study import Study
 
+    from orchestrator.sweep.seams import ProposalLock
+
 
 @dataclass
 class Asked:
@@ -49,7 +50,7 @@ class Asked:
 
 
 class Proposer:
-    def __init__(self, spec: SweepSpec, plan: Plan, study: Study, lock: AbstractContextManager[Any],
+    def __init__(self, spec: SweepSpec, plan: Plan, study: Study, lock: ProposalLock,
                  on_answer: Callable[..., None],
                  heartbeat: Callable[[Any], None] = lambda trial: None, neighbours: bool = True,
                  memory_limit_gib: float | None = None, superseded: dict[str, int] | None = None,
@@ -131,7 +132,7 @@ class Proposer:
         repeat, a deferral) is recorded, and the strategy asked again."""
         with self.lock:
             for _ in range(4 * MAX_REPEATED_PROPOSALS):
-                retaken = getattr(self.lock, "retaken", 0)
+                retaken = self.lock.retaken
                 v = self.view()
                 self.strays = v.strays
                 answer = self._before(v) or self.strategy.next(v)
@@ -142,9 +143,8 @@ class Proposer:
                 if answer.config is not None:
                     enqueue(self.study, answer.config, **answer.attrs)
                 trial, sampled = self._ask()
-                if (confirm := getattr(self.lock, "confirm", None)) is not None:
-                    confirm()  # a lock lost unseen (the database restarted between calls) is taken again
-                if getattr(self.lock, "retaken", 0) != retaken:  # the lock was lost meanwhile: look again
+                self.lock.confirm()  # a lock lost unseen (the database restarted between calls) is taken again
+                if self.lock.retaken != retaken:  # the lock was lost meanwhile: look again
                     v = self._view_besides(trial.number, config_key(sampled))
                 if self._answered_at_once(trial, sampled, v):
                     continue

@@ -31,6 +31,22 @@ def is_shared(storage_url: str) -> bool:
     return not is_sqlite(storage_url)
 
 
+class NoLock:
+    """The lock of a study no other orchestrator shares (a replay's, a test's): nothing to take,
+    never lost (``seams.ProposalLock``)."""
+
+    retaken = 0
+
+    def __enter__(self) -> "NoLock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def confirm(self) -> None:
+        return None
+
+
 class StudyLock:
     """A re-entrant, cross-process lock for one study (see the module)."""
 

@@ -38,6 +38,7 @@ from orchestrator.search.proposer import Asked, Proposer
 from orchestrator.search.strategy import Done, Wait
 from orchestrator.store.record import TrialRecord, status_of, write
 from orchestrator.store.records import link_run, rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags
+from orchestrator.store.coordination import NoLock
 from orchestrator.store.writefault import StoreUnwritable, diagnose, folder_unwritable
 from orchestrator.search.space import Plan, trial_params
 from orchestrator.spec.load import SweepSpec
@@ -82,12 +83,10 @@ class Sweep:
         """``tracker``: ``tracking.AsyncTracker`` (or ``replay.NullTracker``); ``runner``:
         ``ProcessRunner`` (or ``replay.ReplayRunner``, which answers from a recorded table on a
         simulated clock); ``options``: ``seams.SweepOptions`` (most are the ``Proposer``'s)."""
-        import contextlib
-
         o = options
         self.spec, self.plan, self.study, self.tracker = spec, plan, study, tracker
         self.work_dir, self.stop, self.runner, self.recovery = work_dir, stop, runner, o.recovery
-        self.proposer = Proposer(spec, plan, study, o.lock or contextlib.nullcontext(), self._answered,
+        self.proposer = Proposer(spec, plan, study, o.lock or NoLock(), self._answered,
                                  heartbeat=o.heartbeat or (lambda trial: None), neighbours=o.neighbours,
                                  memory_limit_gib=o.memory_limit_gib, superseded=o.superseded, owner=o.owner,
                                  native_half=o.native_half)

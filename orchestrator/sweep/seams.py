@@ -16,7 +16,6 @@ Protocols, so that a replay can stand in for the real processes and MLflow.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -91,13 +90,30 @@ class TrialTracker(Protocol):
         """Finish the trial's run with its status, metrics, tags and files."""
 
 
+class ProposalLock(Protocol):
+    """What the proposer holds from reading what is in flight to writing a new trial:
+    ``coordination.StudyLock`` (a server database's advisory lock), or ``coordination.NoLock``
+    where no other orchestrator shares the study."""
+
+    retaken: int
+    """How often the lock was taken again after its session died (another orchestrator may have
+    held it meanwhile: what was read before is read again)."""
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(self, *exc: object) -> bool | None: ...
+
+    def confirm(self) -> None:
+        """While held: take the lock again if it was lost unseen (the database restarted)."""
+
+
 @dataclass(frozen=True)
 class SweepOptions:
     """What the loop is told besides its parts; the defaults: one orchestrator on its study,
     nothing known of the machine."""
 
-    lock: AbstractContextManager[Any] | None = None
-    """``coordination.StudyLock``: held from reading what is in flight to writing a new trial."""
+    lock: ProposalLock | None = None
+    """Held from reading what is in flight to writing a new trial (None: ``coordination.NoLock``)."""
     recovery: Any = None
     """A ``recovery.Recovery`` that fails other orchestrators' stale trials (server databases)."""
     superseded: dict[str, int] | None = None

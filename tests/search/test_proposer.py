@@ -17,9 +17,13 @@ from orchestrator.spec.load import check_spec
 
 
 class Lock:
-    """A stand-in for ``coordination.StudyLock``: ``retaken`` counts its re-takings."""
+    """A stand-in for ``coordination.StudyLock`` (``seams.ProposalLock``): ``retaken`` counts its
+    re-takings; ``confirm`` finds the lock held unless a test says otherwise."""
 
-    retaken = 0
+    def __init__(self) -> None:
+        self.retaken = 0
+        self.confirmed = 0
+        self.lost_unseen = False
 
     def __enter__(self) -> "Lock":
         return self
@@ -27,8 +31,13 @@ class Lock:
     def __exit__(self, *exc: object) -> None:
         return None
 
+    def confirm(self) -> None:
+        self.confirmed += 1
+        if self.lost_unseen:  # StudyLock.confirm: its session is dead, so it is taken again
+            self.retaken += 1
 
-def proposer_with_a_rival(tmp_path: Path, lost: bool) -> tuple[Proposer, list[tuple[int, Status]], optuna.Study]:
+
+def proposer_with_a_rival(tmp_path: Path, lost: bool) -> tuple[Proposer, list[tuple[int, Status]], optuna.Study, Lock]:
     """A grid proposer whose ``ask`` is raced by another orchestrator that starts the same
     configuration meanwhile, which only a lost lock allows; ``lost``: the lock was taken again."""
     spec = check_spec({"name": "s", "experiment": "experiments.mlp", "device": "cpu",
@@ -53,12 +62,12 @@ def proposer_with_a_rival(tmp_path: Path, lost: bool) -> tuple[Proposer, list[tu
         return trial, sampled
 
     proposer._ask = ask  # type: ignore[method-assign]
-    return proposer, answered, study
+    return proposer, answered, study, lock
 
 
 def test_a_proposal_made_across_a_lost_lock_defers_to_the_trial_started_meanwhile(tmp_path: Path) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    proposer, answered, study = proposer_with_a_rival(tmp_path, lost=True)
+    proposer, answered, study, _ = proposer_with_a_rival(tmp_path, lost=True)
     got = proposer.next()
     assert isinstance(got, Asked) and got.sampled == {"batch_size": 16}, got  # the configuration still free
     assert answered == [(0, Status.DEFERRED)]  # trial 0 stepped aside for the other's trial 1
@@ -72,17 +81,10 @@ def test_a_lock_lost_unseen_is_confirmed_before_the_trial_runs_and_the_proposal_
     orchestrator started the same configuration meanwhile (CI: one configuration measured twice
     across a restart). The proposer confirms the lock before its trial runs, which finds it lost."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    proposer, answered, study = proposer_with_a_rival(tmp_path, lost=False)
-    lock = proposer.lock
-    confirmed: list[int] = []
-
-    def confirm() -> None:  # StudyLock.confirm: its session is dead, so it is taken again
-        confirmed.append(1)
-        lock.retaken += 1  # type: ignore[attr-defined]  # the stand-in's counter
-
-    lock.confirm = confirm  # type: ignore[attr-defined]  # the stand-in gains StudyLock's method
+    proposer, answered, study, lock = proposer_with_a_rival(tmp_path, lost=False)
+    lock.lost_unseen = True
     got = proposer.next()
-    assert confirmed and isinstance(got, Asked) and got.sampled == {"batch_size": 16}, got
+    assert lock.confirmed and isinstance(got, Asked) and got.sampled == {"batch_size": 16}, got
     assert answered == [(0, Status.DEFERRED)]  # trial 0 stepped aside for the other's trial 1
     running = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING]
     assert [(t.number, t.params) for t in running] == [(1, {"batch_size": 8}), (2, {"batch_size": 16})]
@@ -92,6 +94,7 @@ def test_with_the_lock_held_throughout_the_view_read_under_it_stands(tmp_path: P
     """The same race with the lock never lost cannot happen for real; here it shows that the
     study is read again only when the lock was lost (one read per proposal otherwise)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    proposer, answered, _ = proposer_with_a_rival(tmp_path, lost=False)
+    proposer, answered, _, lock = proposer_with_a_rival(tmp_path, lost=False)
     got = proposer.next()
     assert isinstance(got, Asked) and got.sampled == {"batch_size": 8} and answered == []
+    assert lock.confirmed == 1  # confirmed before its process runs, and found held

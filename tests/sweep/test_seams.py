@@ -14,7 +14,8 @@ from orchestrator.replay.strategies import NullTracker, ReplayRunner, _ReplayRun
 from orchestrator.store.outage import Stopping
 from orchestrator.store.tracking import AsyncTracker
 from orchestrator.launch import StopFlag
-from orchestrator.sweep.seams import Runner, TrialRun, TrialTracker
+from orchestrator.store.coordination import NoLock, StudyLock
+from orchestrator.sweep.seams import ProposalLock, Runner, TrialRun, TrialTracker
 
 
 def _members(protocol: type) -> dict[str, object]:
@@ -35,9 +36,10 @@ def _params(func: object) -> list[inspect.Parameter]:
     (TrialRun, ProcessRun), (TrialRun, _ReplayRun),
     (TrialTracker, AsyncTracker), (TrialTracker, NullTracker),
     (Stopping, StopFlag),
+    (ProposalLock, StudyLock), (ProposalLock, NoLock),
 ], ids=lambda c: c.__name__)
 def test_each_implementation_has_every_member_with_its_parameters(protocol: type, impl: type) -> None:
-    instance_attrs = {"slots", "down", "signum"}  # set in __init__ (or a class attribute)
+    instance_attrs = {"slots", "down", "signum", "retaken"}  # set in __init__ (or a class attribute)
     for name, member in _members(protocol).items():
         assert hasattr(impl, name) or name in instance_attrs, f"{impl.__name__} lacks {name}"
         if not callable(member) or isinstance(member, property):
