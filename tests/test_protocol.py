@@ -11,10 +11,12 @@ from orchestrator.protocol import (GO, LEAVE, Kind, Order, StatusLine, Word, dec
 STATUSES = [
     (StatusLine(Word.READY), "ready\n"),
     (StatusLine(Word.WINDOW), "window\n"),
+    (StatusLine(Word.MEASURED), "measured\n"),
     (StatusLine(Word.RESULT), "result\n"),
     (StatusLine(Word.FORKED, 1234), "1234 forked\n"),
     (StatusLine(Word.READY, 1234), "1234 ready\n"),  # a prepared process: its device is initialised
     (StatusLine(Word.WINDOW, 1234), "1234 window\n"),
+    (StatusLine(Word.MEASURED, 1234), "1234 measured\n"),
     (StatusLine(Word.RESULT, 1234), "1234 result\n"),
     (StatusLine(Word.EXITED, 1234, 0, 812345), "1234 exited 0 812345\n"),
     (StatusLine(Word.EXITED, 1234, -9, 0), "1234 exited -9 0\n"),  # killed by SIGKILL

@@ -99,7 +99,8 @@ def write_atomically(path: str, text: str) -> None:
 
 def run_config(config: TrialConfig, timeline: dict[str, float],
                before_window: Callable[[], None] | None = None,
-               said: Callable[[], None] | None = None) -> None:
+               said: Callable[[], None] | None = None,
+               after_window: Callable[[], None] | None = None) -> None:
     """Run one trial and write its result file; every failure becomes a recorded status. A script
     trial (``config.script``) ends its process once its window closes: its result written and,
     given ``said``, said, the process exits here (the script need not finish)."""
@@ -109,7 +110,7 @@ def run_config(config: TrialConfig, timeline: dict[str, float],
     timeline.setdefault("imports_done", time.time())
     assert config.result_path is not None, "the launcher gives every trial its result's path"
     os.environ["ORCHESTRATE_RESULT_PATH"] = config.result_path  # for experiments that report themselves
-    progress = train.Progress(before_window)
+    progress = train.Progress(before_window, after_window)
     device = config.params.get("device", "auto")
     try:
         if config.script is not None:
@@ -249,8 +250,8 @@ def serve(experiment: str) -> int:
 def run_given(config_path: str, status: Any, timeline: dict[str, Any], pid: int | None = None) -> int:
     """The trial, once its configuration's path has arrived: in a ``--serve`` interpreter, or in a
     child of the fork server, which gives its ``pid`` in its status lines. Says ``window`` and
-    waits for ``go`` on stdin before the timed window, ``result`` after the result file
-    (``protocol.py``)."""
+    waits for ``go`` on stdin before the timed window, ``measured`` once it is over, ``result``
+    after the result file (``protocol.py``)."""
     timeline["config_received"] = time.time()
     with open(config_path) as f:
         config = decode_config(f.read())
@@ -263,7 +264,10 @@ def run_given(config_path: str, status: Any, timeline: dict[str, Any], pid: int 
     def said() -> None:
         status.write(encode_status(StatusLine(Word.RESULT, pid)))
 
-    run_config(config, timeline, gate, said)
+    def over() -> None:
+        status.write(encode_status(StatusLine(Word.MEASURED, pid)))
+
+    run_config(config, timeline, gate, said, over)
     sys.stdout.flush()
     sys.stderr.flush()
     said()

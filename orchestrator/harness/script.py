@@ -164,6 +164,7 @@ class Meter:
         backend.synchronize(self.device)  # sync point: the window ends when the device is done
         elapsed = time.perf_counter() - self.t0
         self.progress.mark(MK.WINDOW_END)
+        self.progress.after_window()
         check_device(self.device)
         self.finish(self.figures(elapsed, swap.read_swap()))
 

@@ -38,12 +38,16 @@ class Progress:
     (wall clock) it reached each point: ``marks`` (named in ``harness/marks.py``), written into
     the result's ``timeline`` and read by ``bench/startup.py`` and ``bench/overhead.py``."""
 
-    def __init__(self, before_window: Callable[[], None] | None = None) -> None:
+    def __init__(self, before_window: Callable[[], None] | None = None,
+                 after_window: Callable[[], None] | None = None) -> None:
         self.phase, self.step = "setup", 0
         self.marks: dict[str, float] = {}
         self.before_window = before_window or (lambda: None)
         """Called after the warm-up's final synchronize, right before the timed window: the
         launcher holds the window here until this device's pre-started interpreter is idle."""
+        self.after_window = after_window or (lambda: None)
+        """Called once the timed window is over (its final synchronize): the launcher may prepare
+        the slot's next process while this one reads its figures and writes its result."""
 
     def mark(self, name: str) -> float:
         """Record the wall clock now as mark ``name``; return ``time.perf_counter()`` at the same
@@ -323,6 +327,7 @@ def timed_window(trial: Trial, steps: TrialSteps, progress: Progress) -> Window:
     backend.synchronize(device)  # sync point: the window ends when the device is done
     elapsed = time.perf_counter() - t0
     progress.mark(MK.WINDOW_END)
+    progress.after_window()
     swap_end = swap.read_swap()
     return Window(step, elapsed, marks, losses, driver_peak, swap_window, swap_end)
 

@@ -92,7 +92,7 @@ class Forked(TrialProcess):
         self.device = device
         """The device a prepared process initialised (None: forked for its trial at once)."""
         self.pid: int | None = None
-        self.ready = self.at_window = self.result_ready = self._kill_when_forked = False
+        self.ready = self.at_window = self.measured = self.result_ready = self._kill_when_forked = False
         self.returncode: int | None = None
         self.rusage: Usage | None = None
         self.running_since: float | None = None
@@ -128,12 +128,14 @@ class Forked(TrialProcess):
             self._given = None
 
     def heard(self, status: StatusLine) -> None:
-        """What its server said of it: at its window, its result written, or reaped."""
+        """What its server said of it: at its window, its window over, its result written, or reaped."""
         if status.word is Word.READY:
             self.ready, self.running_since = True, time.monotonic()
             self.prepared_s = self.running_since - (self._forked_at or self.running_since)
         elif status.word is Word.WINDOW:
             self.at_window = True
+        elif status.word is Word.MEASURED:
+            self.measured = True
         elif status.word is Word.RESULT:
             self.result_ready = True
         elif status.word is Word.EXITED:

@@ -90,6 +90,8 @@ class TrialProcess(Protocol):
     """When it could first run a trial (monotonic clock): its imports were done."""
     at_window: bool
     """It has finished its warm-up and waits for ``go`` before its timed window."""
+    measured: bool
+    """Its timed window is over (its result follows)."""
     result_ready: bool
     """Its result file is written (it may still be exiting)."""
     returncode: int | None
@@ -154,6 +156,7 @@ class Interpreter(TrialProcess):
         self.ready = False
         self.running_since: float | None = None
         self.at_window = False
+        self.measured = False
         self.result_ready = False
         self.returncode: int | None = None
         self.rusage: Usage | None = None
@@ -198,6 +201,8 @@ class Interpreter(TrialProcess):
             event("interpreter_ready")
         elif status.word is Word.WINDOW:
             self.at_window = True
+        elif status.word is Word.MEASURED:
+            self.measured = True
         elif status.word is Word.RESULT:
             self.result_ready = True
 

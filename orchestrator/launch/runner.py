@@ -49,7 +49,7 @@ class ProcessRunner:
 
     def prepare(self, device: str) -> None:
         """Every slot's first trial process, forked now and initialising ``device`` (each slot's
-        next one is prepared once its trial has its result: ``SlotLauncher.tick``); only where
+        next one is prepared once its trial's window is over: ``SlotLauncher.tick``); only where
         there is a device to initialise (``PREPARED_DEVICES``)."""
         if device not in PREPARED_DEVICES and not os.environ.get("ORCHESTRATE_TEST_PREPARE_CPU"):
             return  # (tests only: the variable prepares CPU trials' processes too, to run the path)

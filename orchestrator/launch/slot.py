@@ -4,7 +4,7 @@ A ``SlotLauncher`` gives each trial a process from its ``SparePool`` (``spares.p
 and lets it open its timed window when the host's gate allows (``host.py``). *One trial at a
 time on a device*: the next trial's configuration is sent only once the previous process of the
 slot has exited (``os.wait4``), so its memory is free. Its process may be forked, and its device
-initialised, before that: once the current trial has its result (its window is over), the
+initialised, before that: once the current trial's window is over (it says ``measured``), the
 slot's next process is prepared (``SparePool.prepare_next``), gated like an import.
 """
 
@@ -94,7 +94,7 @@ class SlotLauncher:
 
     def prepare(self, device: str) -> None:
         """Prepare the slot's first trial process now, for ``device`` (start-up: nothing is
-        measured yet), and each next one once its predecessor has its result."""
+        measured yet), and each next one once its predecessor's window is over."""
         self.prepare_device = device
         self.pool.prepare_now(device)
 
@@ -123,13 +123,14 @@ class SlotLauncher:
         return self.pool.settled()
 
     def tick(self) -> None:
-        """Poll the running trial and the spares; once the trial has its result, plan its
-        successor's process (``SparePool.prepare_next``); let a trial waiting at its window go
-        once every spare is idle (or dead)."""
+        """Poll the running trial and the spares; once the trial's window is over, plan its
+        successor's process (``SparePool.prepare_next``: made while the trial reads its figures,
+        writes its result and exits); let a trial waiting at its window go once every spare is
+        idle (or dead)."""
         run = self.running
         if run is not None:
             run.poll()
-            if run.has_result and not run.prepared_next and self.prepare_device is not None:
+            if run.window_over and not run.prepared_next and self.prepare_device is not None:
                 run.prepared_next = True
                 self.pool.prepare_next(self.prepare_device)
         if (self.pool.pending or self.prepare_pending) and not self.host.in_window():

@@ -159,11 +159,11 @@ class SparePool:
         return False
 
     def prepare_next(self, device: str) -> None:
-        """Plan a process for the slot's next trial on ``device`` (its current trial has its
-        result: its window is over), started by ``start_pending`` once no window runs on the
-        host: forked from the server of the next trial's likeliest environment, it initialises
-        the device and waits (``ForkServer.prepare``). Its trial then finds the device ready: on
-        CUDA the context (0.3 s on an H100) is made while the previous trial's process exits."""
+        """Plan a process for the slot's next trial on ``device`` (its current trial's window is
+        over), started by ``start_pending`` once no window runs on the host: forked from the server
+        of the next trial's likeliest environment, it initialises the device and waits
+        (``ForkServer.prepare``). Its trial then finds the device ready: on CUDA the context (0.3 s
+        on an H100) is made while the previous trial writes its result and its process exits."""
         if self.prepare and self.prepared is None:
             self.prepare_pending = device
 

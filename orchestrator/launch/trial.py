@@ -91,7 +91,7 @@ class ProcessRun:
         self.slot_free_at = slot_free_at
         self.exited_at: float | None = None
         self.prepared_next = False
-        """Its slot's next process has been planned (once it had its result: ``SlotLauncher.tick``)."""
+        """Its slot's next process has been planned (once its window was over: ``SlotLauncher.tick``)."""
         config_path = trial_dir / trialdir.CONFIG
         try:
             config_path.write_text(encode_config(replace(config, result_path=str(self.result_path))))
@@ -130,9 +130,14 @@ class ProcessRun:
         return self.phase is Phase.HELD
 
     @property
+    def window_over(self) -> bool:
+        """Its timed window is over (it said ``measured``), or it has its result."""
+        return self.interp.measured or self.has_result
+
+    @property
     def in_window(self) -> bool:
-        """Its timed window runs (``go`` given, no result yet)."""
-        return self.phase is Phase.MEASURING and not self.has_result
+        """Its timed window runs (``go`` given, not yet over)."""
+        return self.phase is Phase.MEASURING and not self.window_over
 
     def _enter(self, phase: Phase, now: float) -> None:
         self.phase, self.since = phase, now

@@ -351,6 +351,39 @@ def test_the_next_trial_s_process_is_prepared_while_the_previous_one_exits(
 
 
 @pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
+def test_the_next_process_is_prepared_once_the_window_is_over_before_the_result(tmp_path: Path) -> None:
+    """A trial says ``measured`` once its timed window is over; its slot's next process is
+    prepared from then on, while the trial reads its figures and writes its result (here a second,
+    ``slow_figures``), not only once the result is in."""
+    experiment = "tests.fixtures.experiments.slow_figures"
+    launcher = SlotLauncher(experiment, {}, None, tmp_path, None, prestart=1, fork=True)
+    config = replace(CONFIG, experiment=experiment, params={"device": "cpu", "batch_size": 8})
+    try:
+        launcher.prewarm({})
+        launcher.prepare("cpu")
+        wait_prepared(launcher)
+        run = launcher.start(replace(config, trial_number=0), tmp_path / "t0", {}, 120, [{}])
+        said_measured_first = None
+        while not run.exited:
+            wait_for_activity([launcher])
+            launcher.tick()
+            if said_measured_first is None and run.interp.measured:
+                said_measured_first = not run.has_result
+        assert run.launched().outcome.status == "ok", run.launched().outcome.detail
+        written = json.loads((tmp_path / "t0" / "result.json").read_text())["timeline"]["result_written"]
+        run1 = launcher.start(replace(config, trial_number=1), tmp_path / "t1", {}, 120, [{}])
+        while not run1.exited:
+            wait_for_activity([launcher])
+            launcher.tick()
+        tl = json.loads((tmp_path / "t1" / "result.json").read_text())["timeline"]
+        assert said_measured_first, "no 'measured' before the result"
+        assert isinstance(run1.interp, Forked) and run1.interp.prepared
+        assert tl["forked"] < written - 0.5, (tl["forked"], written)  # prepared while the figures were read
+    finally:
+        launcher.close()
+
+
+@pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
 def test_a_prepared_process_is_used_only_for_its_environment_and_device(tmp_path: Path) -> None:
     """A prepared process initialised its device under its server's environment: a trial that
     needs another environment, or another device, gets a process of its own and the prepared one
