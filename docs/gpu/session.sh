@@ -76,6 +76,10 @@
 #                                 orchestrator/ and experiments/ copied into .before_first_trial/:
 #                                 git archive main orchestrator experiments | tar -x -C .before_first_trial);
 #                                 about 7 minutes
+#   bash docs/gpu/session.sh m40  issue #40: the headline from an empty store in a known folder, this checkout (the next
+#                                 trial's process prepared once a window is over) alternating with .before40/ (4c91f18:
+#                                 prepared at the result), 4 and 3 commands after a warming one, with the gaps between
+#                                 trials (docs/gpu/window/headline_measured.sh; about 7 minutes on an H100)
 #   bash docs/gpu/session.sh c40  issue #40 on one H100 (nvidia-h100-x1), about 8 minutes, everything printed in
 #                                 one go: the import floor (import torch three times; the slowest imports of
 #                                 torch and torch._dynamo), bench/trial_cost.py's table from empty folders
@@ -341,6 +345,10 @@ cwd)
   ;;
 window)
   step "the headline with and without trial.precision"; bash docs/gpu/window/headline_precision.sh > "$OUT/headline_precision.log" 2>&1
+  ;;
+m40)
+  step "the headline, the next process prepared at the window's end against at the result"
+  bash docs/gpu/window/headline_measured.sh > "$OUT/headline_measured.log" 2>&1
   ;;
 folders)
   step "the headline in a known and a new folder"; bash docs/gpu/first_step/headline_folders.sh > "$OUT/headline_folders.log" 2>&1
