@@ -190,7 +190,8 @@ SPACES_SPEC = """
       warmup_steps: 1
       measure_steps: 1
       min_measure_s: 0.0
-      timeout_s: 20   # a fresh trial process imports torch first: seconds on a busy 2-core machine
+      timeout_s: 12   # the trial's own time: its process's imports are not counted (launch/trial.py);
+                      # a tiny model's build and two steps take under a second, more on a busy 2-core machine
     storage: sqlite:///my store/optuna.db
     tracking_uri: sqlite:///my store/mlflow.db
     """
