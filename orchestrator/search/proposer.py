@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial, Trial
     from optuna.study import Study
 
-    from orchestrator.sweep.seams import ProposalLock
+    from orchestrator.store.coordination import ProposalLock
 
 
 @dataclass

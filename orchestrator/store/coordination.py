@@ -5,6 +5,8 @@
   such exclusivity across processes). PostgreSQL: a session advisory lock keyed by the study,
   released by the server if the holder dies. SQLite: nothing to do (one orchestrator per study,
   ``study.study_lock``); other servers: none (documented: duplicates are possible there).
+  ``NoLock`` stands in where no other orchestrator can share the study (a replay); both are a
+  ``ProposalLock``, what the proposer holds.
 - ``Heartbeat``: a thread that keeps this orchestrator's running trials alive in Optuna's
   heartbeat table (``storage.record_heartbeat``; Optuna's own heartbeat runs only inside
   ``study.optimize``, optuna/optuna#3293). Another orchestrator's ``recovery.fail_stale`` fails a
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from orchestrator.timeline import event
 from orchestrator.urls import is_sqlite
@@ -31,9 +33,25 @@ def is_shared(storage_url: str) -> bool:
     return not is_sqlite(storage_url)
 
 
+class ProposalLock(Protocol):
+    """What the proposer holds from reading what is in flight to writing a new trial: ``StudyLock``
+    (a server database's advisory lock), or ``NoLock`` where no other orchestrator shares the study."""
+
+    retaken: int
+    """How often the lock was taken again after its session died (another orchestrator may have
+    held it meanwhile: what was read before is read again)."""
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(self, *exc: object) -> bool | None: ...
+
+    def confirm(self) -> None:
+        """While held: take the lock again if it was lost unseen (the database restarted)."""
+
+
 class NoLock:
     """The lock of a study no other orchestrator shares (a replay's, a test's): nothing to take,
-    never lost (``seams.ProposalLock``)."""
+    never lost (``ProposalLock``)."""
 
     retaken = 0
 

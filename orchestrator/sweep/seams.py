@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from orchestrator.protocol import TrialConfig
 from orchestrator.launch import Launched
 from orchestrator.launch.slots import Slot
+
+if TYPE_CHECKING:
+    from orchestrator.store.coordination import ProposalLock
 
 
 class TrialRun(Protocol):
@@ -88,23 +91,6 @@ class TrialTracker(Protocol):
     def finish_trial(self, ref: Any, status: str, metrics: dict[str, float], tags: Mapping[str, object],
                      files: list[tuple[Path, str | None]]) -> None:
         """Finish the trial's run with its status, metrics, tags and files."""
-
-
-class ProposalLock(Protocol):
-    """What the proposer holds from reading what is in flight to writing a new trial:
-    ``coordination.StudyLock`` (a server database's advisory lock), or ``coordination.NoLock``
-    where no other orchestrator shares the study."""
-
-    retaken: int
-    """How often the lock was taken again after its session died (another orchestrator may have
-    held it meanwhile: what was read before is read again)."""
-
-    def __enter__(self) -> object: ...
-
-    def __exit__(self, *exc: object) -> bool | None: ...
-
-    def confirm(self) -> None:
-        """While held: take the lock again if it was lost unseen (the database restarted)."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from orchestrator.spec.load import check_spec
 
 
 class Lock:
-    """A stand-in for ``coordination.StudyLock`` (``seams.ProposalLock``): ``retaken`` counts its
+    """A stand-in for ``coordination.StudyLock`` (``coordination.ProposalLock``): ``retaken`` counts its
     re-takings; ``confirm`` finds the lock held unless a test says otherwise."""
 
     def __init__(self) -> None:

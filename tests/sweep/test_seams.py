@@ -14,8 +14,8 @@ from orchestrator.replay.strategies import NullTracker, ReplayRunner, _ReplayRun
 from orchestrator.store.outage import Stopping
 from orchestrator.store.tracking import AsyncTracker
 from orchestrator.launch import StopFlag
-from orchestrator.store.coordination import NoLock, StudyLock
-from orchestrator.sweep.seams import ProposalLock, Runner, TrialRun, TrialTracker
+from orchestrator.store.coordination import NoLock, ProposalLock, StudyLock
+from orchestrator.sweep.seams import Runner, TrialRun, TrialTracker
 
 
 def _members(protocol: type) -> dict[str, object]:
