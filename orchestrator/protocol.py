@@ -22,8 +22,9 @@ parameters, for the experiment's ``preload`` hook). Two channels then:
   line ``{"run": CONFIG, "log": LOG}``: its configuration, and the file its output goes to from
   then on. An empty line (or EOF) means leave.
 - *Status lines*, on the status pipe, from the process: ``ready`` (its imports are done),
-  ``window`` (its warm-up is done; it waits for ``go``), ``measured`` (its timed window is over: the
-  device idle, its figures being read; the slot's next process may be prepared), ``result`` (its
+  ``window`` (its warm-up is done; it waits for ``go``), ``measured`` (its timed window is over and its
+  figures are read from the device; the slot's next process may be prepared while it writes its
+  result and exits), ``result`` (its
   result file is written).
   A fork server says ``ready`` for itself, then ``PID forked`` per trial (or probe); a prepared
   process says ``PID ready`` once its device is initialised; its trials

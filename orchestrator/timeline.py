@@ -20,8 +20,9 @@ their order can differ:
 - ``stores_opened``: the study and the MLflow experiment exist (``created``: they were made now);
 - ``loop_start``; ``start`` (trial 0): the first trial's process is forked or given its
   configuration; ``told`` (the last one): the last result is in the study;
-- ``trials_stopped`` (where the verdict, or Ctrl-C, found trials in flight): every slot's trial
-  process killed and reaped; ``loop_end``: the loop has nothing left to run;
+- ``trials_stopped`` (where the verdict found trials in flight to end, and on every Ctrl-C or
+  SIGTERM): every slot's trial process killed and reaped; ``loop_end``: the loop has nothing left
+  to run;
 - ``stores_closed``: MLflow has every record it takes (``converge.settle``), the parent run closed;
 - ``summary_printed``: the summary is on stdout;
 - ``exit``: the command is done; what is left is the interpreter's exit.

@@ -231,8 +231,8 @@ def serve(experiment: str) -> int:
     torch`` creates no CUDA context and no MPS allocator (``orchestrator/launch/spares.py`` cites
     the source), so the allocator settings in this process's environment are still unread. At
     the end of the warm-up it says ``window`` and waits for ``go`` (the launcher holds the window
-    until the device's next pre-started interpreter is idle), and after the result file
-    ``result``. The lines are ``protocol.py``'s.
+    until the device's next pre-started interpreter is idle), once the window's figures are read
+    ``measured``, and after the result file ``result``. The lines are ``protocol.py``'s.
     """
     timeline = {"main": time.time()}
     status = os.fdopen(int(os.environ[STATUS_FD_ENV]), "w", buffering=1)

@@ -4,7 +4,7 @@
 It initialises the device as the trial's set-up would first (a CUDA context: 0.3 s on an H100),
 says ready, and waits for its configuration, which the launcher sends once the slot's previous
 process has exited. The launcher asks for it once the current trial's window is over (``measured``),
-so it is made while the old process reads its figures, writes its result and exits, never beside a
+so it is made while the old process writes its result and exits, never beside a
 timed window (``launch/host.py`` gates it like an
 import). Nothing else of the trial moves: the same process state, the same order of set-up steps,
 its memory cap set after the device as before.

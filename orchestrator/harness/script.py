@@ -164,9 +164,10 @@ class Meter:
         backend.synchronize(self.device)  # sync point: the window ends when the device is done
         elapsed = time.perf_counter() - self.t0
         self.progress.mark(MK.WINDOW_END)
-        self.progress.after_window()
         check_device(self.device)
-        self.finish(self.figures(elapsed, swap.read_swap()))
+        out = self.figures(elapsed, swap.read_swap())
+        self.progress.after_window()  # read from the device: the next process may start beside it
+        self.finish(out)
 
     def figures(self, elapsed: float, swap_end: swap.SwapSample) -> dict[str, Any]:
         """The window's figures, as ``train.figures`` gives a module's (no loss: the script keeps it)."""

@@ -46,8 +46,9 @@ class Progress:
         """Called after the warm-up's final synchronize, right before the timed window: the
         launcher holds the window here until this device's pre-started interpreter is idle."""
         self.after_window = after_window or (lambda: None)
-        """Called once the timed window is over (its final synchronize): the launcher may prepare
-        the slot's next process while this one reads its figures and writes its result."""
+        """Called once the timed window's figures are read (from the device, and the swap after
+        it): the launcher may prepare the slot's next process while this one writes its result
+        and exits."""
 
     def mark(self, name: str) -> float:
         """Record the wall clock now as mark ``name``; return ``time.perf_counter()`` at the same
@@ -140,7 +141,9 @@ def _measure(config: TrialConfig, progress: Progress, fell_back: fallback.Fallba
     trial = set_up(config, progress)
     warm = warm_up(trial, config.trial.warmup_steps, progress)
     window = timed_window(trial, config.trial, progress)
-    return figures(trial, warm, window, fell_back, config.allow_swap)
+    out = figures(trial, warm, window, fell_back, config.allow_swap)
+    progress.after_window()  # read from the device, swap included: the next process may start beside it
+    return out
 
 
 @dataclass
@@ -327,7 +330,6 @@ def timed_window(trial: Trial, steps: TrialSteps, progress: Progress) -> Window:
     backend.synchronize(device)  # sync point: the window ends when the device is done
     elapsed = time.perf_counter() - t0
     progress.mark(MK.WINDOW_END)
-    progress.after_window()
     swap_end = swap.read_swap()
     return Window(step, elapsed, marks, losses, driver_peak, swap_window, swap_end)
 

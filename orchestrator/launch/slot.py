@@ -124,8 +124,8 @@ class SlotLauncher:
 
     def tick(self) -> None:
         """Poll the running trial and the spares; once the trial's window is over, plan its
-        successor's process (``SparePool.prepare_next``: made while the trial reads its figures,
-        writes its result and exits); let a trial waiting at its window go once every spare is
+        successor's process (``SparePool.prepare_next``: made while the trial writes its result
+        and exits); let a trial waiting at its window go once every spare is
         idle (or dead)."""
         run = self.running
         if run is not None:
@@ -148,15 +148,20 @@ class SlotLauncher:
         return out
 
     def kill_running(self) -> None:
-        """End of the sweep, first step: its running trial, if any, is killed (not waited for:
-        ``close`` reaps it), and no spare is started any more."""
-        self.pool.pending = []
+        """End of the sweep, first step: its running trial, if any, and the process prepared for
+        its next one (on CUDA it holds a context) are killed, not waited for (``reaped``), and no
+        spare is started any more."""
+        self.pool.pending, self.pool.prepare_pending = [], None
         if self.running is not None and not self.running.exited:
             self.running.kill()
+        for ready in self.prepared:
+            ready.kill()
 
     def reaped(self) -> bool:
-        """Whether its last trial's process is gone (reaped: by its fork server, if it has one)."""
-        return self.running is None or self.running.interp.reap()
+        """Whether its last trial's process and the one prepared for its next, if forked, are gone
+        (reaped by its fork server, which says so)."""
+        return (self.running is None or self.running.interp.reap()) and \
+            all(p.pid is None or p.reap() for p in self.prepared)
 
     def close(self, grace_s: float = KILL_GRACE_S) -> None:
         """End of the sweep: a running trial is killed and reaped (waited for at most ``grace_s``);

@@ -85,7 +85,7 @@ class ProcessRun:
         self.gate_wait_s = 0.0
         """Time held before the window for the slot's interpreters: not the trial's (nor its timeout's)."""
         self.spare_cpu_in_window: float | None = None
-        """CPU seconds the slot's pre-started interpreters used from ``go`` to the result: ~0."""
+        """CPU seconds the slot's pre-started interpreters used from ``go`` to the window's end: ~0."""
         self._spare_cpu_at_go: dict[int, float | None] | None = None
         """CPU seconds of each of the slot's pre-started interpreters when ``go`` was sent."""
         self.slot_free_at = slot_free_at
@@ -166,7 +166,7 @@ class ProcessRun:
             self.interp.kill()
         if self.phase is Phase.RESULT and now - self.since > EXIT_GRACE_S:
             self.interp.kill()
-        if self.interp.result_ready:
+        if self.window_over:  # before the slot forks its next process (``SlotLauncher.tick``)
             self._count_spares()
 
     def go(self, spares: Sequence[TrialProcess]) -> None:
@@ -181,7 +181,8 @@ class ProcessRun:
         self.interp.send(GO)
 
     def _count_spares(self) -> None:
-        """At the result (or the exit) after ``go``: the CPU the slot's spares used in the window."""
+        """At the window's end (``measured``, else the result or the exit) after ``go``: the CPU
+        the slot's spares used in the window."""
         if self._spare_cpu_at_go is None or self.spare_cpu_in_window is not None:
             return
         used = [now - before for pid, before in self._spare_cpu_at_go.items()

@@ -352,9 +352,9 @@ def test_the_next_trial_s_process_is_prepared_while_the_previous_one_exits(
 
 @pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
 def test_the_next_process_is_prepared_once_the_window_is_over_before_the_result(tmp_path: Path) -> None:
-    """A trial says ``measured`` once its timed window is over; its slot's next process is
-    prepared from then on, while the trial reads its figures and writes its result (here a second,
-    ``slow_figures``), not only once the result is in."""
+    """A trial says ``measured`` once its timed window is over and its figures are read; its
+    slot's next process is prepared from then on, while the trial writes its result (here a
+    second, ``slow_figures``), not only once the result is in."""
     experiment = "tests.fixtures.experiments.slow_figures"
     launcher = SlotLauncher(experiment, {}, None, tmp_path, None, prestart=1, fork=True)
     config = replace(CONFIG, experiment=experiment, params={"device": "cpu", "batch_size": 8})
@@ -370,7 +370,10 @@ def test_the_next_process_is_prepared_once_the_window_is_over_before_the_result(
             if said_measured_first is None and run.interp.measured:
                 said_measured_first = not run.has_result
         assert run.launched().outcome.status == "ok", run.launched().outcome.detail
-        written = json.loads((tmp_path / "t0" / "result.json").read_text())["timeline"]["result_written"]
+        written = (tmp_path / "t0" / "result.json").stat().st_mtime  # the file, once encoded and written
+        while not launcher.idle:  # as the sweep does: its prepared process ready (or gone)
+            wait_for_activity([launcher])
+            launcher.tick()
         run1 = launcher.start(replace(config, trial_number=1), tmp_path / "t1", {}, 120, [{}])
         while not run1.exited:
             wait_for_activity([launcher])
@@ -378,7 +381,7 @@ def test_the_next_process_is_prepared_once_the_window_is_over_before_the_result(
         tl = json.loads((tmp_path / "t1" / "result.json").read_text())["timeline"]
         assert said_measured_first, "no 'measured' before the result"
         assert isinstance(run1.interp, Forked) and run1.interp.prepared
-        assert tl["forked"] < written - 0.5, (tl["forked"], written)  # prepared while the figures were read
+        assert tl["forked"] < written - 0.5, (tl["forked"], written)  # prepared while the result was written
     finally:
         launcher.close()
 
@@ -514,4 +517,34 @@ def test_the_end_kills_every_slot_s_trial_before_it_waits_for_any(tmp_path: Path
     first_wait = next(n for n, (what, _) in enumerate(calls) if what == "reaped")
     assert sorted(calls[:first_wait]) == [("kill", 0), ("kill", 1)], calls  # both killed before any wait
     assert all(r.exited and r.interp.returncode is not None and r.interp.returncode < 0 for r in runs)
+    assert not any(pid is not None and is_alive(pid) for pid in pids)
+
+
+@pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
+def test_the_end_kills_and_reaps_the_processes_prepared_for_next_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fork servers on two slots, each with a process prepared for its next trial (on CUDA it holds
+    a context); one slot runs a trial in its window. The end of the sweep kills and reaps both the
+    trial and the other slot's prepared process before it returns: the next command finds the
+    device free."""
+    from orchestrator.launch import ProcessRunner, StopFlag
+    from orchestrator.launch.process import is_alive
+    from orchestrator.launch.slots import Slot
+
+    monkeypatch.setenv("ORCHESTRATE_TEST_PREPARE_CPU", "1")  # a CPU has nothing to prepare; prepare anyway
+    runner = ProcessRunner([Slot("cpu:0"), Slot("cpu:1")], "experiments.mlp", tmp_path, StopFlag(), prestart=1)
+    runner.prewarm({})
+    runner.prepare("cpu")
+    for launcher in runner.launchers:
+        wait_prepared(launcher)
+    waiting = runner.launchers[1].prepared
+    assert len(waiting) == 1 and waiting[0].ready and waiting[0].pid is not None
+    long = replace(CONFIG, trial=TrialSteps(warmup_steps=1, measure_steps=100_000, min_measure_s=60.0))
+    run = runner.start(0, replace(long, trial_number=0), tmp_path / "t0", {}, 120, [{}])
+    deadline = time.monotonic() + 60
+    while not run.in_window and time.monotonic() < deadline:
+        runner.wait(0.05)
+    assert run.in_window, run.phase
+    pids = [run.interp.pid, waiting[0].pid]
+    runner.close()
+    assert run.exited and waiting[0].returncode is not None  # both reaped by their servers, and said so
     assert not any(pid is not None and is_alive(pid) for pid in pids)
