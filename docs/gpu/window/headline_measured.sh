@@ -24,11 +24,14 @@ start = {e["trial"]: e["t"] for e in ev if e["event"] == "start"}
 told = {e["trial"]: e["t"] for e in ev if e["event"] == "told"}
 order = sorted(start, key=start.get)
 gaps = [start[b] - told[a] for a, b in zip(order, order[1:]) if a in told]
-row = {"label": label, "wall_s": t1 - t0, "trials": len(start), "gaps": gaps}
+marks = {e["event"]: e["t"] for e in ev if e.get("trial") is None}
+end = marks["exit"] - max(told.values()) if "exit" in marks and told else None
+row = {"label": label, "wall_s": t1 - t0, "trials": len(start), "gaps": gaps, "end_s": end}
 with open(out, "a") as fh:
     fh.write(json.dumps(row) + "\n")
 print(f"{label:8s} wall {t1 - t0:5.1f} s, {len(start)} trials; between trials (result told -> next start) "
-      f"median {statistics.median(gaps):.3f} s, sum {sum(gaps):.2f} s", flush=True)
+      f"median {statistics.median(gaps):.3f} s, sum {sum(gaps):.2f} s; the command's end "
+      f"{'-' if end is None else f'{end:.2f}'} s after the last result", flush=True)
 PY
 }
 one warming
