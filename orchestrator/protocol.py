@@ -22,14 +22,13 @@ parameters, for the experiment's ``preload`` hook). Two channels then:
   line ``{"run": CONFIG, "log": LOG}``: its configuration, and the file its output goes to from
   then on. An empty line (or EOF) means leave.
 - *Status lines*, on the status pipe, from the process: ``ready`` (its imports are done),
-  ``window`` (its warm-up is done; it waits for ``go``), ``measured`` (its timed window is over and its
-  figures are read from the device; the slot's next process may be prepared while it writes its
-  result and exits), ``result`` (its
-  result file is written).
+  ``window`` (its warm-up is done; it waits for ``go``), ``measured`` (its timed window is over
+  and its figures are read from the device; the slot's next process may be prepared while it
+  writes its result and exits), ``result`` (its result file is written).
   A fork server says ``ready`` for itself, then ``PID forked`` per trial (or probe); a prepared
   process says ``PID ready`` once its device is initialised; its trials
-  say ``PID window``, ``PID measured`` and ``PID result`` (a probe: ``PID result`` after each answer file); and once
-  it has reaped one (its memory is free) the server
+  say ``PID window``, ``PID measured`` and ``PID result`` (a probe: ``PID result`` after each
+  answer file); and once it has reaped one (its memory is free) the server
   says ``PID exited CODE MAXRSS_KIB``: the exit code as ``os.waitstatus_to_exitcode`` gives it
   (negative: killed by that signal) and the peak RSS as ``wait4`` reports it (KiB on Linux).
 

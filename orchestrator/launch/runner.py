@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.protocol import TrialConfig
 from orchestrator.launch.host import Host
 from orchestrator.launch.process import StopFlag
-from orchestrator.launch.slot import KILL_GRACE_S, SlotLauncher, wait_for_activity
+from orchestrator.launch.slot import SlotLauncher, end_all, wait_for_activity
 from orchestrator.launch.spares import PRESTART
 
 PREPARED_DEVICES = ("cuda",)
@@ -77,12 +77,5 @@ class ProcessRunner:
         return time.monotonic()
 
     def close(self) -> None:
-        """Every slot's trial is killed at once, then all are reaped together: a CUDA process takes
-        0.3-1 s to die, once for the host rather than once a slot."""
-        for launcher in self.launchers:
-            launcher.kill_running()
-        deadline = time.monotonic() + KILL_GRACE_S
-        while not all(launcher.reaped() for launcher in self.launchers) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        for launcher in self.launchers:
-            launcher.close(grace_s=max(0.0, deadline - time.monotonic()))
+        """Every slot's trial killed at once, then all reaped together (``slot.end_all``)."""
+        end_all(self.launchers)

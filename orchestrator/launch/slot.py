@@ -13,7 +13,7 @@ from __future__ import annotations
 import select
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from orchestrator import trialdir
 from orchestrator.protocol import TrialConfig
@@ -163,16 +163,28 @@ class SlotLauncher:
         return (self.running is None or self.running.interp.reap()) and \
             all(p.pid is None or p.reap() for p in self.prepared)
 
-    def close(self, grace_s: float = KILL_GRACE_S) -> None:
-        """End of the sweep: a running trial is killed and reaped (waited for at most ``grace_s``);
-        the spares leave."""
-        self.kill_running()
-        deadline = time.monotonic() + grace_s
-        while not self.reaped() and time.monotonic() < deadline:
-            time.sleep(0.01)
+    def close(self) -> None:
+        """End of the sweep for this slot alone (``end_all``)."""
+        end_all([self])
+
+    def release(self) -> None:
+        """Once its processes are reaped (``end_all``): its pipes close and the spares leave."""
         if self.running is not None:
             self.running.interp.close()
         self.pool.close()
+
+
+def end_all(launchers: Sequence[SlotLauncher]) -> None:
+    """End of the sweep: every slot's trial (and process prepared for its next) is killed at once,
+    then all are reaped together, waited for at most ``KILL_GRACE_S`` (a CUDA process takes 0.3-1 s
+    to die: once for the host, not once a slot); then each slot's spares leave."""
+    for launcher in launchers:
+        launcher.kill_running()
+    deadline = time.monotonic() + KILL_GRACE_S
+    while not all(launcher.reaped() for launcher in launchers) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for launcher in launchers:
+        launcher.release()
 
 
 def wait_for_activity(launchers: Iterable[SlotLauncher], timeout_s: float = POLL_S) -> None:
