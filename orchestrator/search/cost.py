@@ -70,12 +70,14 @@ unmeasured value's prior is wide, and under-predicting a slow one's cost is what
 
 
 def fit(work: np.ndarray, durations: np.ndarray, least: float = 0.0) -> tuple[float, float] | None:
-    """(fixed seconds, seconds per unit of work) by least squares, the slope at least ``least``;
-    None without two trials of different work, or where more work did not take longer and no
-    ``least`` is known (no cost to tell candidates apart)."""
-    if len(work) < 2 or np.ptp(work) <= 0:
+    """(fixed seconds, seconds per unit of work) by least squares, the slope at least ``least``,
+    through the trials' mean: with one trial, or trials of the same work, the line of slope
+    ``least`` through them (a Llama's look at float32 went to a compiled 35 s trial where an eager
+    one, priced from the one eager trial, took 1.2 s). None without a trial, or where more work did
+    not take longer and no ``least`` is known (no cost to tell candidates apart)."""
+    if len(work) == 0:
         return None
-    slope = float(np.cov(work, durations, bias=True)[0, 1] / np.var(work))
+    slope = float(np.cov(work, durations, bias=True)[0, 1] / np.var(work)) if np.ptp(work) > 0 else 0.0
     if slope <= 0 and least <= 0:
         return None
     slope = max(slope, least)
@@ -128,9 +130,8 @@ def predictor(model: Model, configs: list[dict[str, Any]], scaling: str, duratio
     measured trials' ``durations`` without a costly value (``costly``, per configuration; None: no
     such value in the space), a candidate's throughput at the low end of its interval
     (``mixture.Model``), plus what its costly value adds (``extra_s``). ``steps``: the steps every
-    trial runs (warm-up and window): the slope is at least that (see the module's doc). Where the
-    line cannot be fitted but a costly value is in the space, the plain trials' median prices every
-    one (a Llama's look at float32 went to a compiled 35 s trial where an eager one took 1.2 s)."""
+    trial runs (warm-up and window): the slope is at least that (see the module's doc), and one
+    plain trial gives a line."""
     def work(i: list[int], pessimistic: bool = False) -> np.ndarray:  # a step's samples over the throughput
         step = np.array([step_samples(configs[j], scaling) for j in i])
         at = np.array(i)
@@ -141,8 +142,6 @@ def predictor(model: Model, configs: list[dict[str, Any]], scaling: str, duratio
         return step / np.exp(low)
     plain = [i for i in durations if costly is None or not costly[i]]
     line = fit(work(plain), np.array([durations[i] for i in plain]), steps) if plain else None
-    if line is None and costly is not None and plain:  # too few to fit: they still price the costly value
-        line = (float(np.median([durations[i] for i in plain])), 0.0)
     if line is None:
         return None
     extra = extra_s(line, {i: d for i, d in durations.items() if costly is not None and costly[i]}, work)

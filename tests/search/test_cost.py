@@ -44,6 +44,14 @@ def test_the_slope_is_at_least_the_steps_every_trial_runs() -> None:
     assert cost.fit(np.array([0.1, 0.4]), np.array([2.0, 2.0]), least=13) == pytest.approx((0.0, 13.0))
 
 
+def test_one_trial_gives_the_line_of_the_steps_slope_through_it() -> None:
+    """The Llama under a 10% cap (issue #41): one eager trial (1.7 s, 0.05 s of work a step) must
+    price the candidates before a second one, or float32's look goes to a compiled 35 s trial."""
+    assert cost.fit(np.array([0.05]), np.array([1.7]), least=13) == pytest.approx((1.7 - 13 * 0.05, 13.0))
+    assert cost.fit(np.array([0.05, 0.05]), np.array([1.6, 1.8]), least=13) == pytest.approx((1.7 - 13 * 0.05, 13.0))
+    assert cost.fit(np.array([]), np.array([]), least=13) is None
+
+
 def test_a_first_measurement_of_a_value_is_priced_as_a_look_whichever_rule_chose_it() -> None:
     """Choices 0-3: 0 and 1 have only measured values; 2 and 3 have float32, never measured, at
     predicted 3 s and 26 s. Beside three slots (bar 2x the cheapest float32) the 26-s one goes;
