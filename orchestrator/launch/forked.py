@@ -73,10 +73,10 @@ class ForkServer(Interpreter):
             if status.word is Word.EXITED:
                 del self.trials[status.pid]
 
-    def discard(self) -> None:
+    def leave(self) -> None:
         for trial in list(self.trials.values()) + self.asked:
             trial.kill()
-        super().discard()
+        super().leave()
 
 
 class Forked(TrialProcess):

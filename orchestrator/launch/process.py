@@ -25,6 +25,8 @@ from orchestrator.timeline import event
 from orchestrator.trialdir import SPARES
 
 SPARES_DIR = SPARES
+LEAVE_S = 5.0
+"""How long a spare told to leave (and killed) is waited for before its pipes close anyway."""
 """Where, in the study's trial folder, a pre-started process keeps its log until it has a trial."""
 
 
@@ -234,11 +236,20 @@ class Interpreter(TrialProcess):
 
     def discard(self) -> None:
         """An interpreter nobody will use: tell it to leave, and make sure it does."""
-        self.send(LEAVE)
-        self.kill()
-        deadline = time.monotonic() + 5
+        self.leave()
+        deadline = time.monotonic() + LEAVE_S
         while not self.reap() and time.monotonic() < deadline:
             time.sleep(0.01)
+        self.forget()
+
+    def leave(self) -> None:
+        """``discard``'s first step, not waited for: told to leave, and killed."""
+        self.send(LEAVE)
+        self.kill()
+
+    def forget(self) -> None:
+        """``discard``'s last step, once it is reaped (or waited for long enough): its pipes
+        close and its log, a spare's, is removed."""
         self.close()
         if self.log_path.exists() and self.log_path.parent.name == SPARES_DIR:
             self.log_path.unlink(missing_ok=True)

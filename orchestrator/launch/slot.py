@@ -13,13 +13,13 @@ from __future__ import annotations
 import select
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from orchestrator import trialdir
 from orchestrator.protocol import TrialConfig
 from orchestrator.launch.forked import Forked
 from orchestrator.launch.host import Host
-from orchestrator.launch.process import Interpreter, StopFlag
+from orchestrator.launch.process import LEAVE_S, Interpreter, StopFlag
 from orchestrator.launch.spares import PRESTART, SparePool
 from orchestrator.launch.trial import Launched, ProcessRun
 
@@ -168,23 +168,32 @@ class SlotLauncher:
         end_all([self])
 
     def release(self) -> None:
-        """Once its processes are reaped (``end_all``): its pipes close and the spares leave."""
+        """Once its processes are reaped and its spares gone (``end_all``): its pipes close."""
         if self.running is not None:
             self.running.interp.close()
-        self.pool.close()
+        self.pool.forget()
 
 
 def end_all(launchers: Sequence[SlotLauncher]) -> None:
     """End of the sweep: every slot's trial (and process prepared for its next) is killed at once,
     then all are reaped together, waited for at most ``KILL_GRACE_S`` (a CUDA process takes 0.3-1 s
-    to die: once for the host, not once a slot); then each slot's spares leave."""
+    to die: once for the host, not once a slot); then every slot's spares are told to leave at
+    once and reaped together (at most ``LEAVE_S``): on 4 x H100 the servers leaving one slot after
+    another took 0.4-0.5 s of each command's end, against 0.1 s on one GPU."""
     for launcher in launchers:
         launcher.kill_running()
-    deadline = time.monotonic() + KILL_GRACE_S
-    while not all(launcher.reaped() for launcher in launchers) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _wait(lambda: all(launcher.reaped() for launcher in launchers), KILL_GRACE_S)
+    for launcher in launchers:
+        launcher.pool.leave()
+    _wait(lambda: all(launcher.pool.gone() for launcher in launchers), LEAVE_S)
     for launcher in launchers:
         launcher.release()
+
+
+def _wait(done: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def wait_for_activity(launchers: Iterable[SlotLauncher], timeout_s: float = POLL_S) -> None:

@@ -187,10 +187,19 @@ class SparePool:
     def fds(self) -> list[int]:
         return [s.status_fd for s in self.spares if s.status_fd is not None]
 
-    def close(self) -> None:
-        """The spares leave (and none is started any more; a prepared process is killed with its
-        server)."""
+    def leave(self) -> None:
+        """The end's first step for the spares, not waited for: none is started any more, and each
+        is told to leave and killed (a prepared process with its server). ``gone`` says when they
+        are reaped, ``forget`` closes what is left: every slot's spares leave at once, and a host
+        waits once for them (``slot.end_all``)."""
         self.pending, self.prepared, self.prepare_pending = [], None, None
         for s in self.spares:
-            s.discard()
+            s.leave()
+
+    def gone(self) -> bool:
+        return all(s.reap() for s in self.spares)
+
+    def forget(self) -> None:
+        for s in self.spares:
+            s.forget()
         self.spares.clear()
