@@ -217,6 +217,12 @@ def diskfull_name(tmp: Path) -> None:
         + next((ln.strip() for ln in again.stdout.splitlines() if "trials have a result" in ln), ""))
 
 
+def as_in_a_terminal() -> None:
+    """The child gets Ctrl-C as a terminal's foreground command does (a command keeps a SIGINT its
+    caller ignores ignored: this script run in the background would hand it one)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def ctrl_c(tmp: Path) -> None:
     folder = tmp / "ctrlc"
     folder.mkdir()
@@ -226,7 +232,8 @@ def ctrl_c(tmp: Path) -> None:
                         (["check", "spec.yaml", "--repair"], 2.5)):
         if "--repair" in args:  # three trials' records to write
             (folder / "mlruns" / "mlflow.db").unlink()
-        p = subprocess.Popen([ORCHESTRATE, *args], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen([ORCHESTRATE, *args], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=as_in_a_terminal)
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=120)
@@ -297,7 +304,7 @@ def quiet(tmp: Path) -> None:
     spec(folder, "quiet", "fault: [hang]", timeout_s=150)
     start = time.monotonic()
     p = subprocess.Popen([ORCHESTRATE, "spec.yaml"], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, preexec_fn=as_in_a_terminal)
     assert p.stderr is not None
     line = next((ln for ln in p.stderr if "without a result" in ln), "")
     at = time.monotonic() - start

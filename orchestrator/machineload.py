@@ -93,7 +93,8 @@ def describe(summary: dict[str, Any]) -> str:
         parts.append(f"load {summary['before']:.1f} before the sweep")
     during = summary.get("during")
     if during:
-        parts.append(f"{during['min']:.1f}-{during['max']:.1f} (median {during['median']:.1f}) during it")
+        lo, hi = f"{during['min']:.1f}", f"{during['max']:.1f}"
+        parts.append(f"{lo} during it" if lo == hi else f"{lo}-{hi} (median {during['median']:.1f}) during it")
     text = ", ".join(parts) or "load not readable here"
     if summary.get("cores"):
         text += f", on {summary['cores']} cores"

@@ -33,6 +33,9 @@ def test_a_run_summary_has_the_load_before_and_during_and_the_share_stolen(tmp_p
     assert text == "load 1.3 before the sweep, 2.9-15.0 (median 6.8) during it, on 2 cores; 1% of the CPU time " \
                    "stolen by the hypervisor"
     assert L.busy({"before": 1.3, "cores": 2}) and not L.busy({"before": 0.2, "cores": 2})
+    # one load during the sweep (or readings that round alike) is said once, not as a range
+    assert L.describe({"before": 1.6, "during": {"min": 1.8, "median": 1.8, "max": 1.8}, "cores": 2}) == \
+        "load 1.6 before the sweep, 1.8 during it, on 2 cores"
 
 
 def test_the_study_keeps_the_last_ten_runs() -> None:

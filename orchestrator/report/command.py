@@ -124,8 +124,8 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
         drawn = ", ".join(Path(p).name for p in rep["plots"]) or "none: no trials yet"
         tail = [f"Plots:   {rep['plots_dir']}/ ({drawn})", f"MLflow:  {rep['mlflow']}"]
     else:
-        tail = [f"Plots:   `{paste_command(spec, 'report')} --plots` draws them (mlruns/reports/{spec.name}/) "
-                "and logs them on the study's MLflow parent run"]
+        tail = [f"Plots:   drawn in mlruns/reports/{spec.name}/ and logged on the study's MLflow parent run by: "
+                f"{paste_command(spec, 'report')} --plots"]
     print("\n".join([render_text(spec, rep), ""] + best_lines(spec, best) + [""] + tail))
     return 0
 

@@ -321,8 +321,9 @@ def unknown_names(workload: str, paths: list[tuple[str, str]], accepted: list[st
         if name not in valid:
             hint = difflib.get_close_matches(str(name), valid, n=1, cutoff=0.6)
             did = f"did you mean {hint[0]!r}? " if hint else ""
-            found.append(error((section, name), f"unknown parameter for {workload}; {did}"
-                               f"it takes {', '.join(sorted(accepted))} and the harness knobs"))
+            takes = f"it takes {', '.join(sorted(accepted))} and the harness knobs" if accepted else \
+                "it takes no parameter of its own, only the harness knobs"
+            found.append(error((section, name), f"unknown parameter for {workload}; {did}{takes}"))
     return found
 
 

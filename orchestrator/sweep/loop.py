@@ -97,6 +97,7 @@ class Sweep:
         self.jobs: dict[int, Job] = {}
         self.discarded: list[int] = []
         """Trials another orchestrator declared dead (stale heartbeat) before they were told."""
+        self.killed: list[int] = []  # trials the stop flag (Ctrl-C, SIGTERM...) killed, told as interrupted
         self._policy: StopPolicy | None = None
         self._on_result: Callable[[Any, Outcome, float], None] = lambda *a: None
         self._quiet: dict[int, tuple[float, float]] = {}
@@ -123,7 +124,11 @@ class Sweep:
         """``on_result(trial, outcome, now)`` after every trial (``now``: the runner's clock);
         ``on_notice(line)`` when the sweep waits, with nothing of its own running, for something
         a user would otherwise not see, and once when MLflow first refuses a write."""
-        self._on_result = on_result
+        def told(trial: FrozenTrial, outcome: Outcome, now: float) -> None:  # the stop's line names the trials it killed
+            if self.stop.tripped and outcome.status is Status.INTERRUPTED:
+                self.killed.append(trial.number)
+            on_result(trial, outcome, now)
+        self._on_result = told
         event("loop_start")
         self.best = rank(result_trials(self.study), self.spec)
         clock = self.runner.now
@@ -360,13 +365,11 @@ class Sweep:
                 f"orchestrate: {self.fault}; the sweep stopped: the trial(s) in flight were recorded as "
                 "interrupted and run again when it resumes, and the study keeps every result told before: run "
                 "the same command once the folder can be written."))
-        from orchestrator.sweep.output import NAMES
+        from orchestrator.sweep.output import stopped_line
 
         signum = self.stop.signum or signal.SIGINT
-        name = NAMES.get(signum, f"signal {signum}")
         return SweepResult(exits.for_signal(signum), "KILLED", elapsed, self.best, self._policy.failures,
-                           message=f"orchestrate: stopped by {name}; the running trial(s) were killed and "
-                                   "recorded as interrupted.")
+                           message=stopped_line(signum, self.killed))
 
     def _stop_jobs(self, detail: str) -> None:
         """Every trial in flight: one that ended by itself keeps its result; every other one is killed

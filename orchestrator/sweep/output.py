@@ -63,13 +63,15 @@ class Guarded:
 @contextmanager
 def guarded(stop: StopFlag) -> Iterator[None]:
     """``sys.stdout`` and ``sys.stderr`` as ``Guarded`` streams (see the module), and SIGHUP
-    handled as SIGINT and SIGTERM are (``stop.trip``), until the block ends."""
+    handled as SIGINT and SIGTERM are (``stop.trip``), until the block ends. A signal the caller
+    ignores stays ignored: ``nohup`` ignores SIGHUP (the sweep outlives its terminal), and a shell
+    script's ``orchestrate ... &`` starts with SIGINT ignored (Ctrl-C is the script's)."""
     out, err = sys.stdout, sys.stderr
     for stream in (out, err):  # a pipe's stdout is block-buffered: its trial lines would wait for the
         if isinstance(stream, io.TextIOWrapper):  # end (`| tee` showed nothing live), and so would the
             stream.reconfigure(line_buffering=True)  # write that finds the reader gone
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, stop.trip) for s in signals}
+    previous = {s: signal.signal(s, stop.trip) for s in signals if signal.getsignal(s) is not signal.SIG_IGN}
     sys.stdout, sys.stderr = Guarded(out, stop), Guarded(err, stop)
     try:
         yield
@@ -82,3 +84,12 @@ def guarded(stop: StopFlag) -> Iterator[None]:
 NAMES: dict[int, str] = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP (its terminal closed)",
          signal.SIGPIPE: "a closed pipe (the reader of its output left)"}
 """How the line that ends an interrupted sweep names what stopped it."""
+
+
+def stopped_line(signum: int, killed: list[int]) -> str:
+    """The line that ends a sweep stopped by ``signum``: what stopped it, and the trials it killed
+    (recorded as interrupted), or that none was running (a stop before the first trial)."""
+    name = NAMES.get(signum, f"signal {signum}")
+    what = (f"the running trial(s) ({', '.join(f'#{n}' for n in killed)}) were killed and recorded as interrupted"
+            if killed else "no trial was running")
+    return f"orchestrate: stopped by {name}; {what}."

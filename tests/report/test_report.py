@@ -241,9 +241,8 @@ def test_best_and_report_import_no_torch_mlflow_optuna_or_matplotlib(project: Pa
         assert doc["storage"] == f"sqlite:///{project}/mlruns/optuna.db"
     else:
         assert "Results: 4 ok, " in proc.stdout
-        assert proc.stdout.rstrip().endswith("Plots:   `orchestrate report spec.yaml --plots` draws them "
-                                             "(mlruns/reports/tiny_report/) and logs them on the study's MLflow "
-                                             "parent run")
+        assert proc.stdout.rstrip().endswith("Plots:   drawn in mlruns/reports/tiny_report/ and logged on the "
+                                             "study's MLflow parent run by: orchestrate report spec.yaml --plots")
 
 
 def test_report_and_best_on_a_missing_study_say_one_line_and_create_nothing(tmp_path: Path) -> None:
@@ -501,7 +500,7 @@ def test_a_password_in_the_storage_or_tracking_url_is_never_printed(tmp_path: Pa
                      f"--storage {pasted(empty)} --tracking-uri {pasted(tracking)}` first")
     assert json.loads(as_json.stdout)["storage"] == masked(storage)
     assert f"Study: {masked(storage)} (study 'tiny_report')\n" in text.stdout
-    assert f"`orchestrate report {spec} {flags} --plots` draws them" in text.stdout
+    assert text.stdout.rstrip().endswith(f"MLflow parent run by: orchestrate report {spec} {flags} --plots")
     assert (f"MLflow:  no parent run for study 'tiny_report' in {masked(tracking)}; plots not logged"
             in plots.stdout)
     assert best.stdout.splitlines()[0].endswith(f"; orchestrate best {spec} {flags}")

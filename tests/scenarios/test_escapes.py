@@ -113,6 +113,48 @@ def test_a_closed_terminal_stops_the_sweep_as_sigterm_does(seeded_project: Path)
     assert left_behind(project) == []
 
 
+@pytest.mark.parametrize("signum", [signal.SIGHUP, pytest.param(signal.SIGINT, marks=pytest.mark.long)],
+                         ids=["nohup-SIGHUP", "background-SIGINT"])
+def test_a_signal_the_caller_ignores_stays_ignored(seeded_project: Path, signum: int) -> None:
+    """``nohup orchestrate ...`` starts with SIGHUP ignored, and a shell script's ``orchestrate ...
+    &`` with SIGINT ignored: the signal, sent while a trial is in its window, leaves the sweep
+    running to its end (before, the sweep's own handler replaced the ignored one and stopped it)."""
+    project = seeded_project
+    path = write_spec(project, """
+        name: ignored
+        experiment: experiments.faults
+        device: cpu
+        fixed: {batch_size: 4}
+        space:
+          fault_step: [0, 1]
+        search: {sampler: grid}
+        trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 1.5, timeout_s: 60}
+        """)
+    proc = subprocess.Popen([ORCHESTRATE, str(path)], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signum, signal.SIG_IGN))
+    assert proc.stdout is not None
+    header = proc.stdout.readline()  # printed once the stores are open, before the first trial
+    assert header.startswith("orchestrate: ignored on cpu"), header
+    time.sleep(1.0)  # trial 0 is in its 1.5-s window
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, header + out + err
+    assert "stopped by" not in err
+    records = check_records(project, "ignored", 2)
+    assert [t.user_attrs["status"] for t in records["study"].get_trials()] == ["ok", "ok"]
+    assert left_behind(project) == []
+
+
+def test_the_stop_line_names_the_trials_it_killed_or_that_none_ran() -> None:
+    """A Ctrl-C between the stores opening and the first trial once said "the running trial(s) were
+    killed" with none running (the live case is in ``test_reliability.py``)."""
+    from orchestrator.sweep.output import stopped_line
+
+    assert stopped_line(signal.SIGINT, []) == "orchestrate: stopped by Ctrl-C; no trial was running."
+    assert stopped_line(signal.SIGTERM, [3, 4]) == ("orchestrate: stopped by SIGTERM; the running trial(s) (#3, #4) "
+                                                    "were killed and recorded as interrupted.")
+
+
 def test_a_reader_that_leaves_the_pipe_stops_the_sweep_in_one_line(seeded_project: Path) -> None:
     """``orchestrate spec | head -1``: the issue's exit 141 with the trial left RUNNING. Run as a
     user runs it, without ``PYTHONUNBUFFERED`` (``conftest.py`` removes it): Python block-buffers a

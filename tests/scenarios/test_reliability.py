@@ -204,6 +204,7 @@ def test_ctrl_c_and_sigterm_kill_the_trial_and_record_it_interrupted(project: Pa
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == code, (out, err)
     assert "Resume with: orchestrate" in err and "Traceback" not in err
+    assert "the running trial(s) (#0) were killed and recorded as interrupted" in err, err
     assert len([ln for ln in err.splitlines() if ln.startswith("orchestrate:")]) == 1
     time.sleep(0.3)
     assert trial_processes(str(project / "mlruns")) == []

@@ -233,3 +233,17 @@ def test_a_broken_spec_s_misspelled_names_come_in_the_same_read(tmp_path: Path) 
         assert [ln.split(": ", 2)[:2] for ln in lines] == [[f"{spec}:4", "fixed.hiden_size"],
                                                           [f"{spec}:6", "space.batch_size[1]"]], proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+
+
+def test_an_unknown_parameter_of_a_module_without_parameters_says_so_in_words() -> None:
+    """An experiment whose ``PARAMS`` is empty: the line says it takes none of its own (it once
+    read "it takes  and the harness knobs")."""
+    from orchestrator.sweep.checks import unknown_names
+
+    def error(path: tuple[str, str], rule: str) -> SpecError:
+        return SpecError(f"{'.'.join(path)}: {rule}")
+
+    (none,) = unknown_names("bare", [("fixed", "model")], [], error)
+    assert str(none).endswith("fixed.model: unknown parameter for bare; it takes no parameter of its own, only the harness knobs")
+    (some,) = unknown_names("mlp", [("fixed", "widht")], ["width", "depth"], error)
+    assert str(some).endswith("did you mean 'width'? it takes depth, width and the harness knobs")
