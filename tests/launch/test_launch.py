@@ -575,3 +575,34 @@ def test_the_end_tells_every_slot_s_fork_server_to_leave_before_it_waits_for_any
     assert all(s.returncode is not None and s.status_fd is None for s in servers)
     assert not any(is_alive(s.pid) for s in servers if s.pid is not None)
     assert all(launcher.pool.spares == [] for launcher in runner.launchers)
+
+
+@pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
+def test_the_next_trial_knows_when_the_slot_was_freed_when_the_server_said_the_exit_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked trial's exit comes through its fork server's pipe: ``tick`` polls the run, then the
+    server, so the sweep could see the run exited before the run had noted when. The next trial's
+    ``slot_free_at`` was then None (``test_slots.py`` failed once so under a full suite). Here the
+    server alone is heard between the trial's result and its exit (0.5 s later, on purpose)."""
+    from orchestrator.launch import ProcessRunner, StopFlag
+    from orchestrator.launch.slots import Slot
+
+    monkeypatch.setenv("ORCHESTRATE_TEST_EXIT_DELAY_S", "0.5")
+    runner = ProcessRunner([Slot("cpu:0")], "experiments.mlp", tmp_path, StopFlag(), prestart=1)
+    try:
+        runner.prewarm({})
+        launcher = runner.launchers[0]
+        first = runner.start(0, replace(CONFIG, trial_number=0), tmp_path / "t0", {}, 120, [{}])
+        deadline = time.monotonic() + 60
+        while not first.has_result and time.monotonic() < deadline:
+            wait_for_activity([launcher], 0.1)
+            launcher.tick()
+        assert first.has_result and not first.exited
+        while not first.exited and time.monotonic() < deadline:
+            wait_for_activity([launcher], 0.1)
+            launcher.pool.poll()
+        assert first.exited and first.exited_at is None
+        second = runner.start(0, replace(CONFIG, trial_number=1), tmp_path / "t1", {}, 120, [{}])
+        assert second.slot_free_at is not None and second.slot_free_at <= time.time()
+    finally:
+        runner.close()
