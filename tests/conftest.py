@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.pop("PYTHONUNBUFFERED", None)
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def ctrl_c_as_in_a_terminal() -> None:
+    """``preexec_fn`` for a command a test presses Ctrl-C on: it gets SIGINT as a shell's foreground
+    command does, its default action and not blocked. A sweep keeps a signal its caller ignores
+    ignored (``nohup``, a script's ``cmd &``), and a CI runner started in the background hands
+    every process under it SIGINT ignored (a clean clone's CI run: both Ctrl-C tests found it so)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 SLOW_MODULES = frozenset({
     # Besides the modules marked `pytestmark = pytest.mark.slow` themselves (real sweeps end to

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE, check_records, left_behind, orchestrate, write_spec
+from conftest import ORCHESTRATE, check_records, ctrl_c_as_in_a_terminal, left_behind, orchestrate, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -174,15 +174,6 @@ def test_a_reader_that_leaves_the_pipe_stops_the_sweep_in_one_line(seeded_projec
     assert left_behind(project) == []
 
 
-def _ctrl_c_as_in_a_terminal() -> None:
-    """The child gets SIGINT as a shell's foreground command does: its default action, not blocked.
-    In two full CI runs every SIGINT to these commands went unanswered (the repairs ran on to
-    their end) while the test passed alone: a disposition or mask the pytest worker had picked up
-    would be inherited."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 def _signal_masks(pid: int) -> str:
     """The process's blocked and ignored signals, as /proc says (for the failure message)."""
     try:
@@ -207,7 +198,7 @@ def test_ctrl_c_during_check_and_repair_is_one_line_and_repair_converges_after_i
     for args, share in ((["check", str(path)], 0.1), (["check", str(path), "--repair"], 0.3),
                         (["check", str(path), "--repair"], 0.6)):
         proc = subprocess.Popen([ORCHESTRATE, *args], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, preexec_fn=_ctrl_c_as_in_a_terminal)
+                                text=True, preexec_fn=ctrl_c_as_in_a_terminal)
         time.sleep(share * whole)  # fixed 1-2 s came after a repair's end on a loaded machine
         masks = _signal_masks(proc.pid)
         proc.send_signal(signal.SIGINT)
