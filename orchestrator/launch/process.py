@@ -25,9 +25,9 @@ from orchestrator.timeline import event
 from orchestrator.trialdir import SPARES
 
 SPARES_DIR = SPARES
+"""Where, in the study's trial folder, a pre-started process keeps its log until it has a trial."""
 LEAVE_S = 5.0
 """How long a spare told to leave (and killed) is waited for before its pipes close anyway."""
-"""Where, in the study's trial folder, a pre-started process keeps its log until it has a trial."""
 
 
 def kill_group(pgid: int) -> None:

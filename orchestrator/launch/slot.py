@@ -180,8 +180,8 @@ def end_all(launchers: Sequence[SlotLauncher]) -> None:
     """End of the sweep: every slot's trial (and process prepared for its next) is killed at once,
     then all are reaped together, waited for at most ``KILL_GRACE_S`` (a CUDA process takes 0.3-1 s
     to die: once for the host, not once a slot); then every slot's spares are told to leave at
-    once and reaped together (at most ``LEAVE_S``): on 4 x H100 the servers leaving one slot after
-    another took 0.4-0.5 s of each command's end, against 0.1 s on one GPU."""
+    once and reaped together (at most ``LEAVE_S``; four CPU slots closed in 0.07-0.09 s against
+    0.12-0.15 s one after another)."""
     for launcher in launchers:
         launcher.kill_running()
     _wait(lambda: all(launcher.reaped() for launcher in launchers), KILL_GRACE_S)

@@ -553,9 +553,8 @@ def test_the_end_kills_and_reaps_the_processes_prepared_for_next_trials(tmp_path
 @pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
 def test_the_end_tells_every_slot_s_fork_server_to_leave_before_it_waits_for_any(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fork servers on three slots: the end tells each to leave and kills it, then waits for all
-    together (on 4 x H100 the servers leaving one slot after another took 0.4-0.5 s of each
-    command's end, against 0.1 s on one GPU). Every server is reaped, its pipe closed and its log
-    removed before the end returns."""
+    together (four CPU slots closed in 0.07-0.09 s against 0.12-0.15 s one after another). Every
+    server is reaped and its pipe closed before the end returns."""
     from orchestrator.launch import ProcessRunner, StopFlag
     from orchestrator.launch.process import is_alive
     from orchestrator.launch.slots import Slot
