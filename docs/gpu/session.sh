@@ -96,6 +96,10 @@
 #                                 (bench/devices.py), with what ran beside each configuration's window on the
 #                                 other slots, each slot's first trial and the command's end
 #                                 (D41_MANY="--many auto" D41_ROUNDS=3: one GPU against four only, 3 rounds)
+#   bash docs/gpu/session.sh gate41 the slot's next process prepared beside other slots' windows (pinned slots) against
+#                                 the gate as it was (47207df's orchestrator/, experiments/ and bench/ copied into
+#                                 .before_gate/: git archive 47207df orchestrator experiments bench | tar -x -C
+#                                 .before_gate), one GPU against four, alternating, 2 rounds each (about 6 minutes)
 #   bash docs/gpu/session.sh s37b issue #37 again: the module against the script on CUDA with 3-s windows and 4
 #                                 alternating rounds, the hooks' cost with the time inside them, then the same
 #                                 comparison on the host's CPU (the tiny BERT; about 8 minutes on an H100)
@@ -307,6 +311,16 @@ d41)
   python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
   step devices; timeout 560 python3 bench/devices.py sweeps/bert_memory.yaml --one cuda:0 ${D41_MANY:---many cuda:0,cuda:1 --many auto} \
       --rounds ${D41_ROUNDS:-2} --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
+  ;;
+gate41)
+  python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
+  for order in ".before_gate:gated .:ungated" ".:ungated .before_gate:gated"; do
+    for w in $order; do
+      r=$(ls "$OUT" | grep -c "^${w#*:}_.*json$"); r=$((r + 1))
+      step "${w#*:} $r"; timeout 200 python3 "${w%:*}/bench/devices.py" sweeps/bert_memory.yaml --one cuda:0 --many auto \
+          --rounds 1 --json "$OUT/${w#*:}_$r.json" > "$OUT/${w#*:}_$r.log" 2>&1
+    done
+  done
   ;;
 s37b)
   step script-vs-module-cuda; timeout 380 python3 bench/script_vs_module.py --device cuda --rounds 4 --min-measure-s 3 \
