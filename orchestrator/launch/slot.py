@@ -5,8 +5,7 @@ and lets it open its timed window when the host's gate allows (``host.py``). *On
 time on a device*: the next trial's configuration is sent only once the previous process of the
 slot has exited (``os.wait4``), so its memory is free. Its process may be forked, and its device
 initialised, before that: once the current trial's window is over (it says ``measured``), the
-slot's next process is prepared (``SparePool.prepare_next``), gated like an import unless the
-slot has CPU cores of its own (``host.py``).
+slot's next process is prepared (``SparePool.prepare_next``), gated like an import.
 """
 
 from __future__ import annotations
@@ -69,12 +68,6 @@ class SlotLauncher:
     @property
     def prepare_pending(self) -> bool:
         return self.pool.prepare_pending is not None
-
-    @property
-    def pinned(self) -> bool:
-        """The slot's trials run on CPU cores of their own (several GPUs, or CPU core ranges):
-        its prepared process is not gated (``host.py``)."""
-        return self.pool.cores is not None
 
     @property
     def discarded(self) -> int:
@@ -142,8 +135,6 @@ class SlotLauncher:
             if run.window_over and not run.prepared_next and self.prepare_device is not None:
                 run.prepared_next = True
                 self.pool.prepare_next(self.prepare_device)
-        if self.pool.prepare_pending is not None and self.pinned:  # on its own cores: at once (host.py)
-            self.pool.prepare_now(self.pool.prepare_pending)
         if (self.pool.pending or self.prepare_pending) and not self.host.in_window():
             self.pool.start_pending()  # the next trial's process asked for at once, where it may be
         self.pool.poll()
