@@ -94,6 +94,7 @@ class Forked(TrialProcess):
         self.pid: int | None = None
         self.ready = self.at_window = self.measured = self.result_ready = self._kill_when_forked = False
         self.returncode: int | None = None
+        self.exited_at: float | None = None
         self.rusage: Usage | None = None
         self.running_since: float | None = None
         """When it could first run a trial: the server forked it, or (prepared) its device was
@@ -142,7 +143,7 @@ class Forked(TrialProcess):
             self.exited(status.code, status.maxrss_kib)  # type: ignore[arg-type]  # EXITED carries its code
 
     def exited(self, code: int, maxrss_kib: int) -> None:
-        self.returncode = code
+        self.returncode, self.exited_at = code, time.time()
         self.rusage = SimpleNamespace(ru_maxrss=maxrss_kib)  # the server's wait4 (Linux: KiB)
         if self.pid is not None:
             kill_group(self.pid)  # grandchildren left in its group

@@ -98,6 +98,8 @@ class TrialProcess(Protocol):
     """Its result file is written (it may still be exiting)."""
     returncode: int | None
     """Its exit code once reaped (negative: the signal that killed it)."""
+    exited_at: float | None
+    """When its exit was known (wall clock; None before): the slot's memory free from then on."""
     rusage: Usage | None
     """Its resource usage once reaped (``ru_maxrss``: its peak RSS)."""
 
@@ -161,6 +163,7 @@ class Interpreter(TrialProcess):
         self.measured = False
         self.result_ready = False
         self.returncode: int | None = None
+        self.exited_at: float | None = None
         self.rusage: Usage | None = None
         self._buffer = b""
         if stop is not None:
@@ -215,7 +218,7 @@ class Interpreter(TrialProcess):
             except ChildProcessError:
                 pid, status, rusage = self.proc.pid, 0, None
             if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
+                self.returncode, self.exited_at = os.waitstatus_to_exitcode(status), time.time()
                 self.proc.returncode = self.returncode
                 self.rusage = rusage
                 kill_group(self.proc.pid)  # grandchildren left in the group

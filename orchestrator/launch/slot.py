@@ -108,8 +108,6 @@ class SlotLauncher:
             stale.unlink(missing_ok=True)
         process = self.pool.take(self.full_env(env), [self.full_env(g) for g in (guesses or [env])],
                                  trial_dir / trialdir.LOG, config.params.get("device"))
-        if self.running is not None:  # a fork server may have said its exit after the run's last poll
-            self.running.poll()  # (``tick`` polls the run, then the server): the exit gets its time
         previous = self.running.exited_at if self.running is not None else None
         self.running = ProcessRun(process, config, trial_dir, timeout_s, self.stop, previous)
         return self.running

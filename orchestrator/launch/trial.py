@@ -89,7 +89,7 @@ class ProcessRun:
         self._spare_cpu_at_go: dict[int, float | None] | None = None
         """CPU seconds of each of the slot's pre-started interpreters when ``go`` was sent."""
         self.slot_free_at = slot_free_at
-        self.exited_at: float | None = None
+        self._exit_told = False
         self.prepared_next = False
         """Its slot's next process has been planned (once its window was over: ``SlotLauncher.tick``)."""
         config_path = trial_dir / trialdir.CONFIG
@@ -114,6 +114,12 @@ class ProcessRun:
     @property
     def exited(self) -> bool:
         return self.interp.returncode is not None
+
+    @property
+    def exited_at(self) -> float | None:
+        """When its process's exit was known, by whichever pipe said it (its own, or its fork
+        server's): the next trial of the slot starts from then (``slot_free_at``)."""
+        return self.interp.exited_at
 
     @property
     def has_result(self) -> bool:
@@ -147,8 +153,8 @@ class ProcessRun:
         (but ``go``, which the slot's gate gives)."""
         self.interp.read_status()
         if self.interp.reap():
-            if self.exited_at is None:
-                self.exited_at = time.time()
+            if not self._exit_told:
+                self._exit_told = True
                 event("exited", self.trial)
             self._count_spares()
             return
