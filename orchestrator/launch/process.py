@@ -16,7 +16,7 @@ import sys
 import time
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from orchestrator.harness.ahead import encode_params
 from orchestrator.protocol import (CPU_CORES_ENV, LEAVE, PARENT_PID_ENV, PRELOAD_ENV, SERVE_FLAG, STATUS_FD_ENV,
@@ -28,6 +28,14 @@ SPARES_DIR = SPARES
 """Where, in the study's trial folder, a pre-started process keeps its log until it has a trial."""
 LEAVE_S = 5.0
 """How long a spare told to leave (and killed) is waited for before its pipes close anyway."""
+
+
+def wait_until(done: Callable[[], bool], timeout_s: float) -> None:
+    """Polls ``done`` every 10 ms until it is true or ``timeout_s`` has passed (a process told to
+    leave or killed: the end of a sweep, a discarded spare)."""
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def kill_group(pgid: int) -> None:
@@ -240,9 +248,7 @@ class Interpreter(TrialProcess):
     def discard(self) -> None:
         """An interpreter nobody will use: tell it to leave, and make sure it does."""
         self.leave()
-        deadline = time.monotonic() + LEAVE_S
-        while not self.reap() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(self.reap, LEAVE_S)
         self.forget()
 
     def leave(self) -> None:

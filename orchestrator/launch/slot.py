@@ -13,13 +13,13 @@ from __future__ import annotations
 import select
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from orchestrator import trialdir
 from orchestrator.protocol import TrialConfig
 from orchestrator.launch.forked import Forked
 from orchestrator.launch.host import Host
-from orchestrator.launch.process import LEAVE_S, Interpreter, StopFlag
+from orchestrator.launch.process import LEAVE_S, Interpreter, StopFlag, wait_until
 from orchestrator.launch.spares import PRESTART, SparePool
 from orchestrator.launch.trial import Launched, ProcessRun
 
@@ -182,18 +182,12 @@ def end_all(launchers: Sequence[SlotLauncher]) -> None:
     0.12-0.15 s one after another)."""
     for launcher in launchers:
         launcher.kill_running()
-    _wait(lambda: all(launcher.reaped() for launcher in launchers), KILL_GRACE_S)
+    wait_until(lambda: all(launcher.reaped() for launcher in launchers), KILL_GRACE_S)
     for launcher in launchers:
         launcher.pool.leave()
-    _wait(lambda: all(launcher.pool.gone() for launcher in launchers), LEAVE_S)
+    wait_until(lambda: all(launcher.pool.gone() for launcher in launchers), LEAVE_S)
     for launcher in launchers:
         launcher.release()
-
-
-def _wait(done: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done() and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def wait_for_activity(launchers: Iterable[SlotLauncher], timeout_s: float = POLL_S) -> None:
