@@ -99,6 +99,8 @@ def fork_server(experiment: str) -> int:
                        str(order.config), str(order.log), go_r, server_pid, status)  # never returns
             os.close(go_r)
             children[pid] = go_w
+            if os.environ.get("ORCHESTRATE_TEST_FORKED_DELAY_S"):  # tests only: the child speaks first
+                time.sleep(float(os.environ["ORCHESTRATE_TEST_FORKED_DELAY_S"]))
             status.write(encode_status(StatusLine(Word.FORKED, pid)))
 
 

@@ -47,6 +47,12 @@ class ForkServer(Interpreter):
         self.trials: dict[int, Forked] = {}
         self.asked: list[Forked] = []
         """Trials asked for, in order, whose pid the server has not said yet."""
+        self.early: dict[int, list[StatusLine]] = {}
+        """What a child said before its server said it had forked it, by pid: the child shares the
+        server's status pipe and may run first (a prepared process on the CPU says ``ready`` at
+        once; a busy machine may hold the server between ``fork`` and its ``FORKED`` line). Told
+        to its ``Forked`` once that line comes: dropped, a prepared process was never ready and
+        was killed after ``PREPARE_GRACE_S``."""
 
     def fork(self, log_path: Path) -> Forked:
         return Forked(self, log_path)
@@ -66,12 +72,16 @@ class ForkServer(Interpreter):
             return
         if status.word is Word.FORKED and self.asked:
             self.asked.pop(0).forked(status.pid)
+            for said in self.early.pop(status.pid, []):
+                self._said(said)
             return
         trial = self.trials.get(status.pid)
         if trial is not None:
             trial.heard(status)
             if status.word is Word.EXITED:
                 del self.trials[status.pid]
+        elif self.asked:  # a child the server has not said it forked yet (see ``early``)
+            self.early.setdefault(status.pid, []).append(status)
 
     def leave(self) -> None:
         for trial in list(self.trials.values()) + self.asked:

@@ -351,6 +351,31 @@ def test_the_next_trial_s_process_is_prepared_while_the_previous_one_exits(
 
 
 @pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
+def test_what_a_child_says_before_its_server_says_it_forked_it_is_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked child shares its server's status pipe and may speak before the server's ``FORKED``
+    line (here the server waits 1 s after each fork): a prepared process's ``ready`` and a trial's
+    ``at its window`` are kept for it (``ForkServer.early``). Dropped, the prepared process was
+    never ready, the slot waited ``PREPARE_GRACE_S`` (30 s) and killed it (the suite saw this once
+    under load), and a trial at its window would never have been let go."""
+    monkeypatch.setenv("ORCHESTRATE_TEST_FORKED_DELAY_S", "1.0")
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
+    try:
+        launcher.prewarm({})
+        launcher.prepare("cpu")
+        started = time.monotonic()
+        wait_prepared(launcher)
+        launcher.prepare_device = None  # the second trial's process is forked for it, not prepared
+        first = run_to_end(launcher, 0, tmp_path / "t0", {})
+        second = run_to_end(launcher, 1, tmp_path / "t1", {})  # its word at its window came first
+        assert "prepared" in first["timeline"] and "prepared" not in second["timeline"]
+        assert launcher.pool.prepared_unused == 0
+        assert time.monotonic() - started < 20, "the slot waited for a word it had been told"
+    finally:
+        launcher.close()
+
+
+@pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
 def test_the_next_process_is_prepared_once_the_window_is_over_before_the_result(tmp_path: Path) -> None:
     """A trial says ``measured`` once its timed window is over and its figures are read; its
     slot's next process is prepared from then on, while the trial writes its result (here a
