@@ -46,9 +46,13 @@ def overlap(start: float, end: float, slot: str, others: list[tuple[float, float
 
 def summary(paths: list[Path]) -> list[str]:
     """Per way (one GPU; each several-GPU way, by its ``--many``), the lines ``main`` prints."""
+    return summary_of([json.loads(path.read_text())["ways"] for path in paths])
+
+
+def summary_of(runs: list[dict[str, Any]]) -> list[str]:
+    """``summary``'s lines for ``bench/devices.py`` results' ``ways``, one mapping per run."""
     groups: dict[str, list[dict[str, Any]]] = {}
-    for path in paths:
-        ways = json.loads(path.read_text())["ways"]
+    for ways in runs:
         for i, (many, way) in enumerate(ways.items()):
             for sweep in way["sweeps"]:
                 if sweep["way"] == "several":

@@ -21,7 +21,9 @@ compared with the one-GPU sweeps. For each several-GPU sweep it also prints (iss
 ``bench/concurrency.py``) what ran beside each configuration's timed window on the other slots
 (processes being prepared, set-ups, exits, other windows, the orchestrator's CPU), next to the
 configuration's ratio, sorted from the slowest; each slot's first trial after the loop began; and
-what the command did after its last result.
+what the command did after its last result. Last, where each trial made its CUDA context
+(``bench/contexts.py``: prepared ahead or in the trial, and beside how many other GPUs' contexts),
+on CUDA.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from concurrency import beside, report, start_and_end, trials as trials_of  # noqa: E402
+from contexts import summary_of as contexts_of  # noqa: E402
 
 
 def with_repeats(spec: Path, repeats: int) -> Path:
@@ -142,6 +145,9 @@ def main() -> None:
     out = {"rounds": args.rounds, "ways": {}}
     for way, devices in ways[1:]:
         out["ways"][devices] = compare(args, spec, got["one"], got[way], devices)
+    if args.one.startswith("cuda"):
+        print("\nwhere each trial made its CUDA context (bench/contexts.py):")
+        print("\n".join(contexts_of([out["ways"]])))
     if args.json:
         args.json.write_text(json.dumps(out))
 
