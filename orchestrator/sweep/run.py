@@ -110,6 +110,7 @@ def check_experiment(r: Run, start: Startup) -> None:
     try:
         warm_imports()  # MLflow's and Optuna's, beside the probe's torch
         r.found = found = probe.result()
+        start.probe_answered(found["device"])  # the slots' first trial processes, now the probe's device is up
         checks.check_experiment_params(spec, found)
         device = found["device"]
         if device == "cuda":

@@ -158,3 +158,30 @@ def test_the_probe_folders_of_killed_orchestrators_are_removed(tmp_path: Path, m
     mine = probe_folder()
     assert mine.parent == tmp_path and mine.name.startswith(f"{PROBE_FOLDER}{os.getpid()}-")
     assert not left.exists() and alive.exists() and other.exists()
+
+
+def test_the_first_trials_processes_are_forked_once_the_probe_has_its_device(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slots' first trial processes are prepared once the probe has answered, not beside it:
+    the host's driver initialises CUDA for one process at a time (``docs/gpu/contexts_probe.py``),
+    and the probe's initialisation, which the smoke step and the stores wait for, would queue
+    behind theirs. (``ORCHESTRATE_TEST_PREPARE_CPU``: the CPU prepares too, to run the path.)"""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ORCHESTRATE_TEST_PREPARE_CPU", "1")
+    spec = spec_for(tmp_path, "experiments.faults", device="cpu")
+    start = Startup(spec, make_plan(spec, "cpu"), {"batch_size": 2, "hidden_size": 8}, False, StopFlag())
+    try:
+        assert start.runner is not None, "no fork server answered"
+        (launcher,) = start.runner.launchers
+        assert launcher.prepared == [] and not start.prepared  # the probe alone, first
+        found = start.probe.result()
+        start.probe_answered("cuda")  # another device than the guess: its own servers come later (ready)
+        assert launcher.prepared == []
+        start.probe_answered(found["device"])
+        (first,) = launcher.prepared
+        assert start.prepared and first.prepared and first.device == "cpu"
+        assert start.probe.smoke()["ok"]
+        slots, runner = start.ready(make_plan(spec, found["device"]))
+        assert runner is start.runner and launcher.prepared == [first]  # kept, not asked for twice
+    finally:
+        start.close_runner()
