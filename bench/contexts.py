@@ -17,8 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from concurrency import overlap  # noqa: E402
 
 BINS = ((-1.0, 0.05, "alone"), (0.05, 0.5, "up to half another's"), (0.5, 1.0, "up to one other's"),
         (1.0, 99.0, "more than one other's"))
@@ -37,11 +42,11 @@ def contexts(sweep: dict[str, Any]) -> list[tuple[float, float, str, str]]:
     return out
 
 
-def overlap(start: float, end: float, slot: str, others: list[tuple[float, float, str, str]]) -> float:
+def beside_others(start: float, end: float, slot: str, others: list[tuple[float, float, str, str]]) -> float:
     """How many other slots' context creations ran during [start, end], time-averaged."""
     if end <= start:
         return 0.0
-    return sum(max(0.0, min(end, b) - max(start, a)) for a, b, s, _ in others if s != slot) / (end - start)
+    return sum(overlap((start, end), (a, b)) for a, b, s, _ in others if s != slot) / (end - start)
 
 
 def summary(paths: list[Path]) -> list[str]:
@@ -68,7 +73,7 @@ def summary_of(runs: list[dict[str, Any]]) -> list[str]:
             for a, b, slot, kind in made_here:
                 kinds[kind] += 1
                 if a >= 0.5:
-                    made[kind].append((b - a, overlap(a, b, slot, made_here)))
+                    made[kind].append((b - a, beside_others(a, b, slot, made_here)))
         total = sum(kinds.values()) or 1
         lines.append(f"{name}, {len(sweeps)} sweeps: {kinds['prepared']} trials prepared "
                      f"({kinds['prepared'] / total:.0%}), {kinds['in trial']} made their context in the trial")

@@ -86,8 +86,7 @@ class Startup:
         from orchestrator.search.space import shared_env
 
         if self.runner is not None and plan.device == self.guessed.device and shared_env(plan) == shared_env(self.guessed):
-            if not self.prepared and "device" not in self.spec.space:
-                self.probe_answered(plan.device)
+            self.probe_answered(plan.device)  # once: the sweep asked for them when the probe answered
             return self.slots, self.runner  # type: ignore[return-value]  # both set with the runner
         self.close_runner()
         self.slots = slots_for(self.spec, plan.device, self.devices_flag)
