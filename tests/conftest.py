@@ -99,6 +99,43 @@ def orchestrate(args: list[str], cwd: Path, env: dict[str, str] | None = None,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
+def command(args: list[str], cwd: Path, answer: str = "") -> subprocess.CompletedProcess[str]:
+    """``orchestrate ARGS`` run in this process (``orchestrator.cli.main``), in ``cwd``, with
+    ``answer`` on its stdin ("" is a closed one). For commands that read or repair the stores
+    (``check``, ``delete``, ``report``, ``best``) where the test is about what they say and do, not
+    about the process: the worker has MLflow imported already, and an interpreter's start costs
+    about 2.4 s of CPU on the 2-core machine (its imports, MLflow's most). A sweep runs as the
+    installed command (``orchestrate``), never here."""
+    import contextlib
+    import io
+
+    from orchestrator.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with (contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err),
+          _stdin(answer)):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    return subprocess.CompletedProcess([ORCHESTRATE, *args], code, out.getvalue(), err.getvalue())
+
+
+class _stdin:
+    """``sys.stdin`` replaced by ``text`` (a pipe's, not a terminal) for a ``with`` block."""
+
+    def __init__(self, text: str) -> None:
+        import io
+
+        self.text, self.saved = io.StringIO(text), sys.stdin
+
+    def __enter__(self) -> None:
+        sys.stdin = self.text
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stdin = self.saved
+
+
 def load_study(cwd: Path, name: str, storage: str | None = None):
     import optuna
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ORCHESTRATE, orchestrate, write_spec
+from conftest import ORCHESTRATE, command, orchestrate, write_spec
 
 SPEC = """
     name: gone
@@ -67,32 +67,32 @@ def test_check_flags_runs_of_no_study_and_delete_removes_them(project: Path) -> 
     assert orchestrate([str(spec)], project).returncode == 0
     assert len(active_runs(tracking, "gone")) == 4  # two parents, two trial runs
 
-    found = orchestrate(["check", str(spec)], project)
+    found = command(["check", str(spec)], project)
     assert found.returncode == 1
     (line,) = [ln for ln in found.stdout.splitlines() if "belong to no study" in ln]
     assert "2 MLflow run(s) belong to no study: parent run" in line and "its 1 trial run(s)" in line
     assert line.endswith(f"delete them: orchestrate delete {spec} --leftovers")
     assert "1 difference(s)." in found.stdout and "Repair:" not in found.stdout
 
-    closed = run(["delete", str(spec), "--leftovers"], project, answer=None)
+    closed = command(["delete", str(spec), "--leftovers"], project)
     assert closed.returncode == 2 and "no answer (stdin is closed); nothing deleted" in closed.stderr
-    declined = run(["delete", str(spec), "--leftovers"], project, answer="n\n")
+    declined = command(["delete", str(spec), "--leftovers"], project, answer="n\n")
     assert declined.returncode == 0 and declined.stdout.rstrip().endswith("Nothing deleted.")
     assert len(active_runs(tracking, "gone")) == 4
-    said = run(["delete", str(spec), "--leftovers"], project, answer="y\n")
+    said = command(["delete", str(spec), "--leftovers"], project, answer="y\n")
     assert said.returncode == 0, said.stderr
     assert "2 MLflow run(s) there that belong to no study" in said.stdout and "the study (" not in said.stdout
     assert len(active_runs(tracking, "gone")) == 2 and study_names(storage) == ["gone"]
     assert not any(f.exists() for f in old_folders)  # the deleted study's trial folders went with its runs
-    agree = orchestrate(["check", str(spec)], project)
+    agree = command(["check", str(spec)], project)
     assert agree.returncode == 0, agree.stdout
 
-    gone = run(["delete", str(spec), "--yes"], project)
+    gone = command(["delete", str(spec), "--yes"], project)
     assert gone.returncode == 0, gone.stderr
     assert "  the study (1 trial(s)) in" in gone.stdout and "its 2 MLflow run(s)" in gone.stdout
     assert active_runs(tracking, "gone") == [] and study_names(storage) == []
     assert list((project / "mlruns" / ".trials").iterdir()) == []
-    again = run(["delete", str(spec), "--yes"], project)
+    again = command(["delete", str(spec), "--yes"], project)
     assert again.returncode == 0 and again.stdout.startswith("orchestrate delete: nothing to delete")
     assert orchestrate([str(spec)], project).returncode == 0  # the experiment stayed: the spec runs again
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import load_study, orchestrate, write_spec
+from conftest import command, load_study, orchestrate, write_spec
 from orchestrator.report import noise
 from orchestrator.report.plotdata import choose_layout, interval, throughput_intervals
 from orchestrator.spec.load import check_spec
@@ -98,7 +98,7 @@ def test_a_sweep_noisier_than_its_band_says_so_and_its_report_shows_the_spread_a
     study = load_study(project, "noisy")
     runs = study.user_attrs["orchestrate.load"]
     assert len(runs) == 1 and runs[0]["readings"] == 2 and runs[0]["cores"]
-    report = orchestrate(["report", str(path)], project)
+    report = command(["report", str(path)], project)
     assert report.returncode == 0, report.stderr
     assert "+-95%" in report.stdout and "Machine load (1-minute load average" in report.stdout
     assert "Noise: one measurement" in report.stdout

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conftest import load_study, orchestrate, parent_runs, write_spec
+from conftest import command, load_study, orchestrate, parent_runs, write_spec
 
 SPEC = """
     name: tiny_report
@@ -68,7 +68,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def text_report(project: Path) -> Any:
-    proc = orchestrate(["report", "spec.yaml", "--plots"], project)
+    proc = command(["report", "spec.yaml", "--plots"], project)
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -198,7 +198,7 @@ def test_best_writes_the_best_trials_parameters_as_yaml(project: Path) -> None:
     from orchestrator.search.space import make_plan, trial_params
     from orchestrator.spec.load import load_spec
 
-    proc = orchestrate(["best", "spec.yaml", "-o", "out/best.yaml"], project)
+    proc = command(["best", "spec.yaml", "-o", "out/best.yaml"], project)
     assert proc.returncode == 0, proc.stderr
     best = max((t for t in results(project) if t.values), key=lambda t: t.values[0])
     text = (project / "out" / "best.yaml").read_text()
@@ -247,8 +247,8 @@ def test_best_and_report_import_no_torch_mlflow_optuna_or_matplotlib(project: Pa
 
 def test_report_and_best_on_a_missing_study_say_one_line_and_create_nothing(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, SPEC)
-    for command in ("report", "best"):
-        proc = orchestrate([command, str(spec)], tmp_path)
+    for name in ("report", "best"):
+        proc = orchestrate([name, str(spec)], tmp_path)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1 and proc.stdout == ""
         assert f"no study 'tiny_report' in sqlite:///{tmp_path}/mlruns/optuna.db; run `orchestrate {spec}` first" \
@@ -286,7 +286,7 @@ def test_plots_that_cannot_be_written_are_one_line_and_leave_no_half_written_fil
                 os.close(fd)
             cases.append((small / "plots", 75, "No space left on device"))
         for folder, code, words in cases:
-            proc = orchestrate(["report", "spec.yaml", "--out", str(folder)], project)
+            proc = command(["report", "spec.yaml", "--out", str(folder)], project)
             lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
             assert proc.returncode == code and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
             assert lines[0].startswith(f"orchestrate: cannot write the plots in {folder}: {words}"), lines
@@ -297,7 +297,7 @@ def test_plots_that_cannot_be_written_are_one_line_and_leave_no_half_written_fil
 
 
 def test_report_usage_error_is_one_line(tmp_path: Path) -> None:
-    proc = orchestrate(["report", "spec.yaml", "--format", "xml"], tmp_path)
+    proc = command(["report", "spec.yaml", "--format", "xml"], tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "invalid choice: 'xml'" in proc.stderr
 
 
@@ -311,14 +311,14 @@ MULTI = SPEC.replace("tiny_report", "tiny_pareto").replace("[8, 16, 4096]", "[8,
 def test_half_finished_then_multi_objective_study(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, MULTI)
     assert orchestrate([str(spec), "--n-trials", "1"], tmp_path).returncode == 0
-    half = orchestrate(["report", str(spec)], tmp_path)
+    half = command(["report", str(spec)], tmp_path)
     assert half.returncode == 0, half.stderr
     assert "tiny_pareto: 1 of 2 trials have a result" in half.stdout and "Pareto front:" in half.stdout
 
     done = orchestrate([str(spec), "--export", "best.yaml"], tmp_path)  # the run's own --export
     assert done.returncode == 0, done.stderr
     assert "Best configuration written to best.yaml: tiny_pareto trial" in done.stdout
-    proc = orchestrate(["report", str(spec), "--format", "json", "--plots"], tmp_path)
+    proc = command(["report", str(spec), "--format", "json", "--plots"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     from orchestrator.spec.load import load_spec
@@ -397,7 +397,7 @@ def test_interrupted_and_repeated_trials_are_shown_but_not_counted(tmp_path: Pat
         study.add_trial(t)
     assert [t.state for t in study.trials][1] == TrialState.FAIL
 
-    proc = orchestrate(["report", str(spec), "--plots"], tmp_path)
+    proc = command(["report", str(spec), "--plots"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     rows = {int(ln.split()[0]): ln for ln in proc.stdout.splitlines() if re.match(r"^\s+\d+  [a-z]", ln)}
     assert sorted(rows) == [0, 1, 2, 3, 4]
@@ -441,7 +441,7 @@ def test_contract_swapped_and_fallback_trials_show_their_figures(tmp_path: Path,
     for t in (fake(0, 8, "bfloat16", "ok", 50.0), swapped, fell, warm):
         study.add_trial(t)
 
-    proc = orchestrate(["report", str(spec)], tmp_path)
+    proc = command(["report", str(spec)], tmp_path)
     assert proc.returncode == 0, proc.stderr
     rows = {int(ln.split()[0]): ln for ln in proc.stdout.splitlines() if re.match(r"^\s+\d+  [a-z]", ln)}
     assert rows[1].split()[1:5] == ["swapped", "512", "float32", "8.0"]  # the throughput it had while swapping

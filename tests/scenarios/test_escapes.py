@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE, check_records, ctrl_c_as_in_a_terminal, left_behind, orchestrate, write_spec
+from conftest import ORCHESTRATE, check_records, command, ctrl_c_as_in_a_terminal, left_behind, orchestrate, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -213,10 +213,10 @@ def test_ctrl_c_during_check_and_repair_is_one_line_and_repair_converges_after_i
     # the first repair's signal comes before a whole repair's time is up; what it repaired before it
     # stays, so the second may have less left than 0.6 of it and end first (seen under 4 workers)
     assert interrupted >= 1 and seen[1][1] == 130, (whole, seen)
-    repaired = orchestrate(["check", str(path), "--repair"], project)
+    repaired = command(["check", str(path), "--repair"], project)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "The study, MLflow and the trial folders agree." in repaired.stdout
-    assert orchestrate(["check", str(path)], project).returncode == 0
+    assert command(["check", str(path)], project).returncode == 0
     assert left_behind(project) == []
 
 

@@ -10,8 +10,6 @@ Real files, damaged for real; the commands run as the installed ``orchestrate`` 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import shutil
 from pathlib import Path
@@ -19,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import check_records, left_behind, orchestrate, write_spec
-from orchestrator.cli import main
+from conftest import command as in_process
 
 pytestmark = pytest.mark.slow
 
@@ -39,13 +37,8 @@ def spec(project: Path, name: str, extra: str = "", sizes: str = "8, 16, 24") ->
 
 def command(project: Path, *args: str) -> tuple[int, str, str]:
     """``orchestrate ARGS`` in this process, in ``project``: exit code, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.chdir(project), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
+    proc = in_process(list(args), project)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def one_line(err: str) -> str:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (ORCHESTRATE, check_records, ctrl_c_as_in_a_terminal, load_study, orchestrate, trial_processes,
-                      wait_for_trial, write_spec)
+from conftest import (ORCHESTRATE, check_records, command, ctrl_c_as_in_a_terminal, load_study, orchestrate,
+                      trial_processes, wait_for_trial, write_spec)
 
 pytestmark = pytest.mark.slow
 
@@ -167,7 +167,7 @@ def test_sigkill_at_any_point_then_resume_loses_nothing(project: Path, point: st
     if point == "after_tell:3":  # the study was complete: its command repaired MLflow without a probe
         assert "nothing to run, so nothing was started" in resumed.stdout
         assert "MLflow: 1 trial(s)' records repaired from the study." in resumed.stdout
-        check = orchestrate(["check", str(spec)], project)
+        check = command(["check", str(spec)], project)
         assert check.returncode == 0, check.stdout + check.stderr
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, child_runs, load_study, orchestrate, write_spec
+from conftest import ROOT, child_runs, command, load_study, orchestrate, write_spec
 
 pytestmark = pytest.mark.slow
 SCRIPTS = ROOT / "examples" / "scripts"
@@ -63,7 +63,7 @@ def test_a_plain_script_is_measured_its_oom_recorded_and_its_best_is_a_command(t
     assert "Command: python train.py --batch-size 16 --precision " in proc.stdout
     runs = child_runs(tmp_path, "plain")
     assert {r.data.params["precision"] for r in runs} == {"fp32", "bf16"}  # the script's own names
-    best = orchestrate(["best", "spec.yaml"], tmp_path)
+    best = command(["best", "spec.yaml"], tmp_path)
     assert best.returncode == 0 and best.stdout.startswith("python train.py --batch-size 16 --precision ")
     assert best.stdout.rstrip().endswith("--width 4 --device cpu")
     dry = orchestrate(["spec.yaml", "--dry-run"], tmp_path)

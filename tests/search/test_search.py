@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_records, load_study, orchestrate, write_spec
+from conftest import check_records, command, load_study, orchestrate, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -101,7 +101,7 @@ def test_tpe_repeats_are_answered_from_the_record_and_never_rerun(project: Path)
             assert abs(sizes.index(t.params["hidden_size"]) - home) == min(abs(i - home) for i in unmeasured)
             assert records["runs"][t.number][0].data.tags["neighbour_of"] == str(t.user_attrs["neighbour_of"])
             assert f"nearest unmeasured configuration to #{t.user_attrs['neighbour_of']}" in proc.stdout
-    report = orchestrate(["report", str(spec)], project)
+    report = command(["report", str(spec)], project)
     assert report.returncode == 0 and "repeat of #" in report.stdout
 
 
