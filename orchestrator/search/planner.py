@@ -10,7 +10,6 @@ What it knows before any trial, and how it uses it:
   to matter (``priors.PRIORS``: more batch per step is faster, checkpointing is slower, half
   precision is faster on most GPU work), each effect with a spread the measurements overrule,
   plus a Gaussian process for everything else, parameters it knows nothing about included.
-
 - **Noise** (``remeasure``): each measurement's own spread (``throughput_ci95``); a measured
   configuration whose spread lets it beat the best by more than the band is a rival, counted in
   the stop's chance and, with ``trial.repeats: auto``, measured again alternately with the best.
@@ -47,7 +46,7 @@ from orchestrator.keys import config_key, value_keys_of
 from orchestrator.search.mixture import Model
 from orchestrator.search.remeasure import Measured, Measurements, Parts, describe, process_values
 from orchestrator.search.priors import NOISE_FLOOR, THROUGHPUT, encode, measured_noise, ordered, values_of
-from orchestrator.search.verdict import Decision, Verdict, measured_values, reason, unmeasured_note
+from orchestrator.search.verdict import Decision, Verdict, measured_values, reason, unmeasured_note, unseen
 from orchestrator.metrics import DURATION_S
 from orchestrator.store.record import attrs_of, metrics_of, status_of
 
@@ -190,8 +189,8 @@ class Planner:
         if again is not None:
             return Decision(self.configs[again], verdict, "remeasure")
         if open_ and not (stop and self._verdict(model, open_, [], p_fit, len(left), too_large, False).done):
-            pick = self._best_candidate(model, choices, p_fit, held) if choices else None  # type: ignore[assignment]  # None: wait for a look
-            return Decision(None if pick is None else self.configs[pick], verdict, "improvement" if choices else "")
+            pick = self._best_candidate(model, choices, p_fit, held) if choices else self._beside(model, open_, idx, in_flight, p_fit)  # type: ignore[assignment]  # None: wait for a look
+            return Decision(None if pick is None else self.configs[pick], verdict, "improvement" if pick is not None else "")
         if stop or not open_:  # nothing unmeasured is likely to win, and the rival cannot be settled
             verdict.done, verdict.unsure = True, True
             verdict.reason = self._unsure(model, pick, verdict.chance, open_, rivals, p_fit) + self._unmeasured_note(model, idx, p_fit)
@@ -226,21 +225,9 @@ class Planner:
 
     def _unseen(self, idx: list[int], open_: list[int], in_flight: set[str],
                 p_fit: np.ndarray) -> dict[tuple[str, str], list[int]]:
-        """Values of a searched parameter (batch size aside: its trend is measured by the boundary
-        search) that no configuration that fits has been measured with, and that some
-        configuration left may still fit with: (name, value) -> the open configurations that
-        would measure it (empty while one is in flight)."""
-        measured = self._measured_values(idx)
+        """The values that still need their look (``verdict.unseen``)."""
         flying = {pair for k in in_flight if k in self.index for pair in self.value_keys[self.index[k]]}
-        out: dict[tuple[str, str], list[int]] = {}
-        for i in open_:
-            for key in self.value_keys[i]:
-                if not self._looked_for(key[0]) or key in measured:
-                    continue
-                out.setdefault(key, [])
-                if key not in flying:
-                    out[key].append(i)
-        return out
+        return unseen(open_, self.value_keys, self._measured_values(idx), flying, self._looked_for)
 
     def _look(self, model: Model | None, looks: list[tuple[str, list[int]]], p_fit: np.ndarray, beside: int = 0) -> int:
         """The one look to take: for each unseen value, the best measured configuration with that
@@ -321,6 +308,14 @@ class Planner:
             return never
         return never | flight.pending(sorted(self._busy(in_flight)), self.value_keys, self._measured_values(idx),
                                       self._looked_for)
+
+    def _beside(self, model: Model, open_: list[int], idx: list[int], in_flight: set[str], p_fit: np.ndarray) -> int | None:
+        """``flight.beside``: what a slot measures where it would wait for a look (None: nothing)."""
+        measured = self._measured_values(idx)
+        looking = flight.pending(sorted(self._busy(in_flight)), self.value_keys, measured, self._looked_for)
+        at = flight.beside(open_, self.value_keys, looking, (self.costly - measured) - looking)
+        chances = self._chances(model, at, p_fit) if at else np.zeros(1)
+        return at[int(np.argmax(chances))] if chances.max() >= STOP_CHANCE else None
 
     def _looked_for(self, name: str) -> bool:
         """Whether each value of parameter ``name`` needs its look: searched, and not the batch."""

@@ -5,7 +5,7 @@ sweep reads. Pure."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -84,3 +84,20 @@ def measured_values(idx: list[int], configs: list[dict[str, Any]], value_keys: l
             low, high = min(seen), max(seen)
             measured.update((name, value_key(name, v)) for v in values[name] if low < v < high)
     return measured
+
+
+def unseen(open_: list[int], value_keys: list[list[tuple[str, str]]], measured: set[tuple[str, str]],
+           flying: set[tuple[str, str]], looked_for: Callable[[str], bool]) -> dict[tuple[str, str], list[int]]:
+    """Values of a searched parameter (``looked_for``; batch size aside: its trend is measured by the
+    boundary search) that no configuration that fits has been measured with (``measured``), and
+    that some configuration left (``open_``) may still fit with: (name, value) -> the open
+    configurations that would measure it (empty while one in flight carries it: ``flying``)."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for i in open_:
+        for key in value_keys[i]:
+            if not looked_for(key[0]) or key in measured:
+                continue
+            out.setdefault(key, [])
+            if key not in flying:
+                out[key].append(i)
+    return out

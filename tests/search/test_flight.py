@@ -26,6 +26,29 @@ def test_a_value_in_flight_that_nothing_measured_is_being_looked_at() -> None:
     assert flight.without([1, 2], keys, set()) == [1, 2]
 
 
+def test_beside_a_look_go_the_configurations_with_its_value_and_no_costly_value_unlooked() -> None:
+    keys = [[("b", "1"), ("c", "on"), ("d", "f32")], [("b", "2"), ("c", "on"), ("d", "bf16")],
+            [("b", "2"), ("c", "off"), ("d", "f32")], [("b", "4"), ("c", "on"), ("d", "f16")]]
+    looking, unlooked = {("c", "on")}, {("d", "f16")}  # compile's look runs; nothing has looked at f16
+    assert flight.beside([0, 1, 2, 3], keys, looking, unlooked) == [0, 1]
+    assert flight.beside([0, 1, 2, 3], keys, set(), unlooked) == []
+
+
+def test_slots_free_while_a_costly_look_runs_measure_its_value_instead_of_waiting() -> None:
+    """The small BERT with compile on 4 replayed slots (seed 20000, 2% noise, a compiled trial 19-20
+    s against 1-2.5 s eager): the look went to compiled batch 64; the other slots had measured every
+    eager configuration after 6.4 s and waited 16 s for it, then ran the compiled trials it called
+    for, 20 s more (42.4 s). Now they run those beside the look, and the sweep ends at 26.5 s."""
+    land = load_landscape(LANDSCAPES / "bert_mini_compile_h100.csv")
+    spec = {**landscape_spec(land), "search": {"band": 0.02}}
+    run = replay_run(spec, land, 20000, True, noise=0.02, slots=4)
+    compiled = sorted((r for r in run.records if r.params["compile"] and r.status == Status.OK),
+                      key=lambda r: r.finished_at - r.cost_s)
+    look = compiled[0]
+    assert [r for r in compiled[1:] if r.finished_at - r.cost_s < look.finished_at]  # started beside it
+    assert run.end_s < 30.0 and run.answer == {"batch_size": 256, "dtype": "bfloat16", "compile": True}
+
+
 def test_a_configuration_needing_the_memory_of_an_uncertain_one_in_flight_waits_for_it() -> None:
     class Dominance:
         def at_least(self, refs: list[int]) -> np.ndarray:
