@@ -112,12 +112,17 @@ def command(args: list[str], cwd: Path, answer: str = "") -> subprocess.Complete
     from orchestrator.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with (contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err),
-          _stdin(answer)):
-        try:
-            code = main(list(args))
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    environ = dict(os.environ)  # what the command sets for itself (MLflow's pool size) stays in it
+    try:
+        with (contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err),
+              _stdin(answer)):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
     return subprocess.CompletedProcess([ORCHESTRATE, *args], code, out.getvalue(), err.getvalue())
 
 

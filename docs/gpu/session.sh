@@ -312,6 +312,16 @@ d41)
   step devices; timeout 560 python3 bench/devices.py sweeps/bert_memory.yaml --one cuda:0 ${D41_MANY:---many cuda:0,cuda:1 --many auto} \
       --rounds ${D41_ROUNDS:-2} --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
   ;;
+beside41)  # the small BERT with compile, auto search: one GPU against all, with flight.beside (this
+  # checkout) and without (commit 58f88b4's parent, d284017: git archive d284017 bench orchestrator
+  # experiments | tar -x -C .before_beside), alternating
+  python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
+  spec=docs/gpu/beside/bert_mini_compile_auto.yaml
+  for r in $(seq 1 "${B41_ROUNDS:-1}"); do for w in .before_beside:before .:after; do
+    step "$w round $r"; timeout 280 python3 "${w%%:*}/bench/devices.py" "$spec" --one cuda:0 --many auto \
+        --json "$OUT/${w##*:}_$r.json" > "$OUT/${w##*:}_$r.log" 2>&1
+  done; done
+  ;;
 gate41)
   python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
   for order in ".before_gate:gated .:ungated" ".:ungated .before_gate:gated"; do

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE, check_records, command, trial_processes, write_spec
+from conftest import ORCHESTRATE, check_records, orchestrate, trial_processes, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -159,11 +159,11 @@ def test_tpe_from_three_orchestrators_never_measures_twice(tmp_path: Path, postg
     # is one difference, and --repair writes it again from the study, then finds them agreeing
     client.delete_run(run.info.run_id)
     host = tmp_path / "host0"
-    found = command(["check", str(host / "spec.yaml")], host)
+    found = orchestrate(["check", str(host / "spec.yaml")], host)
     assert found.returncode == 1, found.stdout + found.stderr
     assert f"trial {records['results'][0].number}: no MLflow run (the trial ended ok)" in found.stdout
     assert "1 difference(s). Repair: orchestrate check" in found.stdout and "--repair" in found.stdout
-    repaired = command(["check", str(host / "spec.yaml"), "--repair"], host)
+    repaired = orchestrate(["check", str(host / "spec.yaml"), "--repair"], host)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "1 trial(s)' MLflow records written from the study" in repaired.stdout and "agree" in repaired.stdout
     check_records(tmp_path, f"shared-tpe-{tmp_path.name}", n_results=12, storage=storage, tracking=str(mlflow_server))
