@@ -108,37 +108,19 @@ def command(args: list[str], cwd: Path, answer: str = "") -> subprocess.Complete
     installed command (``orchestrate``), never here."""
     import contextlib
     import io
+    from unittest import mock
 
     from orchestrator.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    environ = dict(os.environ)  # what the command sets for itself (MLflow's pool size) stays in it
-    try:
-        with (contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err),
-              _stdin(answer)):
-            try:
-                code = main(list(args))
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    finally:
-        os.environ.clear()
-        os.environ.update(environ)
+    # os.environ restored after: what the command sets for itself (MLflow's pool size) stays in it
+    with (contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err),
+          mock.patch.object(sys, "stdin", io.StringIO(answer)), mock.patch.dict(os.environ)):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     return subprocess.CompletedProcess([ORCHESTRATE, *args], code, out.getvalue(), err.getvalue())
-
-
-class _stdin:
-    """``sys.stdin`` replaced by ``text`` (a pipe's, not a terminal) for a ``with`` block."""
-
-    def __init__(self, text: str) -> None:
-        import io
-
-        self.text, self.saved = io.StringIO(text), sys.stdin
-
-    def __enter__(self) -> None:
-        sys.stdin = self.text
-
-    def __exit__(self, *exc: object) -> None:
-        sys.stdin = self.saved
 
 
 def load_study(cwd: Path, name: str, storage: str | None = None):
