@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from zygote import Zygote
 
 pytest_plugins = ["servers"]  # tests/servers.py: real PostgreSQL and mlflow server fixtures
 
@@ -49,7 +50,7 @@ SLOW_MODULES = frozenset({
     "harness/test_script.py", "harness/test_smoke.py", "harness/test_swap.py", "launch/test_slots.py",
     "project/test_bench.py", "project/test_concurrency_bench.py", "project/test_experiment_hf.py",
     "project/test_experiments.py", "project/test_scale_bench.py", "project/test_servers.py",
-    "project/test_walk.py", "report/test_delete.py", "report/test_device_compare.py", "report/test_report.py",
+    "project/test_walk.py", "project/test_zygote.py", "report/test_delete.py", "report/test_device_compare.py", "report/test_report.py",
     "report/test_ui_browser.py", "scenarios/test_bad_input.py", "scenarios/test_cluster.py",
     "search/test_script_names.py", "search/test_search_targets.py", "spec/test_fuzz_specs.py",
     "spec/test_yaml_hostile.py", "store/test_agreement.py", "store/test_optuna_sql.py",
@@ -73,6 +74,15 @@ if os.environ.get("PATH", "").split(os.pathsep)[0] != str(Path(ORCHESTRATE).pare
     os.environ["PATH"] = os.pathsep.join([str(Path(ORCHESTRATE).parent), os.environ.get("PATH", "")])
 
 
+_ZYGOTE = Zygote(ORCHESTRATE)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _zygote_ends() -> Any:
+    yield
+    _ZYGOTE.close()
+
+
 def bench_module(name: str) -> Any:
     """``bench/<name>.py`` imported once as the module ``bench_<name>`` (the benches are scripts,
     not a package; registered before it runs, so its dataclasses can look their module up)."""
@@ -94,9 +104,15 @@ def write_spec(directory: Path, text: str, name: str = "spec.yaml") -> Path:
 
 
 def orchestrate(args: list[str], cwd: Path, env: dict[str, str] | None = None,
-                timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ORCHESTRATE, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+                timeout: float = 300, answer: str = "") -> subprocess.CompletedProcess[str]:
+    """The installed ``orchestrate ARGS`` in ``cwd`` with ``env`` added and ``answer`` on its
+    stdin, its output captured: forked from the worker's server where it can be
+    (``tests/zygote.py``: the same command, without its ~2 CPU-s of imports), else a new process."""
+    full = {**os.environ, **(env or {})}
+    if _ZYGOTE.usable(full):
+        return _ZYGOTE.run(list(args), cwd, full, timeout, answer)
+    return subprocess.run([ORCHESTRATE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=full, input=answer)
 
 
 def command(args: list[str], cwd: Path, answer: str = "") -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,6 @@ after a question (or `--yes`); `check` flags the runs a study deleted another wa
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ORCHESTRATE, command, orchestrate, write_spec
+from conftest import command, orchestrate, write_spec
 
 SPEC = """
     name: gone
@@ -34,8 +33,7 @@ SPEC = """
 
 def run(args: list[str], cwd: Path, answer: str | None = None, env: dict[str, str] | None = None) -> Any:
     """The installed command with ``answer`` on its stdin (None: stdin closed)."""
-    return subprocess.run([ORCHESTRATE, *args], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          input=answer if answer is not None else "", env={**os.environ, **(env or {})})
+    return orchestrate(args, cwd, env, answer=answer or "")
 
 
 def active_runs(tracking: str, name: str) -> list[Any]:

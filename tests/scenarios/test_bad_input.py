@@ -9,14 +9,12 @@ through the installed ``orchestrate`` command, as a user would run it.
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE
+from conftest import orchestrate
 from orchestrator.cli import main
 
 HEAD = "name: t\nexperiment: experiments.faults\ndevice: cpu\n"  # lines 1-3; what follows is line 4
@@ -346,8 +344,7 @@ def test_the_installed_command_gives_one_line_and_no_traceback(case: Case, tmp_p
     for name, text in case.files.items():
         (tmp_path / name).write_text(text)
 
-    proc = subprocess.run([ORCHESTRATE, str(spec), *case.args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    proc = orchestrate([str(spec), *case.args], tmp_path, {"PYTHONDONTWRITEBYTECODE": "1"}, timeout=60)
 
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr

@@ -179,12 +179,10 @@ def test_a_trial_left_without_parameters_does_not_outlive_the_sweep(tmp_path: Pa
     text = shared_spec(tmp_path, postgres_url, f"sqlite:///{tmp_path}/mlflow.db").read_text()
     text = text.replace(f"hidden_size: {HIDDEN}", "hidden_size: [8, 12]")
     write_spec(tmp_path, text)
-    first = subprocess.run([ORCHESTRATE, "spec.yaml", "--no-check"], cwd=tmp_path, capture_output=True, text=True,
-                           timeout=240)
+    first = orchestrate(["spec.yaml", "--no-check"], tmp_path, timeout=240)
     assert first.returncode == 0, first.stdout + first.stderr
     stray = optuna.load_study(study_name="shared", storage=postgres_url).ask()  # no parameters, no heartbeat
-    again = subprocess.run([ORCHESTRATE, "spec.yaml", "--no-check"], cwd=tmp_path, capture_output=True, text=True,
-                           timeout=240)
+    again = orchestrate(["spec.yaml", "--no-check"], tmp_path, timeout=240)
     assert again.returncode == 0, again.stdout + again.stderr
     trials = optuna.load_study(study_name="shared", storage=postgres_url).get_trials()
     left = trials[stray.number]

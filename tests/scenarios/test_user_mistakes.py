@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE, ROOT, check_records, child_runs, load_study, trial_processes, write_spec
+from conftest import ORCHESTRATE, ROOT, check_records, child_runs, load_study, orchestrate, trial_processes, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -36,8 +36,7 @@ ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.envir
 
 
 def run(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ORCHESTRATE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **ENV})
+    return orchestrate(args, cwd, ENV, timeout)
 
 
 def paste(command: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
