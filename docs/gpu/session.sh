@@ -123,6 +123,8 @@
 #                                 764bd0d first), against 764bd0d (git archive of its orchestrator/ and experiments/
 #                                 into .before_ahead/), bench/overhead.py on the headline, 2 rounds; ahead2: the
 #                                 fidelity of a window beside that process (bench/fidelity.py --overlap)
+#   bash docs/gpu/session.sh probe41c issue #41 item 3: what slows a launch-bound eager trial while other GPUs'
+#                                 trials compile: docs/gpu/compile_beside_probe.py (about 3 minutes on 4 x H100)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -311,6 +313,10 @@ d41)
   python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
   step devices; timeout 560 python3 bench/devices.py sweeps/bert_memory.yaml --one cuda:0 ${D41_MANY:---many cuda:0,cuda:1 --many auto} \
       --rounds ${D41_ROUNDS:-2} --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
+  ;;
+probe41c)
+  step compile-beside; timeout 500 python3 docs/gpu/compile_beside_probe.py --rounds "${P41_ROUNDS:-2}" > "$OUT/compile_beside.log" 2>&1
+  lscpu > "$OUT/lscpu.txt" 2>&1; cat /proc/cpuinfo | grep -m3 MHz >> "$OUT/lscpu.txt"; ls /sys/devices/system/cpu/cpu0/cpufreq >> "$OUT/lscpu.txt" 2>&1
   ;;
 beside41)  # the small BERT with compile, auto search: one GPU against all, with flight.beside (this
   # checkout) and without (commit 58f88b4's parent, d284017: git archive d284017 bench orchestrator
