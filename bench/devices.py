@@ -6,7 +6,8 @@
     python bench/devices.py sweeps/bert_memory.yaml --many cuda:0,cuda:1 --many auto --rounds 2   # 1, 2, 4 GPUs
 
 Prints each configuration's throughput both ways and their ratio (a trial must measure the same
-alone on its GPU whatever runs on the others: target at least 0.97), the GPU each ran on, and the
+alone on its GPU whatever runs on the others: target at least 0.97), the share of the host's CPU
+other processes used in its several-device windows (``host_cpu_others``), the GPU each ran on, and the
 sweeps' wall times: the whole command, and the trial loop (first trial's start to last result).
 With ``--rounds N`` (N >= 2) the two ways alternate (one, several, one, several, ...), each
 configuration's figure is its median over the rounds, and the control line compares the single-
@@ -158,7 +159,7 @@ def compare(args: argparse.Namespace, spec: Path, ones: list[dict], manys: list[
     print(f"\n{args.spec.name}: {args.one} against {many} ({len(slots)} slots: {', '.join(slots)})"
           + (f", median of {args.rounds} rounds each way" if args.rounds > 1 else "")
           + (f", each trial the median of {args.repeats} processes" if args.repeats else ""))
-    print(f"{'configuration':<60} {'status':>8} {'one':>10} {'several':>10} {'ratio':>6}  gpu")
+    print(f"{'configuration':<60} {'status':>8} {'one':>10} {'several':>10} {'ratio':>6} {'others':>6}  gpu")
     ratios, control, rows = [], [], []
     searched = any(set(r["trials"]) != set(ones[0]["trials"]) for r in ones + manys)
     keys = sorted(set().union(*(r["trials"] for r in ones + manys)))
@@ -174,14 +175,16 @@ def compare(args: argparse.Namespace, spec: Path, ones: list[dict], manys: list[
         where = f"{b.user_attrs.get('slot')} ({b.user_attrs.get('gpu_uuid', '')[:12]})"
         if ta and tb:
             ratios.append(tb / ta)
-            print(f"{label:<60} {b.user_attrs.get('status'):>8} {ta:>10,.1f} {tb:>10,.1f} {tb / ta:>6.3f}  {where}")
+            cpu = throughput(manys, key, "host_cpu_others")  # the host's CPU others used in its window
+            print(f"{label:<60} {b.user_attrs.get('status'):>8} {ta:>10,.1f} {tb:>10,.1f} {tb / ta:>6.3f} "
+                  f"{'-' if cpu is None else f'{cpu:.0%}':>6}  {where}")
             for m in manys:  # each several-device sweep's window of it, beside what else ran then
                 t = m["trials"].get(key)
                 if t is not None and t.user_attrs.get("status") == "ok":
                     rows.append({"label": label, "ratio": tb / ta, "beside": m["beside"].get(t.number)})
         else:
             status = f"{a.user_attrs.get('status')}/{b.user_attrs.get('status')}"
-            print(f"{label:<60} {status:>8} {'':>10} {'':>10} {'':>6}  {where}")
+            print(f"{label:<60} {status:>8} {'':>10} {'':>10} {'':>6} {'':>6}  {where}")
         singles = [v for v in (throughput([o], key) for o in ones) if v]
         if len(singles) >= 2:
             control.append(min(singles) / max(singles))
@@ -238,11 +241,11 @@ def best_of(trials: dict, spec: Path) -> tuple[dict, float] | None:
     return max(got, key=lambda g: g[1]) if got else None
 
 
-def throughput(runs: list[dict], key) -> float | None:
-    """The configuration's median samples/s over the runs where it finished ok."""
-    got = [t.user_attrs.get("metrics", {}).get("samples_per_s") for r in runs
+def throughput(runs: list[dict], key, metric: str = "samples_per_s") -> float | None:
+    """The configuration's median samples/s (or ``metric``) over the runs where it finished ok."""
+    got = [t.user_attrs.get("metrics", {}).get(metric) for r in runs
            if (t := r["trials"].get(key)) is not None and t.user_attrs.get("status") == "ok"]
-    got = [g for g in got if g]
+    got = [g for g in got if g is not None]
     return statistics.median(got) if got else None
 
 

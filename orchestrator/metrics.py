@@ -20,6 +20,7 @@ MEASURE_STEPS = "measure_steps_done"       # optimizer steps in the timed window
 DURATION_S = "duration_s"                  # wall time of the whole trial process
 STARTUP_S = "startup_s"                    # the trial's start to the end of warm-up (harness/marks.py)
 COMPILE_S = "compile_s"                    # compile: true: seconds compiling, within startup_s (harness/compiled.py)
+HOST_CPU_OTHERS = "host_cpu_others"        # share of the host's CPU other processes used in the window (harness/hostcpu.py)
 
 # System swap around the trial (orchestrator/harness/swap.py): system-wide counters, so only what
 # moved while the trial ran; 0.0 on a machine without swap (a real reading, not a missing one).

@@ -123,6 +123,8 @@
 #                                 764bd0d first), against 764bd0d (git archive of its orchestrator/ and experiments/
 #                                 into .before_ahead/), bench/overhead.py on the headline, 2 rounds; ahead2: the
 #                                 fidelity of a window beside that process (bench/fidelity.py --overlap)
+#   bash docs/gpu/session.sh cpu41 the small BERT with compile, auto search, one GPU against all (bench/devices.py), each
+#                                 several-GPU window's host_cpu_others beside its ratio (about 3 minutes on 4 x H100)
 #   bash docs/gpu/session.sh probe41c issue #41 item 3: what slows a launch-bound eager trial while other GPUs'
 #                                 trials compile: docs/gpu/compile_beside_probe.py (about 3 minutes on 4 x H100)
 set -uo pipefail
@@ -313,6 +315,13 @@ d41)
   python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
   step devices; timeout 560 python3 bench/devices.py sweeps/bert_memory.yaml --one cuda:0 ${D41_MANY:---many cuda:0,cuda:1 --many auto} \
       --rounds ${D41_ROUNDS:-2} --json "$OUT/devices.json" > "$OUT/devices.log" 2>&1
+  ;;
+cpu41)
+  python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
+  for r in $(seq 1 "${C41_ROUNDS:-2}"); do
+    step "round $r"; timeout 280 python3 bench/devices.py docs/gpu/beside/bert_mini_compile_auto.yaml --one cuda:0 --many auto \
+        --json "$OUT/cpu_$r.json" > "$OUT/cpu_$r.log" 2>&1
+  done
   ;;
 probe41c)
   step compile-beside; timeout 500 python3 docs/gpu/compile_beside_probe.py --rounds "${P41_ROUNDS:-2}" > "$OUT/compile_beside.log" 2>&1

@@ -41,7 +41,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from orchestrator import metrics as M
-from orchestrator.harness import backend, swap
+from orchestrator.harness import backend, hostcpu, swap
 from orchestrator.harness.window import StepTimes, closes
 from orchestrator.harness import marks as MK
 from orchestrator.protocol import ScriptCall, TrialConfig
@@ -115,6 +115,7 @@ class Meter:
         self.driver_peak = 0
         self.startup_s = 0.0
         self.swap_warmup = self.swap_window = swap_start
+        self.cpu_start = hostcpu.read()
 
     # -- the two counters ----------------------------------------------------------------------
     def on_batch(self, batch: object) -> None:
@@ -142,6 +143,7 @@ class Meter:
         self.progress.before_window()  # the launcher's gate: nothing else imports beside the window
         self.progress.phase = "measure"
         self.swap_window = swap.read_swap()
+        self.cpu_start = hostcpu.read()
         self.progress.mark(MK.WINDOW_START)
         backend.reset_peak(self.device)
         self.samples = self.tokens = 0
@@ -163,16 +165,16 @@ class Meter:
     def _close(self) -> None:
         backend.synchronize(self.device)  # sync point: the window ends when the device is done
         elapsed = time.perf_counter() - self.t0
+        cpu_end = hostcpu.read()
         self.progress.mark(MK.WINDOW_END)
         check_device(self.device)
-        out = self.figures(elapsed, swap.read_swap())
+        out = self.figures(elapsed, swap.read_swap(), cpu_end)
         self.progress.after_window()  # read from the device: the next process may start beside it
         self.finish(out)
 
-    def figures(self, elapsed: float, swap_end: swap.SwapSample) -> dict[str, Any]:
+    def figures(self, elapsed: float, swap_end: swap.SwapSample, cpu_end: hostcpu.CpuSample | None = None) -> dict[str, Any]:
         """The window's figures, as ``train.figures`` gives a module's (no loss: the script keeps it)."""
         from orchestrator.harness import spread
-        from orchestrator.harness.train import _percentile
 
         steps = len(self.marks) - 1
         if self.device == "cuda":
@@ -190,11 +192,12 @@ class Meter:
             M.SAMPLES_PER_S: samples / elapsed,
             M.TOKENS_PER_S: tokens / elapsed if tokens else None,
             M.STEP_TIME_MS_P50: statistics.median(step_ms),
-            M.STEP_TIME_MS_P90: _percentile(step_ms, 0.9),
+            M.STEP_TIME_MS_P90: spread.percentile(step_ms, 0.9),
             **spread.window_figures(step_ms),  # throughput_cv, throughput_ci95: as a module's trial
             M.MEASURE_S: elapsed,
             M.MEASURE_STEPS: float(steps),
             M.STARTUP_S: self.startup_s,
+            M.HOST_CPU_OTHERS: hostcpu.others_busy(self.cpu_start, cpu_end) if cpu_end is not None else None,
         }
         peaks = backend.peak_stats(self.device)
         result_metrics.update(peaks)

@@ -118,3 +118,11 @@ def shown(ci: float, table: bool = False) -> str:
     if ci <= 0.25:
         return f"{ci:.1%}" if table else f"+-{ci:.1%}"
     return f"x/{math.exp(ci):.1f}" if table else f"a factor of {math.exp(ci):.1f} either way"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values``, linear between the two nearest (``step_time_ms_p90``)."""
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)

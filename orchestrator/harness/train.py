@@ -24,7 +24,7 @@ import torch
 
 from orchestrator.spec import knobs
 from orchestrator import metrics as M
-from orchestrator.harness import backend, compiled, fallback, spread, swap
+from orchestrator.harness import backend, compiled, fallback, hostcpu, spread, swap
 from orchestrator.harness.window import StepTimes, closes
 from orchestrator.harness import marks as MK
 from orchestrator.protocol import TrialConfig, TrialSteps
@@ -186,6 +186,8 @@ class Window:
     driver_peak: int
     swap_window: swap.SwapSample
     swap_end: swap.SwapSample
+    cpu: tuple[hostcpu.CpuSample, hostcpu.CpuSample]
+    """The host's CPU at the window's two ends (``host_cpu_others``)."""
 
 
 def set_up(config: TrialConfig, progress: Progress) -> Trial:
@@ -295,6 +297,7 @@ def timed_window(trial: Trial, steps: TrialSteps, progress: Progress) -> Window:
     device, train_step, empty_every = trial.device, trial.step, trial.empty_every
     progress.phase = "measure"
     swap_window = swap.read_swap()  # after the gate: swap while waiting there is nobody's
+    cpu_start = hostcpu.read()
     progress.mark(MK.WINDOW_START)
     backend.reset_peak(device)
     use_events = device == "cuda"
@@ -329,9 +332,10 @@ def timed_window(trial: Trial, steps: TrialSteps, progress: Progress) -> Window:
             break
     backend.synchronize(device)  # sync point: the window ends when the device is done
     elapsed = time.perf_counter() - t0
+    cpu_end = hostcpu.read()
     progress.mark(MK.WINDOW_END)
     swap_end = swap.read_swap()
-    return Window(step, elapsed, marks, losses, driver_peak, swap_window, swap_end)
+    return Window(step, elapsed, marks, losses, driver_peak, swap_window, swap_end, (cpu_start, cpu_end))
 
 
 def figures(trial: Trial, warm: Warm, window: Window, fell_back: fallback.FallbackLog,
@@ -354,7 +358,7 @@ def figures(trial: Trial, warm: Warm, window: Window, fell_back: fallback.Fallba
         M.TOKENS_PER_S: (samples_per_step * step * workload.tokens_per_sample / elapsed
                          if workload.tokens_per_sample else None),
         M.STEP_TIME_MS_P50: statistics.median(step_ms),
-        M.STEP_TIME_MS_P90: _percentile(step_ms, 0.9),
+        M.STEP_TIME_MS_P90: spread.percentile(step_ms, 0.9),
         **spread.window_figures(step_ms),  # throughput_cv, throughput_ci95
         M.LOSS: mean_loss,
         M.LOSS_FIRST: warm.loss_first,
@@ -362,6 +366,7 @@ def figures(trial: Trial, warm: Warm, window: Window, fell_back: fallback.Fallba
         M.MEASURE_STEPS: float(step),
         M.STARTUP_S: warm.startup_s,
         M.COMPILE_S: compiled.seconds() if params.get("compile") else None,
+        M.HOST_CPU_OTHERS: hostcpu.others_busy(*window.cpu),
     }
     peaks = backend.peak_stats(device)
     result_metrics.update(peaks)
@@ -390,10 +395,3 @@ def figures(trial: Trial, warm: Warm, window: Window, fell_back: fallback.Fallba
     if finite and swap.swapped(swapping) and not allow_swap:
         out.update(status="swapped", detail=swap.describe(swapping, result_metrics[M.SAMPLES_PER_S]))
     return out
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
