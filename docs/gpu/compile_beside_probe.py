@@ -12,7 +12,10 @@ pins it, and times windows of 40 steps, while the other GPUs' slots do, in turn:
   workers), again and again, each pinned to its own slot's cores, as a compiled trial there;
 - ``burn``: one busy Python loop on every core of their slots (the cores busy, no GPU, no compile);
 - ``burn_own``: the same loops on the cores of the measured process's own NUMA node outside its slot
-  (none where its node has no other slot).
+  (none where its node has no other slot);
+- ``contexts``: on each other GPU, one process (one core of its slot, no torch) making and
+  destroying a CUDA context again and again (``cuCtxCreate``): the driver's work that a trial's
+  set-up does, with little CPU.
 
 Per phase: the median window's throughput (samples/s) and its ratio to ``alone``'s, and the mean
 clock of the measured process's cores (``scaling_cur_freq``, else ``/proc/cpuinfo``) and of the
@@ -20,6 +23,7 @@ others'. If ``burn`` slows it as ``compile`` does, the cause is the shared CPU p
 under load, its cache, its memory), not the GPU, PCIe or the compile as such.
 
     python3 docs/gpu/compile_beside_probe.py --rounds 2      # on a host with 2 or more GPUs
+    python3 docs/gpu/compile_beside_probe.py --rounds 3 --phases alone,contexts,alone,burn
 """
 
 from __future__ import annotations
@@ -77,6 +81,18 @@ while True:
 
 BURN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass\n"
 
+CONTEXTS = r"""
+import ctypes, os, sys
+os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(",")})
+cuda = ctypes.CDLL("libcuda.so.1")
+assert cuda.cuInit(0) == 0
+dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+assert cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
+while True:  # a context made and destroyed, again and again: the driver's work, one core, no torch
+    assert cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
+    cuda.cuCtxDestroy_v2(ctx)
+"""
+
 
 def clock_mhz(cores: set[int]) -> float | None:
     got = []
@@ -100,6 +116,7 @@ def clock_mhz(cores: set[int]) -> float | None:
 
 
 def main() -> None:
+    from orchestrator.harness import hostcpu
     from orchestrator.launch.slots import _parse_list, available_cores, gpu_cores
     from orchestrator.machine import list_gpus
 
@@ -108,6 +125,8 @@ def main() -> None:
     p.add_argument("--windows", type=int, default=8, help="timed windows per phase")
     p.add_argument("--steps", type=int, default=40, help="steps per window")
     p.add_argument("--settle-s", type=float, default=6.0, help="seconds a phase's load runs before its windows")
+    p.add_argument("--phases", default="alone,compile,alone,burn,alone,burn_own",
+                   help="the phases of a round, in order (alone, compile, burn, burn_own, contexts)")
     args = p.parse_args()
     gpus = list_gpus()
     cores = gpu_cores(gpus, available_cores())
@@ -130,6 +149,7 @@ def main() -> None:
 
     def windows() -> tuple[list[float], list[float], list[float]]:
         out, mhz_mine, mhz_others = [], [], []
+        start = hostcpu.read()
         for _ in range(args.windows):
             measured.stdin.write(f"{args.steps}\n")
             measured.stdin.flush()
@@ -137,6 +157,7 @@ def main() -> None:
             out.append(json.loads(measured.stdout.readline())["samples_per_s"])
             mhz_mine += [x for x in (a, clock_mhz(mine)) if x]
             mhz_others += [x for x in (b, clock_mhz(set().union(*others))) if x]
+        busy.append(hostcpu.others_busy(start, hostcpu.read()))  # the measured process's own core included
         return out, mhz_mine, mhz_others
 
     def load(phase: str) -> list[subprocess.Popen]:
@@ -149,16 +170,22 @@ def main() -> None:
         elif phase == "burn":
             for c in sorted(set().union(*others)):
                 procs.append(subprocess.Popen([sys.executable, "-c", BURN, str(c)], start_new_session=True))
+        elif phase == "contexts":
+            for g, c in zip(gpus[1:], others):
+                env = {**env0, "CUDA_VISIBLE_DEVICES": g.uuid}
+                procs.append(subprocess.Popen([sys.executable, "-c", CONTEXTS, str(min(c))], env=env,
+                                              start_new_session=True))
         elif phase == "burn_own" and own_node_rest:
             for c in own_node_rest:
                 procs.append(subprocess.Popen([sys.executable, "-c", BURN, str(c)], start_new_session=True))
         return procs
 
+    busy: list[float | None] = []
     results: dict[str, list[float]] = {}
     clocks: dict[str, tuple[list[float], list[float]]] = {}
     try:
         for r in range(args.rounds):
-            for phase in ("alone", "compile", "alone", "burn", "alone", "burn_own"):
+            for phase in args.phases.split(","):
                 procs = load(phase)
                 time.sleep(args.settle_s if procs else 1.0)
                 got, a, b = windows()
@@ -169,7 +196,8 @@ def main() -> None:
                 ca, cb = clocks.setdefault(phase, ([], []))
                 ca.extend(a)
                 cb.extend(b)
-                print(f"round {r + 1} {phase:<9} median {statistics.median(got):8.0f} samples/s over {len(got)} windows"
+                print(f"round {r + 1} {phase:<9} median {statistics.median(got):8.0f} samples/s over {len(got)} windows, "
+                      f"host CPU busy {busy[-1] if busy[-1] is not None else float('nan'):.0%}"
                       f"{'' if procs or phase == 'alone' else ' (no load: nothing to run it on)'}", flush=True)
     finally:
         measured.kill()

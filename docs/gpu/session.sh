@@ -324,7 +324,8 @@ cpu41)
   done
   ;;
 probe41c)
-  step compile-beside; timeout 500 python3 docs/gpu/compile_beside_probe.py --rounds "${P41_ROUNDS:-2}" > "$OUT/compile_beside.log" 2>&1
+  step compile-beside; timeout 500 python3 docs/gpu/compile_beside_probe.py --rounds "${P41_ROUNDS:-2}" ${P41_PHASES:+--phases "$P41_PHASES"} \
+      > "$OUT/compile_beside${P41_PHASES:+_phases}.log" 2>&1
   lscpu > "$OUT/lscpu.txt" 2>&1; cat /proc/cpuinfo | grep -m3 MHz >> "$OUT/lscpu.txt"; ls /sys/devices/system/cpu/cpu0/cpufreq >> "$OUT/lscpu.txt" 2>&1
   ;;
 beside41)  # the small BERT with compile, auto search: one GPU against all, with flight.beside (this
