@@ -40,17 +40,23 @@ def read(stat: str = "/proc/stat") -> Reading:
         load1: float | None = os.getloadavg()[0]
     except (OSError, AttributeError):
         load1 = None
-    steal = total = None
+    ticks = cpu_ticks(stat)
+    steal, total = (None, None) if ticks is None else (ticks[7], sum(ticks))
+    return Reading(time.time(), load1, steal, total)
+
+
+def cpu_ticks(stat: str = "/proc/stat") -> list[int] | None:
+    """The host's CPU ticks since boot, all CPUs together: user, nice, system, idle, iowait, irq,
+    softirq, steal (guest time is inside user); None where there is no ``/proc/stat``."""
     try:
         with open(stat) as f:
             fields = f.readline().split()
-        if fields and fields[0] == "cpu":
-            ticks = [int(x) for x in fields[1:]]
-            total = sum(ticks[:8])  # user nice system idle iowait irq softirq steal (guest is inside user)
-            steal = ticks[7] if len(ticks) > 7 else 0
+        if not fields or fields[0] != "cpu":
+            return None
+        ticks = [int(x) for x in fields[1:9]]
     except (OSError, ValueError):
-        pass
-    return Reading(time.time(), load1, steal, total)
+        return None
+    return ticks + [0] * (8 - len(ticks))  # an old kernel's line may stop before steal
 
 
 @dataclass

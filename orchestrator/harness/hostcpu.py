@@ -6,14 +6,16 @@ cores were busy, with compiles or with plain busy loops alike (docs/benchmarks.m
 it"). The trial reads the host's CPU ticks (``/proc/stat``'s ``cpu`` line) and its own CPU time at
 both ends of its window; ``others_busy`` is the share of the host's CPU capacity that everything
 but this process used meanwhile (0: the host was otherwise idle; hypervisor steal counts as
-busy). Recorded as ``host_cpu_others``; None where there is no ``/proc/stat`` (macOS). Standard
-library only.
+busy). Recorded as ``host_cpu_others``; None where there is no ``/proc/stat`` (macOS). The ticks
+are read as the sweep's load readings read them (``machineload.cpu_ticks``); no torch.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from orchestrator.machineload import cpu_ticks
 
 
 @dataclass(frozen=True)
@@ -30,16 +32,11 @@ def read(stat: str = "/proc/stat") -> CpuSample:
     """One sample, now."""
     times = os.times()
     own = times.user + times.system
-    try:
-        with open(stat) as f:
-            first = f.readline().split()
-    except OSError:
+    ticks = cpu_ticks(stat)
+    if ticks is None:
         return CpuSample(None, None, own)
-    if not first or first[0] != "cpu":
-        return CpuSample(None, None, own)
-    ticks = [int(x) for x in first[1:9]]  # user nice system idle iowait irq softirq steal (guest is within user)
     total = sum(ticks)
-    return CpuSample(total - ticks[3] - ticks[4], total, own)
+    return CpuSample(total - ticks[3] - ticks[4], total, own)  # all but idle and iowait
 
 
 def others_busy(start: CpuSample, end: CpuSample, hz: float | None = None) -> float | None:

@@ -172,7 +172,7 @@ class Meter:
         self.progress.after_window()  # read from the device: the next process may start beside it
         self.finish(out)
 
-    def figures(self, elapsed: float, swap_end: swap.SwapSample, cpu_end: hostcpu.CpuSample | None = None) -> dict[str, Any]:
+    def figures(self, elapsed: float, swap_end: swap.SwapSample, cpu_end: hostcpu.CpuSample) -> dict[str, Any]:
         """The window's figures, as ``train.figures`` gives a module's (no loss: the script keeps it)."""
         from orchestrator.harness import spread
 
@@ -197,7 +197,7 @@ class Meter:
             M.MEASURE_S: elapsed,
             M.MEASURE_STEPS: float(steps),
             M.STARTUP_S: self.startup_s,
-            M.HOST_CPU_OTHERS: hostcpu.others_busy(self.cpu_start, cpu_end) if cpu_end is not None else None,
+            M.HOST_CPU_OTHERS: hostcpu.others_busy(self.cpu_start, cpu_end),
         }
         peaks = backend.peak_stats(self.device)
         result_metrics.update(peaks)
