@@ -98,7 +98,8 @@ def test_the_start_up_is_marked_in_order_and_startup_s_is_its_span() -> None:
     times = list(progress.marks.values())
     assert times == sorted(times)
     assert out["metrics"]["startup_s"] == pytest.approx(times[len(names) - 1] - times[0], abs=2e-3)
-    assert 0.0 <= out["metrics"]["host_cpu_others"] <= 1.0  # read at both ends of the window (Linux)
+    m = out["metrics"]  # read at both ends of the window (Linux); None only where no CPU tick passed (a few ms)
+    assert (m["host_cpu_others"] is None and m["measure_s"] < 0.05) or 0.0 <= m["host_cpu_others"] <= 1.0, m
 
 
 def test_each_start_up_phase_is_timed_where_it_happens(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -124,7 +124,8 @@ def test_a_script_trial_counts_accumulated_steps_and_their_samples_then_ends_at_
     assert m["measure_steps_done"] == 7 and result["info"]["samples_per_step"] == 12.0  # 3 micro-batches of 4
     assert m["samples_per_s"] == pytest.approx(7 * 12 / m["measure_s"])
     assert m["startup_s"] > 0 and m["peak_memory_gib"] > 0 and m["step_time_ms_p50"] > 0
-    assert 0.0 <= m["host_cpu_others"] <= 1.0
+    others = m["host_cpu_others"]  # None only where no CPU tick passed in the window (a few ms)
+    assert (others is None and m["measure_s"] < 0.05) or 0.0 <= others <= 1.0, (others, m["measure_s"])
     assert "the loop ran to its end" not in (tmp_path / "trial.log").read_text()  # ended at its window
     assert result["timeline"]["warmup_done"] <= result["timeline"]["window_start"] < result["timeline"]["window_end"]
 
