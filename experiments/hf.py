@@ -228,7 +228,7 @@ def model_class(config: PretrainedConfig, task: str) -> type:
 
     mapping = {"causal_lm": auto.MODEL_FOR_CAUSAL_LM_MAPPING, "masked_lm": auto.MODEL_FOR_MASKED_LM_MAPPING,
                "sequence_classification": auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING}[task]
-    return mapping[type(config)]  # type: ignore[return-value]  # transformers types the lazy mapping's values loosely
+    return mapping[type(config)]
 
 
 def preload(fixed: dict[str, Any]) -> None:
@@ -269,7 +269,7 @@ def build(params: dict[str, Any], device: torch.device) -> Workload:
                                         f"tokens are drawn from 1..vocab_size-1), got {vocab}")
     with torch.device(device):  # the parameters are created, and initialised, on the device
         model = auto.from_config(config, **kwargs)
-    make = batch_maker(task, seq_len, vocab, mask_prob, int(config.num_labels), device,  # type: ignore[arg-type]  # every config has num_labels (default 2)
+    make = batch_maker(task, seq_len, vocab, mask_prob, int(config.num_labels), device,
                        device_generator(device, seed))  # the batches'
 
     def checkpoint() -> None:

@@ -64,7 +64,7 @@ LONGEST = {
     # one of them on a minute-long test while the others wait.
     "launch/test_launch.py": 162, "scenarios/test_team.py": 154, "scenarios/test_reliability.py": 131,
     "scenarios/test_distributed.py": 101, "scenarios/test_full_disk.py": 98, "scenarios/test_escapes.py": 85,
-    "project/test_types.py": 70, "scenarios/test_script.py": 67, "store/test_study.py": 64,
+    "project/test_types.py": 45, "scenarios/test_script.py": 67, "store/test_study.py": 64,
     "scenarios/test_user_mistakes.py": 56, "scenarios/test_lost_and_damaged.py": 52, "search/test_search.py": 51,
     "report/test_delete.py": 44,
 }

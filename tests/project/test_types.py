@@ -26,7 +26,7 @@ annotation is ``Any`` itself (not ``dict[str, Any]``): 326 before issue #42."""
 
 MYPY_CACHE = Path(sys.prefix) / "mypy_cache"
 """mypy's incremental cache, in the venv (outside the tree; a fresh venv starts it cold): the first
-run checks every module (about a minute of CPU on the 2-core machine), later ones what changed
+run checks every module (about 30 CPU-s on the 2-core machine), later ones what changed
 (seconds)."""
 
 
