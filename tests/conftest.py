@@ -154,6 +154,20 @@ def orchestrate(args: list[str], cwd: Path, env: dict[str, str] | None = None,
                           env=full, input=answer)
 
 
+def orchestrate_popen(args: list[str], cwd: Path, env: dict[str, str] | None = None, merge_stderr: bool = False,
+                      new_session: bool = False) -> Any:
+    """The installed ``orchestrate ARGS`` started in ``cwd`` with ``env`` added, running beside the
+    test: as ``subprocess.Popen(..., text=True, stdout=PIPE, stderr=STDOUT if merge_stderr else
+    PIPE, stdin=DEVNULL, start_new_session=new_session)``; forked from the worker's server where it
+    can be (``zygote.Forked``: pid, pipes, ``poll``, ``wait``, ``communicate``, signals)."""
+    full = {**os.environ, **(env or {})}
+    if _ZYGOTE.usable(full):
+        return _ZYGOTE.popen(list(args), cwd, full, merge_stderr, new_session)
+    return subprocess.Popen([ORCHESTRATE, *args], cwd=cwd, text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, env=full,
+                            start_new_session=new_session)
+
+
 def command(args: list[str], cwd: Path, answer: str = "") -> subprocess.CompletedProcess[str]:
     """``orchestrate ARGS`` run in this process (``orchestrator.cli.main``), in ``cwd``, with
     ``answer`` on its stdin ("" is a closed one). For commands that read or repair the stores

@@ -1,13 +1,16 @@
 """The tests' forked ``orchestrate`` (``tests/zygote.py``) answers as the installed command does:
 the same exit code and output, the environment and stdin given, ``PYTHONPATH`` applied, a
-timeout that kills it, and nothing of it left running."""
+timeout that kills it, and nothing of it left running; started beside the test (``popen``), it
+is a ``Popen`` of its own: its pid and session, its pipes, Ctrl-C's exit and the same output."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,3 +90,52 @@ def test_a_timeout_kills_the_forked_command_and_leaves_nothing(zygote: Zygote, t
     assert time.monotonic() - started < 40
     assert zygote.usable(dict(os.environ))  # the server lives on
     assert left_behind(tmp_path, wait_s=15) == []
+
+
+HANG = """
+    name: hang
+    experiment: experiments.faults
+    device: cpu
+    fixed: {batch_size: 8}
+    space: {fault: [hang]}
+    search: {sampler: grid}
+    trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.0, timeout_s: 120}
+    """
+
+
+def test_a_command_started_beside_the_test_is_a_popen_of_its_own(zygote: Zygote, tmp_path: Path) -> None:
+    """The same output on merged pipes as the installed command's (a spec error, written through
+    as with PYTHONUNBUFFERED); a sweep in a session of its own, its pid sent SIGTERM: the exit code
+    and the line the installed command gives (SIGINT is not used: a CI runner in the background
+    hands its processes SIGINT ignored, the server and its children too); ``communicate``'s
+    timeout, then the rest read on the next call; nothing left behind."""
+    write_spec(tmp_path, BROKEN, "broken.yaml")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    assert zygote.usable(env)
+    real = subprocess.run([ORCHESTRATE, "broken.yaml", "--dry-run"], cwd=tmp_path, text=True, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    forked = zygote.popen(["broken.yaml", "--dry-run"], tmp_path, env, merge_stderr=True)
+    assert forked.communicate(timeout=120) == (real.stdout, None) and forked.returncode == real.returncode == 2
+
+    endings = []
+    for way in ("installed", "forked"):
+        folder = tmp_path / way
+        folder.mkdir()
+        spec = write_spec(folder, HANG)
+        if way == "installed":
+            proc: Any = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=folder, text=True, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, env=env, start_new_session=True)
+        else:
+            proc = zygote.popen([str(spec)], folder, env, new_session=True)
+            assert os.getpgid(proc.pid) == proc.pid  # its own session and group
+        deadline = time.monotonic() + 60
+        while not list(folder.glob("mlruns/.trials/*/trial-0000/config.json")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.communicate(timeout=0.5)  # the trial hangs: nothing ends yet
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        endings.append((proc.returncode, err.replace(way, "WAY").strip().splitlines()[-1]))
+        assert left_behind(folder, wait_s=15) == []
+    assert endings[0] == endings[1] and endings[0][0] == 143 and "SIGTERM" in endings[0][1], endings

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE, check_records, orchestrate, trial_processes, write_spec
+from conftest import check_records, orchestrate, orchestrate_popen, trial_processes, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -53,9 +53,7 @@ def start(folder: Path, spec_text: str) -> subprocess.Popen[str]:
     folder.mkdir()
     spec = folder / "spec.yaml"
     spec.write_text(spec_text)
-    return subprocess.Popen([ORCHESTRATE, str(spec), "--no-check"], cwd=folder, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return orchestrate_popen([str(spec), "--no-check"], folder, {"PYTHONUNBUFFERED": "1"}, merge_stderr=True)
 
 
 def finish(procs: list[subprocess.Popen[str]], timeout: float = 240) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE, write_spec
+from conftest import ORCHESTRATE, orchestrate_popen, write_spec
 from servers import MlflowServer, PostgresServer, start_postgres
 
 pytestmark = pytest.mark.slow
@@ -55,9 +55,7 @@ def spec_text(storage: str | None, tracking: str, outage_s: float = 300, min_mea
 def start(folder: Path, text: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     folder.mkdir(exist_ok=True)
     spec = write_spec(folder, text)
-    return subprocess.Popen([ORCHESTRATE, str(spec), "--no-check", *args], cwd=folder, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    return orchestrate_popen([str(spec), "--no-check", *args], folder, {"PYTHONUNBUFFERED": "1", **(env or {})})
 
 
 def results(storage: str) -> list:
