@@ -3,6 +3,7 @@ through Optuna's and MLflow's own APIs."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -84,7 +85,7 @@ def long_first(items: list[Any], module: dict[Any, str], workers: int) -> list[A
     """``items`` reordered for ``workers`` (pytest-xdist's ``worksteal`` hands each worker its
     share of the list, in order, then moves what is left to the idle): the ``LONGEST`` modules
     shared out, longest first, each to the worker with the fewest seconds, and each worker's share
-    starting with its long modules. A module's tests stay together and in order."""
+    starting with its long modules. A long module's tests stay together; every module's stay in order."""
     groups: dict[str, list[Any]] = {}
     for item in items:
         if module[item] in LONGEST:
@@ -101,7 +102,7 @@ def long_first(items: list[Any], module: dict[Any, str], workers: int) -> list[A
     for k in range(workers):  # worksteal's first split: len(pending) // workers left, in turn
         size = pending // (workers - k)
         pending -= size
-        out += shares[k] + [next(rest) for _ in range(max(0, size - len(shares[k])))]
+        out += shares[k] + list(itertools.islice(rest, max(0, size - len(shares[k]))))  # fewer where few are left
     return out + list(rest)
 
 
