@@ -300,6 +300,7 @@ def _waiter(request: dict[str, Any], script: str, fds: list[int], reply: int) ->
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)  # the server's request and reply pipes: not held by the waiter
         os.dup2(devnull, 1)
+        os.close(devnull)
         wait_r, ready = os.pipe()
         pid = os.fork()
         if pid == 0:
