@@ -98,13 +98,7 @@ class Zygote:
         assert self.proc is not None and self.proc.stdin is not None
         out, err, given = self.folder / "stdout", self.folder / "stderr", self.folder / "stdin"
         given.write_text(answer)
-        request = {"args": args, "cwd": str(cwd), "env": env, "out": str(out), "err": str(err), "in": str(given)}
-        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-        self.proc.stdin.flush()
-        started = _read_line(self.proc, 30.0)
-        if not isinstance(started, dict) or "pid" not in started:
-            raise RuntimeError(f"zygote: no child started ({started!r})")
-        pid = started["pid"]
+        pid = self._ask({"args": args, "cwd": str(cwd), "env": env, "out": str(out), "err": str(err), "in": str(given)})
         done = _read_line(self.proc, timeout)
         cmd = [self.script, *args]
         if done is None:  # as subprocess.run: the command killed, then TimeoutExpired
@@ -127,16 +121,24 @@ class Zygote:
         request = {"popen": True, "args": args, "cwd": str(cwd), "env": env, "status": str(status),
                    "new_session": new_session}
         try:
-            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-            self.proc.stdin.flush()
-            socket.send_fds(self.sock, [b"f"], given)
+            pid = self._ask(request, given)
         finally:
             for fd in {*given}:
                 os.close(fd)
+        return Forked([self.script, *args], pid, status, out_r, err_r)
+
+    def _ask(self, request: dict[str, Any], fds: list[int] | None = None) -> int:
+        """``request`` sent (and ``fds`` after it, on the socket); the pid of the child it started."""
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+        self.proc.stdin.flush()
+        if fds is not None:
+            assert self.sock is not None
+            socket.send_fds(self.sock, [b"f"], fds)
         started = _read_line(self.proc, 30.0)
         if not isinstance(started, dict) or "pid" not in started:
             raise RuntimeError(f"zygote: no child started ({started!r})")
-        return Forked([self.script, *args], started["pid"], status, out_r, err_r)
+        return int(started["pid"])
 
     def close(self) -> None:
         if self.proc is not None:

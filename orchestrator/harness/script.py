@@ -115,7 +115,7 @@ class Meter:
         self.driver_peak = 0
         self.startup_s = 0.0
         self.swap_warmup = self.swap_window = swap_start
-        self.cpu_start = hostcpu.read()
+        self.cpu_start = hostcpu.CpuSample(None, None, 0.0)  # read as the window opens (_open)
 
     # -- the two counters ----------------------------------------------------------------------
     def on_batch(self, batch: object) -> None:
