@@ -116,8 +116,9 @@ class Kind(Enum):
     GO = "go"
     """Open the timed window."""
     PREPARE = "prepare"
-    """A fork server: fork a process for the next trial now, which initialises ``device`` and
-    waits for its configuration (a ``RUN`` order with its ``pid``)."""
+    """A fork server: fork a process for the next trial now, which initialises ``device`` (with
+    ``context`` false, only its driver) and waits for its configuration (a ``RUN`` order with its
+    ``pid``)."""
     LEAVE = "leave"
     """Exit (a fork server: without waiting for its trials)."""
 
@@ -136,6 +137,8 @@ class Order:
     that runs it (None: fork one)."""
     device: str | None = None
     """``PREPARE``: the device the prepared process initialises (as a trial's ``device`` param)."""
+    context: bool = True
+    """``PREPARE``: the device's context too (on CUDA its memory), not only its driver."""
 
 
 GO = Order(Kind.GO)
@@ -156,7 +159,7 @@ def encode_order(order: Order, server: bool = False) -> str:
     if order.kind is Kind.RUN:
         return json.dumps({"fork": order.config, "log": order.log}) + "\n"
     if order.kind is Kind.PREPARE:
-        return json.dumps({"prepare": order.device}) + "\n"
+        return json.dumps({"prepare": order.device, **({} if order.context else {"context": False})}) + "\n"
     if order.kind is Kind.PROBE:
         return json.dumps({"probe": order.config, "log": order.log}) + "\n"
     return json.dumps({"go": order.pid}) + "\n"
@@ -180,7 +183,7 @@ def decode_order(line: str, server: bool = False) -> Order:
             and isinstance(order.get("log"), str):
         return Order(Kind.RUN, config=order["config"], log=order["log"], pid=order["give"])
     if isinstance(order, dict) and isinstance(order.get("prepare"), str):
-        return Order(Kind.PREPARE, device=order["prepare"])
+        return Order(Kind.PREPARE, device=order["prepare"], context=order.get("context") is not False)
     for key, kind in (("fork", Kind.RUN), ("probe", Kind.PROBE)):
         if isinstance(order, dict) and isinstance(order.get(key), str) and isinstance(order.get("log"), str):
             return Order(kind, config=order[key], log=order["log"])

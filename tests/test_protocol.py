@@ -52,6 +52,8 @@ ORDERS = [  # order, to a fork server?, line
     (LEAVE, True, "\n"),
     # a trial prepared ahead: forked for its device, then given its configuration and its log
     (Order(Kind.PREPARE, device="cuda"), True, '{"prepare": "cuda"}\n'),
+    # forked beside its slot's trial on a host of several GPUs: only the driver, no context
+    (Order(Kind.PREPARE, device="cuda", context=False), True, '{"prepare": "cuda", "context": false}\n'),
     (Order(Kind.RUN, config="/t/trial-4/config.json", log="/t/trial-4/trial.log", pid=4321), True,
      '{"give": 4321, "config": "/t/trial-4/config.json", "log": "/t/trial-4/trial.log"}\n'),
     (Order(Kind.RUN, config="/t/trial-4/config.json", log="/t/trial-4/trial.log"), False,

@@ -93,7 +93,8 @@ def fork_server(experiment: str) -> int:
                 if order.kind is Kind.PROBE:
                     _child(_probe, str(order.config), str(order.log), go_r, server_pid, status)  # never returns
                 if order.kind is Kind.PREPARE:  # its output the server's until it has a trial
-                    _child(lambda device, st: prepared(device, st, {**timeline, "forked": time.time()}),
+                    _child(lambda device, st: prepared(device, st, {**timeline, "forked": time.time()},
+                                                       context=order.context),
                            str(order.device), None, go_r, server_pid, status)  # never returns
                 _child(lambda config, st: run_forked(config, st, {**timeline, "forked": time.time()}),
                        str(order.config), str(order.log), go_r, server_pid, status)  # never returns

@@ -4,10 +4,13 @@
 It initialises the device as the trial's set-up would first (a CUDA context: 0.3 s on an H100),
 says ready, and waits for its configuration, which the launcher sends once the slot's previous
 process has exited. The launcher asks for it once the current trial's window is over (``measured``),
-so it is made while the old process writes its result and exits, never beside a
-timed window (``launch/host.py`` gates it like an
-import). Nothing else of the trial moves: the same process state, the same order of set-up steps,
-its memory cap set after the device as before.
+so it is made while the old process writes its result and exits, never beside a timed window
+(``launch/host.py`` gates it like an import). On a host of several CUDA slots, where some window
+nearly always runs, it is forked instead as its slot's trial starts and initialises only the
+driver (``init_driver``: 0.2 s of the 0.3 s on an H100, the part the host's driver does for one
+process at a time, and 4 MiB of the GPU against the context's 520 MiB), beside the windows; the
+trial's set-up then makes the context (0.1 s). Nothing else of the trial moves: the same process
+state, the same order of set-up steps, its memory cap set after the device as before.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ PREPARE_FAILED = 3
 trial's process still held the memory a context needs, say): the launcher forks the trial afresh."""
 
 
-def prepared(device: str, status: Any, timeline: dict[str, Any]) -> int:
+def prepared(device: str, status: Any, timeline: dict[str, Any], context: bool = True) -> int:
     """A process forked for the next trial before its configuration is known (``PREPARE``): it
     initialises ``device`` now, as the trial's own set-up would first (``backend.init_device``:
     on CUDA the context, 0.3 s on an H100), says ``PID ready``, and waits on its stdin for the
@@ -34,13 +37,15 @@ def prepared(device: str, status: Any, timeline: dict[str, Any]) -> int:
     the trial (``child.run_given``). If the device cannot be initialised it exits
     (``PREPARE_FAILED``) before saying ready, and the trial gets a process forked for it, as
     without preparing: a failed initialisation is never the trial's (the launcher gives a trial
-    only to a process that is ready). EOF: leave, having run nothing."""
+    only to a process that is ready). EOF: leave, having run nothing. ``context`` false: only the
+    device's driver (``backend.init_driver``: on CUDA no memory of the GPU), for a process forked
+    while its slot's trial runs (``SparePool.prepare_driver``); the trial's set-up makes the context."""
     watch_parent()  # the server: if it dies (with the orchestrator), so does this process
     pid = os.getpid()
     try:
         from orchestrator.harness import backend
 
-        backend.init_device(backend.resolve(device))
+        (backend.init_device if context else backend.init_driver)(backend.resolve(device))
     except Exception:  # noqa: BLE001 - said in the server's log; the trial is forked afresh
         traceback.print_exc()
         return PREPARE_FAILED

@@ -57,13 +57,13 @@ class ForkServer(Interpreter):
     def fork(self, log_path: Path) -> Forked:
         return Forked(self, log_path)
 
-    def prepare(self, device: str) -> Forked:
-        """A process for the slot's next trial, forked now: it initialises ``device`` and waits
-        for its configuration (``harness/prepared.py``); ``ready`` once it has. Its output is
-        the server's until it is given a trial."""
-        trial = Forked(self, Path(os.devnull), device)
+    def prepare(self, device: str, context: bool = True) -> Forked:
+        """A process for the slot's next trial, forked now: it initialises ``device`` (``context``
+        false: only its driver) and waits for its configuration (``harness/prepared.py``);
+        ``ready`` once it has. Its output is the server's until it is given a trial."""
+        trial = Forked(self, Path(os.devnull), device, context)
         self.asked.append(trial)
-        self.send(Order(Kind.PREPARE, device=device))
+        self.send(Order(Kind.PREPARE, device=device, context=context))
         return trial
 
     def _said(self, status: StatusLine) -> None:
@@ -97,10 +97,13 @@ class Forked(TrialProcess):
 
     status_fd = None
 
-    def __init__(self, server: ForkServer, log_path: Path, device: str | None = None) -> None:
+    def __init__(self, server: ForkServer, log_path: Path, device: str | None = None, context: bool = True) -> None:
         self.server, self.env, self.stop, self.log_path = server, server.env, server.stop, log_path
         self.device = device
         """The device a prepared process initialised (None: forked for its trial at once)."""
+        self.context = context
+        """A prepared process: whether it makes the device's context too, or only its driver (no
+        memory of the device: it may be made beside a window, ``launch/host.py``)."""
         self.pid: int | None = None
         self.ready = self.at_window = self.measured = self.result_ready = self._kill_when_forked = False
         self.returncode: int | None = None

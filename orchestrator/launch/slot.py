@@ -5,7 +5,8 @@ and lets it open its timed window when the host's gate allows (``host.py``). *On
 time on a device*: the next trial's configuration is sent only once the previous process of the
 slot has exited (``os.wait4``), so its memory is free. Its process may be forked, and its device
 initialised, before that: once the current trial's window is over (it says ``measured``), the
-slot's next process is prepared (``SparePool.prepare_next``), gated like an import.
+slot's next process is prepared (``SparePool.prepare_next``), gated like an import; on a host of
+several CUDA slots, as the trial starts, its driver alone (``SlotLauncher.early``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ class SlotLauncher:
         return [self.pool.prepared] if self.pool.prepared is not None else []
 
     @property
+    def gated(self) -> list[Interpreter | Forked]:
+        """The prepared process if it makes its device's context (``host.py``'s gate)."""
+        return [p for p in self.prepared if not isinstance(p, Forked) or p.context]
+
+    @property
     def prepare_pending(self) -> bool:
         return self.pool.prepare_pending is not None
 
@@ -110,7 +116,19 @@ class SlotLauncher:
                                  trial_dir / trialdir.LOG, config.params.get("device"))
         previous = self.running.exited_at if self.running is not None else None
         self.running = ProcessRun(process, config, trial_dir, timeout_s, self.stop, previous)
+        if self.early:  # the next trial's process starts its driver now, beside this trial
+            self.running.prepared_next = True
+            self.pool.prepare_driver(str(self.prepare_device))
         return self.running
+
+    @property
+    def early(self) -> bool:
+        """Whether the slot's next process is forked as its trial starts, its driver alone
+        initialised (``SparePool.prepare_driver``): on a host of several CUDA slots, where some
+        window nearly always runs and a context made once none does came too late for 62% of
+        four H100s' trials, which then started the driver themselves, one process at a time on
+        the host (``docs/benchmarks.md``)."""
+        return len(self.host.launchers) > 1 and str(self.prepare_device).startswith("cuda")
 
     @property
     def idle(self) -> bool:

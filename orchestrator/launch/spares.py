@@ -167,17 +167,24 @@ class SparePool:
         if self.prepare and self.prepared is None:
             self.prepare_pending = device
 
-    def prepare_now(self, device: str) -> Forked | None:
+    def prepare_now(self, device: str, context: bool = True) -> Forked | None:
         """Fork the next trial's process now (``prepare_next``; at start-up, when nothing is
-        measured yet), from the fork server of the likeliest next environment."""
+        measured yet), from the fork server of the likeliest next environment; ``context``
+        false: ``prepare_driver``."""
         self.prepare_pending = None
         if not self.prepare or self.prepared is not None:
             return self.prepared
         servers = [s for s in self.spares if isinstance(s, ForkServer) and not s.reap()]
         server = next((s for g in self.guesses for s in servers if s.env == g), servers[0] if servers else None)
         if server is not None:
-            self.prepared = server.prepare(device)
+            self.prepared = server.prepare(device, context)
         return self.prepared
+
+    def prepare_driver(self, device: str) -> None:
+        """Fork the next trial's process now, beside the slot's trial, initialising only the
+        device's driver (no memory of the device; ``harness/prepared.py``): its trial's set-up
+        makes the context."""
+        self.prepare_now(device, context=False)
 
     def poll(self) -> None:
         for s in self.spares:

@@ -21,6 +21,12 @@ class Slot:
     running: Any = None
     prepared: list[Any] = field(default_factory=list)
     prepare_pending: bool = False
+    driver_only: bool = False
+    """Its prepared process starts only the driver (``SlotLauncher.gated``: not gated)."""
+
+    @property
+    def gated(self) -> list[Any]:
+        return [] if self.driver_only else self.prepared
 
 
 def test_a_process_being_prepared_for_a_slot_s_next_trial_holds_every_window_of_the_host() -> None:
@@ -34,4 +40,6 @@ def test_a_process_being_prepared_for_a_slot_s_next_trial_holds_every_window_of_
     b.prepared = [process(True)]  # ready, idle on its pipe: windows may open
     assert not host.importing()
     b.prepared = [process(False, returncode=-9)]  # died preparing: nothing to wait for
+    assert not host.importing()
+    b.prepared, b.driver_only = [process(False)], True  # beside its slot's trial: the driver alone
     assert not host.importing()

@@ -575,6 +575,60 @@ def test_the_end_kills_and_reaps_the_processes_prepared_for_next_trials(tmp_path
     assert not any(pid is not None and is_alive(pid) for pid in pids)
 
 
+def test_a_slot_forks_its_next_process_as_its_trial_starts_only_beside_other_cuda_slots(tmp_path: Path) -> None:
+    """``SlotLauncher.early``: on a host of several CUDA slots the next trial's process is forked as
+    the trial starts, its driver alone initialised; one slot alone, or CPU slots, prepare once the
+    window is over, as before."""
+    host = Host()
+    one = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=0, host=Host())
+    pair = [SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=0, host=host) for _ in range(2)]
+    for launcher in [one, *pair]:
+        assert not launcher.early  # no device known yet: nothing is prepared
+        launcher.prepare_device = "cuda"
+    assert not one.early and all(launcher.early for launcher in pair)
+    pair[0].prepare_device = "cpu"
+    assert not pair[0].early
+
+
+@pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
+def test_a_process_forked_beside_its_slot_s_trial_starts_only_its_driver_and_runs_the_next_trial(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #41 item 2, the path on the CPU (``early`` forced: a CPU has no driver to start). As
+    slot 0's trial starts, its next process is forked from the server with ``context`` false; the
+    host's gate does not wait for it (it takes no memory of the device), the window-end prepare
+    is not asked again, and the next trial runs in it: forked before the first trial's window
+    ended. Nothing is left running after the end."""
+    from orchestrator.launch import ProcessRunner, StopFlag
+    from orchestrator.launch.process import is_alive
+    from orchestrator.launch.slots import Slot
+
+    monkeypatch.setenv("ORCHESTRATE_TEST_PREPARE_CPU", "1")
+    monkeypatch.setattr(SlotLauncher, "early", property(lambda self: self.prepare_device is not None))
+    runner = ProcessRunner([Slot("cpu:0"), Slot("cpu:1")], "experiments.mlp", tmp_path, StopFlag(), prestart=1)
+    launcher = runner.launchers[0]
+    pids: list[int | None] = []
+    try:
+        runner.prewarm({})
+        runner.prepare("cpu")
+        for each in runner.launchers:
+            wait_prepared(each)
+        first = run_to_end(launcher, 0, tmp_path / "t0", {})
+        run0 = first["_run"]
+        (early,) = launcher.prepared
+        assert isinstance(early, Forked) and not early.context and launcher.gated == []
+        assert run0.prepared_next and isinstance(run0.interp, Forked) and run0.interp.context  # start-up's: a context
+        second = run_to_end(launcher, 1, tmp_path / "t1", {})
+        run1 = second["_run"]
+        assert run1.interp is early and launcher.pool.prepared_unused == 0
+        tl0, tl1 = first["timeline"], second["timeline"]
+        assert tl1["forked"] <= tl1["prepared"] <= tl1["config_received"]
+        assert tl1["forked"] < tl0["window_end"], (tl1["forked"], tl0["window_end"])  # beside the first trial
+        pids = [run0.interp.pid, run1.interp.pid, *(p.pid for p in launcher.prepared)]
+    finally:
+        runner.close()
+    assert pids and not any(pid is not None and is_alive(pid) for pid in pids)
+
+
 @pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
 def test_the_end_tells_every_slot_s_fork_server_to_leave_before_it_waits_for_any(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fork servers on three slots: the end tells each to leave and kills it, then waits for all
