@@ -16,8 +16,10 @@ parameters, for the experiment's ``preload`` hook). Two channels then:
   server reads JSON: ``{"fork": CONFIG, "log": LOG}`` (fork a trial; its stdout and stderr go to
   LOG), ``{"probe": REQUEST, "log": LOG}`` (fork the experiment's probe: ``probe.py``; it writes
   its answers beside REQUEST, ``probe_answer``) and ``{"go": PID}``, which it passes on to that
-  trial as ``go``; and, for a trial prepared ahead (``harness/ahead.py``), ``{"prepare": DEVICE}``
-  (fork a process that initialises DEVICE, says ``PID ready`` and waits, its output the server's)
+  trial as ``go``; and, for a trial prepared ahead (``harness/prepared.py``), ``{"prepare": DEVICE}``
+  (fork a process that initialises DEVICE, says ``PID ready`` and waits, its output the server's;
+  with ``"context": false`` only DEVICE's driver, and ``{"context": PID}``, passed on to that
+  process as ``{"context": true}``, makes the context later: it says ``PID ready`` again)
   then ``{"give": PID, "config": CONFIG, "log": LOG}``, which it passes on to that process as the
   line ``{"run": CONFIG, "log": LOG}``: its configuration, and the file its output goes to from
   then on. An empty line (or EOF) means leave.
@@ -118,7 +120,7 @@ class Kind(Enum):
     PREPARE = "prepare"
     """A fork server: fork a process for the next trial now, which initialises ``device`` (with
     ``context`` false, only its driver) and waits for its configuration (a ``RUN`` order with its
-    ``pid``)."""
+    ``pid``). With a ``pid``, to a fork server, or to a prepared process: make the context now."""
     LEAVE = "leave"
     """Exit (a fork server: without waiting for its trials)."""
 
@@ -153,11 +155,15 @@ def encode_order(order: Order, server: bool = False) -> str:
     if not server:
         if order.kind is Kind.RUN and order.log is not None:  # to a prepared process: its log too
             return json.dumps({"run": order.config, "log": order.log}) + "\n"
+        if order.kind is Kind.PREPARE:  # to a prepared process that started only the driver
+            return json.dumps({"context": True}) + "\n"
         return f"{order.config}\n" if order.kind is Kind.RUN else "go\n"
     if order.kind is Kind.RUN and order.pid is not None:
         return json.dumps({"give": order.pid, "config": order.config, "log": order.log}) + "\n"
     if order.kind is Kind.RUN:
         return json.dumps({"fork": order.config, "log": order.log}) + "\n"
+    if order.kind is Kind.PREPARE and order.pid is not None:
+        return json.dumps({"context": order.pid}) + "\n"
     if order.kind is Kind.PREPARE:
         return json.dumps({"prepare": order.device, **({} if order.context else {"context": False})}) + "\n"
     if order.kind is Kind.PROBE:
@@ -172,8 +178,10 @@ def decode_order(line: str, server: bool = False) -> Order:
     if not text:
         return LEAVE
     if not server:
-        if text.startswith("{"):  # to a prepared process: its configuration and its log
+        if text.startswith("{"):  # to a prepared process: its context, or its configuration and its log
             handed = json.loads(text)
+            if handed == {"context": True}:
+                return Order(Kind.PREPARE)
             return Order(Kind.RUN, config=str(handed["run"]), log=str(handed["log"]))
         return GO if text == "go" else Order(Kind.RUN, config=text)
     order = json.loads(text)
@@ -182,6 +190,8 @@ def decode_order(line: str, server: bool = False) -> Order:
     if isinstance(order, dict) and isinstance(order.get("give"), int) and isinstance(order.get("config"), str) \
             and isinstance(order.get("log"), str):
         return Order(Kind.RUN, config=order["config"], log=order["log"], pid=order["give"])
+    if isinstance(order, dict) and isinstance(order.get("context"), int) and not isinstance(order["context"], bool):
+        return Order(Kind.PREPARE, pid=order["context"])
     if isinstance(order, dict) and isinstance(order.get("prepare"), str):
         return Order(Kind.PREPARE, device=order["prepare"], context=order.get("context") is not False)
     for key, kind in (("fork", Kind.RUN), ("probe", Kind.PROBE)):

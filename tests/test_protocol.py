@@ -54,6 +54,8 @@ ORDERS = [  # order, to a fork server?, line
     (Order(Kind.PREPARE, device="cuda"), True, '{"prepare": "cuda"}\n'),
     # forked beside its slot's trial on a host of several GPUs: only the driver, no context
     (Order(Kind.PREPARE, device="cuda", context=False), True, '{"prepare": "cuda", "context": false}\n'),
+    (Order(Kind.PREPARE, pid=4321), True, '{"context": 4321}\n'),  # its context, once no window runs
+    (Order(Kind.PREPARE), False, '{"context": true}\n'),  # passed on to it
     (Order(Kind.RUN, config="/t/trial-4/config.json", log="/t/trial-4/trial.log", pid=4321), True,
      '{"give": 4321, "config": "/t/trial-4/config.json", "log": "/t/trial-4/trial.log"}\n'),
     (Order(Kind.RUN, config="/t/trial-4/config.json", log="/t/trial-4/trial.log"), False,
@@ -78,6 +80,7 @@ def test_eof_and_a_blank_line_mean_leave(server: bool) -> None:
     ('{"probe": "/r.json"}', "not an order for a fork server"),  # without its log
     ('{"give": 12, "config": "/c.json"}', "not an order for a fork server"),  # without its log
     ('{"prepare": null}', "not an order for a fork server"),
+    ('{"context": true}', "not an order for a fork server"),  # the prepared process's line, not the server's
     ('["go", 12]', "not an order for a fork server"),
     ("go", "Expecting value"),  # a --serve order sent to a server
 ])

@@ -100,6 +100,11 @@
 #                                 the gate as it was (47207df's orchestrator/, experiments/ and bench/ copied into
 #                                 .before_gate/: git archive 47207df orchestrator experiments bench | tar -x -C
 #                                 .before_gate), one GPU against four, alternating, 2 rounds each (about 6 minutes)
+#   bash docs/gpu/session.sh early41 a slot's next process forked as its trial starts, its driver alone (f781bf0) against
+#                                 the window-end prepare before it (9559488's orchestrator/, experiments/ and bench/ in
+#                                 .before_early/: git archive 9559488 orchestrator experiments bench | tar -x -C
+#                                 .before_early), one GPU against all, alternating, E41_ROUNDS pairs (default 2);
+#                                 then python3 docs/gpu/early/contexts.py on the JSON files
 #   bash docs/gpu/session.sh s37b issue #37 again: the module against the script on CUDA with 3-s windows and 4
 #                                 alternating rounds, the hooks' cost with the time inside them, then the same
 #                                 comparison on the host's CPU (the tiny BERT; about 8 minutes on an H100)
@@ -347,6 +352,17 @@ gate41)
           --rounds 1 --json "$OUT/${w#*:}_$r.json" > "$OUT/${w#*:}_$r.log" 2>&1
     done
   done
+  ;;
+early41)
+  python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
+  for r in $(seq 1 "${E41_ROUNDS:-2}"); do
+    order=".before_early:before .:early"; [ $((r % 2)) -eq 0 ] && order=".:early .before_early:before"
+    for w in $order; do
+      step "${w#*:} $r"; timeout 200 python3 "${w%:*}/bench/devices.py" sweeps/bert_memory.yaml --one cuda:0 --many auto \
+          --rounds 1 --json "$OUT/${w#*:}_$r.json" > "$OUT/${w#*:}_$r.log" 2>&1
+    done
+  done
+  python3 docs/gpu/early/contexts.py "$OUT"/*.json > "$OUT/contexts.txt" 2>&1
   ;;
 s37b)
   step script-vs-module-cuda; timeout 380 python3 bench/script_vs_module.py --device cuda --rounds 4 --min-measure-s 3 \

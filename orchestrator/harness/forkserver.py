@@ -74,10 +74,11 @@ def fork_server(experiment: str) -> int:
             order = decode_order(line.decode(errors="replace"), server=True)
             if order.kind is Kind.LEAVE:
                 return 0
-            if order.kind is Kind.GO or (order.kind is Kind.RUN and order.pid is not None):
+            if order.kind is Kind.GO or order.pid is not None:
                 fd = children.get(order.pid)  # type: ignore[arg-type]  # GO has no pid: get(None) is None
-                if fd is not None:  # go, or a prepared process's configuration (prepared.py)
-                    os.write(fd, encode_order(GO if order.kind is Kind.GO else
+                if fd is not None:  # go, or to a prepared process (prepared.py): its context, its configuration
+                    os.write(fd, encode_order(GO if order.kind is Kind.GO else Order(Kind.PREPARE)
+                                              if order.kind is Kind.PREPARE else
                                               Order(Kind.RUN, config=order.config, log=order.log)).encode())
                 continue
             go_r, go_w = os.pipe()

@@ -9,7 +9,8 @@ so it is made while the old process writes its result and exits, never beside a 
 nearly always runs, it is forked instead as its slot's trial starts and initialises only the
 driver (``init_driver``: 0.2 s of the 0.3 s on an H100, the part the host's driver does for one
 process at a time, and 4 MiB of the GPU against the context's 520 MiB), beside the windows; the
-trial's set-up then makes the context (0.1 s). Nothing else of the trial moves: the same process
+context (0.1 s) follows once that trial's window is over and none runs on the host, else in the
+trial's set-up. Nothing else of the trial moves: the same process
 state, the same order of set-up steps, its memory cap set after the device as before.
 """
 
@@ -39,7 +40,9 @@ def prepared(device: str, status: Any, timeline: dict[str, Any], context: bool =
     without preparing: a failed initialisation is never the trial's (the launcher gives a trial
     only to a process that is ready). EOF: leave, having run nothing. ``context`` false: only the
     device's driver (``backend.init_driver``: on CUDA no memory of the GPU), for a process forked
-    while its slot's trial runs (``SparePool.prepare_driver``); the trial's set-up makes the context."""
+    while its slot's trial runs (``SparePool.prepare_driver``); it makes the context when told
+    (``{"context": true}``, once that trial's window is over and none runs on the host) and says
+    ready again, else its trial's set-up makes it."""
     watch_parent()  # the server: if it dies (with the orchestrator), so does this process
     pid = os.getpid()
     try:
@@ -52,6 +55,15 @@ def prepared(device: str, status: Any, timeline: dict[str, Any], context: bool =
     timeline["prepared"] = time.time()
     status.write(encode_status(StatusLine(Word.READY, pid)))
     order = decode_order(sys.stdin.readline())
+    if order.kind is Kind.PREPARE and not context:  # the context now, no window running on the host
+        try:
+            backend.init_device(backend.resolve(device))
+        except Exception:  # noqa: BLE001 - as above
+            traceback.print_exc()
+            return PREPARE_FAILED
+        timeline["context"] = time.time()
+        status.write(encode_status(StatusLine(Word.READY, pid)))
+        order = decode_order(sys.stdin.readline())
     if order.kind is not Kind.RUN:
         return 0
     sys.stdout.flush()

@@ -143,9 +143,10 @@ class Forked(TrialProcess):
 
     def heard(self, status: StatusLine) -> None:
         """What its server said of it: at its window, its window over, its result written, or reaped."""
-        if status.word is Word.READY:
+        if status.word is Word.READY:  # (a prepared process that started only its driver: again with its context)
             self.ready, self.running_since = True, time.monotonic()
-            self.prepared_s = self.running_since - (self._forked_at or self.running_since)
+            if self.prepared_s is None:
+                self.prepared_s = self.running_since - (self._forked_at or self.running_since)
         elif status.word is Word.WINDOW:
             self.at_window = True
         elif status.word is Word.MEASURED:
@@ -188,6 +189,14 @@ class Forked(TrialProcess):
         elif order.kind in (Kind.RUN, Kind.PROBE):  # fork now (a trial, or the experiment's probe)
             self.server.asked.append(self)
             self.server.send(Order(order.kind, config=order.config, log=str(self.log_path)))
+
+    def make_context(self) -> None:
+        """A prepared process that started only its device's driver, ready: it makes the context
+        now (``harness/prepared.py``) and is not ready until it says so again (the window gate
+        counts it as importing meanwhile)."""
+        assert self.pid is not None and self.ready and not self.context, "a ready process without its context"
+        self.context, self.ready = True, False
+        self.server.send(Order(Kind.PREPARE, pid=self.pid))
 
     def kill(self) -> None:
         if self.pid is None:

@@ -6,7 +6,8 @@ time on a device*: the next trial's configuration is sent only once the previous
 slot has exited (``os.wait4``), so its memory is free. Its process may be forked, and its device
 initialised, before that: once the current trial's window is over (it says ``measured``), the
 slot's next process is prepared (``SparePool.prepare_next``), gated like an import; on a host of
-several CUDA slots, as the trial starts, its driver alone (``SlotLauncher.early``).
+several CUDA slots, as the trial starts, its driver alone (``SlotLauncher.early``), its context
+once the window is over and none runs on the host.
 """
 
 from __future__ import annotations
@@ -151,8 +152,13 @@ class SlotLauncher:
             if run.window_over and not run.prepared_next and self.prepare_device is not None:
                 run.prepared_next = True
                 self.pool.prepare_next(self.prepare_device)
+            if run.window_over and not run.context_next and self.early:
+                run.context_next = True
+                self.pool.context_next()
         if (self.pool.pending or self.prepare_pending) and not self.host.in_window():
             self.pool.start_pending()  # the next trial's process asked for at once, where it may be
+        if self.pool.context_pending and not self.host.in_window():
+            self.pool.make_context()  # not waited for by any window before it starts
         self.pool.poll()
         if run is None:
             return

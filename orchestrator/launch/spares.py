@@ -68,6 +68,9 @@ class SparePool:
         """The process forked for the slot's next trial (``ForkServer.prepare``), if any."""
         self.prepare_pending: str | None = None
         """The device of a process to prepare once no window runs on the host."""
+        self.context_pending = False
+        """The prepared process, which started only its driver, is to make its context once no
+        window runs on the host (``context_next``)."""
         self.prepared_unused = 0
         """Prepared processes thrown away (the next trial needed another environment or device)."""
 
@@ -102,7 +105,7 @@ class SparePool:
         one. Spares that match none of ``guesses`` (the next trials' environments) are discarded,
         and the refill is planned (``pending``)."""
         self.guesses = list(guesses)
-        ready, self.prepared, self.prepare_pending = self.prepared, None, None
+        ready, self.prepared, self.prepare_pending, self.context_pending = self.prepared, None, None, False
         if ready is not None and (ready.env != wanted or ready.device != device or not ready.ready or ready.reap()):
             self.prepared_unused += ready.returncode is None
             ready.kill()  # its server reaps it
@@ -182,9 +185,25 @@ class SparePool:
 
     def prepare_driver(self, device: str) -> None:
         """Fork the next trial's process now, beside the slot's trial, initialising only the
-        device's driver (no memory of the device; ``harness/prepared.py``): its trial's set-up
-        makes the context."""
+        device's driver (no memory of the device; ``harness/prepared.py``): it makes the context
+        later (``context_next``), else its trial's set-up does."""
         self.prepare_now(device, context=False)
+
+    def context_next(self) -> None:
+        """The slot's trial's window is over: the process prepared for its next trial, if it
+        started only its driver, makes its context once no window runs on the host
+        (``make_context``), unlike ``prepare_next`` without holding any window for it."""
+        self.context_pending = self.prepared is not None and not self.prepared.context
+
+    def make_context(self) -> None:
+        """``context_next``, now (call only while no window runs on the host): once the process
+        is ready (its driver started); not before."""
+        ready = self.prepared
+        if not self.context_pending or ready is None or ready.context or ready.reap():
+            self.context_pending = False
+        elif ready.ready:
+            self.context_pending = False
+            ready.make_context()
 
     def poll(self) -> None:
         for s in self.spares:
@@ -199,7 +218,7 @@ class SparePool:
         is told to leave and killed (a prepared process with its server). ``gone`` says when they
         are reaped, ``forget`` closes what is left: every slot's spares leave at once, and a host
         waits once for them (``slot.end_all``)."""
-        self.pending, self.prepared, self.prepare_pending = [], None, None
+        self.pending, self.prepared, self.prepare_pending, self.context_pending = [], None, None, False
         for s in self.spares:
             s.leave()
 

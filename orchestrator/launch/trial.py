@@ -92,6 +92,9 @@ class ProcessRun:
         self._exit_told = False
         self.prepared_next = False
         """Its slot's next process has been planned (once its window was over: ``SlotLauncher.tick``)."""
+        self.context_next = False
+        """That process, forked as this trial started with its driver alone, was told to make its
+        context once no window runs (``SparePool.context_next``)."""
         config_path = trial_dir / trialdir.CONFIG
         try:
             config_path.write_text(encode_config(replace(config, result_path=str(self.result_path))))

@@ -596,7 +596,8 @@ def test_a_process_forked_beside_its_slot_s_trial_starts_only_its_driver_and_run
     """Issue #41 item 2, the path on the CPU (``early`` forced: a CPU has no driver to start). As
     slot 0's trial starts, its next process is forked from the server with ``context`` false; the
     host's gate does not wait for it (it takes no memory of the device), the window-end prepare
-    is not asked again, and the next trial runs in it: forked before the first trial's window
+    is not asked again; once the window is over, no other window running, it makes its context
+    and says ready again; and the next trial runs in it: forked before the first trial's window
     ended. Nothing is left running after the end."""
     from orchestrator.launch import ProcessRunner, StopFlag
     from orchestrator.launch.process import is_alive
@@ -615,13 +616,14 @@ def test_a_process_forked_beside_its_slot_s_trial_starts_only_its_driver_and_run
         first = run_to_end(launcher, 0, tmp_path / "t0", {})
         run0 = first["_run"]
         (early,) = launcher.prepared
-        assert isinstance(early, Forked) and not early.context and launcher.gated == []
-        assert run0.prepared_next and isinstance(run0.interp, Forked) and run0.interp.context  # start-up's: a context
+        assert isinstance(early, Forked) and run0.prepared_next and run0.context_next
+        assert isinstance(run0.interp, Forked) and run0.interp.context  # start-up's: a context
         second = run_to_end(launcher, 1, tmp_path / "t1", {})
         run1 = second["_run"]
-        assert run1.interp is early and launcher.pool.prepared_unused == 0
+        assert run1.interp is early and early.context and launcher.pool.prepared_unused == 0
         tl0, tl1 = first["timeline"], second["timeline"]
-        assert tl1["forked"] <= tl1["prepared"] <= tl1["config_received"]
+        assert tl1["forked"] <= tl1["prepared"] <= tl1["context"] <= tl1["config_received"]
+        assert tl1["context"] >= tl0["window_end"]  # its context once the window was over
         assert tl1["forked"] < tl0["window_end"], (tl1["forked"], tl0["window_end"])  # beside the first trial
         pids = [run0.interp.pid, run1.interp.pid, *(p.pid for p in launcher.prepared)]
     finally:
