@@ -7,6 +7,7 @@ calls both in order and builds the ``SweepSpec``."""
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import re
 from typing import Any, Callable, TypeVar
 
@@ -343,6 +344,10 @@ def check_url(c: Checker, path: tuple, value: object, what: str) -> str:
         except ImportError:
             driver = url.get_driver_name()
             package = _DRIVER_PACKAGES.get(driver, driver)
+            other = ""
+            if "+" not in url.drivername and backend == "postgresql" and driver != "psycopg2" \
+                    and importlib.util.find_spec("psycopg2") is not None:  # the postgres extra's driver
+                other = ", or name the driver installed, as postgresql+psycopg2://"
             raise c.fail(path, f"{what} needs the {backend} driver {driver}, which is not installed "
-                         f"(pip install '{package}')", value) from None
+                         f"(pip install '{package}'{other})", value) from None
     return checked
