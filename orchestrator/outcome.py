@@ -32,7 +32,8 @@ class Status(str, Enum):
     DIVERGED = "diverged"
     """The loss went non-finite."""
     INTERRUPTED = "interrupted"
-    """Cut off (Ctrl-C, SIGTERM, a killed orchestrator); runs again on the next invocation."""
+    """Cut off (Ctrl-C, SIGTERM, a killed orchestrator, or its fork server's death); runs again on
+    the next invocation."""
     SKIPPED = "skipped"
     """Not run: predicted out of memory from a configuration that needs no more memory."""
     REPEAT = "repeat"
@@ -92,6 +93,10 @@ INTERRUPTED_DETAIL = "the orchestrator was stopped during this trial"
 """Ctrl-C or SIGTERM: this orchestrator killed the trial and recorded it."""
 DIED_DETAIL = "the orchestrator died during this trial; its configuration is run again"
 """A killed orchestrator left it RUNNING; the next start recorded it (``store/recovery``)."""
+SERVER_DIED_DETAIL = "its fork server died during this trial and took it along; its configuration is run again"
+"""The slot's fork server died (killed from outside, say) before the trial's result: the trial
+ends with its server (``harness/child.watch_parent``), so its measurement, not its configuration,
+was lost (``launch/forked.Forked.server_died``)."""
 VERDICT_DETAIL = "stopped by the search's verdict: its result could not change the answer"
 """The ``auto`` search was done with it in flight (``search/flight``): not run again on resume."""
 
@@ -132,8 +137,11 @@ def signal_name(signum: int) -> str:
 
 def classify(returncode: int | None, result_text: str | None, *, timed_out: bool = False,
              interrupted: bool = False, timeout_s: float | None = None,
-             log_tail: str | None = None) -> Outcome:
-    """``returncode`` is negative for a signal, as ``subprocess`` reports it."""
+             log_tail: str | None = None, server_died: bool = False) -> Outcome:
+    """``returncode`` is negative for a signal, as ``subprocess`` reports it. ``server_died``: the
+    process's exit was never reported because its fork server died first, and the trial with it:
+    without a result, cut off (``interrupted``), not a crash of its own whatever ``returncode``
+    says; a signal that killed the trial while its server lived (the OOM killer's) is a crash."""
     if interrupted:
         return Outcome(S.INTERRUPTED, INTERRUPTED_DETAIL)
     if timed_out:
@@ -150,6 +158,8 @@ def classify(returncode: int | None, result_text: str | None, *, timed_out: bool
         if result.status not in CHILD_STATUSES:
             return Outcome(S.ERROR, f"the trial's result file has no valid status (got {result.status!r})")
         return Outcome(Status(result.status), result.detail, result)
+    if server_died:
+        return Outcome(S.INTERRUPTED, SERVER_DIED_DETAIL)
     if returncode is not None and returncode < 0:
         name = signal_name(-returncode)
         hint = " (on macOS usually the memory killer; on Linux possibly the OOM killer)" \

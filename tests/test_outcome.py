@@ -31,6 +31,10 @@ CASES = [
     (-signal.SIGKILL, None, {"timed_out": True, "timeout_s": 5}, "timeout", "timeout_s=5"),
     (-signal.SIGKILL, None, {"interrupted": True}, "interrupted", "stopped"),
     (0, OK, {"interrupted": True}, "interrupted", None),  # a Ctrl-C wins over a late result
+    # its fork server died first, and the trial with it: cut off, not a crash of its own
+    (-signal.SIGKILL, None, {"server_died": True}, "interrupted", "fork server died"),
+    (0, OK, {"server_died": True}, "ok", None),  # its result was written before: it stands
+    (-signal.SIGKILL, None, {"server_died": True, "timed_out": True, "timeout_s": 5}, "timeout", "timeout_s=5"),
 ]
 
 

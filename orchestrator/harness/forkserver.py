@@ -139,6 +139,7 @@ def _child(body: Callable[[str, TextIO], int], path: str, log_path: str | None, 
     code = 1
     try:
         os.setsid()
+        _oom_first()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.dup2(go_fd, 0)
@@ -162,6 +163,21 @@ def _child(body: Callable[[str, TextIO], int], path: str, log_path: str | None, 
         if os.environ.get("ORCHESTRATE_TEST_EXIT_DELAY_S"):  # tests only: a process slow to exit
             time.sleep(float(os.environ["ORCHESTRATE_TEST_EXIT_DELAY_S"]))
         os._exit(code)
+
+
+OOM_SCORE_ADJ = 500
+"""A forked child's ``/proc/self/oom_score_adj`` (-1000 to 1000; raising one's own needs no
+privilege): where the host runs out of memory, Linux's OOM killer takes the trial that used it,
+which is then recorded as killed (``crashed``), before the fork server or the orchestrator, whose
+death would cut off every trial of the slot (a dead server's trial is ``interrupted`` and run again)."""
+
+
+def _oom_first() -> None:
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(OOM_SCORE_ADJ))
+    except OSError:  # not Linux, or no /proc: nothing to prefer
+        pass
 
 
 def _probe(request_path: str, status: TextIO) -> int:

@@ -109,6 +109,8 @@ class Forked(TrialProcess):
         self.returncode: int | None = None
         self.exited_at: float | None = None
         self.rusage: Usage | None = None
+        self.server_died = False
+        """Its server died before saying how it exited (``reap``): it died with it, its own end unknown."""
         self.running_since: float | None = None
         """When it could first run a trial: the server forked it, or (prepared) its device was
         initialised (the server may still have been importing when it was asked)."""
@@ -171,8 +173,9 @@ class Forked(TrialProcess):
         if self.returncode is None:
             self.server.read_status()
         if self.returncode is None and self.server.reap():  # the server died: nobody reports it now
-            self.server.read_status()
+            self.server.read_status()  # what it said before it died (the trial's exit, if it was first)
             if self.returncode is None and (self.pid is None or not is_alive(self.pid)):
+                self.server_died = True  # it ended with its server (``watch_parent``), not by itself
                 self.exited(-signal.SIGKILL, 0)
         return self.returncode is not None
 

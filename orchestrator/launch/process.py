@@ -110,6 +110,9 @@ class TrialProcess(Protocol):
     """When its exit was known (wall clock; None before): the slot's memory free from then on."""
     rusage: Usage | None
     """Its resource usage once reaped (``ru_maxrss``: its peak RSS)."""
+    server_died: bool
+    """A forked trial: its fork server died before saying how it exited, and it died with its
+    server (``Forked.reap``): cut off by the tool's own process, not ended by itself."""
 
     @abstractmethod
     def read_status(self) -> None:
@@ -139,6 +142,8 @@ class Interpreter(TrialProcess):
     mode = SERVE_FLAG
     server = False
     """Whether it takes a fork server's orders."""
+    server_died = False
+    """Never: the orchestrator itself reaps it (``TrialProcess.server_died``)."""
 
     def __init__(self, experiment: str, env: dict[str, str], log_path: Path,
                  cores: frozenset[int] | None = None, stop: StopFlag | None = None,

@@ -188,6 +188,7 @@ class ProcessRun:
         self.gate_wait_s = now - self.since
         self._enter(Phase.MEASURING, now)
         self.interp.send(GO)
+        event("go", self.trial)
 
     def _count_spares(self) -> None:
         """At the window's end (``measured``, else the result or the exit) after ``go``: the CPU
@@ -215,7 +216,8 @@ class ProcessRun:
         # A trial that ended by itself with a result keeps it even if Ctrl-C came just after.
         interrupted = self.stop is not None and self.stop.tripped and not text
         outcome = classify(rc if self.exited else 0, text, timed_out=self.timed_out and not text,
-                           interrupted=interrupted, timeout_s=self.timeout_s, log_tail=_last_line(self.log_path))
+                           interrupted=interrupted, timeout_s=self.timeout_s, log_tail=_last_line(self.log_path),
+                           server_died=self.interp.server_died)
         rusage = self.interp.rusage
         maxrss = rusage.ru_maxrss if rusage is not None else None
         peak = None if not maxrss else maxrss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)

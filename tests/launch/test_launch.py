@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.harness.forkserver import OOM_SCORE_ADJ
 from orchestrator.harness.prepared import PREPARE_FAILED
 from orchestrator.protocol import TrialSteps, config_of
 from orchestrator.launch import (ForkServer, Forked, Host, Interpreter, SlotLauncher, TrialProcess, cpu_seconds, launch_trial,
@@ -167,7 +168,8 @@ def test_launch_trial_still_runs_one_cold_trial(tmp_path: Path) -> None:
 def test_forked_trials_are_processes_of_their_own_and_die_with_their_server(tmp_path: Path) -> None:
     """Each trial of a fork server is a new process in a session of its own (the launcher kills
     its group), reaped by the server, which reports its peak RSS; a trial whose server is killed
-    dies too, and is reported killed."""
+    in its window dies too, and is recorded interrupted (its measurement lost, not its
+    configuration's fault: run again), not crashed."""
     launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
     try:
         run_to_end(launcher, 0, tmp_path / "t0", {})  # cold: starts the server
@@ -184,17 +186,21 @@ def test_forked_trials_are_processes_of_their_own_and_die_with_their_server(tmp_
         assert launcher.spares == [server] and server.returncode is None  # one import for all of them
         run = launcher.start(replace(CONFIG, trial_number=3, trial=replace(CONFIG.trial, min_measure_s=60)),
                              tmp_path / "t3", {}, 120, [{}])
-        while run.interp.pid is None or not run.interp.at_window:
+        while run.interp.pid is None or not run.in_window:  # given go: its timed window runs
             wait_for_activity([launcher])
             launcher.tick()
         child = run.interp.pid
         assert os.getpgid(child) == child and os.getsid(child) == child
+        adj = {pid: int(Path(f"/proc/{pid}/oom_score_adj").read_text()) for pid in (child, server.pid, os.getpid())}
+        assert adj[child] == OOM_SCORE_ADJ and adj[server.pid] == adj[os.getpid()]  # the OOM killer takes the trial first
         os.kill(server.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while not run.exited and time.monotonic() < deadline:
             wait_for_activity([launcher])
             launcher.tick()
-        assert run.exited and run.launched().outcome.status != "ok"
+        outcome = run.launched().outcome
+        assert run.exited and outcome.status == "interrupted" and outcome.signal is None, outcome
+        assert "fork server died" in (outcome.detail or ""), outcome.detail
         time.sleep(0.5)
         assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split(") ")[1][:1]
     finally:
@@ -251,7 +257,7 @@ def test_both_kinds_of_trial_process_declare_and_implement_one_protocol(kind: ty
     assert TrialProcess in kind.__mro__
     assert not getattr(kind, "__abstractmethods__", None), kind.__abstractmethods__
     members = ("ready", "at_window", "result_ready", "returncode", "rusage", "running_since", "read_status",
-               "reap", "send", "kill", "close", "log_path", "status_fd", "pid", "env")
+               "reap", "send", "kill", "close", "log_path", "status_fd", "pid", "env", "server_died")
     declared = set(TrialProcess.__annotations__) | {n for n in vars(TrialProcess) if not n.startswith("_")}
     assert set(members) <= declared, set(members) - declared
 

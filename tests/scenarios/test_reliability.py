@@ -10,13 +10,14 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import (ORCHESTRATE, check_records, command, ctrl_c_as_in_a_terminal, load_study, orchestrate,
-                      trial_processes, wait_for_trial, write_spec)
+                      orchestrate_popen, trial_processes, wait_for_trial, write_spec)
 
 pytestmark = pytest.mark.slow
 
@@ -191,6 +192,45 @@ def test_sigkill_mid_trial_with_tpe_retries_that_configuration(project: Path) ->
     (lost,) = [t for t in records["study"].get_trials() if t.user_attrs.get("status") == "interrupted"]
     assert lost.params in [t.params for t in records["results"]]
     assert records["runs"][lost.number][0].info.status == "KILLED"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork servers run on Linux only")
+def test_a_trial_whose_fork_server_is_killed_is_interrupted_and_measured_again(project: Path) -> None:
+    """The slot's fork server killed (SIGKILL) in its trial's timed window: the trial dies with
+    it (``watch_parent``), which says nothing of its configuration: recorded interrupted, not
+    crashed, and measured again by a new server; the next command has nothing left to run. A
+    trial killed by a signal itself, its server alive, stays crashed (``sigkill`` above)."""
+    spec = write_spec(project, """
+        name: server
+        experiment: experiments.faults
+        device: cpu
+        fixed: {batch_size: 4}
+        space:
+          hidden_size: [8]
+        search: {sampler: grid}
+        trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 2, timeout_s: 60}
+        """)
+    events = project / "events.jsonl"
+    proc = orchestrate_popen([str(spec)], project, env={"ORCHESTRATE_TIMELINE": str(events)})
+    deadline = time.monotonic() + 90  # a loaded CI machine: start-up alone can take 20 s
+    while '"event": "go"' not in (events.read_text() if events.exists() else "") and proc.poll() is None:
+        assert time.monotonic() < deadline, "the trial never opened its window"
+        time.sleep(0.02)
+    servers = [pid for pid in trial_processes(str(project / "mlruns"), "--fork-server")
+               if Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1] == str(proc.pid)]
+    assert len(servers) == 1, servers
+    os.kill(servers[0], signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, (out, err)
+    assert "crashed" not in out and "interrupted" in out and "fork server died" in out, out
+    records = check_records(project, "server", n_results=1)
+    lost, again = records["study"].get_trials()
+    assert lost.user_attrs["status"] == "interrupted" and "fork server died" in lost.user_attrs["detail"]
+    assert lost.state.name == "FAIL" and records["runs"][lost.number][0].info.status == "KILLED"
+    assert again.params == lost.params and again.user_attrs["status"] == "ok" and again.values[0] > 0
+    assert "nothing to run" in orchestrate([str(spec)], project).stdout
+    time.sleep(0.3)
+    assert trial_processes(str(project / "mlruns"), "orchestrator.harness") == [], "a process was left behind"
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130),  # SIGTERM: the same handler; with -m long
