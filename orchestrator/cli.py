@@ -1,7 +1,9 @@
 """``orchestrate``: run or resume the sweep a YAML spec describes.
 
 Thin on purpose: parse flags, load the spec, then hand over. torch is never imported here, and
-mlflow/optuna only once a real run starts, so ``--help`` and ``--dry-run`` answer at once.
+mlflow/optuna only once a real run starts (``--dry-run``: MLflow only where the study's file is
+missing or empty and MLflow's store is there, to look for an earlier study's runs), so ``--help``
+and ``--dry-run`` answer at once.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
     p.add_argument("--dry-run", action="store_true",
                    help="check what a run checks (the spec, the experiment's parameter names, the store folders and "
-                        "servers, a hub model: 5 s for a server to answer), every failure at once; print the plan; "
+                        "servers, a hub model: 5 s for a server to answer; the device slots; a study file lost "
+                        "or emptied where MLflow holds its runs), every failure at once; print the plan; "
                         "create nothing, import no torch")
     p.add_argument("--storage", help=STORAGE_HELP)
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
@@ -93,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         import importlib
 
         return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv)
+    if argv and (near := near_command(argv[0])) is not None:
+        return print_error(OrchestratorError(f"unknown command {argv[0]!r}; did you mean {near!r}?"))
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -115,9 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         guard(spec, origins)
         if args.dry_run:
             from orchestrator.report.dryrun import print_plan
-            from orchestrator.sweep.preflight import preflight
+            from orchestrator.sweep.preflight import dry_run
 
-            preflight(spec, origins, tracking_server=True)  # what the run checks, every failure at once
+            dry_run(spec, origins, args.devices is not None, args.new_study)  # what the run checks, at once
             print_plan(spec)
             return exits.OK
         from orchestrator.sweep.run import run
@@ -129,6 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before the sweep's own handlers: nothing was started yet
         print("orchestrate: interrupted before the sweep started; nothing was run", file=sys.stderr)
         return exits.INTERRUPTED
+
+
+def near_command(word: str) -> str | None:
+    """The command ``word``, the first argument, misspells (``reprot``: ``report``), or None. A
+    file that exists, a flag, or a word with a dot or a slash (a spec's path) is never one."""
+    if word.startswith("-") or "." in word or os.sep in word or os.path.exists(word):
+        return None
+    import difflib
+
+    return next(iter(difflib.get_close_matches(word, SUBCOMMANDS, n=1)), None)
 
 
 INTERRUPTED = {

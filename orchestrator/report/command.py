@@ -83,8 +83,36 @@ def open_study(spec: SweepSpec) -> StoredStudy:
     url = absolute_uri(spec.storage)
     study = read_study(url, spec.name)
     if study is None:
-        raise StudyError(f"no study {spec.name!r} in {shown(url)}; run `{paste_command(spec)}` first")
+        lost = lost_study(spec)  # the study file lost or emptied, its runs left: the sweep's line
+        raise lost or StudyError(f"no study {spec.name!r} in {shown(url)}; run `{paste_command(spec)}` first")
     return study
+
+
+def lost_study(spec: SweepSpec) -> StudyError | None:
+    """The sweep's refusal (``store.lost``) where the spec's SQLite study file is missing or empty
+    but an earlier study of its name left MLflow trial runs or trial folders, else None: ``report``,
+    ``best``, ``check`` and ``--dry-run`` say what the sweep would, not to run it. Read-only:
+    MLflow is opened only then, and only where its store exists (one it cannot read: the folders)."""
+    from orchestrator.store.leftovers import open_experiment
+    from orchestrator.store.lost import found_runs, refuse, why_missing
+    from orchestrator.store.sqlitefile import is_empty
+    from orchestrator.urls import sqlite_path
+
+    path = sqlite_path(spec.storage)
+    if path is None or not is_empty(path):
+        return None
+    trials_root = Path("mlruns/.trials").resolve()  # as the sweep looks
+    tracking = sqlite_path(absolute_uri(spec.tracking_uri))
+    found = None
+    if tracking is None or not is_empty(tracking):
+        try:
+            client, experiment = open_experiment(spec.tracking_uri, spec.name)
+            found = found_runs(spec.name, client, experiment and experiment.experiment_id, trials_root)
+        except Exception:  # noqa: BLE001 - a store that does not read: the sweep says why
+            pass
+    if found is None:  # no MLflow store, or one that does not read: the folders alone
+        found = found_runs(spec.name, None, None, trials_root)
+    return refuse(spec.name, absolute_uri(spec.storage), why_missing(spec.storage, path), found) if found else None
 
 
 # -- the report -----------------------------------------------------------------------------------

@@ -24,12 +24,14 @@ from orchestrator.spec.load import SweepSpec
 from orchestrator.urls import Origins
 
 if TYPE_CHECKING:
+    from orchestrator.store.studyread import StoredStudy
     from orchestrator.search.verdict import Decision
     from orchestrator.search.space import Plan
 
 
-def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
-    """The lines to print for a study with nothing to run, or None (see the module)."""
+def finished(spec: SweepSpec, origins: Origins) -> tuple[list[str], StoredStudy] | None:
+    """The lines to print for a study with nothing to run, and the study as read (``--export``
+    writes its best from it), or None (see the module)."""
     from orchestrator.report.closing import parent_close, summary, target_of, trial_time_s
     from orchestrator.machine import facts
     from orchestrator.store.agreement import recorded
@@ -99,7 +101,7 @@ def finished(spec: SweepSpec, origins: Origins) -> list[str] | None:
     best = rank(results, spec)
     last_load = attrs.load[-1] if attrs.load else None
     return [first] + summary(spec, results, best, target, trial_time_s(trials), 0.0, stopped,
-                             stopped is not None, origins, last_load) + repaired
+                             stopped is not None, origins, last_load) + repaired, study
 
 
 def _decision(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | None, results: list[Any],

@@ -1,5 +1,6 @@
 """What a run checks before it starts anything, in one pass that notes every failure, for the run
-and for ``--dry-run`` alike (the dry run also asks a tracking server; the run waits for one).
+and for ``--dry-run`` alike (the dry run also asks a tracking server, where the run waits for one;
+and it checks what the run checks later, once its probe has the device: ``dry_run``).
 
 - A script spec's file is there; an experiment module is found where a trial finds it, and its
   fixed and swept names are its ``PARAMS`` or harness knobs, read from its source
@@ -51,6 +52,30 @@ def preflight(spec: SweepSpec, origins: Origins = Origins(), *, tracking_server:
     with ThreadPoolExecutor(max_workers=len(remote)) as pool:
         for future in [pool.submit(attempt, check) for check in remote]:
             future.result()
+    raise_all(found)
+
+
+def dry_run(spec: SweepSpec, origins: Origins, devices_flag: bool, new_study: bool) -> None:
+    """What ``--dry-run`` checks: ``preflight``'s checks, a tracking server asked too, and what a
+    run checks only once its probe has named the device and its stores are open, asked here
+    without them: the device slots, for the device the plan is printed for (``startup.slots_for``;
+    ``devices_flag``: they came from ``--devices``), then, where nothing else failed, a study file
+    lost or emptied where an earlier study left its runs (``report.command.lost_study``; not with
+    ``--new-study``). Every failure at once, each in the run's words."""
+    from orchestrator.report.command import lost_study
+    from orchestrator.search.space import guess_device, make_plan
+    from orchestrator.sweep.startup import slots_for
+
+    device = make_plan(spec, spec.device if spec.device != "auto" else guess_device()).device  # "swept": space.device
+    found: list[SpecError] = []
+    for check in (lambda: preflight(spec, origins, tracking_server=True),
+                  lambda: slots_for(spec, device, devices_flag)):
+        try:
+            check()
+        except SpecError as exc:
+            found.extend(each_error(exc))
+    if not found and not new_study and (lost := lost_study(spec)) is not None:
+        raise lost
     raise_all(found)
 
 

@@ -30,8 +30,10 @@ from orchestrator.timeline import event
 from orchestrator.urls import Origins
 
 if TYPE_CHECKING:
+    from optuna import Study
     from optuna.trial import FrozenTrial
     from orchestrator.outcome import Outcome
+    from orchestrator.store.studyread import StoredStudy
     from orchestrator.sweep.loop import Sweep, SweepResult
 
 
@@ -46,8 +48,10 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     r = Run(spec, origins, LoadLog(machineload.read()), shared=is_shared(spec.storage))
     check_export(export)
     preflight(spec, origins)  # the workload, its names, the stores, a hub model: every failure at once
-    if not r.shared and (lines := finished_already(spec, origins, retry)) is not None:
+    if not r.shared and (done := finished_already(spec, origins, retry)) is not None:
+        lines, stored = done
         print("\n".join(lines))  # nothing to run: no probe, no device, no MLflow
+        export_best(spec, stored, export)
         return exits.OK
     start = start_probe(r, check, devices_flag)  # the slot's fork server answers the probe
     try:
@@ -59,7 +63,8 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
             sweep = make_sweep(r)
             result = run_sweep(r, sweep)
             code = summarize(r, sweep, result)
-            export_best(r, export, result)
+            if result.code == exits.OK:
+                export_best(spec, r.study, export)
             return code
     finally:
         start.close_runner()
@@ -72,9 +77,10 @@ def check_export(export: Path | None) -> None:
                         "is not writable", file="--export")
 
 
-def finished_already(spec: SweepSpec, origins: Origins, retry: tuple[str, ...]) -> list[str] | None:
+def finished_already(spec: SweepSpec, origins: Origins,
+                     retry: tuple[str, ...]) -> tuple[list[str], StoredStudy] | None:
     """An SQLite study that another orchestrate holds is refused; a finished one (without
-    ``--retry``) answers from its record: the lines to print, else None."""
+    ``--retry``) answers from its record: the lines to print and the study as read, else None."""
     from orchestrator.store.study import check_not_locked
 
     check_not_locked(spec.storage, spec.name)
@@ -139,14 +145,15 @@ def make_sweep(r: Run) -> Sweep:
     return sweep
 
 
-def export_best(r: Run, export: Path | None, result: SweepResult) -> None:
-    """``--export``: the best configuration, from the study (MLflow's records need not be there)."""
-    if export is None or result.code != exits.OK:
+def export_best(spec: SweepSpec, study: Study | StoredStudy | None, export: Path | None) -> None:
+    """``--export``: the best configuration, from the study (the sweep's, or a finished one's as
+    read: MLflow's records need not be there)."""
+    if export is None:
         return
     from orchestrator.report.command import export_best as export_study
 
     try:
-        print(export_study(r.spec, r.study, export))
+        print(export_study(spec, study, export))
     except StudyError as exc:  # e.g. every trial ran out of memory: the sweep still finished
         print(f"orchestrate: not exported: {exc}", file=sys.stderr)
 

@@ -65,6 +65,12 @@ def test_a_finished_study_answers_without_torch_or_a_probe(project: Path) -> Non
     # the same summary as the run that measured them, from "have a result" on
     tail = first.stdout[first.stdout.index("again: 3 of 3 trials have a result"):]
     assert proc.stdout.split("Best configurations:")[1] == tail.split("Best configurations:")[1]
+    # --export writes the best from the study as read, still without torch, MLflow or Optuna
+    exported, modules, events = run_counting_modules(project, str(spec), "--export", "best.yaml")
+    assert exported.returncode == 0 and modules == [] and "probe_start" not in events, exported.stderr
+    assert exported.stdout.splitlines()[-1].startswith("Best configuration written to best.yaml: again trial ")
+    best = (project / "best.yaml").read_text()
+    assert best.startswith("# again trial ") and "hidden_size: " in best and "batch_size: 8" in best
 
 
 def test_a_changed_machine_or_a_trial_to_retry_goes_the_whole_way(project: Path) -> None:

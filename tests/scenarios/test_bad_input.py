@@ -335,6 +335,24 @@ def test_a_flag_argparse_refuses_is_one_line(tmp_path: Path, capsys: pytest.Capt
     assert len(err.splitlines()) == 1 and "--n-trials" in err and "'many'" in err, err
 
 
+def test_a_misspelled_command_is_named_and_a_spec_path_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The tour's ``orchestrate reprot SPEC``, which read as a spec named ``reprot`` with a stray
+    argument; a spec's path (missing, or near a command's name but existing) is read as before."""
+    monkeypatch.chdir(tmp_path)
+    for args, said in ((["reprot", "spec.yaml"], "orchestrate: unknown command 'reprot'; did you mean 'report'?"),
+                       (["reprot"], "orchestrate: unknown command 'reprot'; did you mean 'report'?"),
+                       (["chekc", "--repair"], "orchestrate: unknown command 'chekc'; did you mean 'check'?"),
+                       (["best.yaml"], "best.yaml: no such file"),
+                       (["sweeps/bset"], "sweeps/bset: no such file"),
+                       (["nosuch"], "nosuch: no such file")):
+        assert run_cli(args) == 2, args
+        assert capsys.readouterr().err == said + "\n"
+    (tmp_path / "reprot").write_text(HEAD)  # a spec that exists is a spec, whatever its name
+    assert run_cli(["reprot", "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("Plan for reprot (dry run")
+
+
 ENTRY_POINT_CASES = [c for c in CASES if c.id in (
     "unknown-top-key", "timeout-yes", "merge-key", "experiment-without-build", "flag-device-gpu")]
 

@@ -115,6 +115,27 @@ def test_a_damaged_study_file_is_one_line_in_every_command(project: Path, finish
     assert db.stat().st_size == 4096  # untouched
 
 
+def test_a_lost_or_emptied_study_file_is_the_sweep_s_line_in_every_command(project: Path, finished: Path) -> None:
+    """The tour's ``--dry-run`` that passed, and ``check``, ``report`` and ``best`` that said to
+    run the sweep first, which then refused: each now says the sweep's line (restore the file, or
+    ``--new-study``), and changes nothing."""
+    db = project / "mlruns" / "optuna.db"
+    for why, lose in (("the file is empty", lambda: db.write_bytes(b"")), ("the file does not exist", db.unlink)):
+        lose()
+        sweep = orchestrate([str(finished)], project)
+        assert sweep.returncode == 2, sweep.stdout + sweep.stderr
+        line = one_line(sweep.stderr)
+        assert f"study 'damaged' is missing from sqlite:///{db} ({why})" in line and "--new-study" in line, line
+        for args in ([str(finished), "--dry-run"], ["check", str(finished)], ["check", str(finished), "--repair"],
+                     ["report", str(finished)], ["best", str(finished)]):
+            code, out, err = command(project, *args)
+            assert (code, out, one_line(err)) == (2, "", line), (args, out, err)
+        code, out, err = command(project, str(finished), "--dry-run", "--new-study")
+        assert code == 0 and out.startswith(f"Plan for {finished}"), err
+        assert not (db.exists() and db.stat().st_size)  # nothing made
+    assert len(run_ids(project, "damaged")) == 3
+
+
 def test_trial_folders_deleted_by_hand_or_by_the_trial_are_differences(project: Path, finished: Path) -> None:
     """The issue's check that said "agree" with 0 of 2 folders, and the "its log: ..." line that
     pointed at nothing."""

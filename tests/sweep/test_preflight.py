@@ -74,6 +74,25 @@ def test_the_run_refuses_them_before_the_probe(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
 
 
+def test_dry_run_refuses_device_slots_as_the_run_does(tmp_path: Path) -> None:
+    """The tour's ``--devices cuda:0 --dry-run`` on a CPU spec: a plan and exit 0, where the run
+    refuses. Now the same line from both (the slots resolved for the device the plan is for)."""
+    spec = write_spec(tmp_path, "name: d\nexperiment: experiments.mlp\ndevice: cpu\nfixed: {hidden_size: 8}\n"
+                      "space:\n  batch_size: [8]\ntrial: {warmup_steps: 1, measure_steps: 1, min_measure_s: 0.01}\n")
+    said = "--devices: devices: devices lists GPUs but the trials run on cpu"
+    run = orchestrate([str(spec), "--devices", "cuda:0"], tmp_path)
+    assert run.returncode == 2 and run.stderr.strip() == said, run.stderr
+    code = ("import sys; from orchestrator import cli; rc = cli.main(sys.argv[1:]); "
+            "print(rc, 'torch' in sys.modules, 'mlflow' in sys.modules)")
+    for flags, line in ((["--devices", "cuda:0"], said),
+                        (["--devices", "cpu:0,cpu:0-1"], "--devices: devices: cpu:0-1 shares cores with another slot")):
+        proc = subprocess.run([sys.executable, "-c", code, str(spec), *flags, "--dry-run"], cwd=tmp_path,
+                              capture_output=True, text=True)
+        assert proc.stdout.strip() == "2 False False" and proc.stderr.startswith(line), proc.stdout + proc.stderr
+        assert len(proc.stderr.splitlines()) == 1
+    assert errors(spec) == []  # the run's own preflight leaves them to the probe's device
+
+
 def test_a_module_that_builds_params_in_code_is_left_to_the_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "built.py").write_text("PARAMS = dict(width=8)\ndef build(params, device): ...\n")
