@@ -126,7 +126,9 @@ def _gib(n: int | float | None, digits: int = 2) -> str:
     return "?" if n is None else f"{n / GIB:,.{digits}f} GiB"
 
 
-def render_facts(facts: dict[str, Any], caps: dict[str, Any] | None, warnings: list[str], device: str) -> str:
+def render_facts(facts: dict[str, Any], caps: dict[str, Any] | None, warnings: list[str], device: str,
+                 asked: str = "auto") -> str:
+    """The facts as text; ``device``: the one ``--check`` uses, ``asked``: as ``--device`` gave it."""
     if "error" in facts:
         return (f"orchestrate doctor: the facts could not be read: {facts['error']}\n"
                 f"  python       {sys.version.split()[0]} ({sys.executable}); "
@@ -162,10 +164,20 @@ def render_facts(facts: dict[str, Any], caps: dict[str, Any] | None, warnings: l
     other = {k: v for k, v in facts["env"].items() if k != "PYTORCH_ENABLE_MPS_FALLBACK"}
     if other:
         lines.append("  env          " + " ".join(f"{k}={v}" for k, v in other.items()))
-    lines.append(f"  device       auto -> {device}")
+    why = unusable(facts, device)
+    lines.append(f"  device       {'auto -> ' if asked == 'auto' else ''}{device}"
+                 + ("" if asked == "auto" else " (from --device)") + (f": cannot be used: {why}" if why else ""))
     if warnings:
         lines += ["Warnings:"] + [f"  - {w}" for w in warnings]
     return "\n".join(lines)
+
+
+def unusable(facts: dict[str, Any], device: str) -> str | None:
+    """Why torch cannot use ``device`` here (``why_not`` in the facts), else None."""
+    found = facts.get(device, {})
+    if device == "cpu" or found.get("available"):
+        return None
+    return str(found.get("why_not") or f"torch sees no {device.upper()} device here")
 
 
 def _cores(cpu: dict[str, Any]) -> str:
@@ -230,7 +242,7 @@ def main(argv: list[str]) -> int:
     from orchestrator.invocation import command
 
     code = EXIT_NOT_HONOURED if args.check and not ok else exits.OK  # no torch, no self-test
-    if args.check and ok and device != "cpu" and not facts[device]["available"]:
+    if args.check and ok and unusable(facts, device):
         print(f"orchestrate doctor: --check on {device}: torch sees no {device.upper()} device here "
               f"({facts[device].get('why_not')}); run `{command('doctor')}` to see what it does see", file=sys.stderr)
         return exits.USAGE
@@ -240,13 +252,14 @@ def main(argv: list[str]) -> int:
     if args.format == "json":
         print(json.dumps(doc, indent=1, default=str))
         return code
-    print(render_facts(facts, caps, warnings, device))
+    print(render_facts(facts, caps, warnings, device, args.device))
     if "check" in doc:
         print()
         print(render_check(doc["check"]))
-    elif ok:
-        print(f"Next: {command('doctor', '--check')}   (at most two minutes: proves the memory knobs take effect "
-              f"on {device})")
+    elif ok and not unusable(facts, device):  # a --check that would refuse is not offered
+        given = () if args.device == "auto" else ("--device", args.device)  # as the user gave it: it pastes
+        print(f"Next: {command('doctor', '--check', *given)}   (at most two minutes: proves the memory knobs take "
+              f"effect on {device})")
     return code
 
 

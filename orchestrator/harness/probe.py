@@ -69,23 +69,33 @@ def probe(module_name: str, device: str, fixed: dict) -> dict:
 def device_answer(device: str, params: list[str] | None) -> dict:
     """The device resolved and described (or why it cannot be used), with the experiment's
     parameter names (None: it does not list them)."""
+    import torch
+
     from orchestrator.harness import backend
 
+    resolved = backend.resolve(device)
+    if why := why_not(resolved):
+        return {"ok": False, "field": "device", "error": f"{resolved} cannot be used: {why}"}
     try:
-        resolved = backend.resolve(device)
         info = backend.describe(resolved)
     except Exception as exc:  # noqa: BLE001
-        return {"ok": False, "field": "device", "error": f"device {device!r} cannot be used: {type(exc).__name__}: {exc}"}
-    if resolved == "cuda" and not __import__("torch").cuda.is_available():
-        return {"ok": False, "field": "device", "error": "device cuda was asked for but torch sees no CUDA device"}
-    if resolved == "mps" and not __import__("torch").backends.mps.is_available():
-        return {"ok": False, "field": "device", "error": "device mps was asked for but torch.backends.mps is not available"}
-    import torch
+        return {"ok": False, "field": "device", "error": f"{resolved} cannot be used: {type(exc).__name__}: {exc}"}
 
     available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
     return {"ok": True, "device": resolved, "available": available, "params": params,
             "device_name": info.get("device_name"), "torch_version": info.get("torch_version"),
             "total_memory_gib": info.get("total_memory_gib")}
+
+
+def why_not(device: str) -> str | None:
+    """Why torch cannot use ``device`` here, in ``orchestrate doctor``'s words (``harness.doctor``:
+    no CUDA or MPS in this torch build, none available, and why), else None."""
+    import torch
+
+    from orchestrator.harness.doctor import cuda_facts, mps_facts
+
+    facts = cuda_facts(torch) if device == "cuda" else mps_facts(torch) if device == "mps" else {"available": True}
+    return None if facts["available"] else str(facts.get("why_not") or f"torch sees no {device} device")
 
 
 def answer(module_name: str, device: str, fixed: dict, smoke: dict | None, say: Callable[[str, dict], None],

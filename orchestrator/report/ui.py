@@ -1,7 +1,8 @@
 """What a person sees in MLflow: ``orchestrate ui``, the runs table's saved view, the parent run.
 
-``orchestrate ui`` runs ``mlflow ui`` bound to 127.0.0.1 as a child process, prints the URL,
-forwards Ctrl-C/SIGTERM and returns the child's exit code. The child gets the run store's URI in
+``orchestrate ui`` runs ``mlflow ui`` bound to 127.0.0.1 as a child process in a session of its
+own, prints the URL, forwards Ctrl-C/SIGTERM (once: the terminal's Ctrl-C reaches this process
+alone) and returns the child's exit code. The child gets the run store's URI in
 ``MLFLOW_BACKEND_STORE_URI``, not on its command line (which any user of the machine can read),
 and none of the orchestrator's other credentials; every URI printed has its password masked.
 The store is never created here: no runs yet is a one-line error. Before the server starts, each
@@ -133,13 +134,16 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
         print(f"  experiment {exp_name!r}: {page}", flush=True)
     print(f"Optuna study: {shlex.join([tool('optuna-dashboard'), pasteable(absolute_uri(storage))])}  "
           f"({shlex.join([tool('pip'), 'install', 'optuna-dashboard'])})", flush=True)
-    child = subprocess.Popen(mlflow_command(port), env=server_env(uri))
+    # A session of its own: the terminal's Ctrl-C reaches this process alone, which passes it on
+    # once. In the terminal's group, mlflow and its uvicorn got it from the terminal as well as
+    # from us (and uvicorn from mlflow too), and uvicorn, asked twice, printed a traceback.
+    child = subprocess.Popen(mlflow_command(port), env=server_env(uri), start_new_session=True)
 
-    def forward(signum: int, _frame: object) -> None:  # Ctrl-C or SIGTERM: let mlflow stop itself
+    def forward(signum: int, _frame: object) -> None:  # Ctrl-C, SIGTERM, a closed terminal: let mlflow stop itself
         if child.poll() is None:
-            child.send_signal(signum)
+            child.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)  # mlflow passes on INT and TERM
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         code = child.wait()
     finally:

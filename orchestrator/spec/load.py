@@ -139,7 +139,8 @@ def check_spec(data: object, path: Path, lines: dict[tuple, int],
     return SweepSpec(path=path, name=name, experiment=experiment, device=device, fixed=fixed,
                      space=space, objective=objective, search=search, trial=trial, storage=storage,
                      tracking_uri=tracking, devices=devices, script=script,
-                     args=args, samples_per_step=per_step, script_file=script_file, lines=lines)
+                     args=args, samples_per_step=per_step, script_file=script_file, lines=lines,
+                     flags=dict(flag_of or {}))
 
 
 def _check_name(c: Checker, top: dict[str, Any]) -> str:

@@ -239,6 +239,8 @@ class SweepSpec:
     script_file: Path | None = field(default=None, compare=False, repr=False)
     """Where ``script`` was found when the spec was loaded (None: not there; a run refuses it)."""
     lines: dict[tuple, int] = field(default_factory=dict, compare=False, repr=False)
+    flags: dict[tuple, str] = field(default_factory=dict, compare=False, repr=False)
+    """The fields whose value a flag gave (``--device``), with the flag: ``error`` names it."""
 
     @property
     def workload(self) -> str:
@@ -257,7 +259,10 @@ class SweepSpec:
         return self.lines.get(tuple(path))
 
     def error(self, path: tuple, rule: str) -> SpecError:
-        """A rule broken by ``path``, found after loading (by the experiment probe, say)."""
+        """A rule broken by ``path``, found after loading (by the experiment probe, say): on the
+        flag that gave its value, else on the spec's line."""
+        if tuple(path) in self.flags:
+            return SpecError(rule, file=self.flags[tuple(path)], field=dotted(path) or None)
         return SpecError(rule, file=str(self.path), line=nearest_line(self.lines, path),
                          field=dotted(path) or None)
 

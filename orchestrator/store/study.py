@@ -35,6 +35,8 @@ def check_url_opens(url: str, what: str, timeout_s: float | None = None, rebuild
         if path.exists() and not path.is_file():
             raise StudyError(f"{what} {shown(url)}: {path} is not a file")
         parent = path.resolve().parent
+        if (above := next((p for p in (parent, *parent.parents) if p.exists()), None)) and not above.is_dir():
+            raise StudyError(f"{what} {shown(url)}: {above} is a file, not a folder; fix the URL")
         if not parent.exists() and parent != Path("mlruns").resolve():
             raise StudyError(f"{what} {shown(url)}: folder {parent} does not exist; create it or fix the URL")
         if parent.exists() and not os.access(parent, os.W_OK):

@@ -48,6 +48,7 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     r = Run(spec, origins, LoadLog(machineload.read()), shared=is_shared(spec.storage))
     check_export(export)
     preflight(spec, origins)  # the workload, its names, the stores, a hub model: every failure at once
+    refuse_lost(spec, new_study)
     if not r.shared and (done := finished_already(spec, origins, retry)) is not None:
         lines, stored = done
         print("\n".join(lines))  # nothing to run: no probe, no device, no MLflow
@@ -75,6 +76,20 @@ def check_export(export: Path | None) -> None:
     if export is not None and not (export.parent.resolve().is_dir() and os.access(export.parent.resolve(), os.W_OK)):
         raise SpecError(f"cannot write {export}: folder {export.parent.resolve()} does not exist or "
                         "is not writable", file="--export")
+
+
+def refuse_lost(spec: SweepSpec, new_study: bool) -> None:
+    """An SQLite study file lost or emptied where an earlier study of its name left its runs is
+    refused here, before the probe and before MLflow's file is made (``report.command.lost_study``:
+    read-only), in the words ``open_stores`` would refuse it in; ``--new-study`` starts one. With
+    MLflow on a server, ``open_stores`` refuses it, the server asked under its outage guard."""
+    from orchestrator.report.command import lost_study
+    from orchestrator.urls import absolute_uri, sqlite_path
+
+    if new_study or sqlite_path(absolute_uri(spec.tracking_uri)) is None:
+        return
+    if (lost := lost_study(spec)) is not None:
+        raise lost
 
 
 def finished_already(spec: SweepSpec, origins: Origins,

@@ -54,6 +54,25 @@ def test_doctor_prints_the_facts_in_about_the_time_of_import_torch(tmp_path: Pat
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # it creates nothing
 
 
+def test_doctor_device_flag_is_carried_into_next_and_a_device_torch_lacks_is_said(tmp_path: Path) -> None:
+    """The tour's ``doctor --device cuda`` on a CPU-only torch: ``auto -> cuda``, then a ``Next:``
+    without the flag, which checked the CPU. The device line names the flag and says why the
+    device cannot be used, and offers no ``--check`` that would refuse; a usable device's
+    ``Next:`` carries the flag, so that it pastes."""
+    import torch
+
+    cpu = orchestrate(["doctor", "--device", "cpu"], tmp_path)
+    assert cpu.returncode == 0, cpu.stderr
+    assert "  device       cpu (from --device)\n" in cpu.stdout
+    assert "Next: orchestrate doctor --check --device cpu   (" in cpu.stdout
+    if torch.version.cuda is None:
+        cuda = orchestrate(["doctor", "--device", "cuda"], tmp_path)
+        assert cuda.returncode == 0 and cuda.stderr == "", cuda.stderr
+        assert "  device       cuda (from --device): cannot be used: this torch build has no CUDA support\n" in cuda.stdout
+        assert "Next:" not in cuda.stdout and "auto ->" not in cuda.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], float, Path]:
     """``orchestrate doctor --check --format json``, run once for real, from a folder holding a

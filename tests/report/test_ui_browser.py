@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 import urllib.request
@@ -199,6 +200,45 @@ def test_ui_keeps_the_stores_password_off_every_command_line(tmp_path: Path, pos
         stop_group(ui)
     printed = log.read_text()
     assert password not in printed and f"(runs in {tracking.replace(password, '***')})" in printed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "sighup"])
+def test_ui_stops_quietly_and_its_server_with_it(how: str, tmp_path_factory: pytest.TempPathFactory,
+                                                  tmp_path: Path) -> None:
+    """The tour's Ctrl-C in the terminal (SIGINT to the whole foreground group) printed uvicorn's
+    40-line traceback: its server was asked twice, by the terminal and again through us. Ctrl-C
+    ends it quietly (exit 0); SIGTERM, or a closed terminal's SIGHUP, to ``orchestrate ui`` alone
+    stops its server too: no process it started outlives it."""
+    project = finished_sweep(tmp_path_factory)
+    port = free_port()
+    log = tmp_path / "ui.log"
+    with open(log, "w") as out:
+        ui = subprocess.Popen([ORCHESTRATE, "ui", "--port", str(port)], cwd=project, stdout=out,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    server: list[int] = []
+    try:
+        wait_for_page(ui, log, port)
+        server = descendants(ui.pid)
+        assert server
+        if how == "ctrl-c":
+            os.killpg(ui.pid, signal.SIGINT)  # as the terminal sends it: to every process of the group
+        else:
+            os.kill(ui.pid, signal.SIGTERM if how == "sigterm" else signal.SIGHUP)
+        code = ui.wait(timeout=60)
+        left = [pid for pid in server if Path(f"/proc/{pid}").exists()]
+    finally:
+        stop_group(ui)
+        for pid in server:  # a server the test failed to stop is not left running
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    printed = log.read_text()
+    assert code == 0, printed[-3000:]
+    assert left == []
+    assert not any(word in printed for word in ("Traceback", "KeyboardInterrupt", "CancelledError")), printed[-3000:]
+    assert "Shutting down" in printed  # uvicorn's own graceful stop
 
 
 def test_ui_help_says_what_the_sweeps_print() -> None:

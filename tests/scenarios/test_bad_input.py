@@ -233,6 +233,9 @@ CASES = [
          ("storage: ", "does/not/exist does not exist", "got 'sqlite:///does/not/exist/x.db'"), 4),
     Case("tracking-folder-missing", HEAD + "tracking_uri: 'sqlite:///nowhere/mlflow.db'\n",
          ("tracking_uri: ", "nowhere does not exist", "got 'sqlite:///nowhere/mlflow.db'"), 4),
+    Case("storage-through-a-file", HEAD + "storage: 'sqlite:///typo.yaml/optuna.db'\n",
+         ("storage: ", "typo.yaml is a file, not a folder; fix the URL", "got 'sqlite:///typo.yaml/optuna.db'"), 4,
+         files={"typo.yaml": "name: t\n"}),
     Case("experiment-missing", "name: t\nexperiment: experiments.nosuch\ndevice: cpu\n",
          ("experiment: ", "no module named 'experiments.nosuch'"), 2),
     Case("experiment-without-build", "name: t\nexperiment: badexp\ndevice: cpu\n",
@@ -255,6 +258,20 @@ CASES = [
          args=("--storage", "notaurl"), prefix="--storage: "),
     Case("flag-tracking-uri", HEAD, ("tracking_uri: ", "refuses a plain folder", "got 'mlruns'"), None,
          args=("--tracking-uri", "mlruns"), prefix="--tracking-uri: "),
+    Case("flag-tracking-uri-through-a-file", HEAD, ("tracking_uri: ", "typo.yaml is a file, not a folder; fix the URL",
+                                                    "got 'sqlite:///typo.yaml/runs/mlflow.db'"), None,
+         args=("--tracking-uri", "sqlite:///typo.yaml/runs/mlflow.db"), files={"typo.yaml": "name: t\n"},
+         prefix="--tracking-uri: "),
+]
+
+
+DEVICE_CASES = [  # the probe's answer, on the flag when the flag gave the device, in doctor's words
+    Case("flag-device-cuda-unbuilt", HEAD, ("device: ", "cuda cannot be used: this torch build has no CUDA support"),
+         None, args=("--device", "cuda"), prefix="--device: "),
+    Case("flag-device-mps-unbuilt", HEAD, ("device: ", "mps cannot be used: this torch build has no MPS support"),
+         None, args=("--device", "mps"), prefix="--device: "),
+    Case("device-cuda-unbuilt", HEAD.replace("device: cpu", "device: cuda"),
+         ("device: ", "cuda cannot be used: this torch build has no CUDA support"), 3),
 ]
 
 
@@ -283,6 +300,25 @@ def check_one_line(err: str, case: Case, spec: Path) -> str:
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_bad_input_gets_one_line_exit_2_and_creates_nothing(
         case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    refused(case, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("case", DEVICE_CASES, ids=str)
+def test_a_device_this_torch_lacks_is_said_plainly(
+        case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The tour's ``--device cuda`` blamed on the spec's ``device: auto`` line, with torch's
+    ``AssertionError``: the flag is named, and the reason is doctor's."""
+    import torch
+
+    built = {"cuda": torch.version.cuda is not None, "mps": torch.backends.mps.is_built()}
+    device = "mps" if "mps" in case.id else "cuda"
+    if built[device]:
+        pytest.skip(f"this torch build has {device}")
+    refused(case, tmp_path, monkeypatch, capsys)
+
+
+def refused(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``case`` run in ``tmp_path``: one line, exit 2, nothing created."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # the probe imports modules from tmp_path
     spec = tmp_path / "spec.yaml"

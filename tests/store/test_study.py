@@ -109,5 +109,11 @@ def test_a_lost_or_emptied_study_file_is_not_replaced_silently(project: Path) ->
         assert f"study 'edited' is missing from sqlite:///{db} ({why})" in refused.stderr
         assert "holds 2 trial run(s)" in refused.stderr and "holds 2 trial folder(s)" in refused.stderr
         assert "--new-study" in refused.stderr and not (db.exists() and db.stat().st_size)  # nothing made
+    fresh = project / "fresh"  # a new, empty tracking location: the folders alone say what was left
+    fresh.mkdir()
+    refused = orchestrate([str(spec), "--tracking-uri", f"sqlite:///{fresh}/mlflow.db"], project)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "holds 2 trial folder(s)" in refused.stderr and "trial run(s)" not in refused.stderr
+    assert list(fresh.iterdir()) == [] and not db.exists()  # the tour's 900 KB mlflow.db made before the refusal
     assert orchestrate([str(spec), "--new-study"], project).returncode == 0
     assert len(child_runs(project, "edited")) == 4  # the earlier runs kept beside the new study's
