@@ -22,6 +22,17 @@ from report.test_report import finished_sweep, png_size
 
 
 @pytest.mark.slow
+def start_ui(project: Path, tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """``orchestrate ui`` on a free port in ``project``, in a session of its own (as a terminal's
+    foreground group), its output to ``tmp_path/ui.log``."""
+    port = free_port()
+    log = tmp_path / "ui.log"
+    with open(log, "w") as out:
+        ui = subprocess.Popen([ORCHESTRATE, "ui", "--port", str(port)], cwd=project, stdout=out,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    return ui, port, log
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium; "
                                              ".ci/run installs it)")
 def test_mlflow_ui_answers_on_the_first_screen(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
@@ -32,11 +43,7 @@ def test_mlflow_ui_answers_on_the_first_screen(tmp_path_factory: pytest.TempPath
     failure mark, and a dot of another colour; the best trial is the first row; the experiment's
     description says what the names and colours mean."""
     project = finished_sweep(tmp_path_factory)
-    port = free_port()
-    log = tmp_path / "ui.log"
-    with open(log, "w") as out:
-        ui = subprocess.Popen([ORCHESTRATE, "ui", "--port", str(port)], cwd=project, stdout=out,
-                              stderr=subprocess.STDOUT, start_new_session=True)
+    ui, port, log = start_ui(project, tmp_path)
     shot = tmp_path / "mlflow_ui.png"
     try:
         url = wait_for_page(ui, log, port)
@@ -211,11 +218,7 @@ def test_ui_stops_quietly_and_its_server_with_it(how: str, tmp_path_factory: pyt
     ends it quietly (exit 0); a closed terminal's SIGHUP to ``orchestrate ui`` alone (passed on as
     SIGTERM, as SIGTERM itself is) stops its server too: no process it started outlives it."""
     project = finished_sweep(tmp_path_factory)
-    port = free_port()
-    log = tmp_path / "ui.log"
-    with open(log, "w") as out:
-        ui = subprocess.Popen([ORCHESTRATE, "ui", "--port", str(port)], cwd=project, stdout=out,
-                              stderr=subprocess.STDOUT, start_new_session=True)
+    ui, port, log = start_ui(project, tmp_path)
     server: list[int] = []
     try:
         wait_for_page(ui, log, port)
