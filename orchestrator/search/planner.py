@@ -214,7 +214,9 @@ class Planner:
         best, c = model.incumbent, self.configs  # where the chance comes from: remeasure.Parts
         any_of = lambda at: self._verdict(model, at, [], p_fit, 0, 0, False).chance if at else 0.0  # noqa: E731
         parts = Parts.of(float(self._chances(model, [rival], p_fit)[0]), any_of, rivals, open_)
-        return self._seen.unsure((best, describe(c[best])), (rival, describe(c[rival])), chance, self.band, self.again, parts)
+        line = self._seen.unsure((best, describe(c[best])), (rival, describe(c[rival])), chance, self.band, self.again, parts)
+        top = self._seen.best(self.maximize)  # the answer reported; the model's own leader may differ under noise
+        return line if top in (None, best) else line + (f"; the best measured, trial {self._seen.measured[top].number} ({describe(c[top])}), is the answer reported, but weighing each measurement's spread against its neighbours' the model puts trial {self._seen.measured[best].number} first")
 
     def _busy(self, in_flight: set[str]) -> set[int]:
         return {self.index[k] for k in in_flight if k in self.index}

@@ -110,6 +110,10 @@ class Measurements:
         known = [u for u in self.own if u is not None]
         return float(np.median(known)) if known else None
 
+    def best(self, maximize: bool) -> int | None:
+        """The configuration with the best recorded value: the answer the sweep reports (None: none yet)."""
+        return (max if maximize else min)(self.values, key=self.values.__getitem__) if self.values else None
+
     def durations(self) -> dict[int, float]:
         return {i: m.duration_s for i, m in self.measured.items() if m.duration_s > 0}
 

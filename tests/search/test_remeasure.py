@@ -114,6 +114,19 @@ def test_with_a_number_of_repeats_nothing_is_measured_again_and_the_stop_says_it
     assert d.verdict.reason.startswith("unsure of the answer: trial ") and "trial.repeats: auto would" in d.verdict.reason
 
 
+def test_an_unsure_line_names_the_best_measured_where_the_model_puts_another_first() -> None:
+    """Under noise the model's leader (its posterior at the measured points) need not be the best
+    measured, which the sweep reports as Best: the newcomer tour's stop named trials 3 and 8, its
+    Best line trial 6. The line says both."""
+    vals = {**FLAT, (32, "bfloat16"): 1080.0}                       # trial 3, alone above its neighbours
+    d = planner(again=False).decide(every_configuration(vals, ci=0.196), set())
+    assert d.verdict.unsure and d.verdict.reason.startswith("unsure of the answer: trial 5 ")
+    assert ("the best measured, trial 3 (batch_size=32 dtype=bfloat16), is the answer reported, but weighing "
+            "each measurement's spread against its neighbours' the model puts trial 5 first") in d.verdict.reason
+    d = planner(again=False).decide(every_configuration(FLAT, ci=0.196), set())
+    assert d.verdict.unsure and "the best measured" not in d.verdict.reason  # the same one: said once
+
+
 def test_quiet_measurements_settle_the_same_leaders_without_measuring_again() -> None:
     apart = {**FLAT, (64, "bfloat16"): 1200.0}                     # 20% ahead, each within +-0.4%
     d = planner().decide(every_configuration(apart, ci=0.004), set())
