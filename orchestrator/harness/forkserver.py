@@ -76,10 +76,8 @@ def fork_server(experiment: str) -> int:
                 return 0
             if order.kind is Kind.GO or order.pid is not None:
                 fd = children.get(order.pid)  # type: ignore[arg-type]  # GO has no pid: get(None) is None
-                if fd is not None:  # go, or to a prepared process (prepared.py): its context, its configuration
-                    os.write(fd, encode_order(GO if order.kind is Kind.GO else Order(Kind.PREPARE)
-                                              if order.kind is Kind.PREPARE else
-                                              Order(Kind.RUN, config=order.config, log=order.log)).encode())
+                if fd is not None:
+                    os.write(fd, encode_order(_passed_on(order)).encode())
                 continue
             go_r, go_w = os.pipe()
             sys.stdout.flush()
@@ -104,6 +102,16 @@ def fork_server(experiment: str) -> int:
             if os.environ.get("ORCHESTRATE_TEST_FORKED_DELAY_S"):  # tests only: the child speaks first
                 time.sleep(float(os.environ["ORCHESTRATE_TEST_FORKED_DELAY_S"]))
             status.write(encode_status(StatusLine(Word.FORKED, pid)))
+
+
+def _passed_on(order: Order) -> Order:
+    """A server's order for one child, as that child reads it: ``go``, or to a prepared process
+    (``prepared.py``) make its context, or its configuration and log."""
+    if order.kind is Kind.GO:
+        return GO
+    if order.kind is Kind.PREPARE:
+        return Order(Kind.PREPARE)
+    return Order(Kind.RUN, config=order.config, log=order.log)
 
 
 def _reap(children: dict[int, int], status: TextIO) -> None:
