@@ -30,6 +30,7 @@ from orchestrator import metrics as M
 from orchestrator.errors import OrchestratorError, UsageParser, print_error
 from orchestrator.invocation import command, tool
 from orchestrator.outcome import Status
+from orchestrator.report import uiguard
 from orchestrator.redact import child_env, first_line, has_secret, pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.studyrecord import StudyRecord
@@ -138,6 +139,7 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
     # once. In the terminal's group, mlflow and its uvicorn got it from the terminal as well as
     # from us (and uvicorn from mlflow too), and uvicorn, asked twice, printed a traceback.
     child = subprocess.Popen(mlflow_command(port), env=server_env(uri), start_new_session=True)
+    guard = start_guard(child.pid)  # stops the server if this process is killed outright
 
     def forward(signum: int, _frame: object) -> None:  # Ctrl-C, SIGTERM, a closed terminal: let mlflow stop itself
         if child.poll() is None:
@@ -149,7 +151,21 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        try:
+            if child.poll() is not None:  # the server has exited: its group's number is not the guard's to use
+                guard.stdin.write(uiguard.DONE)  # type: ignore[union-attr]  # a pipe: stdin=PIPE
+            guard.stdin.close()  # type: ignore[union-attr]  # as above
+        except BrokenPipeError:  # the guard is gone already
+            pass
+        guard.wait()
     return 0 if code in (0, -signal.SIGINT, -signal.SIGTERM) else code
+
+
+def start_guard(pgid: int) -> subprocess.Popen[bytes]:
+    """The server's guard (``uiguard``): it stops process group ``pgid`` once this process's end of
+    its pipe closes without ``DONE``, so ``kill -9`` of ``orchestrate ui`` leaves no server behind."""
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.report.uiguard", str(pgid)], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 # -- the study's parent run: the report's plots and the sweep's description ---------------------

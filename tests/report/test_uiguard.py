@@ -1,0 +1,50 @@
+"""The MLflow server's guard (``orchestrator/report/uiguard.py``), with a real process group in
+place of the server: told ``DONE``, it leaves the group alone; at end of file without it (its
+``orchestrate ui`` killed outright), it stops the group, SIGTERM first, SIGKILL after its grace."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from orchestrator.report import uiguard
+
+TRAP = "trap '' TERM; while :; do sleep 0.05; done"  # a server that ignores SIGTERM
+
+
+def group(script: str = "exec sleep 60") -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["sh", "-c", script], start_new_session=True)
+
+
+def guard(pgid: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.report.uiguard", str(pgid)], stdin=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("said, stopped", [(uiguard.DONE, False), (b"", True)])
+def test_guard_stops_the_group_only_when_its_pipe_closes_without_done(said: bytes, stopped: bool) -> None:
+    server = group()
+    g = guard(server.pid)
+    try:
+        assert g.stdin is not None
+        g.stdin.write(said)
+        g.stdin.close()  # as `orchestrate ui` leaving, or killed: the kernel closes its end
+        if stopped:  # reaped here at once, as the server's own parent would (else a zombie counts as running)
+            assert server.wait(timeout=20) == -signal.SIGTERM
+        assert g.wait(timeout=20) == 0
+        assert (server.poll() is not None) is stopped
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_group_deaf_to_sigterm_is_killed_after_the_grace() -> None:
+    server = group(TRAP)
+    time.sleep(0.3)  # the trap is set
+    started = time.monotonic()
+    uiguard.stop_group(server.pid, grace_s=0.5)
+    assert server.wait(timeout=10) == -signal.SIGKILL
+    assert 0.4 <= time.monotonic() - started < 5
