@@ -42,6 +42,10 @@ DENIED = "permission denied"
 LOCKED = "the database is locked by another process, for longer than its timeout"
 CANT_OPEN = "the database file cannot be opened (a permission, a missing folder or a full disk)"
 IO_ERROR = "a disk I/O error (a full or failing disk)"
+MOVED = "its file was deleted or moved while the sweep ran"
+SQLITE_DBMOVED = 1032
+"""SQLITE_READONLY_DBMOVED, the extended code of a write to an open file no longer at its path:
+not read-only, and running again cannot write there."""
 
 ERRNOS = {errno.ENOSPC: DISK_FULL, errno.EDQUOT: DISK_FULL, errno.EROFS: READ_ONLY, errno.EACCES: DENIED,
           errno.EPERM: DENIED, errno.EFBIG: DISK_FULL}
@@ -144,6 +148,8 @@ def _by_code(exc: BaseException) -> Any:
         return ERRNOS.get(exc.errno, _UNDECIDED)
     code = getattr(exc, "sqlite_errorcode", None)
     if isinstance(code, int):
+        if code == SQLITE_DBMOVED:
+            return MOVED
         return None if code & 0xFF in SQLITE_CORRUPT else SQLITE_CODES.get(code & 0xFF)
     kinds = [k.__name__ for k in type(exc).__mro__]
     if any(k.__module__.startswith("psycopg2") for k in type(exc).__mro__):

@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 
 STOPPED = ("the sweep stopped: no trial was started after it, the trial(s) in flight run again when it resumes, "
            "and the study keeps every result told before it: run the same command once it can be written")
+MOVED = ("the sweep stopped, no trial was started after it: the results told before it are in that file; if it was "
+         "moved, put it back and run the same command to resume, else start a new study with --new-study")
+"""The study's SQLite file gone from its path mid-sweep (``writefault.MOVED``): what to do instead
+of waiting for it to be writable. (MLflow's file gone: the sweep goes on, and the next run writes
+its records anew from the study, as after a full disk.)"""
 
 
 @contextmanager
@@ -33,7 +38,7 @@ def stores_held(r: Run) -> Iterator[None]:
     fails says what that means by how far the run got; the heartbeat stops at the end."""
     from orchestrator.store.outage import StoreDown
     from orchestrator.store.study import study_lock
-    from orchestrator.store.writefault import StoreUnwritable
+    from orchestrator.store.writefault import MOVED as FILE_MOVED, StoreUnwritable
 
     try:
         Path("mlruns").mkdir(exist_ok=True)
@@ -50,7 +55,7 @@ def stores_held(r: Run) -> Iterator[None]:
         from orchestrator.store.converge import abandon
 
         abandon(r.tracker)
-        raise exc.with_outcome(STOPPED) from None
+        raise exc.with_outcome(MOVED if exc.cause == FILE_MOVED else STOPPED) from None
     finally:
         if r.heartbeat is not None:
             r.heartbeat.stop()

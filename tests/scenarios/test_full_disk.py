@@ -214,6 +214,26 @@ def test_study_on_a_full_disk_stops_at_once_then_resumes(project: Path, small_di
     converged(project, path, "studyfull", 3, flags, storage=storage)
 
 
+def test_a_study_file_moved_mid_sweep_says_so_then_put_back_resumes(project: Path) -> None:
+    """The study's file moved away (or deleted) mid-sweep: SQLite refuses the next write as
+    read-only (SQLITE_READONLY_DBMOVED), and the line said "the store is read-only ... run the same
+    command once it can be written", which cannot help. It says the file left its path, and what to
+    do: put it back (then the same command resumes and converges) or start a new study."""
+    path = spec(project, "moved", 6)  # as the read-only test below: the move comes before the last write
+    study = project / "mlruns" / "optuna.db"
+    mover = when_results(study, 1, os.rename, study, project / "optuna.db.moved")
+    run = orchestrate([str(path)], project)
+    mover.join(timeout=30)
+    assert run.returncode == 75, run.stdout + run.stderr
+    one_line(run.stderr, "the study's store sqlite:///", "its file was deleted or moved while the sweep ran",
+             "put it back and run the same command", "--new-study")
+    assert "read-only" not in run.stderr and not left_behind(project)
+    os.rename(project / "optuna.db.moved", study)
+    again = orchestrate([str(path)], project)
+    assert again.returncode == 0, again.stdout + again.stderr
+    converged(project, path, "moved", 6, [])
+
+
 def test_a_read_only_mlflow_store_mid_sweep_then_writable_converges(project: Path, small_disk: Path) -> None:
     # 6 configurations: the bind mount goes read-only after the first result, and must come before
     # the last trial's MLflow writes; with 2 and then 3 (0.1 s trials) the last trial's writes came

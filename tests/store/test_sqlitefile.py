@@ -69,3 +69,20 @@ def test_a_missing_file_is_no_damage_and_nothing_is_created(tmp_path: Path) -> N
 
 def test_the_remedy_quotes_a_path_with_spaces(tmp_path: Path) -> None:
     assert aside(Path("/a b/mlflow.db")) == "mv '/a b/mlflow.db' '/a b/mlflow.db.corrupt'"
+
+
+def test_a_write_to_a_file_no_longer_at_its_path_is_named_moved_not_read_only(tmp_path: Path) -> None:
+    """SQLite's SQLITE_READONLY_DBMOVED (1032): its message says "readonly database", which the
+    words alone would take for a read-only store; the code says the file left its path."""
+    from orchestrator.store.writefault import MOVED, READ_ONLY, cause
+
+    con = sqlite3.connect(tmp_path / "s.db")
+    con.execute("CREATE TABLE t (a)")
+    con.commit()
+    (tmp_path / "s.db").rename(tmp_path / "elsewhere.db")
+    with pytest.raises(sqlite3.OperationalError) as caught:
+        con.execute("INSERT INTO t VALUES (1)")
+        con.commit()
+    con.close()
+    assert "readonly database" in str(caught.value)
+    assert cause(caught.value) == MOVED != READ_ONLY
