@@ -43,8 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", help=STORAGE_HELP)
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.add_argument("--repair", action="store_true", help="write MLflow's missing or wrong records from the "
-                   "study (the source of truth) and end trials cut off by a dead orchestrator, as a sweep's "
-                   "start does; then check again")
+                   "study (the source of truth), end trials cut off by a dead orchestrator, as a sweep's "
+                   "start does, and write back trial folders gone from disk from their MLflow runs' copies; "
+                   "then check again")
     return p
 
 
@@ -62,8 +63,12 @@ def main(argv: list[str]) -> int:
         check_file(spec.tracking_uri, "tracking_uri", f"`{repair}`")
         study = open_study(spec)
         if args.repair:
-            repaired = _repair(spec)
+            restored: list[int] = []
+            repaired = _repair(spec, restored)
             print(f"orchestrate check: {repaired} trial(s)' MLflow records written from the study")
+            if restored and restored[0]:
+                print(f"orchestrate check: {restored[0]} trial folder(s) written back from their MLflow runs' copies "
+                      "(configuration, result and log)")
             study = open_study(spec)
         head, found = inspect(spec, study)
         print("\n".join(head))
@@ -215,7 +220,7 @@ def _folder_root(study: Study, name: str, uid: str) -> Path:
     return trialdir.root(name, uid)
 
 
-def _repair(spec: SweepSpec) -> int:
+def _repair(spec: SweepSpec, restored: list[int]) -> int:
     from orchestrator.report.closing import parent_close, target_of
     from orchestrator.search.space import guess_device, make_plan
     from orchestrator.store.repair import repair
@@ -228,7 +233,7 @@ def _repair(spec: SweepSpec) -> int:
 
         done = len(result_trials(study)) >= target
         return parent_close(spec, study.get_trials(deepcopy=False), target, status="FINISHED" if done else "KILLED")
-    return repair(spec, close, files=True)
+    return repair(spec, close, files=True, restored=restored)
 
 
 if __name__ == "__main__":

@@ -34,10 +34,11 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
     from optuna.trial import FrozenTrial
 
-KINDS = {  # kind -> what the line says is wrong, and whether writing MLflow from the study repairs it
+KINDS = {  # kind -> what the line says is wrong, and whether `check --repair` repairs it
     "no_run": True, "duplicate_runs": True, "run_unfinished": True, "run_status": True, "status_tag": True,
     "metric": True, "param": True, "files": True, "orphan_run": True, "parent": True,
-    "cut_off": True, "folder": False, "no_folder": False,
+    "cut_off": True, "folder": False,
+    "no_folder": True,  # written back from its run's copies (``repair.restore_folders``)
     "no_study": False,  # runs of a study deleted another way: `orchestrate delete SPEC --leftovers`
 }
 
@@ -144,7 +145,7 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
         ran_in = TrialRecord.of(t).trial_dir  # set for a trial that ran a process
         if folders is not None and ran_in and not Path(ran_in).is_dir():
             out.append(Difference("no_folder", f"trial {t.number}: its folder {ran_in} is missing (its configuration, "
-                                  "log and result are gone from disk; its MLflow run keeps the copies it logged)",
+                                  "log and result are gone from disk; its MLflow run keeps the copies it logged, which --repair writes back)",
                                   t.number))
     for number in sorted(set(runs) - numbers):
         ids = ", ".join(r.info.run_id for r in runs[number])

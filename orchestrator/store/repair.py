@@ -19,10 +19,13 @@ if TYPE_CHECKING:
     from orchestrator.store.outage import Outage
 
 
-def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, float]]], files: bool = False) -> int:
+def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, float]]], files: bool = False,
+           restored: list[int] | None = None) -> int:
     """Repair the spec's study's MLflow records; returns how many trials' records were written.
     ``close(study)``: the parent run's status, description and metrics; ``files``: compare each
-    run's files too (a call to MLflow per run and folder). An SQLite study is locked
+    run's files too (a call to MLflow per run and folder), and write back each trial folder gone
+    from disk from its run's copies (``restore_folders``; their number appended to ``restored``,
+    given). An SQLite study is locked
     meanwhile (a sweep running on it refuses, as a second sweep does: ``study.study_lock``).
     Raises ``writefault.StoreUnwritable`` when MLflow still refuses a write."""
     from orchestrator import trialdir
@@ -49,11 +52,49 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
         recovery = Recovery(study, tracker, trialdir.root(spec.name, uid), shared, spec.search.grace_period_s)
         with StudyLock(spec.storage, spec.name):
             recovery.recover(artifacts=artifacts(tracker.client) if files else None)
+        if files:
+            count = restore_folders(study, tracker.client)
+            if restored is not None:
+                restored.append(count)
         if created:
             tracker.close_parent(*close(study))
         if not shared:
             mark(study, spec.tracking_uri, tracker.parent_id, len(study.get_trials(deepcopy=False)))
     return recovery.repaired
+
+
+def restore_folders(study: Any, client: Any) -> int:
+    """Each finished trial's folder that is gone from disk (deleted by hand, say), written back from
+    the copies its MLflow run logged (its configuration, result and log): downloaded beside it
+    first, then renamed into place, so a kill midway leaves no half folder under its name. Returns
+    how many were restored; a run without those copies leaves its folder missing (``check`` says so)."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from orchestrator.store.record import TrialRecord
+
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # a command's output is its own lines
+    restored = 0
+    for t in study.get_trials(deepcopy=False):
+        record = TrialRecord.of(t)
+        folder = Path(record.trial_dir) if record.trial_dir else None
+        if folder is None or folder.is_dir() or not record.mlflow_run_id or not t.state.is_finished():
+            continue
+        files = [f.path for f in client.list_artifacts(record.mlflow_run_id) if not f.is_dir]
+        if not files:
+            continue
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        part = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+        try:
+            for name in files:
+                client.download_artifacts(record.mlflow_run_id, name, str(part))
+            os.rename(part, folder)
+        finally:
+            shutil.rmtree(part, ignore_errors=True)
+        restored += 1
+    return restored
 
 
 def _find_parent(tracker: Any, spec: SweepSpec, uid: str) -> bool:

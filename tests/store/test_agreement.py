@@ -281,7 +281,7 @@ def test_a_trial_whose_folder_is_missing_is_a_difference_only_where_folders_are_
               trial(2, "skipped")]  # skipped: no process, no folder
     runs = {n: [run(n, tag=t.user_attrs["status"])] for n, t in enumerate(trials)}
     found = compare(trials, runs, lambda n: tmp_path / f"trial-{n:04d}", folders={0: tmp_path / "trial-0000"})
-    assert [(d.kind, d.number, d.repairable) for d in found] == [("no_folder", 1, False)]
+    assert [(d.kind, d.number, d.repairable) for d in found] == [("no_folder", 1, True)]  # from its run (--repair)
     assert f"trial 1: its folder {tmp_path / 'trial-0001'} is missing" in found[0].text
     assert compare(trials, runs, lambda n: tmp_path) == []  # the sweep's converge does not look
 
