@@ -164,8 +164,13 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
 def start_guard(pgid: int) -> subprocess.Popen[bytes]:
     """The server's guard (``uiguard``): it stops process group ``pgid`` once this process's end of
     its pipe closes without ``DONE``, so ``kill -9`` of ``orchestrate ui`` leaves no server behind."""
+    env = {k: v for k, v in os.environ.items() if k in GUARD_ENV}  # no credential: it needs none
     return subprocess.Popen([sys.executable, "-m", "orchestrator.report.uiguard", str(pgid)], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+
+
+GUARD_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
+"""What the guard's Python needs of this process's environment: nothing that may hold a secret."""
 
 
 # -- the study's parent run: the report's plots and the sweep's description ---------------------

@@ -16,7 +16,10 @@ from orchestrator.spec.load import SweepSpec
 from orchestrator.urls import is_sqlite
 
 if TYPE_CHECKING:
-    from orchestrator.store.outage import Outage
+    from mlflow.tracking import MlflowClient
+    from optuna import Study
+
+    from orchestrator.store.outage import Outage, RetryingClient
 
 
 def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, float]]], files: bool = False,
@@ -63,7 +66,7 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
     return recovery.repaired
 
 
-def restore_folders(study: Any, client: Any) -> int:
+def restore_folders(study: Study, client: MlflowClient | RetryingClient) -> int:
     """Each finished trial's folder that is gone from disk (deleted by hand, say), written back from
     the copies its MLflow run logged (its configuration, result and log): downloaded beside it
     first, then renamed into place, so a kill midway leaves no half folder under its name. Returns
@@ -121,6 +124,6 @@ def _outage(spec: SweepSpec) -> Outage | None:
     """A tracking server's lost connection is waited out, as in a sweep (``outage.Outage``)."""
     if is_sqlite(spec.tracking_uri):
         return None
-    from orchestrator.store.outage import Outage
+    from orchestrator.store.outage import Outage, RetryingClient
 
     return Outage(f"the tracking store {shown(spec.tracking_uri)}", spec.search.outage_s)
