@@ -124,6 +124,6 @@ def _outage(spec: SweepSpec) -> Outage | None:
     """A tracking server's lost connection is waited out, as in a sweep (``outage.Outage``)."""
     if is_sqlite(spec.tracking_uri):
         return None
-    from orchestrator.store.outage import Outage, RetryingClient
+    from orchestrator.store.outage import Outage
 
     return Outage(f"the tracking store {shown(spec.tracking_uri)}", spec.search.outage_s)
