@@ -135,6 +135,9 @@ class Plan:
             out.append(f"  {n} trial folder(s) in {folder}")
         if self.study is not None or self.mine is not None:
             out.append(f"The experiment {name!r} stays, for the spec's next run.")
+        if self.study is None and (why := lost_file(self.spec.storage)) is not None:
+            out.append(f"(The study's file {why}: if it was lost or moved, not deleted on purpose, restore it "
+                       "instead of deleting these: they are its results.)")
         return out
 
     def run(self) -> list[str]:
@@ -153,6 +156,16 @@ class Plan:
             delete_study(self.spec)
             done.append(f"Deleted study {self.spec.name!r} from {shown(absolute_uri(self.spec.storage))}")
         return done
+
+
+def lost_file(storage: str) -> str | None:
+    """How an SQLite study file is lost (missing or empty, as a lost or moved file leaves it), else None."""
+    from orchestrator.urls import sqlite_path
+
+    path = sqlite_path(absolute_uri(storage))
+    if path is None or (path.is_file() and path.stat().st_size):
+        return None
+    return f"{path} is empty" if path.is_file() else f"{path} does not exist"
 
 
 def _folder(spec: SweepSpec, study: Any, uid: str) -> Path:

@@ -95,6 +95,25 @@ def test_check_flags_runs_of_no_study_and_delete_removes_them(project: Path) -> 
     assert orchestrate([str(spec)], project).returncode == 0  # the experiment stayed: the spec runs again
 
 
+def test_delete_on_an_emptied_study_file_says_to_restore_it_first(project: Path) -> None:
+    """A study file emptied (lost, say): its runs and folders are the study's results, and the
+    sweep's own line says to restore the file. `delete` lists them as runs of no study, and now
+    also says so before it asks (or, with --yes, deletes)."""
+    spec = write_spec(project, SPEC)
+    assert orchestrate([str(spec)], project).returncode == 0
+    db = project / "mlruns" / "optuna.db"
+    db.write_bytes(b"")
+    declined = command(["delete", str(spec)], project, answer="n\n")
+    assert declined.returncode == 0 and declined.stdout.rstrip().endswith("Nothing deleted.")
+    assert f"(The study's file {db} is empty: if it was lost or moved, not deleted on purpose, restore it " \
+           "instead of deleting these: they are its results.)" in declined.stdout
+    assert "that belong to no study" in declined.stdout and list((project / "mlruns" / ".trials").iterdir())
+    db.unlink()
+    gone = command(["delete", str(spec), "--yes"], project)
+    assert gone.returncode == 0 and f"(The study's file {db} does not exist: if it was lost" in gone.stdout
+    assert list((project / "mlruns" / ".trials").iterdir()) == []  # --yes: deleted, as asked
+
+
 def test_a_study_being_run_is_not_deleted(project: Path) -> None:
     import optuna
 
