@@ -39,6 +39,7 @@ KINDS = {  # kind -> what the line says is wrong, and whether `check --repair` r
     "metric": True, "param": True, "files": True, "orphan_run": True, "parent": True,
     "cut_off": True, "folder": False,
     "no_folder": True,  # written back from its run's copies (``repair.restore_folders``)
+    "lost_folder": False,  # missing, and its run holds no copy to write back
     "no_study": False,  # runs of a study deleted another way: `orchestrate delete SPEC --leftovers`
 }
 
@@ -144,9 +145,12 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
                               TrialRecord.of(t).mlflow_run_id, artifacts)
         ran_in = TrialRecord.of(t).trial_dir  # set for a trial that ran a process
         if folders is not None and ran_in and not Path(ran_in).is_dir():
-            out.append(Difference("no_folder", f"trial {t.number}: its folder {ran_in} is missing (its configuration, "
-                                  "log and result are gone from disk; its MLflow run keeps the copies it logged, which --repair writes back)",
-                                  t.number))
+            missing = f"trial {t.number}: its folder {ran_in} is missing (its configuration, log and result are gone from disk"
+            if _has_copies(artifacts, TrialRecord.of(t).mlflow_run_id):
+                out.append(Difference("no_folder", f"{missing}; its MLflow run keeps the copies it logged, which "
+                                      "--repair writes back)", t.number))
+            else:
+                out.append(Difference("lost_folder", f"{missing}, and its MLflow run holds no copy of them)", t.number))
     for number in sorted(set(runs) - numbers):
         ids = ", ".join(r.info.run_id for r in runs[number])
         out.append(Difference("orphan_run", f"MLflow run(s) {ids} tagged trial_number={number}: the study has "
@@ -156,6 +160,17 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
             out.append(Difference("folder", f"folder {folder}: the study has no trial {number} (nothing refers to "
                                   "it; move it aside if it is not yours)"))
     return out
+
+
+def _has_copies(artifacts: Callable[[str, str | None], set[str]] | None, run_id: str | None) -> bool:
+    """Whether run ``run_id`` holds files a trial folder can be written back from (``artifacts``
+    not given: no MLflow experiment to ask)."""
+    if artifacts is None or not run_id:
+        return False
+    try:
+        return bool(artifacts(run_id, None))
+    except Exception:  # noqa: BLE001 - the run itself gone (MLflow's error): no copies
+        return False
 
 
 def keeper(runs: list[Run], run_id: str | None) -> Run:

@@ -76,6 +76,8 @@ def restore_folders(study: Study, client: MlflowClient | RetryingClient) -> int:
     import tempfile
     from pathlib import Path
 
+    from mlflow.exceptions import MlflowException
+
     from orchestrator.store.record import TrialRecord
 
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # a command's output is its own lines
@@ -85,17 +87,20 @@ def restore_folders(study: Study, client: MlflowClient | RetryingClient) -> int:
         folder = Path(record.trial_dir) if record.trial_dir else None
         if folder is None or folder.is_dir() or not record.mlflow_run_id or not t.state.is_finished():
             continue
-        files = [f.path for f in client.list_artifacts(record.mlflow_run_id) if not f.is_dir]
-        if not files:
-            continue
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        part = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         try:
-            for name in files:
-                client.download_artifacts(record.mlflow_run_id, name, str(part))
-            os.rename(part, folder)
-        finally:
-            shutil.rmtree(part, ignore_errors=True)
+            files = [f.path for f in client.list_artifacts(record.mlflow_run_id) if not f.is_dir]
+            if not files:
+                continue
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            part = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+            try:
+                for name in files:
+                    client.download_artifacts(record.mlflow_run_id, name, str(part))
+                os.rename(part, folder)
+            finally:
+                shutil.rmtree(part, ignore_errors=True)
+        except (MlflowException, OSError):  # the run or its copies gone too: the folder stays missing, as `check` says
+            continue
         restored += 1
     return restored
 

@@ -157,6 +157,15 @@ def test_trial_folders_deleted_by_hand_or_by_the_trial_are_differences(project: 
         assert json.loads((folder / "result.json").read_text())["status"] == "ok"
     assert {name: (trials[1] / name).read_bytes() for name in kept} == kept  # a folder on disk is not touched
     assert not [p for p in trials[0].parent.iterdir() if p.name.startswith(".")]  # no download left beside them
+    copies = [p.parent for p in (project / "mlruns").glob("*/*/artifacts/config.json")
+              if p.read_bytes() == kept["config.json"]]  # trial 1's run's copies
+    assert len(copies) == 1, copies
+    shutil.rmtree(trials[1])
+    shutil.rmtree(copies[0])  # its run's copies gone too
+    code, out, err = command(project, "check", str(finished), "--repair")
+    assert code == 1 and "Traceback" not in err, out + err
+    assert f"trial 1: its folder {trials[1]} is missing (its configuration, log and result are gone from disk, " \
+           "and its MLflow run holds no copy of them)" in out and "Repair:" not in out, out
 
     path = spec(project, "cleaner", ", fault: delete_folder", "8")
     proc = orchestrate([str(path)], project)

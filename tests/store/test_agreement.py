@@ -277,12 +277,21 @@ def test_a_trial_in_flight_is_not_compared_and_a_folder_of_no_trial_is_a_differe
 def test_a_trial_whose_folder_is_missing_is_a_difference_only_where_folders_are_compared(tmp_path: Path) -> None:
     """The issue's check that said "agree" with 0 of 2 folders: a trial that ran names its folder."""
     (tmp_path / "trial-0000").mkdir()
-    trials = [trial(0, trial_dir=str(tmp_path / "trial-0000")), trial(1, trial_dir=str(tmp_path / "trial-0001")),
+    trials = [trial(0, trial_dir=str(tmp_path / "trial-0000")),
+              trial(1, trial_dir=str(tmp_path / "trial-0001"), mlflow_run_id="run-1"),
               trial(2, "skipped")]  # skipped: no process, no folder
     runs = {n: [run(n, tag=t.user_attrs["status"])] for n, t in enumerate(trials)}
-    found = compare(trials, runs, lambda n: tmp_path / f"trial-{n:04d}", folders={0: tmp_path / "trial-0000"})
+    held = {"run-1": {"config.json", "result.json", "trial.log"}}
+    found = compare(trials, runs, lambda n: tmp_path / f"trial-{n:04d}", folders={0: tmp_path / "trial-0000"},
+                    artifacts=lambda run_id, sub: held.get(run_id, set()) if sub is None else set())
     assert [(d.kind, d.number, d.repairable) for d in found] == [("no_folder", 1, True)]  # from its run (--repair)
     assert f"trial 1: its folder {tmp_path / 'trial-0001'} is missing" in found[0].text
+    assert "which --repair writes back" in found[0].text
+    held.clear()  # the run's copies gone too: nothing to write it back from, and no repair offered
+    lost = compare(trials, runs, lambda n: tmp_path / f"trial-{n:04d}", folders={0: tmp_path / "trial-0000"},
+                   artifacts=lambda run_id, sub: held.get(run_id, set()))
+    assert [(d.kind, d.number, d.repairable) for d in lost] == [("lost_folder", 1, False)]
+    assert lost[0].text.endswith("and its MLflow run holds no copy of them)")
     assert compare(trials, runs, lambda n: tmp_path) == []  # the sweep's converge does not look
 
 
