@@ -63,12 +63,11 @@ def main(argv: list[str]) -> int:
         check_file(spec.tracking_uri, "tracking_uri", f"`{repair}`")
         study = open_study(spec)
         if args.repair:
-            restored: list[int] = []
+            restored: list[str] = []
             repaired = _repair(spec, restored)
             print(f"orchestrate check: {repaired} trial(s)' MLflow records written from the study")
-            if restored and restored[0]:
-                print(f"orchestrate check: {restored[0]} trial folder(s) written back from their MLflow runs' copies "
-                      "(configuration, result and log)")
+            for line in restored:
+                print(f"orchestrate check: {line}")
             study = open_study(spec)
         head, found = inspect(spec, study)
         print("\n".join(head))
@@ -220,7 +219,7 @@ def _folder_root(study: Study, name: str, uid: str) -> Path:
     return trialdir.root(name, uid)
 
 
-def _repair(spec: SweepSpec, restored: list[int]) -> int:
+def _repair(spec: SweepSpec, restored: list[str]) -> int:
     from orchestrator.report.closing import parent_close, target_of
     from orchestrator.search.space import guess_device, make_plan
     from orchestrator.store.repair import repair

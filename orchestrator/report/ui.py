@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orchestrator import exits
 from orchestrator import metrics as M
 from orchestrator.errors import OrchestratorError, UsageParser, print_error
 from orchestrator.invocation import command, tool
@@ -141,7 +142,10 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
     child = subprocess.Popen(mlflow_command(port), env=server_env(uri), start_new_session=True)
     guard = start_guard(child.pid)  # stops the server if this process is killed outright
 
+    asked: list[int] = []
+
     def forward(signum: int, _frame: object) -> None:  # Ctrl-C, SIGTERM, a closed terminal: let mlflow stop itself
+        asked.append(signum)
         if child.poll() is None:
             child.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)  # mlflow passes on INT and TERM
 
@@ -151,14 +155,26 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        try:
-            if child.poll() is not None:  # the server has exited: its group's number is not the guard's to use
-                guard.stdin.write(uiguard.DONE)  # type: ignore[union-attr]  # a pipe: stdin=PIPE
-            guard.stdin.close()  # type: ignore[union-attr]  # as above
-        except BrokenPipeError:  # the guard is gone already
-            pass
-        guard.wait()
+        end_server(child, guard, gracefully=bool(asked))
+    if not asked:  # it ended by itself: killed, or its port taken between our check and its start
+        print(f"orchestrate ui: the MLflow server ended without being asked to (exit code {code}); its own lines above say why "
+              "(a port taken meanwhile, say); run the same command to start it again", file=sys.stderr)
+        return exits.FAILED
     return 0 if code in (0, -signal.SIGINT, -signal.SIGTERM) else code
+
+
+def end_server(child: subprocess.Popen[bytes], guard: subprocess.Popen[bytes], gracefully: bool) -> None:
+    """Once ``mlflow`` has exited: what is left of its group (uvicorn outlives a killed ``mlflow``)
+    stopped, given the time to stop itself where it was asked to (a second signal made uvicorn print
+    a traceback); then the guard told there is nothing left to stop."""
+    if not (gracefully and uiguard.gone(child.pid, uiguard.GRACE_S)):
+        uiguard.stop_group(child.pid)
+    try:
+        guard.stdin.write(uiguard.DONE)  # type: ignore[union-attr]  # a pipe: stdin=PIPE
+        guard.stdin.close()  # type: ignore[union-attr]  # as above
+    except BrokenPipeError:  # the guard is gone already
+        pass
+    guard.wait()
 
 
 def start_guard(pgid: int) -> subprocess.Popen[bytes]:

@@ -6,6 +6,7 @@ ui`` holds; at end of file without ``DONE`` first (that process ended, however i
 the server's process group: SIGTERM (MLflow passes it on to uvicorn, which shuts down gracefully),
 then SIGKILL to what is left after ``GRACE_S``. ``orchestrate ui`` writes ``DONE`` once its server
 has exited, and the guard leaves without touching a group whose number the system may reuse.
+SIGTERM to the guard itself stops the group too (the protection does not go quietly).
 
     python -m orchestrator.report.uiguard PGID
 
@@ -18,6 +19,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 DONE = b"done\n"
 """What ``orchestrate ui`` writes once its server has exited: nothing left to stop."""
@@ -26,12 +28,33 @@ GRACE_S = 10.0
 
 
 def alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` runs. Where ``/proc`` is (Linux), one that has exited
+    and waits to be reaped (a zombie: uvicorn once ``mlflow`` was killed, where no init reaps it)
+    does not count; elsewhere the group exists."""
+    proc = Path("/proc")
+    if proc.is_dir():
+        for stat in proc.glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+                return True
+        return False
     try:
         os.killpg(pgid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):  # gone, or another user's: never ours to stop
         return False
-    except PermissionError:  # a group of another user's: never ours to stop
-        return False
+    return True
+
+
+def gone(pgid: int, wait_s: float) -> bool:
+    """Whether group ``pgid`` has ended within ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while alive(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
     return True
 
 
@@ -41,11 +64,8 @@ def stop_group(pgid: int, grace_s: float = GRACE_S) -> None:
         os.killpg(pgid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
         return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not alive(pgid):
-            return
-        time.sleep(0.1)
+    if gone(pgid, grace_s):
+        return
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -56,6 +76,11 @@ def main(argv: list[str]) -> int:
     for s in (signal.SIGINT, signal.SIGHUP):  # a terminal's signals are for `orchestrate ui`, which passes them on
         signal.signal(s, signal.SIG_IGN)
     pgid = int(argv[0])
+    def leave(_signum: int, _frame: object) -> None:  # asked to leave: not without stopping the group
+        stop_group(pgid)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, leave)
     said = b""
     while chunk := os.read(0, 64):  # end of file: the last holder of the write end has closed it
         said += chunk

@@ -23,11 +23,11 @@ if TYPE_CHECKING:
 
 
 def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, float]]], files: bool = False,
-           restored: list[int] | None = None) -> int:
+           restored: list[str] | None = None) -> int:
     """Repair the spec's study's MLflow records; returns how many trials' records were written.
     ``close(study)``: the parent run's status, description and metrics; ``files``: compare each
     run's files too (a call to MLflow per run and folder), and write back each trial folder gone
-    from disk from its run's copies (``restore_folders``; their number appended to ``restored``,
+    from disk from its run's copies (``restore_folders``; what it says appended to ``restored``,
     given). An SQLite study is locked
     meanwhile (a sweep running on it refuses, as a second sweep does: ``study.study_lock``).
     Raises ``writefault.StoreUnwritable`` when MLflow still refuses a write."""
@@ -56,9 +56,9 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
         with StudyLock(spec.storage, spec.name):
             recovery.recover(artifacts=artifacts(tracker.client) if files else None)
         if files:
-            count = restore_folders(study, tracker.client)
+            lines = restore_folders(study, tracker.client)
             if restored is not None:
-                restored.append(count)
+                restored.extend(lines)
         if created:
             tracker.close_parent(*close(study))
         if not shared:
@@ -66,14 +66,15 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
     return recovery.repaired
 
 
-def restore_folders(study: Study, client: MlflowClient | RetryingClient) -> int:
+def restore_folders(study: Study, client: MlflowClient | RetryingClient) -> list[str]:
     """Each finished trial's folder that is gone from disk (deleted by hand, say), written back from
-    the copies its MLflow run logged (its configuration, result and log): downloaded beside it
-    first, then renamed into place, so a kill midway leaves no half folder under its name. Returns
-    how many were restored; a run without those copies leaves its folder missing (``check`` says so)."""
+    the copies its MLflow run logged (its configuration, result and log): downloaded into
+    ``.trial-NNNN.restoring`` beside it (one a killed repair left is removed first), then renamed
+    into place, so no half folder is ever under its name. Returns the lines to print: how many were
+    written back, and one per folder that could not be (the OS's reason). A run without those
+    copies, or gone from MLflow, leaves its folder missing (``check`` says so)."""
     import os
     import shutil
-    import tempfile
     from pathlib import Path
 
     from mlflow.exceptions import MlflowException
@@ -81,28 +82,35 @@ def restore_folders(study: Study, client: MlflowClient | RetryingClient) -> int:
     from orchestrator.store.record import TrialRecord
 
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # a command's output is its own lines
-    restored = 0
+    restored, lines = 0, []
     for t in study.get_trials(deepcopy=False):
         record = TrialRecord.of(t)
         folder = Path(record.trial_dir) if record.trial_dir else None
         if folder is None or folder.is_dir() or not record.mlflow_run_id or not t.state.is_finished():
             continue
+        part = folder.with_name(f".{folder.name}.restoring")
         try:
             files = [f.path for f in client.list_artifacts(record.mlflow_run_id) if not f.is_dir]
             if not files:
                 continue
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            part = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-            try:
-                for name in files:
-                    client.download_artifacts(record.mlflow_run_id, name, str(part))
-                os.rename(part, folder)
-            finally:
-                shutil.rmtree(part, ignore_errors=True)
-        except (MlflowException, OSError):  # the run or its copies gone too: the folder stays missing, as `check` says
+            shutil.rmtree(part, ignore_errors=True)  # what a killed repair left
+            part.mkdir(parents=True)  # as the sweep makes a trial folder: the umask's mode
+            for name in files:
+                client.download_artifacts(record.mlflow_run_id, name, str(part))
+            os.rename(part, folder)
+        except MlflowException:  # the run gone from MLflow: nothing to write back from
             continue
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(folder) else ""
+            lines.append(f"trial {t.number}'s folder {folder} could not be written back: {exc.strerror or exc}{where}")
+            continue
+        finally:
+            shutil.rmtree(part, ignore_errors=True)
         restored += 1
-    return restored
+    if restored:
+        lines.insert(0, f"{restored} trial folder(s) written back from their MLflow runs' copies (configuration, "
+                        "result and log)")
+    return lines
 
 
 def _find_parent(tracker: Any, spec: SweepSpec, uid: str) -> bool:

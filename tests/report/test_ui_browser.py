@@ -219,7 +219,7 @@ def test_ui_keeps_the_stores_password_off_every_command_line(tmp_path: Path, pos
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["ctrl-c", "sighup", "sigkill"])  # SIGTERM's path is SIGHUP's (9 s a server: not twice)
+@pytest.mark.parametrize("how", ["ctrl-c", "sighup", "sigkill", "server-killed"])  # SIGTERM's path is SIGHUP's
 def test_ui_stops_quietly_and_its_server_with_it(how: str, tmp_path_factory: pytest.TempPathFactory,
                                                   tmp_path: Path) -> None:
     """The tour's Ctrl-C in the terminal (SIGINT to the whole foreground group) printed uvicorn's
@@ -227,7 +227,9 @@ def test_ui_stops_quietly_and_its_server_with_it(how: str, tmp_path_factory: pyt
     ends it quietly (exit 0); a closed terminal's SIGHUP to ``orchestrate ui`` alone (passed on as
     SIGTERM, as SIGTERM itself is) stops its server too: no process it started outlives it. Nor
     after ``kill -9`` of ``orchestrate ui``, which can pass nothing on: its server went on serving
-    the port until its guard (``uiguard``) stopped it, gracefully, once the pipe between them closed."""
+    the port until its guard (``uiguard``) stopped it, gracefully, once the pipe between them closed.
+    Nor where the server's ``mlflow`` process is killed: its uvicorn went on serving the port and
+    ``orchestrate ui`` exited 247 without a word; it stops the rest of the server and says so."""
     project = finished_sweep(tmp_path_factory)
     ui, port, log = start_ui(project, tmp_path)
     server: list[int] = []
@@ -237,6 +239,9 @@ def test_ui_stops_quietly_and_its_server_with_it(how: str, tmp_path_factory: pyt
         assert server
         if how == "ctrl-c":
             os.killpg(ui.pid, signal.SIGINT)  # as the terminal sends it: to every process of the group
+        elif how == "server-killed":
+            (mlflow,) = [pid for pid in server if b"mlflow ui" in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")]
+            os.kill(mlflow, signal.SIGKILL)
         else:
             os.kill(ui.pid, signal.SIGHUP if how == "sighup" else signal.SIGKILL)
         code = ui.wait(timeout=60)
@@ -251,10 +256,12 @@ def test_ui_stops_quietly_and_its_server_with_it(how: str, tmp_path_factory: pyt
             except ProcessLookupError:
                 pass
     printed = log.read_text()
-    assert code == (-signal.SIGKILL if how == "sigkill" else 0), printed[-3000:]
+    assert code == {"sigkill": -signal.SIGKILL, "server-killed": 3}.get(how, 0), printed[-3000:]
     assert left == []
     assert not any(word in printed for word in ("Traceback", "KeyboardInterrupt", "CancelledError")), printed[-3000:]
     assert "Shutting down" in printed  # uvicorn's own graceful stop
+    ended = "orchestrate ui: the MLflow server ended without being asked to (exit code -9)"
+    assert (ended in printed) is (how == "server-killed"), printed[-3000:]
 
 
 def test_ui_help_says_what_the_sweeps_print() -> None:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +49,30 @@ def test_a_group_deaf_to_sigterm_is_killed_after_the_grace() -> None:
     uiguard.stop_group(server.pid, grace_s=0.5)
     assert server.wait(timeout=10) == -signal.SIGKILL
     assert 0.4 <= time.monotonic() - started < 5
+
+
+def test_sigterm_to_the_guard_stops_the_group_before_it_leaves() -> None:
+    """The protection does not go quietly: a guard asked to leave stops the server first."""
+    server = group()
+    g = guard(server.pid)
+    try:
+        deadline = time.monotonic() + 20
+        while not catches(g.pid, signal.SIGTERM):  # its handler is set (Python starts first)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        g.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == -signal.SIGTERM
+        assert g.wait(timeout=20) == 0
+    finally:
+        server.kill()
+        server.wait()
+        g.kill()
+        g.wait()
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (Linux: SigCgt in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False

@@ -148,12 +148,16 @@ def test_trial_folders_deleted_by_hand_or_by_the_trial_are_differences(project: 
     assert f"trial 0: its folder {trials[0]} is missing" in out and f"trial 2: its folder {trials[2]} is missing" in out
     assert "2 difference(s). Repair: orchestrate check" in out  # from the copies each trial's run logged
     kept = {name: (trials[1] / name).read_bytes() for name in ("config.json", "result.json")}
+    killed = trials[0].with_name(f".{trials[0].name}.restoring")  # what a repair killed midway leaves
+    killed.mkdir()
+    (killed / "config.json").write_text("{")
     code, out, err = command(project, "check", str(finished), "--repair")
     assert code == 0 and err == "", out + err  # MLflow's download bars are not printed
     assert "orchestrate check: 2 trial folder(s) written back from their MLflow runs' copies" in out, out
     assert "The study, MLflow and the trial folders agree." in out
     for folder in (trials[0], trials[2]):
         assert sorted(p.name for p in folder.iterdir()) == ["config.json", "result.json", "trial.log"]
+        assert folder.stat().st_mode == trials[1].stat().st_mode  # as the sweep made it, not a temporary folder's 0700
         assert json.loads((folder / "result.json").read_text())["status"] == "ok"
     assert {name: (trials[1] / name).read_bytes() for name in kept} == kept  # a folder on disk is not touched
     assert not [p for p in trials[0].parent.iterdir() if p.name.startswith(".")]  # no download left beside them
