@@ -201,12 +201,29 @@ def settle(tracker: Any, recovery: Any, close: tuple[str, str, dict[str, float]]
     return Settled(recovery.repaired, len(done.missing), parent_open, refused)
 
 
-def abandon(tracker: Any) -> None:
+def abandon(tracker: Any, trials: Path | None = None) -> None:
     """A sweep stopped by a failure (the study's store refused a write, say): MLflow gets what it
     can of the records queued, for 30 s at most, and the parent run is marked KILLED; whatever it
-    misses, the next run writes from the study."""
+    misses, the next run writes from the study. Given ``trials`` (the study's trial folders, a study
+    no other orchestrator runs), each trial run still RUNNING under the parent (the trials in
+    flight, whose results the study could not take) is ended as interrupted too, with its folder's
+    files: where the study file was lost, no next run of it comes to repair them, and they stayed
+    RUNNING for good."""
+    from orchestrator import trialdir
+    from orchestrator.outcome import Status
+
     tracker.close(timeout_s=30)
+    sync = tracker.sync
     try:
-        tracker.sync.client.set_terminated(tracker.sync.parent_id, "KILLED")
-    except Exception:  # noqa: BLE001 - best effort: the next run's start repairs the parent
+        running = [run for runs in (sync.trial_runs().values() if trials is not None else ()) for run in runs
+                   if run.info.status == "RUNNING"]
+        for run in running:
+            folder = trialdir.folder(trials, int(run.data.tags["trial_number"]))  # type: ignore[arg-type]  # set: running is empty else
+            sync.finish_trial(run.info.run_id, Status.INTERRUPTED, {}, {"detail": ABANDONED},
+                              trialdir.files(folder) if folder.is_dir() else [])
+        sync.client.set_terminated(sync.parent_id, "KILLED")
+    except Exception:  # noqa: BLE001 - best effort: the next run's start repairs the runs
         pass
+
+
+ABANDONED = "the sweep stopped while it ran: the study could not take its result"

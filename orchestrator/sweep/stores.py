@@ -54,7 +54,7 @@ def stores_held(r: Run) -> Iterator[None]:
             raise exc.with_outcome("nothing was started: run the same command once it can be written") from None
         from orchestrator.store.converge import abandon
 
-        abandon(r.tracker)
+        abandon(r.tracker, None if r.shared else r.work_dir)
         raise exc.with_outcome(MOVED if exc.cause == FILE_MOVED else STOPPED) from None
     finally:
         if r.heartbeat is not None:

@@ -220,14 +220,22 @@ def test_a_study_file_moved_mid_sweep_says_so_then_put_back_resumes(project: Pat
     command once it can be written", which cannot help. It says the file left its path, and what to
     do: put it back (then the same command resumes and converges) or start a new study."""
     path = spec(project, "moved", 6)  # as the read-only test below: the move comes before the last write
+    path.write_text(path.read_text().replace("min_measure_s: 0.05", "min_measure_s: 0.8"))  # moved while one runs
     study = project / "mlruns" / "optuna.db"
-    mover = when_results(study, 1, os.rename, study, project / "optuna.db.moved")
+    def move() -> None:  # inside the next trial's window (0.8 s): its run is open when its result cannot be told
+        time.sleep(0.4)
+        os.rename(study, project / "optuna.db.moved")
+
+    mover = when_results(study, 1, move)
     run = orchestrate([str(path)], project)
     mover.join(timeout=30)
     assert run.returncode == 75, run.stdout + run.stderr
     one_line(run.stderr, "the study's store sqlite:///", "its file was deleted or moved while the sweep ran",
              "put it back and run the same command", "--new-study")
     assert "read-only" not in run.stderr and not left_behind(project)
+    runs = child_runs(project, "moved")  # the trial in flight's run too: ended, not RUNNING for good
+    assert runs and all(r.info.status != "RUNNING" for r in runs), [(r.info.status, r.data.tags["status"]) for r in runs]
+    assert all(r.data.tags["status"] != "running" for r in runs)
     os.rename(project / "optuna.db.moved", study)
     again = orchestrate([str(path)], project)
     assert again.returncode == 0, again.stdout + again.stderr
