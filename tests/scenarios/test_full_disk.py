@@ -219,11 +219,11 @@ def test_a_study_file_moved_mid_sweep_says_so_then_put_back_resumes(project: Pat
     read-only (SQLITE_READONLY_DBMOVED), and the line said "the store is read-only ... run the same
     command once it can be written", which cannot help. It says the file left its path, and what to
     do: put it back (then the same command resumes and converges) or start a new study."""
-    path = spec(project, "moved", 6)  # as the read-only test below: the move comes before the last write
-    path.write_text(path.read_text().replace("min_measure_s: 0.05", "min_measure_s: 0.8"))  # moved while one runs
+    path = spec(project, "moved", 3)
+    path.write_text(path.read_text().replace("min_measure_s: 0.05", "min_measure_s: 0.6"))  # moved while one runs
     study = project / "mlruns" / "optuna.db"
-    def move() -> None:  # inside the next trial's window (0.8 s): its run is open when its result cannot be told
-        time.sleep(0.4)
+    def move() -> None:  # inside the next trial's window (0.6 s): its run is open when its result cannot be told
+        time.sleep(0.3)
         os.rename(study, project / "optuna.db.moved")
 
     mover = when_results(study, 1, move)
@@ -239,7 +239,7 @@ def test_a_study_file_moved_mid_sweep_says_so_then_put_back_resumes(project: Pat
     os.rename(project / "optuna.db.moved", study)
     again = orchestrate([str(path)], project)
     assert again.returncode == 0, again.stdout + again.stderr
-    converged(project, path, "moved", 6, [])
+    converged(project, path, "moved", 3, [])
 
 
 def test_a_read_only_mlflow_store_mid_sweep_then_writable_converges(project: Path, small_disk: Path) -> None:
