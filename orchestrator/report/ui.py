@@ -68,6 +68,7 @@ def main(argv: list[str]) -> int:
             from orchestrator.spec.load import load_guarded
 
             spec, _ = load_guarded(args.spec, None, args.tracking_uri)
+            runs_lost(spec)
             return serve(spec.tracking_uri, args.port, spec.storage, spec.name, spec.objective.metrics[0])
         return serve(args.tracking_uri or DEFAULT_TRACKING_URI, args.port)
     except OrchestratorError as exc:
@@ -96,6 +97,23 @@ def server_env(uri: str, environ: dict[str, str] | None = None) -> dict[str, str
     if uri.startswith("postgresql") and not has_secret(uri) and env.get("PGPASSWORD"):
         out["PGPASSWORD"] = env["PGPASSWORD"]
     return out
+
+
+def runs_lost(spec: SweepSpec) -> None:
+    """MLflow's SQLite file missing where the spec's study holds results (deleted, say): refused
+    in one line that names what writes the runs again, not "run a sweep first"."""
+    from orchestrator.store.optuna_sql import trial_counts
+    from orchestrator.urls import sqlite_path
+
+    runs, study = sqlite_path(absolute_uri(spec.tracking_uri)), sqlite_path(absolute_uri(spec.storage))
+    if runs is None or runs.is_file() or study is None:
+        return
+    done = sum((trial_counts(study, spec.name) or {}).get(state, 0) for state in ("COMPLETE", "PRUNED", "FAIL"))
+    if done:
+        raise OrchestratorError(
+            f"no runs in {shown(absolute_uri(spec.tracking_uri))}, but study {spec.name!r} in "
+            f"{shown(absolute_uri(spec.storage))} holds {done} ended trial(s): `{command('check', spec.path, '--repair')}` "
+            "writes their MLflow runs from it (so does the sweep's own command), then run this again")
 
 
 def check_store(uri: str) -> str:

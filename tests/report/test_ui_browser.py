@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -101,6 +102,25 @@ def test_ui_without_runs_says_one_line(tmp_path: Path) -> None:
     assert proc.stderr == f"orchestrate: no runs yet in sqlite:///{tmp_path}/mlruns/mlflow.db; " \
                           "run a sweep first (orchestrate SPEC)\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ui_where_mlflow_lost_its_runs_names_the_repair(tmp_path_factory: pytest.TempPathFactory,
+                                                        tmp_path: Path) -> None:
+    """MLflow's file deleted while the study holds results: "no runs yet ... run a sweep first
+    (orchestrate SPEC)" printed a placeholder and sent a user to run again what had run. It names
+    the repair that writes the runs from the study, which then makes the store the ui serves."""
+    project = tmp_path / "p"
+    shutil.copytree(finished_sweep(tmp_path_factory), project)
+    (project / "mlruns" / "mlflow.db").unlink()
+    proc = orchestrate(["ui", "spec.yaml", "--port", str(free_port())], project)
+    assert proc.returncode == 2 and proc.stdout == ""
+    line = proc.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, proc.stderr
+    assert line.startswith(f"orchestrate: no runs in sqlite:///{project}/mlruns/mlflow.db, but study 'tiny_report' in ")
+    assert "holds 6 ended trial(s): `orchestrate check spec.yaml --repair` writes their MLflow runs" in line, line
+    assert not (project / "mlruns" / "mlflow.db").exists()  # nothing made
+    repaired = orchestrate(["check", "spec.yaml", "--repair"], project)
+    assert repaired.returncode == 0 and len(child_runs(project, "tiny_report")) == 6, repaired.stdout + repaired.stderr
 
 
 @pytest.mark.parametrize("params, metrics, objective, maximize, columns, order", [
