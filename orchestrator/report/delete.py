@@ -160,12 +160,13 @@ class Plan:
 
 def lost_file(storage: str) -> str | None:
     """How an SQLite study file is lost (missing or empty, as a lost or moved file leaves it), else None."""
+    from orchestrator.store.sqlitefile import is_empty
     from orchestrator.urls import sqlite_path
 
     path = sqlite_path(absolute_uri(storage))
-    if path is None or (path.is_file() and path.stat().st_size):
+    if path is None or not is_empty(path):
         return None
-    return f"{path} is empty" if path.is_file() else f"{path} does not exist"
+    return f"{path} is empty" if path.exists() else f"{path} does not exist"
 
 
 def _folder(spec: SweepSpec, study: Any, uid: str) -> Path:
