@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 # Nothing else at import: a Ctrl-C while the command's modules load is caught by ``entry``.
 
@@ -100,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return print_error(OrchestratorError(f"unknown command {argv[0]!r}; did you mean {near!r}?"))
     parser = build_parser()
     args = parser.parse_args(argv)
+    early = _stop_early()
     try:
         from orchestrator.urls import guard, overrides
 
@@ -131,9 +134,33 @@ def main(argv: list[str] | None = None) -> int:
                    devices_flag=args.devices is not None, origins=origins, new_study=args.new_study)
     except OrchestratorError as exc:
         return print_error(exc)
-    except KeyboardInterrupt:  # before the sweep's own handlers: nothing was started yet
-        print("orchestrate: interrupted before the sweep started; nothing was run", file=sys.stderr)
-        return exits.INTERRUPTED
+    except KeyboardInterrupt as exc:  # before the sweep's own handlers: no trial was started yet
+        signum = getattr(exc, "signum", signal.SIGINT)
+        how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        print(f"orchestrate: {how} before the sweep started; nothing was run", file=sys.stderr)
+        return exits.for_signal(signum)
+    finally:
+        for signum, handler in early.items():
+            signal.signal(signum, handler)
+
+
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP before the sweep's own handlers (``sweep.output.guarded``) are set: as
+    Ctrl-C there, the probe and the fork servers are ended on the way out and one line says so."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_early() -> dict[int, Any]:
+    """SIGTERM and SIGHUP raise ``_Stopped`` until the sweep takes them over (a signal the
+    caller ignores, as ``nohup`` ignores SIGHUP, stays ignored); the handlers they replaced."""
+    def stop(signum: int, _frame: object) -> None:
+        raise _Stopped(signum)
+
+    return {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)
+            if signal.getsignal(s) is not signal.SIG_IGN}
 
 
 def near_command(word: str) -> str | None:

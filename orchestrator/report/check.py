@@ -65,7 +65,8 @@ def main(argv: list[str]) -> int:
         if args.repair:
             restored: list[str] = []
             repaired = _repair(spec, restored)
-            print(f"orchestrate check: {repaired} trial(s)' MLflow records written from the study")
+            print(f"orchestrate check: {repaired} trial(s)' MLflow records written from the study" if repaired else
+                  "orchestrate check: MLflow held every trial's records: none written")
             for line in restored:
                 print(f"orchestrate check: {line}")
             study = open_study(spec)

@@ -27,7 +27,7 @@ from orchestrator import exits, trialdir
 from orchestrator.errors import OrchestratorError, StudyError, UsageParser, first_line, print_error
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec, load_guarded
-from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri
+from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, Origins, absolute_uri
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv[1:])
     try:
-        spec, _ = load_guarded(args.spec, args.storage, args.tracking_uri)
+        spec, origins = load_guarded(args.spec, args.storage, args.tracking_uri)
+        damaged(spec, origins)
         plan = Plan.of(spec, leftovers_only=args.leftovers)
         print("\n".join(plan.lines()))
         if plan.empty:
@@ -66,6 +67,19 @@ def main(argv: list[str]) -> int:
         return exits.OK
     except OrchestratorError as exc:
         return print_error(exc)
+
+
+def damaged(spec: SweepSpec, origins: Origins) -> None:
+    """A store's file that is damaged or not a database: one line with what to do, nothing deleted
+    (MLflow's is moved aside and rebuilt from the study by ``check --repair``, whose runs this
+    command can then delete)."""
+    from orchestrator.invocation import command
+    from orchestrator.report.closing import store_flags
+    from orchestrator.store.study import check_file
+
+    check_file(absolute_uri(spec.storage), "storage")
+    check_file(absolute_uri(spec.tracking_uri), "tracking_uri",
+               f"`{command('check', spec.path, *store_flags(spec, origins), '--repair')}`")
 
 
 def ask() -> bool | None:
@@ -127,16 +141,18 @@ class Plan:
             out.append(f"  its {len(self.mine.runs)} MLflow run(s) (the parent run and {len(self.mine.trials)} "
                        f"trial run(s)) in experiment {name!r} in {tracking}")
         n_none = sum(len(g.runs) for g in self.none)
+        lost = lost_file(self.spec.storage) if self.study is None else None
         if n_none:
-            out.append(f"  {n_none} MLflow run(s) there that belong to no study (left by an earlier study of "
-                       "this name, deleted another way)")
+            whose = ("whose study is not in its file (below)" if lost is not None else
+                     "that belong to no study (left by an earlier study of this name, deleted another way)")
+            out.append(f"  {n_none} MLflow run(s) there {whose}")
         for folder in self.folders:
             n = sum(1 for p in folder.iterdir() if trialdir.number_of(p) is not None)
             out.append(f"  {n} trial folder(s) in {folder}")
         if self.study is not None or self.mine is not None:
             out.append(f"The experiment {name!r} stays, for the spec's next run.")
-        if self.study is None and (why := lost_file(self.spec.storage)) is not None:
-            out.append(f"(The study's file {why}: if it was lost or moved, not deleted on purpose, restore it "
+        if lost is not None:
+            out.append(f"(The study's file {lost}: if it was lost or moved, not deleted on purpose, restore it "
                        "instead of deleting these: they are its results.)")
         return out
 
@@ -225,7 +241,7 @@ def no_study(spec: SweepSpec, uid: str | None) -> list[Any]:
     from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
     from orchestrator.store.agreement import Difference
     from orchestrator.store.leftovers import describe, leftover_groups
-    from orchestrator.urls import Origins, command_flags
+    from orchestrator.urls import command_flags
 
     try:
         found = leftover_groups(spec.tracking_uri, spec.name, spec.storage, uid)

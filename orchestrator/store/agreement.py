@@ -39,6 +39,7 @@ KINDS = {  # kind -> what the line says is wrong, and whether `check --repair` r
     "metric": True, "param": True, "files": True, "orphan_run": True, "parent": True,
     "cut_off": True, "folder": False,
     "no_folder": True,  # written back from its run's copies (``repair.restore_folders``)
+    "folder_files": True,  # the same, for files gone from a folder that is there
     "lost_folder": False,  # missing, and its run holds no copy to write back
     "no_study": False,  # runs of a study deleted another way: `orchestrate delete SPEC --leftovers`
 }
@@ -151,6 +152,10 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
                                       "--repair writes back)", t.number))
             else:
                 out.append(Difference("lost_folder", f"{missing}, and its MLflow run holds no copy of them)", t.number))
+        elif folders is not None and ran_in and (lacking := _lacking(artifacts, TrialRecord.of(t), Path(ran_in))):
+            out.append(Difference("folder_files", f"trial {t.number}: its folder {ran_in} lacks {', '.join(lacking)} "
+                                  "(deleted from disk; its MLflow run keeps the copies it logged, which --repair "
+                                  "writes back)", t.number))
     for number in sorted(set(runs) - numbers):
         ids = ", ".join(r.info.run_id for r in runs[number])
         out.append(Difference("orphan_run", f"MLflow run(s) {ids} tagged trial_number={number}: the study has "
@@ -160,6 +165,17 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
             out.append(Difference("folder", f"folder {folder}: the study has no trial {number} (nothing refers to "
                                   "it; move it aside if it is not yours)"))
     return out
+
+
+def _lacking(artifacts: Callable[[str, str | None], set[str]] | None, record: TrialRecord, folder: Path) -> list[str]:
+    """``lacking_files`` of a trial's folder, where MLflow can be asked (none where its run is gone)."""
+    run_id = record.mlflow_run_id
+    if artifacts is None or not run_id:
+        return []
+    try:
+        return lacking_files(folder, record.process_count, lambda sub: artifacts(run_id, sub))
+    except Exception:  # noqa: BLE001 - the run itself gone (MLflow's error): nothing to write back
+        return []
 
 
 def _has_copies(artifacts: Callable[[str, str | None], set[str]] | None, run_id: str | None) -> bool:
@@ -214,6 +230,13 @@ def _compare_trial(record: Record, runs: list[Any], run_id: str | None,
         if missing:
             out.append(Difference("files", f"trial {n}: MLflow lacks its file(s) {', '.join(missing)}", n))
     return out
+
+
+def lacking_files(trial_dir: Path, processes: int, held: Callable[[str | None], set[str]]) -> list[str]:
+    """The files of an existing trial folder that are gone from it but that its MLflow run holds
+    (``held(artifact folder)``: the names there), as artifact paths (``repeat-2/result.json``)."""
+    return [path.name if folder is None else f"{folder}/{path.name}" for path, folder in trialdir.files(trial_dir, processes)
+            if not path.is_file() and path.name in held(folder)]
 
 
 def _shown(value: float | None) -> str:

@@ -82,22 +82,32 @@ def restore_folders(study: Study, client: MlflowClient | RetryingClient) -> list
     from orchestrator.store.record import TrialRecord
 
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # a command's output is its own lines
-    restored, lines = 0, []
+    from orchestrator.store.agreement import lacking_files
+
+    restored, filled, lines = 0, 0, []
     for t in study.get_trials(deepcopy=False):
         record = TrialRecord.of(t)
         folder = Path(record.trial_dir) if record.trial_dir else None
-        if folder is None or folder.is_dir() or not record.mlflow_run_id or not t.state.is_finished():
+        if folder is None or not record.mlflow_run_id or not t.state.is_finished():
             continue
         part = folder.with_name(f".{folder.name}.restoring")
+        run_id = record.mlflow_run_id
         try:
-            files = [f.path for f in client.list_artifacts(record.mlflow_run_id) if not f.is_dir]
+            whole = not folder.is_dir()
+            files = ([f.path for f in client.list_artifacts(run_id) if not f.is_dir] if whole else
+                     lacking_files(folder, record.process_count,
+                                   lambda sub: {Path(f.path).name for f in client.list_artifacts(run_id, sub)}))
             if not files:
                 continue
             shutil.rmtree(part, ignore_errors=True)  # what a killed repair left
             part.mkdir(parents=True)  # as the sweep makes a trial folder: the umask's mode
             for name in files:
-                client.download_artifacts(record.mlflow_run_id, name, str(part))
-            os.rename(part, folder)
+                client.download_artifacts(run_id, name, str(part))
+            if whole:
+                os.rename(part, folder)
+            for name in ([] if whole else files):  # each file whole, or not at all
+                (folder / name).parent.mkdir(exist_ok=True)
+                os.rename(part / name, folder / name)
         except MlflowException:  # the run gone from MLflow: nothing to write back from
             continue
         except OSError as exc:
@@ -106,7 +116,9 @@ def restore_folders(study: Study, client: MlflowClient | RetryingClient) -> list
             continue
         finally:
             shutil.rmtree(part, ignore_errors=True)
-        restored += 1
+        restored, filled = restored + whole, filled + (not whole)
+    if filled:
+        lines.insert(0, f"{filled} trial folder(s) given back the files deleted from them, from their MLflow runs' copies")
     if restored:
         lines.insert(0, f"{restored} trial folder(s) written back from their MLflow runs' copies (configuration, "
                         "result and log)")

@@ -42,7 +42,7 @@ DENIED = "permission denied"
 LOCKED = "the database is locked by another process, for longer than its timeout"
 CANT_OPEN = "the database file cannot be opened (a permission, a missing folder or a full disk)"
 IO_ERROR = "a disk I/O error (a full or failing disk)"
-MOVED = "its file was deleted or moved while the sweep ran"
+MOVED = "its file was deleted, moved or replaced while the sweep ran"
 SQLITE_DBMOVED = 1032
 """SQLITE_READONLY_DBMOVED, the extended code of a write to an open file no longer at its path:
 not read-only, and running again cannot write there."""

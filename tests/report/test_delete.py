@@ -107,7 +107,13 @@ def test_delete_on_an_emptied_study_file_says_to_restore_it_first(project: Path)
     assert declined.returncode == 0 and declined.stdout.rstrip().endswith("Nothing deleted.")
     assert f"(The study's file {db} is empty: if it was lost or moved, not deleted on purpose, restore it " \
            "instead of deleting these: they are its results.)" in declined.stdout
-    assert "that belong to no study" in declined.stdout and list((project / "mlruns" / ".trials").iterdir())
+    assert "  2 MLflow run(s) there whose study is not in its file (below)" in declined.stdout, declined.stdout
+    assert "deleted another way" not in declined.stdout and list((project / "mlruns" / ".trials").iterdir())
+    db.write_bytes(b"not a database\n" * 20)  # overwritten: one line with what to do, nothing deleted
+    junk = command(["delete", str(spec), "--yes"], project)
+    assert junk.returncode == 2 and junk.stdout == "" and len(junk.stderr.strip().splitlines()) == 1, junk.stderr
+    assert f"{db} is not an SQLite database; restore it from a backup, or move it aside" in junk.stderr
+    assert list((project / "mlruns" / ".trials").iterdir())
     db.unlink()
     gone = command(["delete", str(spec), "--yes"], project)
     assert gone.returncode == 0 and f"(The study's file {db} does not exist: if it was lost" in gone.stdout

@@ -239,3 +239,29 @@ def test_a_trial_quiet_for_long_gets_a_line(seeded_project: Path) -> None:
     assert quiet[0].startswith("orchestrate: trial #0 has run ") and "it is killed at trial.timeout_s=8 s" in quiet[0]
     assert "its log: " in quiet[0] and "trial-0000/trial.log" in quiet[0]
     assert left_behind(project) == []
+
+
+def test_sigterm_or_sighup_before_the_sweep_starts_is_one_line_and_leaves_nothing(project: Path) -> None:
+    """While the probe imports the experiment (here, a module that sleeps at its import), before
+    the sweep's own handlers: SIGTERM and SIGHUP were the default action, a silent exit 143 or 129;
+    now, as Ctrl-C there, one line, the fork server and the probe ended, no store made."""
+    (project / "slow_import.py").write_text(
+        "import os, pathlib, time\npathlib.Path('importing').write_text(str(os.getpid()))\ntime.sleep(120)\n"
+        "def build(params, device): ...\n")
+    path = write_spec(project, "name: early\nexperiment: slow_import\ndevice: cpu\nspace:\n  batch_size: [4, 8]\n")
+    for signum, code in ((signal.SIGTERM, 143), (signal.SIGHUP, 129)):
+        marker = project / "importing"
+        marker.unlink(missing_ok=True)
+        proc = subprocess.Popen([ORCHESTRATE, str(path)], cwd=project, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), proc.communicate(timeout=30)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+        name = signal.Signals(signum).name
+        assert (proc.returncode, out, err) == (code, "", f"orchestrate: stopped by {name} before the sweep started; "
+                                                         "nothing was run\n")
+        assert left_behind(project) == []  # the probe that was importing too
+        assert not (project / "mlruns" / "optuna.db").exists() and not (project / "mlruns" / "mlflow.db").exists()

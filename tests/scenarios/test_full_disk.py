@@ -230,7 +230,7 @@ def test_a_study_file_moved_mid_sweep_says_so_then_put_back_resumes(project: Pat
     run = orchestrate([str(path)], project)
     mover.join(timeout=30)
     assert run.returncode == 75, run.stdout + run.stderr
-    one_line(run.stderr, "the study's store sqlite:///", "its file was deleted or moved while the sweep ran",
+    one_line(run.stderr, "the study's store sqlite:///", "its file was deleted, moved or replaced while the sweep ran",
              "put it back and run the same command", "--new-study")
     assert "read-only" not in run.stderr and not left_behind(project)
     runs = child_runs(project, "moved")  # the trial in flight's run too: ended, not RUNNING for good

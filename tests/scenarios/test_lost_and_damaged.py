@@ -76,7 +76,8 @@ def test_a_damaged_mlflow_file_is_one_line_and_moved_aside_it_is_rebuilt_from_th
         sweep = orchestrate([str(finished)], project)
         assert sweep.returncode == 2, (name, sweep.stdout + sweep.stderr)
         line = one_line(sweep.stderr)
-        assert line.startswith(f"{finished}:") and "tracking_uri: mlruns/mlflow.db " in line, line
+        # the spec names no tracking_uri: the store's own line, not a spec line the file lacks
+        assert line.startswith("orchestrate: tracking_uri sqlite:///mlruns/mlflow.db: mlruns/mlflow.db "), line
         assert "mv mlruns/mlflow.db mlruns/mlflow.db.corrupt" in line and "rebuilds MLflow's records" in line
         for args in (["check", str(finished)], ["check", str(finished), "--repair"]):
             code, out, err = command(project, *args)
@@ -108,7 +109,7 @@ def test_a_damaged_study_file_is_one_line_in_every_command(project: Path, finish
     db = project / "mlruns" / "optuna.db"
     os.truncate(db, 4096)
     for args in ([str(finished)], [str(finished), "--dry-run"], ["report", str(finished)], ["best", str(finished)],
-                 ["check", str(finished)]):
+                 ["check", str(finished)], ["delete", str(finished), "--yes"]):
         proc = orchestrate(args, project)
         assert proc.returncode == 2, (args, proc.stdout + proc.stderr)
         line = one_line(proc.stderr)
@@ -154,12 +155,21 @@ def test_trial_folders_deleted_by_hand_or_by_the_trial_are_differences(project: 
     code, out, err = command(project, "check", str(finished), "--repair")
     assert code == 0 and err == "", out + err  # MLflow's download bars are not printed
     assert "orchestrate check: 2 trial folder(s) written back from their MLflow runs' copies" in out, out
+    assert out.startswith("orchestrate check: MLflow held every trial's records: none written\n"), out  # not "0 trial(s)'"
     assert "The study, MLflow and the trial folders agree." in out
     for folder in (trials[0], trials[2]):
         assert sorted(p.name for p in folder.iterdir()) == ["config.json", "result.json", "trial.log"]
         assert folder.stat().st_mode == trials[1].stat().st_mode  # as the sweep made it, not a temporary folder's 0700
         assert json.loads((folder / "result.json").read_text())["status"] == "ok"
     assert {name: (trials[1] / name).read_bytes() for name in kept} == kept  # a folder on disk is not touched
+    (trials[1] / "result.json").unlink()  # one file of a folder that is there: "agree" before
+    code, out, err = command(project, "check", str(finished))
+    assert code == 1 and f"trial 1: its folder {trials[1]} lacks result.json (deleted from disk; its MLflow run " \
+           "keeps the copies it logged, which --repair writes back)" in out, out + err
+    code, out, err = command(project, "check", str(finished), "--repair")
+    assert code == 0 and "1 trial folder(s) given back the files deleted from them" in out, out + err
+    assert "none written" in out and "agree" in out  # MLflow's records were not written again for it
+    assert {name: (trials[1] / name).read_bytes() for name in kept} == kept
     assert not [p for p in trials[0].parent.iterdir() if p.name.startswith(".")]  # no download left beside them
     copies = [p.parent for p in (project / "mlruns").glob("*/*/artifacts/config.json")
               if p.read_bytes() == kept["config.json"]]  # trial 1's run's copies

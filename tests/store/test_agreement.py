@@ -321,3 +321,17 @@ def test_the_mark_matches_only_the_same_store_and_number_of_trials(tmp_path: Pat
     marked = StoredStudy("s", ("maximize",), {"orchestrate.recorded": {**mark, "tracking_uri": sqlite}},
                          [trial(0), trial(1)])
     assert not recorded(marked, sqlite)
+
+
+def test_files_gone_from_a_folder_that_is_there_are_the_ones_its_run_holds(tmp_path: Path) -> None:
+    """``lacking_files``: only what MLflow can give back is lacking (a trial cut off before its
+    result has none in its run either); a second process's files are under ``repeat-2/``."""
+    from orchestrator.store.agreement import lacking_files
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "repeat-2").mkdir()
+    (tmp_path / "repeat-2" / "trial.log").write_text("")
+    held = {None: {"config.json", "result.json", "trial.log"}, "repeat-2": {"trial.log", "result.json"}}
+    assert lacking_files(tmp_path, 1, lambda folder: held[folder]) == ["trial.log", "result.json"]
+    assert lacking_files(tmp_path, 2, lambda folder: held[folder]) == ["trial.log", "result.json", "repeat-2/result.json"]
+    assert lacking_files(tmp_path, 1, lambda folder: {"config.json"}) == []

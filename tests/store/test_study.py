@@ -55,7 +55,12 @@ def test_a_file_that_is_not_a_database_is_refused_untouched(project: Path) -> No
     proc = orchestrate([str(spec)], project)
     assert proc.returncode == 2, proc.stderr
     assert "is not an SQLite database" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    # the spec names no storage: the store's own line, not a spec line and field the file lacks
+    assert proc.stderr.startswith("orchestrate: storage sqlite:///mlruns/optuna.db: mlruns/optuna.db is not"), proc.stderr
     assert junk.read_bytes().startswith(b"these are not")
+    spec.write_text(spec.read_text() + "storage: sqlite:///mlruns/optuna.db\n")  # named: its line
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"{spec}:9: storage: mlruns/optuna.db is not"), proc.stderr
 
 
 def test_a_corrupt_database_gets_a_way_forward(project: Path) -> None:
