@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 # Nothing else at import: a Ctrl-C while the command's modules load is caught by ``entry``.
 
@@ -100,9 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv)
     if argv and (near := near_command(argv[0])) is not None:
         return print_error(OrchestratorError(f"unknown command {argv[0]!r}; did you mean {near!r}?"))
+    from orchestrator.sweep import output
+
+    output.stop_early()  # SIGTERM and SIGHUP, until the sweep takes them over: one line, as Ctrl-C
     parser = build_parser()
     args = parser.parse_args(argv)
-    early = _stop_early()
     try:
         from orchestrator.urls import guard, overrides
 
@@ -134,33 +135,14 @@ def main(argv: list[str] | None = None) -> int:
                    devices_flag=args.devices is not None, origins=origins, new_study=args.new_study)
     except OrchestratorError as exc:
         return print_error(exc)
-    except KeyboardInterrupt as exc:  # before the sweep's own handlers: no trial was started yet
+    except KeyboardInterrupt as exc:  # outside the sweep's own handlers (``sweep.output``)
         signum = getattr(exc, "signum", signal.SIGINT)
         how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        print(f"orchestrate: {how} before the sweep started; nothing was run", file=sys.stderr)
+        if not output.began:  # after the sweep, its own last line has been said
+            print(f"orchestrate: {how} before the sweep started; nothing was run", file=sys.stderr)
         return exits.for_signal(signum)
     finally:
-        for signum, handler in early.items():
-            signal.signal(signum, handler)
-
-
-class _Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP before the sweep's own handlers (``sweep.output.guarded``) are set: as
-    Ctrl-C there, the probe and the fork servers are ended on the way out and one line says so."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _stop_early() -> dict[int, Any]:
-    """SIGTERM and SIGHUP raise ``_Stopped`` until the sweep takes them over (a signal the
-    caller ignores, as ``nohup`` ignores SIGHUP, stays ignored); the handlers they replaced."""
-    def stop(signum: int, _frame: object) -> None:
-        raise _Stopped(signum)
-
-    return {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)
-            if signal.getsignal(s) is not signal.SIG_IGN}
+        output.end_early()
 
 
 def near_command(word: str) -> str | None:

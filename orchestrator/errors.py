@@ -55,7 +55,7 @@ def raise_all(errors: list[SpecError]) -> None:
     unique = list({str(e): e for error in errors for e in each_error(error)}.values())
     if not unique:
         return
-    ordered = sorted(unique, key=lambda e: (e.line is not None, e.line or 0))
+    ordered = sorted(unique, key=lambda e: (e.line is not None, e.line or 0, str(e)))  # found by threads: in no order
     raise ordered[0] if len(ordered) == 1 else SpecErrors(ordered)
 
 

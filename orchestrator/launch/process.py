@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from orchestrator.harness.ahead import encode_params
+from orchestrator.harness.subreaper import end_descendants  # here, not in the signal handler: a second
+# signal during the first one's import found the module half made (ImportError, the group not killed)
 from orchestrator.protocol import (CPU_CORES_ENV, LEAVE, PARENT_PID_ENV, PRELOAD_ENV, SERVE_FLAG, STATUS_FD_ENV,
                                            Order, StatusLine, Word, decode_status, encode_order)
 from orchestrator.timeline import event
@@ -41,8 +43,6 @@ def wait_until(done: Callable[[], bool], timeout_s: float) -> None:
 def kill_group(pgid: int) -> None:
     """Kill a trial's process group (``pgid``: its leader's pid) and, first, every descendant of
     its leader that left the group (``setsid``; ``harness.subreaper``)."""
-    from orchestrator.harness.subreaper import end_descendants
-
     end_descendants(pgid)
     try:
         os.killpg(pgid, signal.SIGKILL)

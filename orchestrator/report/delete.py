@@ -149,8 +149,10 @@ class Plan:
         for folder in self.folders:
             n = sum(1 for p in folder.iterdir() if trialdir.number_of(p) is not None)
             out.append(f"  {n} trial folder(s) in {folder}")
-        if self.study is not None or self.mine is not None:
+        if self.mine is not None:
             out.append(f"The experiment {name!r} stays, for the spec's next run.")
+        if (gone := lost_file(self.spec.tracking_uri)) is not None and gone.endswith(" is empty"):
+            out.append(f"(MLflow's file {gone}: it holds no run to delete, and is left as it is.)")
         if lost is not None:
             out.append(f"(The study's file {lost}: if it was lost or moved, not deleted on purpose, restore it "
                        "instead of deleting these: they are its results.)")
@@ -175,7 +177,7 @@ class Plan:
 
 
 def lost_file(storage: str) -> str | None:
-    """How an SQLite study file is lost (missing or empty, as a lost or moved file leaves it), else None."""
+    """How an SQLite store's file is lost (missing or empty, as a lost or moved file leaves it), else None."""
     from orchestrator.store.sqlitefile import is_empty
     from orchestrator.urls import sqlite_path
 

@@ -91,9 +91,10 @@ def leftover_groups(tracking_uri: str, name: str, storage: str, uid: str | None)
 
 
 def open_experiment(tracking_uri: str, name: str) -> tuple[Any, Any]:
-    """MLflow's client and experiment ``name`` (None where the store or the experiment is not there)."""
+    """MLflow's client and experiment ``name`` (None where the store or the experiment is not there:
+    an SQLite file missing or empty is not opened, which would write MLflow's schema into it)."""
     uri = absolute_uri(tracking_uri)
-    if (path := sqlite_path(uri)) is not None and not path.is_file():
+    if (path := sqlite_path(uri)) is not None and (not path.is_file() or path.stat().st_size == 0):
         return None, None
     from mlflow.tracking import MlflowClient
 

@@ -94,15 +94,15 @@ def restore_folders(study: Study, client: MlflowClient | RetryingClient) -> list
         run_id = record.mlflow_run_id
         try:
             whole = not folder.is_dir()
-            files = ([f.path for f in client.list_artifacts(run_id) if not f.is_dir] if whole else
-                     lacking_files(folder, record.process_count,
-                                   lambda sub: {Path(f.path).name for f in client.list_artifacts(run_id, sub)}))
+            files = lacking_files(folder, record.process_count,  # a second process's under repeat-2/
+                                  lambda sub: {Path(f.path).name for f in client.list_artifacts(run_id, sub)})
             if not files:
                 continue
             shutil.rmtree(part, ignore_errors=True)  # what a killed repair left
             part.mkdir(parents=True)  # as the sweep makes a trial folder: the umask's mode
             for name in files:
-                client.download_artifacts(run_id, name, str(part))
+                (part / name).parent.mkdir(exist_ok=True)
+                client.download_artifacts(run_id, name, str((part / name).parent))
             if whole:
                 os.rename(part, folder)
             for name in ([] if whole else files):  # each file whole, or not at all
@@ -111,7 +111,8 @@ def restore_folders(study: Study, client: MlflowClient | RetryingClient) -> list
         except MlflowException:  # the run gone from MLflow: nothing to write back from
             continue
         except OSError as exc:
-            where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(folder) else ""
+            named = exc.filename2 or exc.filename  # a rename's: the path in the way, not the download's
+            where = f" ({named})" if named and str(named) != str(folder) else ""
             lines.append(f"trial {t.number}'s folder {folder} could not be written back: {exc.strerror or exc}{where}")
             continue
         finally:

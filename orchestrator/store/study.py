@@ -65,21 +65,11 @@ def check_file(url: str, what: str, rebuild: str = "the same command") -> None:
     line naming it, with what to do (``check_url_opens``'s arguments); read-only, for the
     commands that only read too (``check``, ``report``)."""
     from orchestrator.store.sqlitefile import damage
+    from orchestrator.store.writefault import damaged_remedy
 
     path = sqlite_path(url)
     if path is not None and (why := damage(path)) is not None:
         raise StudyError(f"{what} {shown(url)}: {path} {why}; {damaged_remedy(path, what, rebuild)}")
-
-
-def damaged_remedy(path: Path, what: str, rebuild: str = "the same command") -> str:
-    """What to do with a store's damaged file: MLflow's is rebuilt from the study once moved
-    aside; the study is the source of truth, so its file is restored, or a new study started."""
-    from orchestrator.store.writefault import aside
-
-    if what == "tracking_uri":
-        return f"move it aside ({aside(path)}): {rebuild} then rebuilds MLflow's records from the study"
-    return (f"restore it from a backup, or move it aside ({aside(path)}) and start a new study with "
-            "--new-study (MLflow keeps the old study's runs)")
 
 
 def create_sqlite_atomically(url: str, init: Callable[[str], None]) -> None:

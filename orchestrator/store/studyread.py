@@ -131,7 +131,10 @@ def _read_sqlite(path: Path, name: str) -> StoredStudy | None:
         return StoredStudy(name, tuple(d.lower() for d in sql.directions(con, study_id)),
                            {k: json.loads(v) for k, v in sql.study_user_attributes(con, study_id)}, _trials(con, study_id))
     except sqlite3.Error as exc:
-        raise StudyError(f"storage {shown(url)}: {first_line(exc, url)}") from None
+        from orchestrator.store.writefault import corrupt, damaged_remedy
+
+        remedy = f"; {damaged_remedy(path, 'storage')}" if corrupt(exc) else ""  # as the sweep says it
+        raise StudyError(f"storage {shown(url)}: {first_line(exc, url)}{remedy}") from None
     finally:
         con.close()
 

@@ -324,3 +324,12 @@ class _WriteFailureFilter:
     def filter(self, record: LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         return exc is None or cause(exc) is None
+
+
+def damaged_remedy(path: Path, what: str, rebuild: str = "the same command") -> str:
+    """What to do with a store's damaged file: MLflow's is rebuilt from the study once moved
+    aside; the study is the source of truth, so its file is restored, or a new study started."""
+    if what == "tracking_uri":
+        return f"move it aside ({aside(path)}): {rebuild} then rebuilds MLflow's records from the study"
+    return (f"restore it from a backup, or move it aside ({aside(path)}) and start a new study with "
+            "--new-study (MLflow keeps the old study's runs)")

@@ -60,18 +60,65 @@ class Guarded:
         return getattr(self._stream, name)
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP before the sweep's own handlers (``guarded``) are set: as Ctrl-C there,
+    the probe and the fork servers are ended on the way out, and the command says so in one line."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_early: dict[int, Any] = {}
+"""SIGTERM's and SIGHUP's handlers before ``stop_early``, while it holds them."""
+began = False
+"""Whether ``guarded`` was entered: the sweep has said its own last line (a summary, a stop)."""
+
+
+def stop_early() -> None:
+    """Until the sweep takes them over (``guarded``), SIGTERM and SIGHUP raise ``Stopped`` (a
+    signal the caller ignores, as ``nohup`` ignores SIGHUP, stays ignored). The first one ignores
+    any that follow: a second SIGTERM must not cut short the ending of the processes started."""
+    global began
+    began = False
+
+    def stop(signum: int, _frame: object) -> None:
+        for s in _early:
+            signal.signal(s, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            _early[s] = signal.signal(s, stop)
+
+
+def end_early() -> None:
+    """The handlers ``stop_early`` replaced, back (once; again does nothing)."""
+    while _early:
+        s, handler = _early.popitem()
+        signal.signal(s, handler)
+
+
 @contextmanager
 def guarded(stop: StopFlag) -> Iterator[None]:
     """``sys.stdout`` and ``sys.stderr`` as ``Guarded`` streams (see the module), and SIGHUP
     handled as SIGINT and SIGTERM are (``stop.trip``), until the block ends. A signal the caller
     ignores stays ignored: ``nohup`` ignores SIGHUP (the sweep outlives its terminal), and a shell
     script's ``orchestrate ... &`` starts with SIGINT ignored (Ctrl-C is the script's)."""
+    global began
+    began = True
     out, err = sys.stdout, sys.stderr
     for stream in (out, err):  # a pipe's stdout is block-buffered: its trial lines would wait for the
         if isinstance(stream, io.TextIOWrapper):  # end (`| tee` showed nothing live), and so would the
             stream.reconfigure(line_buffering=True)  # write that finds the reader gone
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, stop.trip) for s in signals if signal.getsignal(s) is not signal.SIG_IGN}
+    early = dict(_early)  # taken over (``stop_early``): what they replaced is put back at the end
+    _early.clear()
+    previous = {}
+    for s in signals:
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            replaced = signal.signal(s, stop.trip)
+            previous[s] = early.get(s, replaced)
     sys.stdout, sys.stderr = Guarded(out, stop), Guarded(err, stop)
     try:
         yield

@@ -139,8 +139,8 @@ def store(spec: SweepSpec, origins: Origins, field: str, url: str) -> None:
     try:
         check_url_opens(url, field, timeout_s=REACH_TIMEOUT_S)
     except StudyError as exc:
-        if getattr(origins, field) is None and (field,) not in spec.lines:
-            raise  # the default store, which no line of the spec names: the store's own line
+        if getattr(origins, field) is None and (field,) not in spec.lines:  # the default store, which no
+            raise SpecError(str(exc), file="orchestrate") from None  # line names: its own line, with the others
         raise _error(spec, origins, field, f"{str(exc).split(': ', 1)[-1]}, got {shown(url)!r}") from None
 
 

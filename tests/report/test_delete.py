@@ -101,6 +101,13 @@ def test_delete_on_an_emptied_study_file_says_to_restore_it_first(project: Path)
     also says so before it asks (or, with --yes, deletes)."""
     spec = write_spec(project, SPEC)
     assert orchestrate([str(spec)], project).returncode == 0
+    runs = project / "mlruns" / "mlflow.db"
+    kept = runs.read_bytes()
+    runs.write_bytes(b"")  # MLflow's file emptied: said, and not written (MLflow would make its schema there)
+    declined = command(["delete", str(spec)], project, answer="n\n")
+    assert declined.returncode == 0 and f"(MLflow's file {runs} is empty: it holds no run to delete" in declined.stdout
+    assert "The experiment" not in declined.stdout and runs.stat().st_size == 0, declined.stdout
+    runs.write_bytes(kept)
     db = project / "mlruns" / "optuna.db"
     db.write_bytes(b"")
     declined = command(["delete", str(spec)], project, answer="n\n")

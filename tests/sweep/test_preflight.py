@@ -111,6 +111,21 @@ def test_the_default_folder_is_made_and_a_flag_is_named(tmp_path: Path, monkeypa
                                  "the URL, got 'sqlite:///no/such/x.db'")
 
 
+def test_a_damaged_default_store_is_its_own_line_beside_the_spec_s_errors(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """No line of the spec names the default stores: their damage is said as the store's own
+    line (not on line 1, field ``storage``), and every other error is still said with it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mlruns").mkdir()
+    for name in ("optuna.db", "mlflow.db"):
+        (tmp_path / "mlruns" / name).write_text("hello\n")
+    spec = write_spec(tmp_path, "name: d\nexperiment: experiments.mlp\nspace:\n  bogus_knob: [1, 2]\n")
+    found = errors(spec)
+    assert found[0].startswith("orchestrate: storage sqlite:///mlruns/optuna.db: mlruns/optuna.db is not an SQLite")
+    assert found[1].startswith("orchestrate: tracking_uri sqlite:///mlruns/mlflow.db: mlruns/mlflow.db is not an")
+    assert len(found) == 3 and found[2].startswith("4: space.bogus_knob: unknown parameter"), found
+
+
 def test_a_database_server_answers_or_is_one_line_without_its_password(tmp_path: Path, postgres: Any) -> None:
     good = postgres.new_database("preflight")
     spec = write_spec(tmp_path, f"name: p\nexperiment: experiments.mlp\nstorage: {good}\n")
