@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run again configurations whose result has one of these statuses, "
                         "e.g. timeout,crashed (trials that ended 'error' always run again)")
     p.add_argument("--no-check", action="store_true",
-                   help="skip the smoke step (one training step of the smallest configuration, "
+                   help="skip the smoke step (one training step of the first configuration at a batch of at most 2, "
                         "before the first trial)")
     p.add_argument("--export", metavar="FILE", type=Path,
                    help="after the sweep, write the best configuration to FILE as flat YAML")
