@@ -28,7 +28,7 @@ def probe(module_name: str, device: str, fixed: dict) -> dict:
     from orchestrator.harness.child import is_script
 
     if is_script(module_name):  # a training script: it must compile; it has no PARAMS to check
-        from orchestrator.harness.scriptfile import check_source
+        from orchestrator.scriptsource import check_source
 
         why = check_source(module_name)
         return {"ok": False, "error": why} if why else device_answer(device, None)

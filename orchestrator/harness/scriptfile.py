@@ -1,4 +1,4 @@
-"""A training script's file, read without measuring it: whether it compiles, what it imports at
+"""A training script's file, read without measuring it: what it imports at
 its top level (the fork server imports those ahead: ``preload_imports``), and a failed run's one
 line (where in the script, and the last lines it printed). No torch."""
 
@@ -8,21 +8,6 @@ import os
 import sys
 from typing import Any
 
-
-def check_source(path: str) -> str | None:
-    """Why the script cannot run, read without running it (a missing file, a syntax error at its
-    line); None where it compiles."""
-    try:
-        with open(path, "rb") as f:
-            source = f.read()
-    except OSError as exc:
-        return f"cannot read the script {path}: {exc.strerror or exc}"
-    try:
-        compile(source, path, "exec")
-    except SyntaxError as exc:
-        where = f"{exc.filename or path}:{exc.lineno}" if exc.lineno else path
-        return f"{where}: {type(exc).__name__}: {exc.msg}"
-    return None
 
 def top_level_imports(path: str) -> list[str]:
     """The modules a script imports at its top level (``import x.y``, ``from x.y import z``;
@@ -107,6 +92,8 @@ def where_in(tb: Any, script_path: str) -> str | None:
 
     folder = os.path.dirname(os.path.abspath(script_path)) + os.sep
     for frame in reversed(traceback.extract_tb(tb)):
+        if frame.filename.startswith("<"):  # <frozen os>, <string>: no file (made absolute, one "in" the folder)
+            continue
         filename = os.path.abspath(frame.filename)
         if filename.startswith(folder) and "site-packages" not in filename:
             return f"{os.path.relpath(filename) if filename.startswith(os.getcwd()) else filename}:{frame.lineno}"

@@ -191,8 +191,13 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
     results = results_of(study.get_trials(deepcopy=False))  # one read
     best = rank(results, spec)
     if not best:
+        from orchestrator.outcome import Status
+        from orchestrator.store.record import status_of
+
+        again = sorted({Status(s).value for t in results if (s := status_of(t)) in (Status.TIMEOUT, Status.CRASHED, Status.DIVERGED)})
+        run = paste_command(spec) + (f" --retry {','.join(again)}" if again else "")  # else it has nothing to run
         raise StudyError(f"study {spec.name!r} has no feasible measured trial yet; "
-                         f"run `{paste_command(spec)}` (or see `{paste_command(spec, 'report')}`)")
+                         f"run `{run}` (or see `{paste_command(spec, 'report')}`)")
     t = pick_best(spec, best)
     device = device_of(spec, study, t)
     params = trial_params(make_plan(spec, device), t.params)

@@ -211,8 +211,11 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
     lines += ["", f"Results: {counts}; trial time {rep['total_time_s']:.0f} s ({rep['total_time_s'] / 60:.1f} min)"]
     if rep["not_results"]:
         again = sum(r.get("remeasured_as") is not None for r in rows)
-        lines.append(f"  {rep['not_results']} trial(s) interrupted, running or repeated are shown above but are not "
-                     "results and not counted" + (f" ({again} of them measured again later: the later trial holds "
+        errors = any(r.get("status") == "error" for r in rows)
+        which = "interrupted, running, repeated or ended 'error'" if errors else "interrupted, running or repeated"
+        lines.append(f"  {rep['not_results']} trial(s) {which} are shown above but are not "
+                     "results and not counted" + (" (a configuration whose trial ended 'error' runs again on the next "
+                                                  "run)" if errors else "") + (f" ({again} of them measured again later: the later trial holds "
                                                   "the configuration's result)" if again else ""))
     if noisy := noise_line(spec, [], (rep.get("load") or [None])[-1], rep["noise"].get("one_measurement_ci95"),
                            rep["noise"].get("trials", 0)):

@@ -174,9 +174,13 @@ def find_script(given: str, spec_folder: Path, cwd: Path | None = None) -> Path 
 
 def missing(given: str, spec_folder: Path, cwd: Path | None = None) -> str:
     """Where a script that ``find_script`` did not find was looked for, as a rule."""
-    if Path(given).expanduser().is_absolute():
-        return f"no file {given}"
     here = (cwd or Path.cwd()).resolve()
+    path = Path(given).expanduser()
+    folder = next((p for p in ([path] if path.is_absolute() else [spec_folder / path, here / path]) if p.is_dir()), None)
+    if folder is not None:
+        return f"{given} is a folder ({folder.resolve()}), not a script file"
+    if path.is_absolute():
+        return f"no file {given}"
     return f"no file {given} in the spec's folder ({spec_folder.resolve()}) or the working directory ({here})"
 
 
@@ -303,6 +307,15 @@ def _check_format(c: Checker, path: tuple, name: str, spec: str, fixed: dict[str
 
 
 def check_script_file(spec: Any) -> None:
-    """A script spec's file must be there when the sweep (or its dry run) starts."""
-    if spec.script is not None and spec.script_file is None:
+    """A script spec's file must be there when the sweep (or its dry run) starts, and be Python
+    that compiles (compiled only, never run: a syntax error is said here, not by the smoke step)."""
+    if spec.script is None:
+        return
+    if spec.script_file is None:
         raise spec.error(("script",), missing(spec.script, spec.path.parent))
+    from orchestrator.scriptsource import check_source  # the trial's own check, here before any process
+
+    path = Path(spec.script_file)
+    if (problem := check_source(str(path))) is not None:
+        hint = "" if path.suffix == ".py" else f" (it runs as `python {path.name}`: is it a Python file?)"
+        raise spec.error(("script",), problem + hint)

@@ -65,6 +65,11 @@ class Probe:
         """The probe ends (killed if it still runs), and its files are removed."""
         raise NotImplementedError
 
+    @property
+    def _field(self) -> tuple[str]:
+        """The spec's field the probe's failures are said on: the script, or the experiment module."""
+        return ("script",) if self.spec.script is not None else ("experiment",)
+
     # -- the answers ------------------------------------------------------------------------------
     def _answer(self, name: str, timeout_s: float, what: str) -> dict[str, Any] | None:
         """The probe's answer ``name`` (``probe``, ``smoke``), waited for; None if the probe ended
@@ -81,8 +86,12 @@ class Probe:
                 return None
             left = deadline - time.monotonic()
             if left <= 0:
+                last = (self._output().strip().splitlines() or [""])[-1].strip()
                 self.close()
-                raise self.spec.error(("experiment",), f"{what} took more than {timeout_s:g} s")
+                said = f"; the last line it printed: {last[:200]!r}" if last else "; it printed nothing"
+                raise self.spec.error(self._field, f"{what} took more than {timeout_s:g} s" + (
+                    " without an optimizer step (does the script call optimizer.step()?)" if self.spec.script is not None
+                    and name == "smoke" else "") + said)
             fd = self._status_fd()
             if fd is None:  # the server's pipe closed: it is gone (reaped on the next look)
                 time.sleep(0.01)
@@ -91,27 +100,30 @@ class Probe:
 
     def result(self) -> dict[str, Any]:
         """The probe's answer; a SpecError naming the spec's line when the module is unusable."""
-        result = self._answer("probe", self.TIMEOUT_S, "importing the experiment module (does it do "
-                              "work at import time?)")
+        result = self._answer("probe", self.TIMEOUT_S, "checking the script" if self.spec.script is not None
+                              else "importing the experiment module (does it do work at import time?)")
         event("probe_answered")
         self._done = not self.asked_smoke
         if result is None:
             tail = (self._stderr.strip().splitlines() or ["no output"])[-1]
-            raise SpecError(f"checking the experiment module failed: {tail}", file=str(self.spec.path),
-                            line=self.spec.line_of("experiment"), field="experiment")
+            what = "script" if self.spec.script is not None else "experiment module"
+            raise SpecError(f"checking the {what} failed: {tail}", file=str(self.spec.path),
+                            line=self.spec.line_of(self._field[0]), field=self._field[0])
         if not result["ok"]:
             self.close()
             field = result.get("field")
             path = (("device",) if field == "device" else ("fixed", field) if field and field in self.spec.fixed
-                    else ("experiment",))
+                    else self._field)
             raise self.spec.error(path, result["error"])
         return result
 
     def smoke(self) -> dict[str, Any] | None:
         """The smoke step's answer (``{"ok": ..., "error": ..., "where": ...}``), None if it gave none."""
         limit = min(self.TIMEOUT_S, self.spec.trial.timeout_s)
-        answer = self._answer("smoke", limit, "the smoke step (one training step of the smallest "
-                              "configuration, before any trial; skip it with --no-check)")
+        answer = self._answer("smoke", limit, "the smoke step (the script run at the smallest batch until its "
+                              "first optimizer step, before any trial; skip it with --no-check)"
+                              if self.spec.script is not None else "the smoke step (one training step of the "
+                              "first configuration at a batch of at most 2, before any trial; skip it with --no-check)")
         event("smoke_answered")
         self._done = True
         self.close()

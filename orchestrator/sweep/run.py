@@ -237,6 +237,9 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
         print(f"  {slow}")
     bar = tqdm(total=sweep.target, initial=max(0, done), unit="trial", dynamic_ncols=True, file=sys.stderr,
                disable=None)
+    from orchestrator.sweep.batchflag import BatchFlag
+
+    batches = BatchFlag(spec.script is not None, sweep.plan.searched)
 
     def on_result(trial: FrozenTrial, outcome: Outcome, _now: float) -> None:
         # the live trial carries what was just told: no re-read of the whole study
@@ -249,6 +252,8 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
                   file=sys.stdout)
         if outcome.status in (Status.REPEAT, Status.DEFERRED, Status.INTERRUPTED):
             return
+        if said := batches.line(trial.number, trial.params, outcome):
+            bar.write(said, file=sys.stderr)
         best = sweep.best  # ranked once by the sweep after this result
         if best:
             bar.set_postfix_str(f"best #{best[0].number}: " + ", ".join(

@@ -16,7 +16,8 @@ import torch
 
 from orchestrator.protocol import ScriptCall, TrialConfig, TrialSteps, encode_config
 from orchestrator.harness.script import first_dimension
-from orchestrator.harness.scriptfile import check_source, describe_failure, last_lines, top_level_imports
+from orchestrator.harness.scriptfile import describe_failure, last_lines, top_level_imports
+from orchestrator.scriptsource import check_source
 
 
 class Encoding(UserDict):
@@ -68,7 +69,8 @@ def test_a_script_that_cannot_run_says_where(tmp_path: Path) -> None:
     assert check_source(str(tmp_path / "fine.py")) is None
 
 
-def test_a_failure_line_names_the_script_s_line_and_its_last_output(tmp_path: Path) -> None:
+def test_a_failure_line_names_the_script_s_line_and_its_last_output(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     log = tmp_path / "trial.log"
     log.write_text("loading\n\nepoch 0\n" + "x" * 500 + "\nlast words\n")
     assert last_lines(log, n=2, limit=40) == "..." + ("x" * 500 + " | last words")[-40:]
@@ -80,6 +82,16 @@ def test_a_failure_line_names_the_script_s_line_and_its_last_output(tmp_path: Pa
         line = describe_failure(exc, str(script), str(log), "ValueError: bad batch")
     assert line.startswith(f"ValueError: bad batch at {script}:2; it printed: ")
     assert line.endswith("last words")
+    script.write_text("import os\nos.environ['NOT_SET_HERE_' + 'X']\n")  # raised inside <frozen os>
+    monkeypatch.chdir(tmp_path)  # a script run from its own folder: "<frozen os>" made absolute is "in" it
+    try:
+        exec(compile(script.read_text(), str(script), "exec"), {})
+    except KeyError as exc:
+        import traceback
+
+        assert traceback.extract_tb(exc.__traceback__)[-1].filename == "<frozen os>"
+        line = describe_failure(exc, str(script), None, "KeyError: 'NOT_SET_HERE_X'")
+    assert line == "KeyError: 'NOT_SET_HERE_X' at train.py:2", line  # not "<frozen os>:679", "in" its folder
 
 
 def run_trial(tmp_path: Path, source: str, argv: list[str], steps: TrialSteps, per_step: float | None = None,

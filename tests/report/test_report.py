@@ -512,3 +512,22 @@ def test_a_compiled_trial_s_row_shows_its_compile_time_apart_from_its_start_up_a
     row = {"metrics": {"samples_per_s": 2500.0, "compile_s": 28.14, "startup_s": 31.02, "measure_s": 2.004}}
     assert _ok_note(row) == "compiled in 28.1 s of its 31.0 s start-up, window 2.00 s"
     assert _ok_note({"metrics": {"samples_per_s": 2500.0, "startup_s": 1.2}}) == ""
+
+
+def test_errors_and_timeouts_alone_say_what_runs_them_again(tmp_path: Path) -> None:
+    """The tour's study of timeouts only: `best` said to run the sweep's command, which had nothing
+    to run (a timeout is a result); it names `--retry timeout` now. A study of errors only: the
+    report's count said "interrupted, running or repeated" of them."""
+    import optuna
+
+    spec = write_spec(tmp_path, SPEC)
+    (tmp_path / "mlruns").mkdir()
+    study = optuna.create_study(study_name="tiny_report", storage=f"sqlite:///{tmp_path}/mlruns/optuna.db",
+                                directions=["maximize"])
+    for t in (fake(0, 8, "float32", "timeout"), fake(1, 64, "float32", "error")):
+        study.add_trial(t)
+    best = command(["best", str(spec)], tmp_path)
+    assert best.returncode == 2 and f"{spec} --retry timeout`" in best.stderr, best.stderr
+    report = command(["report", str(spec)], tmp_path)
+    assert "1 trial(s) interrupted, running, repeated or ended 'error' are shown above" in report.stdout, report.stdout
+    assert "(a configuration whose trial ended 'error' runs again on the next run)" in report.stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, child_runs, command, load_study, orchestrate, write_spec
+from conftest import ROOT, child_runs, command, left_behind, load_study, orchestrate, write_spec
 
 pytestmark = pytest.mark.slow
 SCRIPTS = ROOT / "examples" / "scripts"
@@ -150,6 +150,28 @@ def test_a_script_broken_before_its_first_step_stops_the_sweep_in_one_line(tmp_p
     assert not (tmp_path / "mlruns" / "optuna.db").exists()  # nothing was created
 
 
+def test_a_script_that_never_steps_is_said_so_on_its_own_field(tmp_path: Path) -> None:
+    """The tour's script that calls backward() and never optimizer.step(): after 300 s the line
+    named the spec's ``experiment`` (it has none) and not why; the smoke step waits at most
+    ``trial.timeout_s`` (2 s here), then says so on ``script``, with the last line it printed."""
+    (tmp_path / "nostep.py").write_text("import time\nwhile True:\n    print('epoch', flush=True)\n    time.sleep(0.2)\n")
+    write_spec(tmp_path, """
+        name: nostep
+        script: nostep.py
+        args: ["{batch_size}"]
+        device: cpu
+        space: {batch_size: [8, 16]}
+        trial: {timeout_s: 2}
+    """)
+    proc = orchestrate(["spec.yaml"], tmp_path)
+    assert proc.returncode == 2 and not proc.stdout, proc.stderr
+    assert proc.stderr == ("spec.yaml:2: script: the smoke step (the script run at the smallest batch until its first "
+                           "optimizer step, before any trial; skip it with --no-check) took more than 2 s without an "
+                           "optimizer step (does the script call optimizer.step()?); the last line it printed: "
+                           "'epoch'\n"), proc.stderr
+    assert not (tmp_path / "mlruns" / "optuna.db").exists() and left_behind(tmp_path) == []
+
+
 @pytest.mark.parametrize("example, name, accumulate", [
     ("hf_trainer.yaml", "hf_trainer_script", "accum"),
     ("lightning.yaml", "lightning_script", "accumulate"),
@@ -177,3 +199,33 @@ def test_a_framework_s_training_script_is_swept_unchanged(tmp_path: Path, exampl
     assert {k: r["status"] for k, r in by_accum.items()} == {1: "ok", 2: "ok"}
     assert by_accum[1]["info"]["samples_per_step"] == batch and by_accum[2]["info"]["samples_per_step"] == 2 * batch
     assert not processes_under(tmp_path)
+
+
+def test_a_script_that_ignores_its_batch_flag_is_said_so(tmp_path: Path) -> None:
+    """The tour's script with ``batch_size=16`` hard-coded: two trials ranked "batch 32 best" with
+    nothing said; the DataLoader's count per optimizer step shows it, once both have run."""
+    (tmp_path / "fixed.py").write_text(textwrap.dedent("""
+        import argparse, torch
+        from torch.utils.data import DataLoader, TensorDataset
+        p = argparse.ArgumentParser(); p.add_argument("--bs", type=int); a = p.parse_args()
+        data = TensorDataset(torch.randn(4096, 8), torch.randn(4096, 1))
+        model = torch.nn.Linear(8, 1); opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for x, y in DataLoader(data, batch_size=16):  # a.bs is never used
+            opt.zero_grad(); torch.nn.functional.mse_loss(model(x), y).backward(); opt.step()
+    """))
+    write_spec(tmp_path, """
+        name: fixed
+        script: fixed.py
+        args: ["--bs", "{batch_size}"]
+        device: cpu
+        space: {batch_size: [32, 128]}
+        search: {sampler: grid}
+        trial: {warmup_steps: 2, measure_steps: 5, min_measure_s: 0.05}
+    """)
+    proc = orchestrate(["spec.yaml", "--no-check"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    said = [ln for ln in proc.stderr.splitlines() if "does not reach the script" in ln]
+    assert said == ["orchestrate: trials #0 (batch_size=32) and #1 (batch_size=128) both drew 16 samples per "
+                    "optimizer step from the script's DataLoader: the swept batch size does not reach the script "
+                    "(is its flag in args, and does the script use it?), so their throughputs measure the same "
+                    "batch"], proc.stderr

@@ -75,6 +75,28 @@ def test_a_missing_script_loads_for_the_report_and_is_refused_by_a_run(tmp_path:
     assert str(err.value).startswith(f"{tmp_path / 'spec.yaml'}:2: script: no file gone.py in the spec's folder")
 
 
+def test_a_script_that_does_not_compile_or_is_a_folder_is_refused_before_any_process(tmp_path: Path) -> None:
+    """The tour's ``def f(:`` passed ``--dry-run`` and was said by the smoke step on the spec's
+    ``experiment`` field (the spec has none); a shell script the same; a folder was "no file"."""
+    from orchestrator.spec.script import check_script_file
+
+    (tmp_path / "train.py").write_text("def f(:\n    pass\n")
+    spec = load(tmp_path, "name: t\nscript: train.py\nargs: ['{batch_size}']\nspace: {batch_size: [1]}\n", script=False)
+    with pytest.raises(SpecError) as err:
+        check_script_file(spec)
+    assert str(err.value) == f"{tmp_path / 'spec.yaml'}:2: script: {tmp_path / 'train.py'}:1: SyntaxError: invalid syntax"
+    (tmp_path / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    spec = load(tmp_path, "name: t\nscript: run.sh\nargs: ['{batch_size}']\nspace: {batch_size: [1]}\n", script=False)
+    with pytest.raises(SpecError) as err:
+        check_script_file(spec)
+    assert str(err.value).endswith("run.sh:2: SyntaxError: invalid syntax (it runs as `python run.sh`: is it a Python file?)")
+    (tmp_path / "adir").mkdir()
+    spec = load(tmp_path, "name: t\nscript: adir\nargs: ['{batch_size}']\nspace: {batch_size: [1]}\n", script=False)
+    with pytest.raises(SpecError) as err:
+        check_script_file(spec)
+    assert str(err.value) == f"{tmp_path / 'spec.yaml'}:2: script: adir is a folder ({tmp_path / 'adir'}), not a script file"
+
+
 BAD = [
     # (spec text after the name, the expected message's end (after "file:line: "))
     ("space: {batch_size: [1]}\n", "missing required key experiment (a module such as experiments.bert) or script"),

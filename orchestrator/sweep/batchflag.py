@@ -1,0 +1,43 @@
+"""A script sweep whose swept batch size does not reach the script: said once, as soon as it shows.
+
+A script takes its parameters through its flags (``args``); one that ignores the batch-size flag
+(a hard-coded ``batch_size=16`` in its DataLoader) trains the same batch in every trial, and the
+sweep ranks noise. The harness counts what the script's DataLoaders yield per optimizer step
+(``result.info["samples_per_step"]``): two trials of different ``batch_size`` with the same count
+are that case. Not per trial: a script may take ``batch_size`` as a per-device or a global batch
+and step over several micro-batches, so one trial's count need not equal its ``batch_size``, but
+two different batches must not draw the same samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.outcome import Outcome, Status
+
+SAME = 0.01
+"""Counts closer than this (relative) are the same batch."""
+
+
+class BatchFlag:
+    def __init__(self, script: bool, searched: dict[str, Any]) -> None:
+        self.active = script and "batch_size" in searched
+        self.seen: dict[Any, tuple[float, int]] = {}
+        """batch_size -> (samples per optimizer step, trial number), the first ok trial of each."""
+
+    def line(self, number: int, params: dict[str, Any], outcome: Outcome) -> str | None:
+        """The line to say after trial ``number``'s result, once, else None."""
+        info = (outcome.result.info if outcome.result is not None else None) or {}
+        per_step, batch = info.get("samples_per_step"), params.get("batch_size")
+        if not self.active or outcome.status != Status.OK or info.get("samples_counted") != "dataloader" \
+                or not isinstance(per_step, (int, float)) or per_step <= 0 or batch is None:
+            return None
+        for other, (counted, first) in self.seen.items():
+            if other != batch and abs(counted - per_step) <= SAME * per_step:
+                self.active = False
+                return (f"orchestrate: trials #{first} (batch_size={other}) and #{number} (batch_size={batch}) "
+                        f"both drew {per_step:,.4g} samples per optimizer step from the script's DataLoader: the "
+                        "swept batch size does not reach the script (is its flag in args, and does the script "
+                        "use it?), so their throughputs measure the same batch")
+        self.seen.setdefault(batch, (float(per_step), number))
+        return None

@@ -1,0 +1,36 @@
+"""``BatchFlag``: two trials of different ``batch_size`` whose script drew the same samples per
+optimizer step are said once; a script that steps over micro-batches (its count not equal to its
+``batch_size``, but different for different batches) is not, nor a module's sweep, nor a count the
+spec gave (``samples_per_step``). Pure: results as the harness writes them."""
+
+from __future__ import annotations
+
+from orchestrator.outcome import Outcome, Status
+from orchestrator.protocol import TrialResult
+from orchestrator.sweep.batchflag import BatchFlag
+
+
+def ok(per_step: float, counted: str = "dataloader") -> Outcome:
+    return Outcome(Status.OK, result=TrialResult("ok", info={"samples_counted": counted, "samples_per_step": per_step}))
+
+
+def test_the_same_samples_for_two_batch_sizes_are_said_once() -> None:
+    flag = BatchFlag(True, {"batch_size": None, "lr": None})
+    assert flag.line(0, {"batch_size": 32}, ok(16.0)) is None
+    assert flag.line(1, {"batch_size": 32}, ok(16.0)) is None  # the same batch again: nothing to tell
+    line = flag.line(2, {"batch_size": 128}, ok(16.0))
+    assert line is not None and line.startswith("orchestrate: trials #0 (batch_size=32) and #2 (batch_size=128) both "
+                                                "drew 16 samples per optimizer step from the script's DataLoader")
+    assert flag.line(3, {"batch_size": 256}, ok(16.0)) is None  # once
+
+
+def test_micro_batches_a_module_and_a_given_count_are_not_said() -> None:
+    micro = BatchFlag(True, {"batch_size": None})  # batch_size per device, two micro-batches a step
+    assert [micro.line(n, {"batch_size": b}, ok(2.0 * b)) for n, b in enumerate((16, 32, 64))] == [None] * 3
+    module = BatchFlag(False, {"batch_size": None})
+    assert [module.line(n, {"batch_size": b}, ok(16.0)) for n, b in enumerate((16, 32))] == [None] * 2
+    given = BatchFlag(True, {"batch_size": None})
+    assert [given.line(n, {"batch_size": b}, ok(8.0, "samples_per_step")) for n, b in enumerate((16, 32))] == [None] * 2
+    failed = BatchFlag(True, {"batch_size": None})
+    assert failed.line(0, {"batch_size": 16}, ok(16.0)) is None
+    assert failed.line(1, {"batch_size": 32}, Outcome(Status.OOM)) is None
