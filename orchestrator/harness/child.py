@@ -163,12 +163,12 @@ def failed(exc: BaseException, config: TrialConfig, progress: Progress, device: 
     if progress.phase == "compile" and not oom:
         detail = f"torch.compile failed on {device} (experimental there): {detail}"
     if config.script is not None and not oom:  # what it printed last, read before the traceback is
-        from orchestrator.harness.script import ScriptEnded
         from orchestrator.harness.scriptfile import describe_failure
 
+        own = getattr(exc, "ended", False)  # the harness's own words (``script.ScriptEnded``, ``Unmeasurable``)
         log = os.path.join(os.path.dirname(str(config.result_path)), LOG)
-        detail = describe_failure(exc, config.script.path, log, str(exc) if isinstance(exc, ScriptEnded) else detail)
-        if isinstance(exc, ScriptEnded):
+        detail = describe_failure(exc, config.script.path, log, str(exc) if own else detail)
+        if own:
             return TrialResult("error", detail, phase=progress.phase, step=progress.step)
     traceback.print_exception(exc)
     return TrialResult("oom" if oom else "error", detail, phase=progress.phase, step=progress.step)

@@ -67,6 +67,13 @@ class ScriptEnded(Exception):
         super().__init__(text)
 
 
+class Unmeasurable(Exception):
+    """The harness's own finding that it cannot measure what the script does (no samples counted,
+    the wrong device): said as it is, not as the script's exception at the script's line."""
+
+    ended = True
+
+
 def _code(code: object) -> str:
     if code is None:
         return ""
@@ -183,7 +190,7 @@ class Meter:
             step_ms = [(b - a) * 1000 for a, b in zip(self.marks, self.marks[1:])]
         samples = self.per_step * steps if self.per_step is not None else float(self.samples)
         if not samples:
-            raise RuntimeError(f"no samples counted in the window's {steps} steps: the script drew no batch from a "
+            raise Unmeasurable(f"no samples counted in the window's {steps} steps: the script drew no batch from a "
                                "torch DataLoader (or its batches hold no tensor); set samples_per_step in the spec")
         tokens = self.tokens if self.per_step is None and self.tokens else None
         import statistics
@@ -222,10 +229,10 @@ def check_device(device: str) -> None:
     """The script trained where the spec says, else the window measured the wrong device (its
     synchronize and its memory): raised from the step hook, it ends the trial as an error."""
     if device == "cpu" and torch.cuda.is_initialized():
-        raise RuntimeError("the spec's device is cpu but the script used CUDA: pass the device to it "
+        raise Unmeasurable("the spec's device is cpu but the script used CUDA: pass the device to it "
                            "(e.g. \"--device\", \"{device}\" in args), or set device: cuda")
     if device == "cuda" and not torch.cuda.max_memory_allocated():
-        raise RuntimeError("the spec's device is cuda but the script put nothing on the GPU: pass the device "
+        raise Unmeasurable("the spec's device is cuda but the script put nothing on the GPU: pass the device "
                            "to it (e.g. \"--device\", \"{device}\" in args), or set device: cpu")
 
 
