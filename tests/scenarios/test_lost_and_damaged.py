@@ -106,7 +106,25 @@ def test_a_damaged_mlflow_file_is_one_line_and_moved_aside_it_is_rebuilt_from_th
 
 
 def test_a_damaged_study_file_is_one_line_in_every_command(project: Path, finished: Path) -> None:
+    import sqlite3
+
     db = project / "mlruns" / "optuna.db"
+    good = db.read_bytes()
+    con = sqlite3.connect(db)  # a table's page wrecked, the schema intact: the sweep said what to do, but
+    page = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'trial_params'").fetchone()[0]
+    size = con.execute("PRAGMA page_size").fetchone()[0]  # check, report, best and delete said only
+    con.close()  # SQLite's words ("database disk image is malformed")
+    with open(db, "r+b") as f:
+        f.seek((page - 1) * size)
+        f.write(b"\xff" * size)
+    for args in (["check", str(finished)], ["report", str(finished)], ["best", str(finished)],
+                 ["delete", str(finished), "--yes"]):
+        proc = orchestrate(args, project)
+        line = one_line(proc.stderr)
+        assert proc.returncode == 2 and "malformed" in line and "restore it from a backup, or move it aside" in line, \
+            (args, proc.stdout, line)
+    assert len(list((project / "mlruns" / ".trials").glob("*/trial-*"))) == 3  # nothing deleted
+    db.write_bytes(good)
     os.truncate(db, 4096)
     for args in ([str(finished)], [str(finished), "--dry-run"], ["report", str(finished)], ["best", str(finished)],
                  ["check", str(finished)], ["delete", str(finished), "--yes"]):
