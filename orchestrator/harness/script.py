@@ -58,7 +58,9 @@ class ScriptEnded(Exception):
 
     def __init__(self, code: object, steps: int, samples: int, needed: str) -> None:
         self.code, self.steps, self.samples = code, steps, samples
-        if steps == 0:
+        if steps == 0 and code not in (None, 0):  # a failure (argparse's usage error: exit 2), said by its output
+            text = f"the script exited{_code(code)} before its first optimizer step"
+        elif steps == 0:
             text = (f"the script exited{_code(code)} without stepping an optimizer (the harness counts "
                     "torch.optim.Optimizer.step calls: a script that never calls one cannot be measured)")
         else:

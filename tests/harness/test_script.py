@@ -175,3 +175,13 @@ def test_a_script_that_ends_early_says_how_far_it_got_and_what_it_printed(tmp_pa
     assert result["detail"] == ("the script ended after 6 optimizer step(s), before its window closed (2 warm-up + "
                                 "10 measured steps and 0 s): let it train for longer (more epochs or steps); it "
                                 "printed: epoch 0 | the loop ran to its end")
+
+
+def test_a_script_that_fails_before_stepping_is_not_told_it_never_steps() -> None:
+    """``--no-check`` and a flag the script does not know: argparse exits 2 before any step, and the
+    line said "a script that never calls [optimizer.step] cannot be measured", which misled."""
+    from orchestrator.harness.script import ScriptEnded
+
+    assert str(ScriptEnded(2, 0, 0, "")) == "the script exited (exit code 2) before its first optimizer step"
+    assert str(ScriptEnded(0, 0, 0, "")).startswith("the script exited (exit code 0) without stepping an optimizer")
+    assert str(ScriptEnded(None, 0, 0, "")).startswith("the script exited without stepping an optimizer")
