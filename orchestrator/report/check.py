@@ -54,13 +54,9 @@ def main(argv: list[str]) -> int:
     try:
         from orchestrator.report.command import open_study
         spec, origins = load_guarded(args.spec, args.storage, args.tracking_uri)
-        from orchestrator.invocation import command
-        from orchestrator.report.closing import store_flags
-        from orchestrator.store.study import check_file
+        from orchestrator.report.closing import check_store_files
 
-        repair = command("check", spec.path, *store_flags(spec, origins), "--repair")
-        check_file(spec.storage, "storage")
-        check_file(spec.tracking_uri, "tracking_uri", f"`{repair}`")
+        repair = check_store_files(spec, origins)
         study = open_study(spec)
         if args.repair:
             restored: list[str] = []

@@ -118,3 +118,17 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
     if env := from_environment(origins):
         lines.append(f"         (these commands find the stores through {' and '.join(env)}, as this run did)")
     return lines
+
+
+def check_store_files(spec: SweepSpec, origins: Origins, absolute: bool = False) -> str:
+    """A store's file that is damaged or not a database: one line with what to do (MLflow's is
+    moved aside and rebuilt by ``check --repair``), for ``check`` and ``delete`` (``absolute``: the
+    files named by their absolute paths, as ``delete`` names every store); the repair's command."""
+    from orchestrator.store.study import check_file
+    from orchestrator.urls import absolute_uri
+
+    repair = command("check", spec.path, *store_flags(spec, origins), "--repair")
+    shown_as = absolute_uri if absolute else str
+    check_file(shown_as(spec.storage), "storage")
+    check_file(shown_as(spec.tracking_uri), "tracking_uri", f"`{repair}`")
+    return repair

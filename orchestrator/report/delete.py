@@ -27,7 +27,7 @@ from orchestrator import exits, trialdir
 from orchestrator.errors import OrchestratorError, StudyError, UsageParser, first_line, print_error
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec, load_guarded
-from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, Origins, absolute_uri
+from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,7 +48,9 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv[1:])
     try:
         spec, origins = load_guarded(args.spec, args.storage, args.tracking_uri)
-        damaged(spec, origins)
+        from orchestrator.report.closing import check_store_files
+
+        check_store_files(spec, origins, absolute=True)  # a damaged file: one line with what to do, nothing deleted
         plan = Plan.of(spec, leftovers_only=args.leftovers)
         print("\n".join(plan.lines()))
         if plan.empty:
@@ -67,19 +69,6 @@ def main(argv: list[str]) -> int:
         return exits.OK
     except OrchestratorError as exc:
         return print_error(exc)
-
-
-def damaged(spec: SweepSpec, origins: Origins) -> None:
-    """A store's file that is damaged or not a database: one line with what to do, nothing deleted
-    (MLflow's is moved aside and rebuilt from the study by ``check --repair``, whose runs this
-    command can then delete)."""
-    from orchestrator.invocation import command
-    from orchestrator.report.closing import store_flags
-    from orchestrator.store.study import check_file
-
-    check_file(absolute_uri(spec.storage), "storage")
-    check_file(absolute_uri(spec.tracking_uri), "tracking_uri",
-               f"`{command('check', spec.path, *store_flags(spec, origins), '--repair')}`")
 
 
 def ask() -> bool | None:
@@ -243,7 +232,7 @@ def no_study(spec: SweepSpec, uid: str | None) -> list[Any]:
     from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
     from orchestrator.store.agreement import Difference
     from orchestrator.store.leftovers import describe, leftover_groups
-    from orchestrator.urls import command_flags
+    from orchestrator.urls import Origins, command_flags
 
     try:
         found = leftover_groups(spec.tracking_uri, spec.name, spec.storage, uid)

@@ -147,7 +147,7 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
         ran_in = TrialRecord.of(t).trial_dir  # set for a trial that ran a process
         if folders is not None and ran_in and not Path(ran_in).is_dir():
             missing = f"trial {t.number}: its folder {ran_in} is missing (its configuration, log and result are gone from disk"
-            if _has_copies(artifacts, TrialRecord.of(t).mlflow_run_id):
+            if _lacking(artifacts, TrialRecord.of(t), Path(ran_in)):  # what the run holds, all of it lacking
                 out.append(Difference("no_folder", f"{missing}; its MLflow run keeps the copies it logged, which "
                                       "--repair writes back)", t.number))
             else:
@@ -168,7 +168,8 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
 
 
 def _lacking(artifacts: Callable[[str, str | None], set[str]] | None, record: TrialRecord, folder: Path) -> list[str]:
-    """``lacking_files`` of a trial's folder, where MLflow can be asked (none where its run is gone)."""
+    """``lacking_files`` of a trial's folder (every copy its run holds, where the folder is gone), where
+    MLflow can be asked (``artifacts`` not given: no MLflow experiment; none where the run is gone)."""
     run_id = record.mlflow_run_id
     if artifacts is None or not run_id:
         return []
@@ -176,17 +177,6 @@ def _lacking(artifacts: Callable[[str, str | None], set[str]] | None, record: Tr
         return lacking_files(folder, record.process_count, lambda sub: artifacts(run_id, sub))
     except Exception:  # noqa: BLE001 - the run itself gone (MLflow's error): nothing to write back
         return []
-
-
-def _has_copies(artifacts: Callable[[str, str | None], set[str]] | None, run_id: str | None) -> bool:
-    """Whether run ``run_id`` holds files a trial folder can be written back from (``artifacts``
-    not given: no MLflow experiment to ask)."""
-    if artifacts is None or not run_id:
-        return False
-    try:
-        return bool(artifacts(run_id, None))
-    except Exception:  # noqa: BLE001 - the run itself gone (MLflow's error): no copies
-        return False
 
 
 def keeper(runs: list[Run], run_id: str | None) -> Run:
