@@ -78,13 +78,15 @@ began = False
 def stop_early() -> None:
     """Until the sweep takes them over (``guarded``), SIGTERM and SIGHUP raise ``Stopped`` (a
     signal the caller ignores, as ``nohup`` ignores SIGHUP, stays ignored). The first one ignores
-    any that follow: a second SIGTERM must not cut short the ending of the processes started."""
+    any that follow, to the command's exit: a second SIGTERM must not cut short the ending of the
+    processes started, nor kill the command after its line (a sender's second signal can come late)."""
     global began
     began = False
 
     def stop(signum: int, _frame: object) -> None:
         for s in _early:
             signal.signal(s, signal.SIG_IGN)
+        _early.clear()  # ``end_early`` leaves them ignored
         raise Stopped(signum)
 
     for s in (signal.SIGTERM, signal.SIGHUP):
