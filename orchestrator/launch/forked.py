@@ -35,6 +35,13 @@ def prepare_usable() -> bool:
     return fork_server_usable() and os.environ.get("ORCHESTRATE_PREPARE", "1") != "0"
 
 
+UNANSWERED_S = 30.0
+"""How long a trial killed (its timeout, or its exit's grace) may go without its server saying it
+exited: past it the server is taken as not answering (stopped, or deadlocked) and is killed, the
+trial ended with it (``Forked.reap``), and the slot starts a new server. A dying trial that frees a
+large device context can take seconds to be reaped: this waits far longer."""
+
+
 class ForkServer(Interpreter):
     """Linux: an interpreter that imports once and forks a process per trial. It stays the slot's
     spare across trials; each trial it starts is a ``Forked``."""
@@ -120,6 +127,8 @@ class Forked(TrialProcess):
         self._asked_at = time.monotonic()
         self._given: str | None = None
         """A prepared process's configuration, given before the server said its pid."""
+        self._killed_at: float | None = None
+        """When it was first killed (``UNANSWERED_S``)."""
 
     @property
     def prepared(self) -> bool:
@@ -172,6 +181,9 @@ class Forked(TrialProcess):
     def reap(self) -> bool:
         if self.returncode is None:
             self.server.read_status()
+        if (self.returncode is None and self._killed_at is not None
+                and time.monotonic() - self._killed_at > UNANSWERED_S):
+            self.server.kill()  # it has not said the end of a trial killed long ago: not answering
         if self.returncode is None and self.server.reap():  # the server died: nobody reports it now
             self.server.read_status()  # what it said before it died (the trial's exit, if it was first)
             if self.returncode is None and (self.pid is None or not is_alive(self.pid)):
@@ -202,6 +214,8 @@ class Forked(TrialProcess):
         self.server.send(Order(Kind.PREPARE, pid=self.pid))
 
     def kill(self) -> None:
+        if self._killed_at is None:
+            self._killed_at = time.monotonic()
         if self.pid is None:
             self._kill_when_forked = True
             return

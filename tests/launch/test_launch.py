@@ -165,11 +165,18 @@ def test_launch_trial_still_runs_one_cold_trial(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not LINUX, reason="the fork server runs on Linux only")
-def test_forked_trials_are_processes_of_their_own_and_die_with_their_server(tmp_path: Path) -> None:
+def test_forked_trials_are_processes_of_their_own_and_die_with_their_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each trial of a fork server is a new process in a session of its own (the launcher kills
-    its group), reaped by the server, which reports its peak RSS; a trial whose server is killed
-    in its window dies too, and is recorded interrupted (its measurement lost, not its
-    configuration's fault: run again), not crashed."""
+    its group), reaped by the server, which reports its peak RSS; a server that stops answering
+    (stopped, deadlocked) is killed once a trial it holds is past its timeout and
+    ``UNANSWERED_S`` (the trial a timeout, not RUNNING for ever), and the slot starts another; a
+    trial whose server is killed in its window dies too, and is recorded interrupted (its
+    measurement lost, not its configuration's fault: run again), not crashed."""
+    from orchestrator.launch import forked, trial
+
+    monkeypatch.setattr(forked, "UNANSWERED_S", 1.0)
+    monkeypatch.setattr(trial, "IMPORT_GRACE_S", 1.0)  # how long a trial not yet forked waits for its server
     launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=1, fork=True)
     try:
         run_to_end(launcher, 0, tmp_path / "t0", {})  # cold: starts the server
@@ -184,8 +191,18 @@ def test_forked_trials_are_processes_of_their_own_and_die_with_their_server(tmp_
             assert run.launched().peak_rss_gib > 0.05  # torch is loaded in it: real figures from wait4
             assert result["timeline"]["imports_done"] < result["timeline"]["forked"]
         assert launcher.spares == [server] and server.returncode is None  # one import for all of them
-        run = launcher.start(replace(CONFIG, trial_number=3, trial=replace(CONFIG.trial, min_measure_s=60)),
-                             tmp_path / "t3", {}, 120, [{}])
+        os.kill(server.pid, signal.SIGSTOP)  # it forks nothing more, and says nothing
+        started = time.monotonic()
+        run = launcher.start(replace(CONFIG, trial_number=3), tmp_path / "t3", {}, 1.0, [{}])
+        while not run.exited and time.monotonic() - started < 30:
+            wait_for_activity([launcher], 0.2)
+            launcher.tick()
+        assert run.exited and run.launched().outcome.status == "timeout", run.phase
+        assert server.reap() and time.monotonic() - started < 10  # killed, not left stopped
+        run_to_end(launcher, 4, tmp_path / "t4", {})  # on a new server
+        [server] = launcher.spares
+        run = launcher.start(replace(CONFIG, trial_number=5, trial=replace(CONFIG.trial, min_measure_s=60)),
+                             tmp_path / "t5", {}, 120, [{}])
         while run.interp.pid is None or not run.in_window:  # given go: its timed window runs
             wait_for_activity([launcher])
             launcher.tick()
