@@ -175,7 +175,12 @@ def resolve_slots(items: tuple[str, ...] | None, device: str, fail: Callable[[st
                            "e.g. cpu:0-3,cpu:4-7")
             return [Slot("cpu")]
         lo, _, hi = item.split(":")[1].partition("-")
-        cores = frozenset(range(int(lo), int(hi or lo) + 1))
+        first, last = int(lo), int(hi or lo)
+        if last > max(have):  # said without building the range: cpu:0-99999999999 is no set to make
+            beyond = range(max(first, max(have) + 1), last + 1)
+            named = str(beyond.start) if len(beyond) == 1 else f"{beyond.start}-{beyond.stop - 1}"
+            raise fail(f"{item}: core(s) {named} are not available to this process (available: {_ranges(have)})")
+        cores = frozenset(range(first, last + 1))
         missing = sorted(cores - have)
         if missing:
             raise fail(f"{item}: core(s) {_ranges(frozenset(missing))} are not available to this "

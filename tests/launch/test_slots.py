@@ -59,6 +59,7 @@ def test_slots_from_a_devices_list(monkeypatch: pytest.MonkeyPatch, items, devic
     (("cuda:0",), "mps", "devices lists GPUs but the trials run on mps"),
     (("cpu:0-0", "cpu:0-0"), "cpu", "shares cores"),
     (("cpu:0-999",), "cpu", "are not available to this process"),
+    (("cpu:0-99999999999",), "cpu", "-99999999999 are not available to this process"),  # said, not built (was a MemoryError)
     (("cpu", "cpu:0-0"), "cpu", "'cpu' takes every core"),
     (("cuda:0",), "swept", "space.device sweeps it"),
 ])
