@@ -108,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.urls import guard, overrides
 
         stores, origins = overrides(args.storage, args.tracking_uri)
+        if args.devices is not None:
+            from dataclasses import replace
+
+            origins = replace(origins, devices=args.devices)
         try:
             spec = load_spec(args.spec, {
                 **stores,

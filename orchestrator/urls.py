@@ -38,10 +38,12 @@ TRACKING_HELP = (f"MLflow tracking URI (default: ${TRACKING_ENV[0]} or ${TRACKIN
 @dataclass(frozen=True)
 class Origins:
     """Where each store's URL came from: a flag, an environment variable, or None (the spec or
-    the default)."""
+    the default); and the slots: ``--devices``'s value where they came from the flag (the printed
+    resume commands keep it)."""
 
     storage: str | None = None
     tracking_uri: str | None = None
+    devices: str | None = None
 
 
 def overrides(storage_flag: str | None, tracking_flag: str | None,

@@ -28,6 +28,12 @@ def store_flags(spec: SweepSpec, origins: Origins = Origins()) -> list[str]:
     return command_flags(spec, origins, (DEFAULT_STORAGE, DEFAULT_TRACKING_URI))
 
 
+def resume_flags(spec: SweepSpec, origins: Origins = Origins()) -> list[str]:
+    """``store_flags``, and ``--devices`` as given: a pasted resume runs on the same slots (a
+    resume without it ran the rest on one whole-machine slot, ranked beside the pinned ones)."""
+    return [*store_flags(spec, origins), *(["--devices", origins.devices] if origins.devices is not None else [])]
+
+
 def trial_time_s(trials: list[Any]) -> float:
     return sum(TrialRecord.of(t).duration_s or 0 for t in trials if has_status(t))
 
@@ -84,7 +90,7 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
     if stopped_because:
         lines.append(f"Stopped: {stopped_because}.")
         if stopped_by_search and spec.search.stop == "auto":
-            lines.append(f"Go on anyway: {command(spec.path, *stores, '--stop', 'budget')}   "
+            lines.append(f"Go on anyway: {command(spec.path, *resume_flags(spec, origins), '--stop', 'budget')}   "
                          "(or search.stop: budget in the spec)")
     lines.append("Best configurations:" if len(spec.objective.metrics) == 1 else "Pareto front:")
     lines += best_table(spec, best)
@@ -111,7 +117,7 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
     tracking_flags = stores[stores.index("--tracking-uri"):] if "--tracking-uri" in stores else []
     lines += [f"Study:   {shown(absolute_uri(spec.storage))} (study {spec.name!r})",
               f"Runs:    {shown(tracking)} (experiment {spec.name!r})",
-              f"Resume:  {command(spec.path, *stores)}",
+              f"Resume:  {command(spec.path, *resume_flags(spec, origins))}",
               f"Browse:  {command('ui', spec.path, *tracking_flags)}   (or: "
               f"{shlex.join([tool('mlflow'), 'ui', '--backend-store-uri', pasteable(tracking)])})",
               f"Report:  {command('report', spec.path, *stores)}   (add --plots for the plots)"]

@@ -54,7 +54,7 @@ def trial_row(t: FrozenTrial) -> dict[str, Any]:
             "processes": rec.process_count, "neighbour_of": rec.neighbour_of,
             "retry_of": rec.retry_of, "retry_reason": rec.retry_reason,
             "remeasure_of": rec.remeasure_of, "measurements": rec.measurements,
-            "mps_fallback_ops": _fallback_ops(t)}
+            "mps_fallback_ops": _fallback_ops(t), "slot": rec.slot}
 
 
 def link_retries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -182,8 +182,11 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
     names = list(dict.fromkeys(k for r in rows for k in r["params"]))
     width = {k: max([len(k)] + [len(str(r["params"].get(k, "-"))) for r in rows]) for k in names}
     align = {k: ">" if all(isinstance(r["params"].get(k), (int, float)) for r in rows) else "<" for k in names}
+    slots = {r["slot"] for r in rows if r.get("slot")}
+    slot_w = max(map(len, slots | {"slot"})) if len(slots) > 1 else 0  # a column where trials ran on several slots
     head = f"{'#':>4s}  {'status':<11s} " + " ".join(f"{k:{align[k]}{width[k]}s}" for k in names) + \
-        f" {'samples/s':>10s} {'+-95%':>6s} {'peak GiB':>8s} {'time s':>7s}  note"
+        f" {'samples/s':>10s} {'+-95%':>6s} {'peak GiB':>8s} {'time s':>7s}" + \
+        (f"  {'slot':<{slot_w}s}" if slot_w else "") + "  note"
     where = rep["device"] + (f" ({rep['device_name']})" if rep["device_name"] else "")
     lines = [f"{spec.name}: {rep['results']} of {rep['target'] or '?'} trials have a result; on {where}"
              + (f", torch {rep['torch_version']}" if rep["torch_version"] else ""),
@@ -204,7 +207,8 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
         lines.append(f"{r['number']:>4d}  {r['status']:<11s} " + " ".join(
             f"{str(r['params'].get(k, '-')):{align[k]}{width[k]}s}" for k in names) +
             f" {fmt_num(m.get(M.SAMPLES_PER_S)):>10s} {spread_text(m):>6s} {fmt_num(m.get(M.PEAK_MEMORY_GIB), digits=2):>8s}"
-            f" {fmt_num(r['duration_s']):>7s}  {note}".rstrip())
+            f" {fmt_num(r['duration_s']):>7s}" + (f"  {r.get('slot') or '-':<{slot_w}s}" if slot_w else "")
+            + f"  {note}".rstrip())
     if not rows:
         lines.append("  (no trials yet)")
     counts = ", ".join(f"{n} {s}" for s, n in rep["counts"].items() if n) or "none yet"

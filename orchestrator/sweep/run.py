@@ -266,9 +266,9 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
     finally:
         bar.close()
     if result.message:
-        from orchestrator.report.closing import store_flags
+        from orchestrator.report.closing import resume_flags
 
-        resume = f" Resume with: {command(spec.path, *store_flags(spec, r.origins))}" if result.code not in (exits.OK, exits.FAILED) else ""
+        resume = f" Resume with: {command(spec.path, *resume_flags(spec, r.origins))}" if result.code not in (exits.OK, exits.FAILED) else ""
         print(result.message + resume, file=sys.stderr)
     return result
 
