@@ -97,6 +97,8 @@ SERVER_DIED_DETAIL = "its fork server died during this trial and took it along; 
 """The slot's fork server died (killed from outside, say) before the trial's result: the trial
 ends with its server (``harness/child.watch_parent``), so its measurement, not its configuration,
 was lost (``launch/forked.Forked.server_died``)."""
+BUDGET_DETAIL = "stopped when search.max_failures was exceeded, with this trial in flight (not its fault)"
+"""Another slot's failure spent the budget while it ran: run again on resume (not a failure)."""
 VERDICT_DETAIL = "stopped by the search's verdict: its result could not change the answer"
 """The ``auto`` search was done with it in flight (``search/flight``): not run again on resume."""
 

@@ -32,7 +32,7 @@ from orchestrator.sweep.notices import QUIET_AGAIN_S, QUIET_S, quiet_notice, str
 from orchestrator.sweep.repeats import remeasured
 from orchestrator.protocol import TrialConfig, TrialSteps
 from orchestrator.launch import PRESTART, StopFlag
-from orchestrator.outcome import INTERRUPTED_DETAIL, RESULT_STATUSES, VERDICT_DETAIL, Outcome, Status
+from orchestrator.outcome import BUDGET_DETAIL, INTERRUPTED_DETAIL, RESULT_STATUSES, VERDICT_DETAIL, Outcome, Status
 from orchestrator.search.verdict import Verdict
 from orchestrator.search.proposer import Asked, Proposer
 from orchestrator.search.strategy import Done, Wait
@@ -158,6 +158,8 @@ class Sweep:
             proposing = proposing and policy.proposing(clock()) and self._fill_slots()
             if not proposing and self.jobs and (v := self.proposer.verdict) is not None and v.ends_running:
                 self._stop_jobs(VERDICT_DETAIL)  # the search is done, and what runs cannot change that
+            elif policy.budget_error is not None and self.jobs:  # not a hung trial's timeout_s more
+                self._stop_jobs(BUDGET_DETAIL)
             self._advance_all()  # start what can start
             if not self.jobs:
                 if not proposing or self.recovery is None:
@@ -372,8 +374,7 @@ class Sweep:
                            message=stopped_line(signum, self.killed))
 
     def _stop_jobs(self, detail: str) -> None:
-        """Every trial in flight: one that ended by itself keeps its result; every other one is killed
-        (the runner closes) and recorded as interrupted, with ``detail``."""
+        """Trials in flight: one that ended by itself keeps its result; the rest are killed and recorded interrupted."""
         from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 

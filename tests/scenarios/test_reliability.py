@@ -121,6 +121,24 @@ def test_failure_budget_stops_with_exit_3_and_the_study_resumes(project: Path) -
     assert sorted(t.params["fault"] for t in errors) == ["exception", "exception", "exit", "exit"]
 
 
+def test_a_spent_failure_budget_ends_the_other_slots_trials_at_once(project: Path) -> None:
+    """Two CPU slots: while one runs a trial that hangs (timeout_s=60), the other's two failures
+    spend the budget: the sweep ends then, the hung trial stopped and recorded interrupted (its
+    configuration runs again), not waited for to its timeout."""
+    from orchestrator.launch.slots import available_cores
+    from orchestrator.outcome import BUDGET_DETAIL
+
+    if len(available_cores()) < 2:
+        pytest.skip("needs two cores")
+    spec = fault_spec(project, ["hang", "exception", "exit"], timeout_s=60, max_failures=1)
+    started = time.monotonic()
+    proc = orchestrate([str(spec), "--devices", "cpu:0-0,cpu:1-1"], project)
+    assert proc.returncode == 3 and "search.max_failures=1" in proc.stderr, proc.stderr
+    assert time.monotonic() - started < 45, "the hung trial was waited for"
+    hung = [t for t in load_study(project, "faults").get_trials() if t.params["fault"] == "hang"]
+    assert [(t.user_attrs["status"], t.user_attrs["detail"]) for t in hung] == [("interrupted", BUDGET_DETAIL)]
+
+
 LONG = pytest.mark.long  # the same recovery as the points kept in the suite; all five run with -m long
 KILL_POINTS = ["after_ask:2", pytest.param("after_run_start:2", marks=LONG), "trial_running:2",
                pytest.param("after_tell:2", marks=LONG), pytest.param("after_finish:2", marks=LONG),
