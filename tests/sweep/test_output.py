@@ -25,14 +25,23 @@ def own_handlers() -> Iterator[None]:
         signal.signal(s, handler)
 
 
-def test_before_the_sweep_a_sigterm_stops_it_and_a_second_one_is_ignored_meanwhile() -> None:
+def test_before_the_sweep_a_sigterm_stops_it_and_later_ones_are_ignored_to_the_exit() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     output.stop_early()
     with pytest.raises(output.Stopped) as stopped:
         os.kill(os.getpid(), signal.SIGTERM)
     assert stopped.value.signum == signal.SIGTERM and not output.began
     os.kill(os.getpid(), signal.SIGTERM)  # while the start-up ends its processes: ignored, not a second raise
-    output.end_early()
+    output.end_early()  # the command's end: a sender's late second signal must not kill it after its line
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_before_the_sweep_with_no_signal_the_caller_s_handlers_come_back() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    output.stop_early()
+    assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+    output.end_early()  # a command that ended before its sweep without a signal (a spec error, say)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
