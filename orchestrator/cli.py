@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             from orchestrator.report.dryrun import print_plan
             from orchestrator.sweep.preflight import dry_run
 
-            dry_run(spec, origins, args.devices is not None, args.new_study)  # what the run checks, at once
-            print_plan(spec)
+            slots = dry_run(spec, origins, args.devices is not None, args.new_study)  # what the run checks, at once
+            print_plan(spec, slots)
             return exits.OK
         from orchestrator.sweep.run import run
 

@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     from orchestrator.search.space import Plan
 
 
-def print_plan(spec: SweepSpec) -> None:
+def print_plan(spec: SweepSpec, slots: list[str] | None = None) -> None:
+    """The plan ``--dry-run`` prints; ``slots``: the device slots' names, as a run would take them."""
     from orchestrator.spec import knobs
     from orchestrator.spec.locate import locate, trial_path
     from orchestrator.search.space import count_configurations, guess_device, make_plan
@@ -59,7 +60,8 @@ def print_plan(spec: SweepSpec) -> None:
     out = [f"Plan for {spec.path} (dry run: nothing is created, nothing runs)",
            f"  study        {spec.name}: {search}",
            f"  {'script' if spec.script is not None else 'experiment':<12s} {spec.workload_name} ({origin})",
-           f"  device       {how}",
+           f"  device       {how}" + (f"; {len(slots)} slots, one trial at a time on each: {', '.join(slots)}"
+                                          if slots and len(slots) > 1 else ""),
            f"  space        {n if n is not None else 'continuous'} configurations" + (f": {dims}" if dims else "")]
     for k, v in plan.searched.items():
         out.append(f"                 {k:<26s} {describe_dim(v)}")

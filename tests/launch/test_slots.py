@@ -213,6 +213,8 @@ def test_cpu_slots_pin_each_trial_to_its_cores(project: Path) -> None:
         pytest.skip("needs two cores")
     spec = write_spec(project, SPEC)
     devices = f"cpu:{cores[0]}-{cores[0]},cpu:{cores[1]}-{cores[1]}"
+    plan = orchestrate([str(spec), "--devices", devices, "--dry-run"], project)  # the dry run names the slots
+    assert f"  device       cpu; 2 slots, one trial at a time on each: {devices.replace(',', ', ')}\n" in plan.stdout
     proc = orchestrate([str(spec), "--devices", devices, "--no-check"], project)
     assert proc.returncode == 0, proc.stderr
     assert "each trial pinned to its own cores" in proc.stdout
