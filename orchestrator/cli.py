@@ -130,13 +130,13 @@ def main(argv: list[str] | None = None) -> int:
             from orchestrator.report.dryrun import print_plan
             from orchestrator.sweep.preflight import dry_run
 
-            slots = dry_run(spec, origins, args.devices is not None, args.new_study)  # what the run checks, at once
+            slots = dry_run(spec, origins, args.new_study)  # what the run checks, at once
             print_plan(spec, slots)
             return exits.OK
         from orchestrator.sweep.run import run
 
         return run(spec, export=args.export, retry=args.retry, check=not args.no_check,
-                   devices_flag=args.devices is not None, origins=origins, new_study=args.new_study)
+                   origins=origins, new_study=args.new_study)
     except OrchestratorError as exc:
         return print_error(exc)
     except KeyboardInterrupt as exc:  # outside the sweep's own handlers (``sweep.output``)

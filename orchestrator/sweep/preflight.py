@@ -55,11 +55,11 @@ def preflight(spec: SweepSpec, origins: Origins = Origins(), *, tracking_server:
     raise_all(found)
 
 
-def dry_run(spec: SweepSpec, origins: Origins, devices_flag: bool, new_study: bool) -> list[str]:
+def dry_run(spec: SweepSpec, origins: Origins, new_study: bool) -> list[str]:
     """What ``--dry-run`` checks: ``preflight``'s checks, a tracking server asked too, and what a
     run checks only once its probe has named the device and its stores are open, asked here
     without them: the device slots, for the device the plan is printed for (``startup.slots_for``;
-    ``devices_flag``: they came from ``--devices``), then, where nothing else failed, a study file
+    ``origins.devices``: they came from ``--devices``), then, where nothing else failed, a study file
     lost or emptied where an earlier study left its runs (``report.command.lost_study``; not with
     ``--new-study``). Every failure at once, each in the run's words; else the slots' names."""
     from orchestrator.report.command import lost_study
@@ -70,7 +70,7 @@ def dry_run(spec: SweepSpec, origins: Origins, devices_flag: bool, new_study: bo
     found: list[SpecError] = []
     slots: list[str] = []
     for check in (lambda: preflight(spec, origins, tracking_server=True),
-                  lambda: slots.extend(s.name for s in slots_for(spec, device, devices_flag))):
+                  lambda: slots.extend(s.name for s in slots_for(spec, device, origins.devices is not None))):
         try:
             check()
         except SpecError as exc:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 
 def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = (), check: bool = True,
-        devices_flag: bool = False, origins: Origins = Origins(), new_study: bool = False) -> int:
+        origins: Origins = Origins(), new_study: bool = False) -> int:
     """``orchestrate SPEC``, step by step: each step is a function of this file, below in this order,
     but for the stores' (``stores.py``)."""
     from orchestrator.store.coordination import is_shared
@@ -54,7 +54,7 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
         print("\n".join(lines))  # nothing to run: no probe, no device, no MLflow
         export_best(spec, stored, export)
         return exits.OK
-    start = start_probe(r, check, devices_flag)  # the slot's fork server answers the probe
+    start = start_probe(r, check)  # the slot's fork server answers the probe
     try:
         check_experiment(r, start)
         r.slots, r.runner = start.ready(r.plan)  # type: ignore[arg-type]  # the plan: set by check_experiment  # the servers started with the probe, unless it found another device
@@ -106,7 +106,7 @@ def finished_already(spec: SweepSpec, origins: Origins,
     return finished(spec, origins)
 
 
-def start_probe(r: Run, check: bool, devices_flag: bool) -> Startup:
+def start_probe(r: Run, check: bool) -> Startup:
     """The probe of the experiment on the guessed device, with the smoke step unless ``--no-check``
     (or the study already holds a measured result), and the slots' fork servers (``startup``)."""
     from orchestrator.search.space import guess_device, make_plan
@@ -117,7 +117,7 @@ def start_probe(r: Run, check: bool, devices_flag: bool) -> Startup:
     guessed = make_plan(spec, guess)
     smoke = checks.smoke_params(spec, guessed) if check and (r.shared or not _has_ok_result(spec)) else None
     r.plan = guessed
-    return Startup(spec, guessed, smoke, devices_flag, r.stop)
+    return Startup(spec, guessed, smoke, r.origins.devices is not None, r.stop)  # slots from --devices
 
 
 def check_experiment(r: Run, start: Startup) -> None:
