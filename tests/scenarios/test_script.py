@@ -117,7 +117,8 @@ def test_each_way_a_script_fails_gets_its_line_and_nothing_outlives_the_sweep(tm
     assert proc.returncode == 0, proc.stdout + proc.stderr  # ok and workers fit: the failures are results
     lines = {line.split()[1]: line for line in proc.stdout.splitlines() if line.startswith("#")}
     trials = {t.params["mode"]: t.user_attrs for t in load_study(tmp_path, "faulty").trials}
-    assert trials["ok"]["status"] == "ok" and trials["workers"]["status"] == "ok"
+    assert trials["ok"]["status"] == "ok" and trials["workers"]["status"] == "ok", (  # what went wrong, if it did
+        trials["ok"].get("detail"), trials["workers"].get("detail"))
     assert trials["crash"]["status"] == "error"
     assert trials["crash"]["detail"].startswith("ValueError: the data went wrong at step 3 at faulty.py:23; "
                                                 "it printed: starting crash")
