@@ -36,7 +36,9 @@ def check_url_opens(url: str, what: str, timeout_s: float | None = None, rebuild
             raise StudyError(f"{what} {shown(url)}: {path} is not a file")
         parent = path.resolve().parent
         if (above := next((p for p in (parent, *parent.parents) if p.exists()), None)) and not above.is_dir():
-            raise StudyError(f"{what} {shown(url)}: {above} is a file, not a folder; fix the URL")
+            fix = ("move it aside: the sweep keeps its stores and trial folders in the folder mlruns"
+                   if above == Path("mlruns").resolve() else "fix the URL")
+            raise StudyError(f"{what} {shown(url)}: {above} is a file, not a folder; {fix}")
         if not parent.exists() and parent != Path("mlruns").resolve():
             raise StudyError(f"{what} {shown(url)}: folder {parent} does not exist; create it or fix the URL")
         if parent.exists() and not os.access(parent, os.W_OK):

@@ -43,12 +43,13 @@ LOCKED = "the database is locked by another process, for longer than its timeout
 CANT_OPEN = "the database file cannot be opened (a permission, a missing folder or a full disk)"
 IO_ERROR = "a disk I/O error (a full or failing disk)"
 MOVED = "its file was deleted, moved or replaced while the sweep ran"
+IN_THE_WAY = "a file is where a folder belongs, or a folder where a file belongs: move it aside"
 SQLITE_DBMOVED = 1032
 """SQLITE_READONLY_DBMOVED, the extended code of a write to an open file no longer at its path:
 not read-only, and running again cannot write there."""
 
 ERRNOS = {errno.ENOSPC: DISK_FULL, errno.EDQUOT: DISK_FULL, errno.EROFS: READ_ONLY, errno.EACCES: DENIED,
-          errno.EPERM: DENIED, errno.EFBIG: DISK_FULL}
+          errno.EPERM: DENIED, errno.EFBIG: DISK_FULL, errno.ENOTDIR: IN_THE_WAY, errno.EISDIR: IN_THE_WAY}
 SQLITE_CODES = {13: DISK_FULL, 8: READ_ONLY, 3: DENIED, 23: DENIED, 5: LOCKED, 6: LOCKED, 14: CANT_OPEN,
                 10: IO_ERROR}
 """SQLite's primary result codes (``sqlite_errorcode & 0xff``, which ``sqlite3`` errors carry):
@@ -259,8 +260,18 @@ def folder_unwritable(root: Path, exc: BaseException) -> StoreUnwritable | None:
     if what is None:
         return None
     name = getattr(exc, "filename", None)
+    if what == IN_THE_WAY and name is not None and (blocker := _in_the_way(Path(name))) is not None:
+        return StoreUnwritable(f"the trial folders {root}", what, f"{blocker} is a file")
     where = root if name is None or Path(name).resolve().is_relative_to(root) else Path(name).resolve().parent
     return StoreUnwritable(f"the trial folders {where}", what, detail(exc) or type(exc).__name__)
+
+
+def _in_the_way(path: Path) -> Path | None:
+    """The file that stands where one of ``path``'s folders belongs, if one does."""
+    for above in reversed(path.absolute().parents):
+        if above.exists() and not above.is_dir():
+            return above
+    return None
 
 
 def diagnose(folder: Path) -> str | None:

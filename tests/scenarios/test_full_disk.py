@@ -320,6 +320,37 @@ def test_trial_folders_on_a_full_disk_stop_the_sweep_in_one_line_then_it_resumes
     converged(project, path, "trialsfull", 3, [])
 
 
+def test_a_file_where_the_stores_folders_belong_is_named_with_its_remedy(project: Path) -> None:
+    """A stray file named ``mlruns`` is refused before anything is made, naming the file and the
+    remedy (not "fix the URL": the URL is the default); a file named ``mlruns/.trials`` (where the
+    trial folders go) stopped the first trial with a ``NotADirectoryError`` traceback, the trial
+    and the parent run left RUNNING: now one line naming the file, exit 75, the trial recorded
+    interrupted; once the file is moved aside the same command finishes the study."""
+    path = spec(project, "inway", 2)
+    (project / "mlruns").write_text("not a folder\n")
+    refused = orchestrate([str(path)], project)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stdout + refused.stderr
+    lines = refused.stderr.splitlines()
+    assert len(lines) == 2 and all(f"{project / 'mlruns'} is a file, not a folder; move it aside" in ln for ln in lines), lines
+    assert sorted(p.name for p in project.iterdir() if p.name != "__pycache__") == sorted(["mlruns", path.name]), list(project.iterdir())
+
+    (project / "mlruns").unlink()
+    (project / "mlruns").mkdir()
+    (project / "mlruns" / ".trials").write_text("not a folder\n")
+    first = orchestrate([str(path)], project)
+    assert first.returncode == 75, first.stdout + first.stderr
+    one_line(first.stderr, "the trial folders", "a file is where a folder belongs", f"{project / 'mlruns' / '.trials'} is a file",
+             "recorded as interrupted", "Resume with: orchestrate")
+    trials = check_records(project, "inway", 0)["study"].get_trials()  # nothing RUNNING, MLflow agrees
+    assert [t.user_attrs["status"] for t in trials] == ["interrupted"]
+    assert left_behind(project) == []
+
+    (project / "mlruns" / ".trials").unlink()
+    resumed = orchestrate([str(path)], project)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    converged(project, path, "inway", 2, [])
+
+
 def _fill_during(trials: Path) -> None:
     """Fill ``trials`` once the sweep's second measured trial has its configuration (it is then
     setting up or measuring: 1.5 s), before it writes its result."""
