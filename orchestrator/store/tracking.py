@@ -234,9 +234,12 @@ class Tracker:
         all_tags = {"status": status, COLOR_TAG: run_color(status), **tags}
         self.client.log_batch(run_id, metrics=metric_batch(metrics),  # one round trip for both
                               tags=[RunTag(k, str(v)[:5000]) for k, v in all_tags.items()])
+        from orchestrator.store.logcopy import bounded
+
         for path, folder in files:
             if path.exists():
-                self.client.log_artifact(run_id, str(path), artifact_path=folder)
+                with bounded(path) as copy:  # a long log's copy: its start and its end
+                    self.client.log_artifact(run_id, str(copy), artifact_path=folder)
         self.client.set_terminated(run_id, MLFLOW_STATUS.get(status, "FAILED"))
 
     def trial_runs(self) -> dict[int, list[Any]]:

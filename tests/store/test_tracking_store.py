@@ -70,3 +70,32 @@ def test_a_template_that_cannot_be_trusted_is_rebuilt(
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # no cache to keep a template in: still a store
     tracker = open_tracker(tmp_path / "b", monkeypatch)
     assert tracker.client.get_experiment(tracker.experiment_id).name == "exp"
+
+
+def test_a_long_trial_log_keeps_its_start_and_end_in_mlflow_and_whole_in_its_folder(
+        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script printing 100 KB a step left an 82 MB log in its folder and the same again in its
+    MLflow run. The run now keeps at most ``logcopy.LIMIT`` bytes: the log's first MiB, a line
+    naming what was left out and where the whole log is, and its last bytes; the folder keeps
+    the log whole, and a short log is copied as it is."""
+    from orchestrator.store import logcopy
+
+    tracker = open_tracker(tmp_path / "p", monkeypatch)
+    tracker.open_parent("s", "sqlite:///x.db", Path(__file__), "uid")
+    folder = tmp_path / "p" / "trial-0000"
+    folder.mkdir()
+    log = folder / "trial.log"
+    middle = b"step output that nobody reads\n" * ((logcopy.LIMIT + 3 * 2**20) // 30)
+    log.write_bytes(b"FIRST LINE: the script's settings\n" + middle + b"LAST LINE: RuntimeError: it failed\n")
+    short = folder / "result.json"
+    short.write_text('{"ok": true}\n')
+    run = tracker.start_trial(0, {"batch_size": 8}, {})
+    tracker.finish_trial(run, "error", {}, {}, [(log, None), (short, None)])
+
+    got = Path(tracker.client.download_artifacts(run, "trial.log", str(tmp_path / "down")))
+    data = got.read_bytes()
+    assert len(data) <= logcopy.LIMIT + 200 and log.stat().st_size > logcopy.LIMIT + 2**20  # the folder's is whole
+    assert data.startswith(b"FIRST LINE: the script's settings\n") and data.endswith(b"LAST LINE: RuntimeError: it failed\n")
+    cut = log.stat().st_size - logcopy.LIMIT
+    assert f"[orchestrate: {cut:,} bytes of this log left out here; the whole log ({log.stat().st_size:,} bytes) is {log}]".encode() in data
+    assert Path(tracker.client.download_artifacts(run, "result.json", str(tmp_path / "down"))).read_text() == '{"ok": true}\n'
