@@ -225,6 +225,8 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
           f"{n if n is not None else 'continuous'} configurations, {sweep.proposer.strategy.label}; "
           f"{done} of {sweep.target} trials done"
           + "".join(f"; {a}" for a in again), flush=True)
+    if r.elsewhere:
+        print(r.elsewhere)
     for k, why in sweep.plan.not_applied.items():
         print(f"  not applied on {probe['device']}: {k} ({why})")
     from orchestrator.launch.slots import pinning_line

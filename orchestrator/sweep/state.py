@@ -56,3 +56,5 @@ class Run:
     limit_gib: float | None = None
     native: frozenset[str] | None = None
     heartbeat: Heartbeat | None = None
+    elsewhere: str | None = None
+    """A line: the study's earlier trials ran on other devices (``stores.elsewhere``)."""

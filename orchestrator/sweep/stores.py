@@ -83,7 +83,9 @@ def open_stores(r: Run, new_study: bool) -> None:
                                      outage=r.db, absent=None if new_study else _not_replaced(spec, r.sync))
         recorded = StudyRecord.of(study)  # one read of the study's attributes
         r.limit_gib, r.native = memory_limit(spec, plan, r.found), native_half_of(plan)  # read once
-        record_machine(study, plan, r.limit_gib, r.native, recorded.machine)
+        slots = [s.name for s in r.slots]
+        r.elsewhere = elsewhere(recorded.machine, study, plan, slots)
+        record_machine(study, plan, r.limit_gib, r.native, recorded.machine, slots)
         parent = r.sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, recorded.uid)  # type: ignore[arg-type]  # open_study wrote the uid
         if recorded.parent_run_id != parent:
             write_study(study, parent_run_id=parent)
@@ -137,17 +139,52 @@ def outages(spec: SweepSpec, stop: StopFlag) -> tuple[Outage | None, Outage | No
 
 
 def record_machine(study: Study, plan: Plan, limit_gib: float | None, native: frozenset[str] | None,
-                   recorded: dict[str, Any] | None) -> None:
+                   recorded: dict[str, Any] | None, slots: list[str]) -> None:
     """What the study runs on, for a later run of the finished study to check without a probe
     (``resume``); ``native``: ``native_half_of``; ``recorded``: what the study holds now."""
     from orchestrator.machine import facts
     from orchestrator.store.studyrecord import write_study
 
-    now = {**facts(plan.devices), "memory_limit_gib": limit_gib}
+    now = {**facts(plan.devices), "slots": slots, "memory_limit_gib": limit_gib}
     if native is not None:
         now["native_half"] = sorted(native)
     if recorded != now:
         write_study(study, machine=now)
+
+
+def elsewhere(recorded: dict[str, Any] | None, study: Study, plan: Plan, slots: list[str]) -> str | None:
+    """A line for a study whose earlier trials ran on other devices than this run's (other GPUs,
+    CPU slots of other widths, another torch): its results are ranked with this run's, so the
+    user should know; None where they ran alike, or where nothing ran before."""
+    from orchestrator.machine import facts
+
+    if not recorded or not study.get_trials(deepcopy=False):
+        return None
+    now = {**facts(plan.devices), "slots": slots}
+    if _measured_on(recorded) == _measured_on(now):
+        return None
+    return (f"  the study's earlier trials ran on {_said(recorded)}, this run's trials run on {_said(now)}: "
+            "their results are ranked together (to keep them apart, give the spec another name)")
+
+
+def _measured_on(machine: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes two trials' figures comparable: torch, the devices' names, and each CPU slot's
+    cores (a GPU's index does not matter; a CPU slot's width does)."""
+    names = sorted({n for found in (machine.get("device_names") or {}).values() for n in found or ()})
+    cpus = sorted(d for d in machine.get("slots") or machine.get("devices") or () if d.startswith("cpu"))
+    return machine.get("torch_version"), names, [_width(d) for d in cpus]
+
+
+def _width(device: str) -> int | None:
+    """A CPU slot's cores (``cpu:2-5``: 4); None for the whole CPU (``cpu``)."""
+    first, _, last = device.partition(":")[2].partition("-")
+    return int(last or first) - int(first) + 1 if first.isdigit() else None
+
+
+def _said(machine: dict[str, Any]) -> str:
+    names = sorted({n for found in (machine.get("device_names") or {}).values() for n in found or ()})
+    return (f"{', '.join(machine.get('slots') or machine.get('devices') or ['?'])} ({', '.join(names) or 'unnamed'}), "
+            f"torch {machine.get('torch_version')}")
 
 
 def native_half_of(plan: Plan) -> frozenset[str] | None:

@@ -215,7 +215,7 @@ def test_cpu_slots_pin_each_trial_to_its_cores(project: Path) -> None:
     devices = f"cpu:{cores[0]}-{cores[0]},cpu:{cores[1]}-{cores[1]}"
     plan = orchestrate([str(spec), "--devices", devices, "--dry-run"], project)  # the dry run names the slots
     assert f"  device       cpu; 2 slots, one trial at a time on each: {devices.replace(',', ', ')}\n" in plan.stdout
-    proc = orchestrate([str(spec), "--devices", devices, "--no-check"], project)
+    proc = orchestrate([str(spec), "--devices", devices, "--no-check", "--n-trials", "5"], project)
     assert proc.returncode == 0, proc.stderr
     assert "each trial pinned to its own cores" in proc.stdout
     resume = next(line for line in proc.stdout.splitlines() if line.startswith("Resume:"))
@@ -223,11 +223,17 @@ def test_cpu_slots_pin_each_trial_to_its_cores(project: Path) -> None:
     report = orchestrate(["report", str(spec), "--format", "text"], project)
     table = report.stdout.split("\n\n")[1].splitlines()  # the trials' table: a slot column, each trial's slot
     assert "  slot " in table[0] and {row.split()[7] for row in table[1:]} == set(devices.split(",")), report.stdout
-    records = check_records(project, "slots", n_results=6)
+    records = check_records(project, "slots", n_results=5)
     for t in records["results"]:
         placement = json.loads((Path(t.user_attrs["trial_dir"]) / "result.json").read_text())["placement"]
         assert placement["cpu_cores"] == 1 and placement["OMP_NUM_THREADS"] == "1"
         assert t.user_attrs["cpu_cores"] == t.user_attrs["slot"].split(":")[1].split("-")[0]
+    # the rest on the whole CPU (--devices left out): ranked with one-core results, and said so
+    rest = orchestrate([str(spec), "--no-check"], project)
+    assert rest.returncode == 0, rest.stderr
+    assert (f"  the study's earlier trials ran on {devices.replace(',', ', ')} (" in rest.stdout
+            and "this run's trials run on cpu (" in rest.stdout and "ranked together" in rest.stdout), rest.stdout
+    check_records(project, "slots", n_results=6)
 
 
 def test_mps_with_two_slots_is_refused_in_one_line(project: Path) -> None:
