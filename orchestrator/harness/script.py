@@ -82,10 +82,14 @@ def _code(code: object) -> str:
     return f" (exit code {code})" if isinstance(code, int) else f" ({code})"
 
 
-def first_dimension(batch: object) -> tuple[int | None, int | None]:
+def first_dimension(batch: object, expected: int | None = None) -> tuple[int | None, int | None]:
     """(samples, tokens) of one batch: a tensor's first dimension; a mapping's ``input_ids`` (its
-    elements are the tokens, padding included) or else its first tensor; a sequence's first item.
-    (None, None) where no tensor is found."""
+    elements are the tokens, padding included) or else its first tensor; a sequence by its shape:
+    per-example mappings (a collate that returns its list) count one each, a tuple of per-example
+    tuples (``tuple(zip(*batch))``, detection models' collate) counts its first tuple's items, a
+    sequence of stacked tensors (``(x, y)``) its first tensor's first dimension. Where the shape
+    leaves it open (a list of per-example tensors or tuples), the count that equals ``expected``
+    (the DataLoader's ``batch_size``) is taken. (None, None) where no tensor is found."""
     if isinstance(batch, torch.Tensor):
         return (int(batch.shape[0]), None) if batch.dim() else (None, None)
     if isinstance(batch, Mapping):
@@ -97,9 +101,21 @@ def first_dimension(batch: object) -> tuple[int | None, int | None]:
             if found[0] is not None:
                 return found
         return None, None
-    if isinstance(batch, (list, tuple)) and batch:
-        return first_dimension(batch[0])
-    return None, None
+    if not isinstance(batch, (list, tuple)) or not batch:
+        return None, None
+    first = batch[0]
+    if all(isinstance(item, Mapping) for item in batch):  # per-example mappings
+        ids = [item.get("input_ids") for item in batch]
+        tokens = sum(int(t.numel()) for t in ids if isinstance(t, torch.Tensor)) if all(
+            isinstance(t, torch.Tensor) and t.dim() == 1 for t in ids) else None
+        return len(batch), tokens
+    if isinstance(first, (list, tuple)) and first:  # per-field tuples of examples, or per-example tuples
+        guess, other = (len(first), len(batch)) if isinstance(batch, tuple) else (len(batch), len(first))
+        return (other if expected is not None and guess != expected and other == expected else guess), None
+    samples, tokens = first_dimension(first)
+    if expected is not None and samples != expected and len(batch) == expected:  # per-example tensors
+        return len(batch), None
+    return samples, tokens
 
 
 class Meter:
@@ -127,8 +143,9 @@ class Meter:
         self.cpu_start = hostcpu.CpuSample(None, None, 0.0)  # read as the window opens (_open)
 
     # -- the two counters ----------------------------------------------------------------------
-    def on_batch(self, batch: object) -> None:
-        samples, tokens = first_dimension(batch)
+    def on_batch(self, batch: object, expected: int | None = None) -> None:
+        """``expected``: the yielding DataLoader's batch size, where it batches (``first_dimension``)."""
+        samples, tokens = first_dimension(batch, expected)
         self.samples += samples or 0
         self.tokens += tokens or 0
 
@@ -192,8 +209,9 @@ class Meter:
             step_ms = [(b - a) * 1000 for a, b in zip(self.marks, self.marks[1:])]
         samples = self.per_step * steps if self.per_step is not None else float(self.samples)
         if not samples:
-            raise Unmeasurable(f"no samples counted in the window's {steps} steps: the script drew no batch from a "
-                               "torch DataLoader (or its batches hold no tensor); set samples_per_step in the spec")
+            raise Unmeasurable(f"set samples_per_step in the spec: no samples counted in the window's {steps} steps "
+                               "(the script drew no batch from a torch DataLoader, or its batches hold no tensor "
+                               "the harness can count, such as a dataclass)")
         tokens = self.tokens if self.per_step is None and self.tokens else None
         import statistics
 
@@ -246,7 +264,8 @@ def counting_batches(meter: Meter) -> Callable[[], None]:
 
     def __next__(self: Any) -> Any:
         batch = inner(self)
-        meter.on_batch(batch)
+        sampler = getattr(self, "_index_sampler", None) if getattr(self, "_auto_collation", False) else None
+        meter.on_batch(batch, getattr(sampler, "batch_size", None))
         return batch
 
     _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]  # the one place every loader yields

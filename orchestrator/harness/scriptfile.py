@@ -42,6 +42,7 @@ def preload_imports(path: str) -> list[str]:
     (``PYTORCH_NVML_BASED_CUDA_CHECK``), so that no import initialises CUDA before the fork.
     Returns the modules imported; a module that fails to import is left for the trial to report."""
     import importlib
+    import importlib.machinery
     import importlib.util
 
     folder = os.path.dirname(os.path.abspath(path))
@@ -51,7 +52,10 @@ def preload_imports(path: str) -> list[str]:
     try:
         for name in top_level_imports(path):
             try:
-                spec = importlib.util.find_spec(name.split(".")[0])
+                top = name.split(".")[0]
+                if importlib.machinery.PathFinder.find_spec(top, [folder]) is not None:
+                    continue  # the script's own (a git.py beside it): the installed one would shadow it
+                spec = importlib.util.find_spec(top)
                 origin = getattr(spec, "origin", None) or ""
                 if spec is None or os.path.abspath(origin).startswith(folder + os.sep):
                     continue

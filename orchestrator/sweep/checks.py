@@ -273,7 +273,9 @@ def smoke_params(spec: SweepSpec, plan: Plan) -> dict[str, Any]:
     """The configuration the smoke step runs: the plan's first, with a batch of at most 2 (the
     smallest if smaller), one micro-batch per step, no memory caps and no compile: it checks the
     experiment's code in seconds, not the knobs or the memory (a sweep of batches of thousands
-    would otherwise smoke-test one of them)."""
+    would otherwise smoke-test one of them). A script gets the smallest batch the spec sweeps, as
+    it is: its flags are its own (``choices=[16, 32]``, a config file per batch size), and a
+    batch it was never given can fail where every trial would run."""
     from orchestrator.search.space import first_configuration, trial_params
 
     from orchestrator.spec.load import Choice
@@ -293,6 +295,8 @@ def smoke_params(spec: SweepSpec, plan: Plan) -> dict[str, Any]:
     for cap in ("memory_fraction", "cpu_memory_limit_gib", "mps_high_watermark_ratio",
                 "mps_low_watermark_ratio", "compile"):
         params.pop(cap, None)
+    if spec.script is not None:
+        return params
     if isinstance(params.get("batch_size"), (int, float)):
         params["batch_size"] = max(1, min(int(params["batch_size"]), SMOKE_BATCH))
     if "grad_accum_steps" in params:

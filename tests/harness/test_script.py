@@ -40,6 +40,30 @@ def test_a_batch_counts_its_first_dimension(batch: object, expected: tuple) -> N
     assert first_dimension(batch) == expected
 
 
+IMAGE = (torch.zeros(3, 32, 32), {"boxes": torch.zeros(2, 4), "labels": torch.zeros(2)})
+
+
+@pytest.mark.parametrize("collate, size, expected", [
+    (lambda items: tuple(zip(*items)), 8, (8, None)),  # torchvision's detection collate: counted 3 (channels)
+    (lambda items: tuple(zip(*items)), 5, (5, None)),  # an epoch's last, shorter batch
+    (lambda items: items, 8, (8, None)),  # the list of examples itself
+    (lambda items: [x for x, _ in items], 8, (8, None)),  # per-example tensors: counted 3 (channels)
+], ids=["zip-collate", "zip-collate-last", "list-of-examples", "list-of-tensors"])
+def test_a_batch_of_examples_counts_its_examples(collate: object, size: int, expected: tuple) -> None:
+    """The tour's detection script was counted 3 samples a step at every batch size (an image's
+    channels), and the sweep then said the batch size did not reach the script; the loader's
+    ``batch_size`` settles what the shape leaves open."""
+    assert first_dimension(collate([IMAGE] * size), 8) == expected  # type: ignore[operator]
+
+
+def test_per_example_mappings_count_one_each_and_their_tokens() -> None:
+    """The tour's ``collate_fn=lambda items: items`` over ``{"input_ids": ..., "label": ...}``
+    examples was counted as its first example's length (25.8 and 23.8 samples a step at batches
+    8 and 32)."""
+    batch = [{"input_ids": torch.zeros(20 + i, dtype=torch.long), "label": 1} for i in range(8)]
+    assert first_dimension(batch) == (8, sum(20 + i for i in range(8)))
+
+
 def test_top_level_imports_are_read_without_running_the_script(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""
@@ -163,8 +187,9 @@ def test_samples_per_step_from_the_spec_replaces_the_count(tmp_path: Path) -> No
                                                           "samples_per_step": 32.0}
     proc, result = run_trial(tmp_path, source, [], TrialSteps(1, 5, 0.0))
     assert result["status"] == "error"
-    assert result["detail"] == ("no samples counted in the window's 5 steps: the script drew no batch from a torch "
-                                "DataLoader (or its batches hold no tensor); set samples_per_step in the spec")
+    assert result["detail"] == ("set samples_per_step in the spec: no samples counted in the window's 5 steps (the "
+                                "script drew no batch from a torch DataLoader, or its batches hold no tensor the "
+                                "harness can count, such as a dataclass)")  # the remedy first: lines are clipped
     # the harness's own words: not "RuntimeError: ... at train.py:N", as if the script had raised it
 
 

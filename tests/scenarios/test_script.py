@@ -147,7 +147,7 @@ def test_a_script_broken_before_its_first_step_stops_the_sweep_in_one_line(tmp_p
     assert proc.stderr.startswith("spec.yaml:2: script: train.py failed its smoke step (run with the smallest batch "
                                   "until its first optimizer step, before any trial): the script exited (exit code "
                                   "2) before its first optimizer step; it printed: ")
-    assert "error: unrecognized arguments: --bs 2" in proc.stderr and proc.stderr.count("\n") == 1
+    assert "error: unrecognized arguments: --bs 8" in proc.stderr and proc.stderr.count("\n") == 1  # the smallest swept
     assert not (tmp_path / "mlruns" / "optuna.db").exists()  # nothing was created
 
 
@@ -230,3 +230,61 @@ def test_a_script_that_ignores_its_batch_flag_is_said_so(tmp_path: Path) -> None
                     "optimizer step from the script's DataLoader: the swept batch size does not reach the script "
                     "(is its flag in args, and does the script use it?), so their throughputs measure the same "
                     "batch"], proc.stderr
+
+
+DETECTION = """
+    import argparse
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+    from tqdm import box_mean  # the script's own tqdm.py, beside it: an installed tqdm shadowed it in the trials
+
+    class Boxes(Dataset):
+        def __len__(self):
+            return 256
+        def __getitem__(self, i):
+            n = 1 + i % 3
+            return torch.rand(3, 16, 16), {"boxes": torch.rand(n, 4), "labels": torch.ones(n, dtype=torch.long)}
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch-size", type=int, choices=[4, 16])  # no batch of 2: the smoke step runs the smallest swept
+    size = p.parse_args().batch_size
+    loader = DataLoader(Boxes(), batch_size=size, collate_fn=lambda items: tuple(zip(*items)))
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                torch.nn.Linear(4, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(100):
+        for images, targets in loader:
+            loss = torch.nn.functional.mse_loss(model(torch.stack(images)), box_mean(targets))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+"""
+
+
+def test_a_detection_script_is_counted_by_its_images(tmp_path: Path) -> None:
+    """From a tour of users' own scripts: torchvision's detection collate (``tuple(zip(*batch))``)
+    was counted 3 samples a step (an image's channels) at every batch size, and the sweep said the
+    batch size did not reach the script; ``choices=[4, 16]`` failed the smoke step, run at batch 2;
+    a ``tqdm.py`` beside the script lost to the installed tqdm the fork server had preloaded."""
+    (tmp_path / "det.py").write_text(textwrap.dedent(DETECTION))
+    (tmp_path / "tqdm.py").write_text("import torch\n\ndef box_mean(targets):\n"
+                                      "    return torch.stack([t['boxes'].mean(0) for t in targets])\n")
+    write_spec(tmp_path, """
+        name: det
+        script: det.py
+        args: ["--batch-size", "{batch_size}"]
+        device: cpu
+        space:
+          batch_size: [4, 16]
+        search: {sampler: grid}
+        trial: {warmup_steps: 1, measure_steps: 3, min_measure_s: 0.1}
+    """)
+    proc = orchestrate(["spec.yaml"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "does not reach the script" not in proc.stderr, proc.stderr
+    counted = {}
+    for config in tmp_path.glob("mlruns/.trials/det-*/trial-*/config.json"):
+        result = json.loads((config.parent / "result.json").read_text())
+        counted[json.loads(config.read_text())["params"]["batch_size"]] = (result["status"], result["info"]["samples_per_step"])
+    assert counted == {4: ("ok", 4), 16: ("ok", 16)}, counted
+    assert not processes_under(tmp_path)
