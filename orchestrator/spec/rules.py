@@ -58,6 +58,8 @@ class Checker:
         self.file, self.lines, self.overrides = file, lines, overrides
         self.spelled = spelled or {}
         self.found: list[SpecError] = []
+        self.whole: set[str] = set()
+        """Fields refused as a whole (``refuse_whole``)."""
 
     def note(self, error: SpecError) -> None:
         """A broken rule, kept; checking goes on."""
@@ -71,9 +73,18 @@ class Checker:
             self.note(exc)
             return fallback
 
+    def refuse_whole(self, error: SpecError) -> None:
+        """``note`` an error that refuses a field as a whole (a name a script spec may not use):
+        what its value breaks besides is left unsaid (``space.compile[0]``'s type, once the line
+        says to rename ``space.compile``)."""
+        self.note(error)
+        if error.field:
+            self.whole.add(error.field)
+
     def raise_found(self) -> None:
         """Every kept error at once (``errors.raise_all``); nothing if none."""
-        raise_all(self.found)
+        raise_all([e for e in self.found if not e.field or not any(
+            e.field.startswith((f + ".", f + "[")) for f in self.whole)])
 
     def fail(self, path: tuple, rule: str, value: object = ..., *, show_value: bool = True) -> SpecError:
         if show_value and value is not ...:

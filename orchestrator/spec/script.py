@@ -195,7 +195,7 @@ def refuse_loop_knobs(c: Checker, top: dict[str, Any], fixed: object, space: obj
     for section, values in (("fixed", fixed), ("space", space)):
         for name in LOOP_KNOBS:
             if isinstance(values, dict) and name in values:
-                c.note(c.fail((section, name), f"{name} is applied by the harness's own training loop, which a "
+                c.refuse_whole(c.fail((section, name), f"{name} is applied by the harness's own training loop, which a "
                              f"script does not run; pass it to the script through args instead, under a name "
                               f"of your own (e.g. precision: [...] and \"--precision\", \"{{precision}}\")",
                               show_value=False))
@@ -229,6 +229,7 @@ def check_script(c: Checker, top: dict[str, Any], fixed: dict[str, Any], space: 
     checked = [c.attempt(lambda: _check_arg(c, i, arg, names, fixed, space, used), None)
                for i, arg in enumerate(raw_args)]  # each argument's error noted (``rules.Checker``)
     args = [text for text in checked if text is not None]
+    in_args = set(used)
     per_step = top.get("samples_per_step")
     if per_step is not None:
         if isinstance(per_step, bool) or not isinstance(per_step, (str, int, float)):
@@ -256,7 +257,12 @@ def check_script(c: Checker, top: dict[str, Any], fixed: dict[str, Any], space: 
             outside = name in knobs.KNOBS and name not in SCRIPT_PARAMS  # applied to the process
             if name not in used and not outside:
                 c.note(c.fail((section, name), f"the script never sees {name}: name it in args (\"{{{name}}}\") "
-                              "or in samples_per_step, or remove it", show_value=False))
+                              + ("or in samples_per_step, " if section == "fixed" else "") + "or remove it "
+                              "(a script is given its settings through its arguments only)", show_value=False))
+            elif section == "space" and name not in in_args and not outside:  # counted, never given: a fake
+                c.note(c.fail((section, name), f"the script never sees {name}: samples_per_step counts it, but "
+                              f"every trial would train alike; name it in args (\"{{{name}}}\") or remove it "
+                              "(a script is given its settings through its arguments only)", show_value=False))
     return given, find_script(given, spec_folder), tuple(args), per_step
 
 

@@ -126,13 +126,23 @@ BAD = [
     ("script: train.py\nargs: '--bs 8'\n", "args: args must be a list of the script's arguments"),
     ("script: 3\n", "script: script must be the path of a Python file, such as train.py, got 3"),
     ("script: train.py\nargs: ['--bs', '{batch_size}']\nspace: {batch_size: [1], amp: [a, b]}\n",
-     "space.amp: the script never sees amp: name it in args (\"{amp}\") or in samples_per_step, or remove it"),
-    ("script: train.py\nfixed: {width: 8}\nargs: []\n", "fixed.width: the script never sees width"),
+     "space.amp: the script never sees amp: name it in args (\"{amp}\") or remove it (a script is given its "
+     "settings through its arguments only)"),
+    ("script: train.py\nfixed: {width: 8}\nargs: []\n", "fixed.width: the script never sees width: name it in args "
+     "(\"{width}\") or in samples_per_step, or remove it"),
+    # the tour's script read BATCH_SIZE from its environment; counted through samples_per_step alone, every
+    # trial trained batch 32 and the sweep recorded a 4x difference between them
+    ("script: train.py\nspace: {batch_size: [16, 64]}\nsamples_per_step: batch_size\n",
+     "space.batch_size: the script never sees batch_size: samples_per_step counts it, but every trial would "
+     "train alike; name it in args (\"{batch_size}\") or remove it"),
     ("script: train.py\nargs: ['{b}']\nspace: {b: [1]}\nsamples_per_step: b * c\n",
      "samples_per_step: c is no parameter of this spec (fixed or space), got 'b * c'"),
     ("script: train.py\nargs: ['{b}']\nspace: {b: [1]}\nsamples_per_step: __import__('os')\n",
      "samples_per_step: samples_per_step may use numbers, parameter names, + - * / // and parentheses, got "
      "\"__import__('os')\""),
+    # the tour's script named its own flag compile: one line saying to rename it, not its value's type besides
+    ("script: train.py\nargs: ['{compile}']\nspace: {compile: [0, 1]}\n",
+     "space.compile: compile is applied by the harness's own training loop, which a script does not run"),
     ("script: train.py\nargs: ['{b}']\nspace: {b: [1]}\nsamples_per_step: 0\n",
      "samples_per_step: samples_per_step must be positive, got 0"),
     ("script: train.py\nargs: ['{b}']\nspace: {b: [1]}\nsamples_per_step: true\n",
