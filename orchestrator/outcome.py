@@ -170,4 +170,6 @@ def classify(returncode: int | None, result_text: str | None, *, timed_out: bool
     if returncode:
         tail = f": {log_tail}" if log_tail else ""
         return Outcome(S.ERROR, f"exited with code {returncode} without a result{tail}")
-    return Outcome(S.ERROR, "exited without writing a result")
+    tail = f"; its last output: {log_tail}" if log_tail else ""
+    return Outcome(S.ERROR, "exited with code 0 before its result was written (a script that ends by os._exit "
+                   f"leaves the harness no time to write it){tail}")

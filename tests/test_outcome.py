@@ -23,7 +23,9 @@ CASES = [
     (-signal.SIGABRT, None, {}, "crashed", "SIGABRT"),
     (3, None, {}, "error", "exited with code 3"),
     (3, None, {"log_tail": "ImportError: no torch"}, "error", "ImportError: no torch"),
-    (0, None, {}, "error", "without writing a result"),
+    (0, None, {}, "error", "exited with code 0 before its result was written (a script that ends by os._exit"),
+    (0, None, {"log_tail": "trained 2 steps"}, "error", "os._exit leaves the harness no time to write it); its last "
+                                                         "output: trained 2 steps"),
     (0, '{"status": "ok", "metr', {}, "error", "unreadable result file"),
     (0, "\x00garbage", {}, "error", "unreadable result file"),
     (0, json.dumps({"status": "great"}), {}, "error", "no valid status"),

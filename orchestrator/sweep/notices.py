@@ -47,5 +47,6 @@ def failure_line(failures: Failures, work_dir: Path) -> str:
     logs = f"; its log: {log}" if log else f"; logs in {work_dir}"
     if log and not Path(log).exists():
         logs = f"; its log {log} is gone (its folder was deleted)"
+    said = f": {detail}" if count == 1 else f"; the first: {detail}"
     return (f"orchestrate: no configuration has a feasible result: {failures.count} trial(s) failed in this "
-            f"run, most often with status {status} ({count}x{': ' + detail if detail else ''}){logs}")
+            f"run, most often with status {status} ({count}x{said if detail else ''}){logs}")

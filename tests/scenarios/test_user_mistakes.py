@@ -105,7 +105,7 @@ def test_a_vector_loss_is_caught_before_the_sweep_then_its_errors_are_retried_on
     assert error in log.read_text()
     assert [ln for ln in proc.stderr.splitlines() if ln.strip()] == [
         f"orchestrate: no configuration has a feasible result: 2 trial(s) failed in this run, most often with "
-        f"status error (2x: {error}); its log: {log}"]
+        f"status error (2x; the first: {error}); its log: {log}"]
     assert "0 of 2 trials have a result" in proc.stdout
 
     # 3. Fixed, the same command runs both configurations again: errors are not results and used
