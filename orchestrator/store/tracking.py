@@ -21,9 +21,13 @@ if TYPE_CHECKING:
 
 
 def quiet_mlflow_logs() -> None:
-    """MLflow and alembic log table creation at INFO on a new store: noise for a user."""
+    """MLflow and alembic log table creation at INFO on a new store: noise for a user. With a
+    tracking server, MLflow prints "View run ... at: URL" and "View experiment ..." on stdout as
+    each run ends, two lines after every trial's own (unless the user asked for them)."""
     import logging
+    import os
 
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
