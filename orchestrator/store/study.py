@@ -59,7 +59,24 @@ def check_url_opens(url: str, what: str, timeout_s: float | None = None, rebuild
         finally:
             engine.dispose()
     except Exception as exc:  # noqa: BLE001 - any driver error means the URL cannot be used
-        raise StudyError(f"{what} {shown(url)}: cannot connect ({first_line(exc)})") from None
+        error = StoreUnreachable if unreachable(exc) else StudyError
+        raise error(f"{what} {shown(url)}: cannot connect ({first_line(exc)})") from None
+
+
+class StoreUnreachable(StudyError):
+    """``check_url_opens``: a server that did not answer (refused, timed out, shutting down): a run
+    waits for it up to ``search.outage_s`` as for an outage mid-sweep; a name or a password that
+    is wrong is a ``StudyError`` (waiting cannot mend it)."""
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a connection's failure is the server's absence, not the URL's mistake: the words of
+    a lost connection (``outage.LOST``), a host name that does not resolve left out (a typo, at start)."""
+    from orchestrator.store.outage import LOST
+
+    text = str(exc).lower()
+    return any(w in text for w in LOST) and "could not translate host name" not in text and \
+        "name or service not known" not in text
 
 
 def check_file(url: str, what: str, rebuild: str = "the same command") -> None:

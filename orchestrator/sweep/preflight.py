@@ -44,7 +44,7 @@ def preflight(spec: SweepSpec, origins: Origins = Origins(), *, tracking_server:
             found.extend(each_error(exc))
 
     attempt(lambda: workload(spec))
-    remote: list[Callable[[], None]] = [functools.partial(store, spec, origins, f, u)
+    remote: list[Callable[[], None]] = [functools.partial(store, spec, origins, f, u, tracking_server)
                                         for f, u in (("storage", spec.storage), ("tracking_uri", spec.tracking_uri))]
     if tracking_server and spec.tracking_uri.split(":", 1)[0] in ("http", "https"):
         remote.append(lambda: tracking(spec, origins))
@@ -134,12 +134,21 @@ def _error(spec: SweepSpec, origins: Origins, field: str, rule: str) -> SpecErro
     return SpecError(rule, file=origin, field=field) if origin else spec.error((field,), rule)
 
 
-def store(spec: SweepSpec, origins: Origins, field: str, url: str) -> None:
-    """The store at ``url`` can open (a server: within ``REACH_TIMEOUT_S``)."""
-    from orchestrator.store.study import check_url_opens
+def store(spec: SweepSpec, origins: Origins, field: str, url: str, dry: bool = False) -> None:
+    """The store at ``url`` can open (a server: within ``REACH_TIMEOUT_S``). A server that does
+    not answer is waited for by a run (``search.outage_s``, then exit 75, as mid-sweep: a requeue
+    loop on 75 gets through a failover); ``dry``: ``--dry-run`` says so."""
+    from orchestrator.store.study import StoreUnreachable, check_url_opens
 
     try:
         check_url_opens(url, field, timeout_s=REACH_TIMEOUT_S)
+    except StoreUnreachable as exc:
+        if not dry:
+            return
+        why = str(exc).split("cannot connect ", 1)[-1]
+        raise _error(spec, origins, field, f"the server does not answer within {REACH_TIMEOUT_S:g} s {why}; a run "
+                     f"would wait for it up to search.outage_s={spec.search.outage_s:g} s, then stop (exit 75), "
+                     f"got {shown(url)!r}") from None
     except StudyError as exc:
         if getattr(origins, field) is None and (field,) not in spec.lines:  # the default store, which no
             raise SpecError(str(exc), file="orchestrate") from None  # line names: its own line, with the others

@@ -214,6 +214,37 @@ def test_a_database_down_longer_than_outage_s_exits_75_and_resumes(tmp_path: Pat
         [(t.number, t.state.name, t.params, t.user_attrs, t.system_attrs) for t in trials], out)
 
 
+def test_a_database_down_at_start_is_waited_for_and_exits_75(tmp_path: Path, pg: PostgresServer) -> None:
+    """The PostgreSQL tour: the study's database stopped before the command started was refused
+    as a spec error (exit 2, "cannot connect"), where the same outage mid-sweep, or a tracking
+    server down at start, is waited for and exits 75 (what a requeue loop resumes on). Now a run
+    waits up to search.outage_s, then exits 75 with nothing made; --dry-run says a run would wait;
+    once the database is back the same command runs."""
+    storage, tracking = pg.database_for(ROLE, "study"), pg.database_for(ROLE, "runs")
+    env = {"PGPASSWORD": PG_SECRET}
+    text = spec_text(storage, tracking, outage_s=3, hidden=HIDDEN[:2], min_measure_s=0.05)
+    pg.stop()
+    try:
+        (tmp_path / "dry").mkdir()
+        dry = subprocess.run([ORCHESTRATE, str(write_spec(tmp_path / "dry", text)), "--dry-run"], cwd=tmp_path,
+                             env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+        run = start(tmp_path / "a", text, env=env)
+        out, err = run.communicate(timeout=120)
+    finally:
+        pg.start()
+    assert dry.returncode == 2 and "a run would wait for it up to search.outage_s=3 s, then stop (exit 75)" in dry.stderr, (
+        dry.stdout + dry.stderr)
+    assert run.returncode == 75, out + err
+    assert "Traceback" not in err and "cannot connect" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"orchestrate: the study's database postgresql+psycopg2://{ROLE}@127.0.0.1") and \
+        "nothing was started" in last, err
+    assert not (tmp_path / "a" / "mlruns" / ".trials").exists() or not any((tmp_path / "a" / "mlruns" / ".trials").iterdir())
+    again = start(tmp_path / "a", text, env=env)
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, out + err
+
+
 def test_a_tracking_server_restart_costs_nothing(tmp_path: Path, pg: PostgresServer) -> None:
     """The ``mlflow server`` is killed mid-sweep and started again (the same port and store): the
     sweep exits 0 and every trial has its one run, finished, with its metrics."""
