@@ -49,6 +49,14 @@ def stores_held(r: Run) -> Iterator[None]:
             raise exc.with_outcome("nothing was started: run the same command once it is back") from None
         raise exc.with_outcome("the study keeps every result told before it: run the same command to resume "
                                "once it is back") from None
+    except KeyError as exc:  # Optuna's "Record does not exist.": the study deleted under the sweep
+        if r.study is None or not _study_gone(r):
+            raise
+        from orchestrator.errors import StudyError
+
+        raise StudyError(f"study '{r.spec.name}' in {shown(absolute_uri(r.spec.storage))} was deleted while this "
+                         "sweep ran (orchestrate delete, from another host?): its trials in flight were stopped and "
+                         "nothing more was written; run the same command to start it again") from exc
     except StoreUnwritable as exc:  # a full disk, say: one line, and what it means for the sweep
         if r.tracker is None:
             raise exc.with_outcome("nothing was started: run the same command once it can be written") from None
@@ -59,6 +67,16 @@ def stores_held(r: Run) -> Iterator[None]:
     finally:
         if r.heartbeat is not None:
             r.heartbeat.stop()
+
+
+def _study_gone(r: Run) -> bool:
+    """Whether the sweep's study is no longer in its database."""
+    import optuna
+
+    try:
+        return r.spec.name not in optuna.get_all_study_names(r.spec.storage)
+    except Exception:  # noqa: BLE001 - unreadable: not known to be gone
+        return False
 
 
 def open_stores(r: Run, new_study: bool) -> None:

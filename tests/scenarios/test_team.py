@@ -245,6 +245,24 @@ def test_a_database_down_at_start_is_waited_for_and_exits_75(tmp_path: Path, pg:
     assert again.returncode == 0, out + err
 
 
+def test_a_study_deleted_under_a_running_sweep_is_one_line(tmp_path: Path, pg: PostgresServer) -> None:
+    """The PostgreSQL tour: ``orchestrate delete`` from another folder during a sweep's start-up
+    (no trial RUNNING yet, so nothing said it was in use) deleted the study, and the sweep died
+    with a traceback (``KeyError: 'Record does not exist.'``) at its next write. Deleted here
+    mid-sweep through Optuna itself: one line, exit 2 (the study as a whole), nothing left running."""
+    import optuna
+
+    storage, tracking = pg.database_for(ROLE, "study"), pg.database_for(ROLE, "runs")
+    proc = start(tmp_path / "a", spec_text(storage, tracking), env={"PGPASSWORD": PG_SECRET})
+    wait_for_results(storage, 1)
+    optuna.delete_study(study_name="team", storage=with_password(storage))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in err, out + err
+    assert err.strip().splitlines()[-1].startswith("orchestrate: study 'team' in postgresql+psycopg2://"), err
+    assert "was deleted while this sweep ran" in err
+    assert subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True).stdout == b""
+
+
 def test_a_tracking_server_restart_costs_nothing(tmp_path: Path, pg: PostgresServer) -> None:
     """The ``mlflow server`` is killed mid-sweep and started again (the same port and store): the
     sweep exits 0 and every trial has its one run, finished, with its metrics."""
