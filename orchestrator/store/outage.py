@@ -96,6 +96,19 @@ def connection_lost(exc: BaseException) -> bool:
     return False
 
 
+def _lost_cause(exc: BaseException) -> BaseException:
+    """The exception that says the connection was lost, where a library wrapped it: Optuna's
+    ``StorageInternalError`` says "invalid data in the commit, e.g. exceeding max length" of a
+    server that went away; what caused it says "connection refused"."""
+    seen, inner = 0, exc
+    while inner is not None and seen < 8:
+        if any(word in str(inner).lower() for word in LOST):
+            return inner
+        inner = inner.__cause__ or inner.__context__  # type: ignore[assignment]  # None ends the loop
+        seen += 1
+    return exc
+
+
 def _sqlite_lock(text: str) -> bool:
     return "database is locked" in text or "no such table" in text
 
@@ -217,10 +230,10 @@ class Outage:
             if now - self.down_since > self.limit_s:
                 self.gave_up = StoreDown(
                     f"{self.store} was unreachable for {now - self.down_since:.0f} s, more than "
-                    f"search.outage_s={self.limit_s:g} ({scrub(first_line(exc))})")
+                    f"search.outage_s={self.limit_s:g} ({scrub(first_line(_lost_cause(exc)))})")
                 raise self.gave_up from None
         if tell:
-            self.say(f"orchestrate: {self.store} is unreachable ({scrub(first_line(exc))}); retrying for up to "
+            self.say(f"orchestrate: {self.store} is unreachable ({scrub(first_line(_lost_cause(exc)))}); retrying for up to "
                      f"search.outage_s={self.limit_s:g} s (Ctrl-C stops, and the same command resumes)")
 
     def _recovered(self) -> None:

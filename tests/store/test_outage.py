@@ -42,6 +42,28 @@ def test_the_first_failure_is_said_at_once_once_per_outage_and_the_end_names_no_
     assert str(down.value.with_outcome("nothing was started")).endswith("; nothing was started")
 
 
+def test_the_line_names_the_lost_connection_not_the_wrapper_around_it() -> None:
+    """The PostgreSQL tour: with the server stopped, the line said Optuna's wrapper, "StorageInternalError:
+    An exception is raised during the commit. This typically happens due to invalid data in the commit,
+    e.g. exceeding max length", not why: the refused connection under it."""
+    from optuna.exceptions import StorageInternalError
+
+    def wrapped() -> None:
+        try:
+            refused()
+        except OSError as exc:
+            raise StorageInternalError("An exception is raised during the commit. This typically happens due to "
+                                       "invalid data in the commit, e.g. exceeding max length.") from exc
+
+    lines: list[str] = []
+    guard = O.Outage("the study's database postgresql://db/optuna", 0.0, sleep=lambda s: time.sleep(0.01),
+                     say=lines.append)
+    with pytest.raises(O.StoreDown) as down:
+        guard.call(wrapped)
+    for text in (lines[0], str(down.value)):
+        assert "Connection refused" in text and "invalid data" not in text, text
+
+
 def test_a_call_with_no_answer_is_said_within_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host that drops packets: no failure to see until a connection timeout; the wait is said
     after ``NOTICE_S`` of it (made short here), once."""
