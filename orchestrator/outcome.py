@@ -101,6 +101,9 @@ BUDGET_DETAIL = "stopped when search.max_failures was exceeded, with this trial 
 """Another slot's failure spent the budget while it ran: run again on resume (not a failure)."""
 VERDICT_DETAIL = "stopped by the search's verdict: its result could not change the answer"
 """The ``auto`` search was done with it in flight (``search/flight``): not run again on resume."""
+DISCARDED_DETAIL = ("another orchestrator declared this trial dead (no heartbeat within search.grace_period_s); "
+                    "its result was discarded and the trial runs again")
+"""A shared study's trial failed as stale by another orchestrator while it ran here (``loop``)."""
 
 
 @dataclass(frozen=True)

@@ -68,8 +68,13 @@ class NoLock:
 class StudyLock:
     """A re-entrant, cross-process lock for one study (see the module)."""
 
-    def __init__(self, storage_url: str, study_name: str, outage: Outage | None = None) -> None:
-        """``outage``: an ``outage.Outage`` guard; taking the lock waits out a lost connection."""
+    def __init__(self, storage_url: str, study_name: str, outage: Outage | None = None, idle_s: float = 60.0) -> None:
+        """``outage``: an ``outage.Outage`` guard; taking the lock waits out a lost connection.
+        ``idle_s``: the lock's session is ended by the server after this long without a statement
+        (PostgreSQL 14's ``idle_session_timeout``), so that a holder frozen mid-proposal (SIGSTOP,
+        a suspended VM: its session stays open) does not keep every other orchestrator waiting for
+        good; a live holder that took so long finds its lock gone at ``confirm`` and takes it again."""
+        self._idle_ms = int(idle_s * 1000)
         self._local = threading.RLock()
         self._depth = 0
         self._conn: Connection | None = None
@@ -141,6 +146,11 @@ class StudyLock:
     def _take(self) -> Connection:
         conn = self._engine.connect()
         try:
+            try:
+                conn.execute(self._text(f"SET idle_session_timeout = {self._idle_ms}"))
+                conn.commit()
+            except Exception:  # noqa: BLE001 - before PostgreSQL 14: no such setting (a frozen holder then waits)
+                conn.rollback()
             conn.execute(self._text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
             conn.commit()
         except BaseException:

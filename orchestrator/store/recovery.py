@@ -128,7 +128,8 @@ class Recovery:
                 runs = self.tracker.trial_runs()
                 for t in failed:
                     for run in runs.get(t.number, []) or [self._new_run(t)]:
-                        self.tracker.finish_trial(run.info.run_id, Status.INTERRUPTED, {}, {"detail": STALE_DETAIL}, [])
+                        self.tracker.finish_trial(run.info.run_id, Status.INTERRUPTED, {}, {"detail": STALE_DETAIL},
+                                                  trialdir.files(self.trial_dir(t.number)))  # where this host has them
             except StoreUnwritable:
                 pass  # MLflow refuses (a full disk): a later converge writes these runs from the study
         return len(failed)

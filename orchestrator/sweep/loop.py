@@ -32,7 +32,7 @@ from orchestrator.sweep.notices import QUIET_AGAIN_S, QUIET_S, quiet_notice, str
 from orchestrator.sweep.repeats import remeasured
 from orchestrator.protocol import TrialConfig, TrialSteps
 from orchestrator.launch import PRESTART, StopFlag
-from orchestrator.outcome import BUDGET_DETAIL, INTERRUPTED_DETAIL, RESULT_STATUSES, VERDICT_DETAIL, Outcome, Status
+from orchestrator.outcome import BUDGET_DETAIL, DISCARDED_DETAIL, INTERRUPTED_DETAIL, RESULT_STATUSES, VERDICT_DETAIL, Outcome, Status
 from orchestrator.search.verdict import Verdict
 from orchestrator.search.proposer import Asked, Proposer
 from orchestrator.search.strategy import Done, Wait
@@ -329,9 +329,8 @@ class Sweep:
             status = tell(self.study, trial, self.spec, outcome, extra)
         except UpdateFinishedTrialError:
             self.discarded.append(trial.number)
-            self.tracker.finish_trial(job.run_ref, Status.INTERRUPTED, {}, {
-                "detail": "another orchestrator declared this trial dead (no heartbeat within "
-                          "search.grace_period_s); its result was discarded and the trial runs again"}, [])
+            self.tracker.finish_trial(job.run_ref, Status.INTERRUPTED, {}, {"detail": DISCARDED_DETAIL},
+                                      trialdir.files(job.trial_dir, len(job.runs)))  # as check expects them
             return None
         event("told", trial.number)
         reached("after_tell")

@@ -267,6 +267,11 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
         result = sweep.run(on_result, lambda line: bar.write(line, file=sys.stderr))
     finally:
         bar.close()
+    if sweep.discarded:  # its results measured here, thrown away: say so, once
+        print(f"orchestrate: trial(s) {', '.join(f'#{n}' for n in sweep.discarded)} ran here past "
+              f"search.grace_period_s={spec.search.grace_period_s:g} s without a heartbeat reaching the study (a "
+              "frozen or overloaded host, a lost connection), so another orchestrator declared them dead and ran "
+              "their configurations again; the results measured here were discarded", file=sys.stderr)
     if result.message:
         from orchestrator.report.closing import resume_flags
 

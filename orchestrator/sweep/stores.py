@@ -93,7 +93,7 @@ def open_stores(r: Run, new_study: bool) -> None:
     spec, plan = r.spec, r.plan
     assert plan is not None
     r.db, runs = outages(spec, r.stop)
-    r.lock = StudyLock(spec.storage, spec.name, r.db)
+    r.lock = StudyLock(spec.storage, spec.name, r.db, idle_s=max(30.0, 2 * spec.search.grace_period_s))
     with r.lock:
         r.sync = Tracker(spec.tracking_uri, spec.name, runs, swept=tuple(plan.searched))
         worker = os.getpid() if r.shared else 0

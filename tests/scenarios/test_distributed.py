@@ -89,7 +89,14 @@ def test_three_orchestrators_share_one_grid_study(tmp_path: Path, postgres) -> N
     assert all(t.user_attrs["status"] == "ok" for t in records["results"])
 
 
-def test_a_killed_orchestrators_trial_is_run_again_by_the_others(tmp_path: Path, postgres) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("end", ["killed", pytest.param("frozen", marks=pytest.mark.long)])  # frozen: 30-190 s
+def test_a_killed_orchestrators_trial_is_run_again_by_the_others(tmp_path: Path, postgres, end: str) -> None:  # noqa: ANN001
+    """``frozen``: the PostgreSQL tour's orchestrator stopped (SIGSTOP) past the grace period, then
+    let go on: the others ran its trial again, and it threw its own result away without a word,
+    its MLflow run without the trial's files (``check`` then found a difference). It says so now,
+    and the run keeps the files. Stopped inside a proposal, it held the study's lock, and the
+    others waited for it for good: the lock's session now ends after max(30 s, 2 grace periods)
+    idle (PostgreSQL's idle_session_timeout)."""
     storage, tracking = postgres.new_database("study"), postgres.new_database("mlflow")
     text = shared_spec(tmp_path, storage, tracking, min_measure_s=0.6).read_text()
     procs = [start(tmp_path / f"host{i}", text) for i in range(3)]
@@ -119,8 +126,16 @@ def test_a_killed_orchestrators_trial_is_run_again_by_the_others(tmp_path: Path,
             else:
                 victim.send_signal(signal.SIGCONT)
     assert cut is not None, "the first orchestrator never had a trial in flight"
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
+    if end == "frozen":
+        while db.get_trial(cut._trial_id).state == TrialState.RUNNING and time.monotonic() < deadline + 60:
+            time.sleep(0.2)  # the others fail it once its heartbeat is a grace period old
+        victim.send_signal(signal.SIGCONT)
+        out = finish([victim])[0]
+        assert victim.returncode == 0 and f"trial(s) #{cut.number} ran here past search.grace_period_s=4 s" in out, out
+        assert "the results measured here were discarded" in out, out
+    else:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
     outs = finish(procs[1:])
     for p, out in zip(procs[1:], outs):
         assert p.returncode == 0, out
@@ -131,8 +146,11 @@ def test_a_killed_orchestrators_trial_is_run_again_by_the_others(tmp_path: Path,
     cut_after = records["study"].trials[cut.number]
     assert cut_after.state == TrialState.FAIL and cut_after.user_attrs["status"] == "interrupted"
     again = next(t for t in records["results"] if t.params == cut.params)
-    assert again.number > cut.number and again.user_attrs["orchestrator"] != owner
+    assert again.number > cut.number and (end == "frozen" or again.user_attrs["orchestrator"] != owner)
     assert "heartbeats" in cut_after.user_attrs["detail"]
+    if end == "frozen":  # its folder's files went up with its run, as check expects of every ended trial
+        agree = orchestrate(["check", str(folder / "spec.yaml")], folder)
+        assert agree.returncode == 0, agree.stdout + agree.stderr
 
 
 def test_tpe_from_three_orchestrators_never_measures_twice(tmp_path: Path, postgres, mlflow_server) -> None:  # noqa: ANN001

@@ -330,3 +330,36 @@ def test_a_lock_lost_with_its_session_is_taken_again_and_counted(pg: PostgresSer
         lock.confirm()
         assert lock.retaken == 2
     assert free()
+
+
+def test_a_lock_held_by_a_frozen_orchestrator_is_freed_by_the_server(pg: PostgresServer) -> None:
+    """An orchestrator stopped (SIGSTOP, a suspended VM) inside a proposal kept its session open and
+    the study's lock with it: every other orchestrator of the study waited for it for good (seen
+    in the frozen case of test_distributed.py). The server now ends the lock's session once it has
+    been idle for ``idle_s`` (PostgreSQL 14+'s idle_session_timeout), and the others go on; a live
+    holder that sat idle so long finds the lock gone and takes it again (``confirm``)."""
+    import signal
+    import sys
+
+    from orchestrator.store.coordination import StudyLock
+
+    url = with_password(pg.database_for(ROLE, "frozen"))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom orchestrator.store.coordination import StudyLock\n"
+        f"lock = StudyLock({url!r}, 'team', idle_s=2)\nlock.__enter__()\nprint('held', flush=True)\ntime.sleep(600)\n")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        holder.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        other = StudyLock(url, "team", idle_s=2)
+        with other:  # waits until the server ends the frozen holder's idle session
+            waited = time.monotonic() - started
+        assert 1.0 < waited < 30, waited
+        with other:  # a live holder idle past idle_s: its lock is gone, and confirm takes it again
+            time.sleep(3)
+            other.confirm()
+            assert other.retaken == 1
+    finally:
+        holder.kill()
+        holder.wait()
