@@ -215,10 +215,9 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], s
     database the storage keeps heartbeats (``coordination.Heartbeat`` records them; a trial silent
     for ``search.grace_period_s`` is stale), and every call goes through ``outage``
     (``outage.Outage``: a lost connection is waited out for up to ``search.outage_s``).
-    ``absent(why)``: called where the study's SQLite file is missing or empty, before anything is
-    created (it may refuse: ``lost``). A study deleted from its database another way (``optuna
-    delete-study``) is not refused: its runs are MLflow's leftovers, which ``check`` flags and
-    ``orchestrate delete SPEC --leftovers`` removes."""
+    ``absent(why)``: called where the study's SQLite file is missing or empty, or a server
+    database holds no study of its name, before anything is created (it may refuse where an
+    earlier study of the name left runs: ``lost``; ``orchestrate delete`` leaves none)."""
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -238,6 +237,9 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], s
             n_existing = storage.get_n_trials(storage.get_study_id_from_name(spec.name))
         except KeyError:  # no such study yet
             n_existing = 0
+            if absent is not None and path is None:  # a server: the study gone, or --storage names another database
+                absent("no study of this name in that database: it names another one, or the study was "
+                       "deleted without orchestrate delete")
         study = optuna.create_study(study_name=spec.name, storage=storage, directions=directions,
                                     sampler=sampler(n_existing), load_if_exists=True)
     except SQLAlchemyError as exc:

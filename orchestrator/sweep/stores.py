@@ -56,7 +56,7 @@ def stores_held(r: Run) -> Iterator[None]:
 
         raise StudyError(f"study '{r.spec.name}' in {shown(absolute_uri(r.spec.storage))} was deleted while this "
                          "sweep ran (orchestrate delete, from another host?): its trials in flight were stopped and "
-                         "nothing more was written; run the same command to start it again") from exc
+                         "nothing more was written; run the same command with --new-study to start it again") from exc
     except StoreUnwritable as exc:  # a full disk, say: one line, and what it means for the sweep
         if r.tracker is None:
             raise exc.with_outcome("nothing was started: run the same command once it can be written") from None

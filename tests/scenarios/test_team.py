@@ -253,14 +253,21 @@ def test_a_study_deleted_under_a_running_sweep_is_one_line(tmp_path: Path, pg: P
     import optuna
 
     storage, tracking = pg.database_for(ROLE, "study"), pg.database_for(ROLE, "runs")
-    proc = start(tmp_path / "a", spec_text(storage, tracking), env={"PGPASSWORD": PG_SECRET})
+    text = spec_text(storage, tracking, min_measure_s=1.5)  # 8 trials of 1.5 s: deleted while it runs
+    proc = start(tmp_path / "a", text, env={"PGPASSWORD": PG_SECRET})
     wait_for_results(storage, 1)
     optuna.delete_study(study_name="team", storage=with_password(storage))
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "Traceback" not in err, out + err
     assert err.strip().splitlines()[-1].startswith("orchestrate: study 'team' in postgresql+psycopg2://"), err
-    assert "was deleted while this sweep ran" in err
+    assert "was deleted while this sweep ran" in err and "run the same command with --new-study" in err
     assert subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True).stdout == b""
+    # the same command: MLflow holds the deleted study's runs, so a new one is started on purpose only
+    # (it started over silently, where a lost SQLite file is refused)
+    again = start(tmp_path / "a", text, env={"PGPASSWORD": PG_SECRET})
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 2 and "study 'team' is missing from postgresql+psycopg2://" in err, out + err
+    assert "no study of this name in that database" in err and "--new-study" in err, err
 
 
 def test_a_tracking_server_restart_costs_nothing(tmp_path: Path, pg: PostgresServer) -> None:
