@@ -27,7 +27,8 @@ from orchestrator.sweep.state import Run
 from orchestrator.sweep.startup import Startup, warm_imports
 from orchestrator.sweep.stores import open_stores, recover, stores_held
 from orchestrator.timeline import event
-from orchestrator.urls import Origins
+from orchestrator.redact import shown
+from orchestrator.urls import Origins, absolute_uri, is_sqlite
 
 if TYPE_CHECKING:
     from optuna import Study
@@ -227,6 +228,10 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
           + "".join(f"; {a}" for a in again), flush=True)
     if r.elsewhere:
         print(r.elsewhere)
+    if r.shared and is_sqlite(spec.tracking_uri):  # the PostgreSQL tour: each host's runs in its own file
+        print(f"  the study is shared through {shown(spec.storage)}, but this orchestrator's MLflow runs go to "
+              f"{shown(absolute_uri(spec.tracking_uri))}, on this host: each host's MLflow holds its own trials "
+              "only (give every host the team's tracking server: tracking_uri: http://...)")
     for k, why in sweep.plan.not_applied.items():
         print(f"  not applied on {probe['device']}: {k} ({why})")
     from orchestrator.launch.slots import pinning_line

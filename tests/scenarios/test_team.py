@@ -370,3 +370,15 @@ def test_a_lock_held_by_a_frozen_orchestrator_is_freed_by_the_server(pg: Postgre
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_shared_study_tracked_in_a_local_file_is_said(tmp_path: Path, pg: PostgresServer) -> None:
+    """The PostgreSQL tour: one host's spec left tracking_uri out, its runs went to its own
+    mlruns/mlflow.db, and each host's check then missed the other's runs, without a word."""
+    storage = pg.database_for(ROLE, "study")
+    text = spec_text(storage, "sqlite:///mlruns/mlflow.db", hidden=HIDDEN[:1], min_measure_s=0.05)
+    proc = start(tmp_path / "a", text, env={"PGPASSWORD": PG_SECRET})
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    assert (f"  the study is shared through postgresql+psycopg2://{ROLE}@127.0.0.1" in out
+            and f"MLflow runs go to sqlite:///{tmp_path / 'a' / 'mlruns' / 'mlflow.db'}, on this host" in out), out
