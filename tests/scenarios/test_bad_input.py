@@ -340,7 +340,7 @@ def test_unreachable_database_is_one_line_and_creates_nothing(
     """Without the driver the spec is refused at load time, naming the package to install; with
     it, the real run's connection check refuses the URL. Either way: one line, exit 2."""
     monkeypatch.chdir(tmp_path)
-    url = "postgresql://nobody@127.0.0.1:1/x"
+    url = "postgresql://nobody@nosuchhost.invalid:1/x"  # a name that resolves nowhere: refused, not waited for
     spec = tmp_path / "spec.yaml"
     spec.write_text(HEAD + f"storage: '{url}'\n")
     from sqlalchemy.engine import make_url

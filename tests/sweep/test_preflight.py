@@ -130,11 +130,19 @@ def test_a_database_server_answers_or_is_one_line_without_its_password(tmp_path:
     good = postgres.new_database("preflight")
     spec = write_spec(tmp_path, f"name: p\nexperiment: experiments.mlp\nstorage: {good}\n")
     assert errors(spec) == []
-    bad = f"postgresql+psycopg2://sweeper:s3cret-pw@127.0.0.1:{closed_port()}/optuna"
+    # a database that does not exist: one line, exit 2, without its password (waiting cannot mend it)
+    bad = f"postgresql+psycopg2://{postgres.user}:s3cret-pw@127.0.0.1:{postgres.port}/nosuchdb"
     spec = write_spec(tmp_path, f"name: p\nexperiment: experiments.mlp\nstorage: '{bad}'\n")
     (line,) = errors(spec)
-    assert line.startswith("3: storage: cannot connect (") and "s3cret-pw" not in line
+    assert line.startswith("3: storage: cannot connect (") and "nosuchdb" in line and "s3cret-pw" not in line
     assert line.endswith(f"got '{bad.replace('s3cret-pw', '***')}'")
+    # a server that does not answer: a run waits for it (search.outage_s, then 75); --dry-run says so
+    down = f"postgresql+psycopg2://sweeper:s3cret-pw@127.0.0.1:{closed_port()}/optuna"
+    spec = write_spec(tmp_path, f"name: p\nexperiment: experiments.mlp\nstorage: '{down}'\n")
+    assert errors(spec) == []
+    (line,) = errors(spec, tracking_server=True)
+    assert line.startswith("3: storage: the server does not answer within 5 s (") and "s3cret-pw" not in line
+    assert "a run would wait for it up to search.outage_s=300 s, then stop (exit 75)" in line
 
 
 @pytest.fixture
