@@ -130,9 +130,12 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
     folder, as found on disk): a folder of no trial is a difference too, and so is a trial that ran
     whose folder is missing. ``artifacts(run_id,
     folder)``: the file names a run holds in an artifact folder; given, missing files are
-    differences (each is a call to MLflow: ``orchestrate check`` asks, the sweep does not)."""
+    differences (each is a call to MLflow: ``orchestrate check`` asks, the sweep does not). A
+    trial that ran on another host (its ``host``) keeps its folder there: not looked for here."""
+    import socket
+
     out: list[Difference] = []
-    numbers = set()
+    numbers, here = set(), socket.gethostname()
     for t in sorted(trials, key=lambda t: t.number):
         numbers.add(t.number)
         state = t.state.name
@@ -144,7 +147,8 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
             continue
         out += _compare_trial(record_of(t, default_dir(t.number)), runs.get(t.number, []),
                               TrialRecord.of(t).mlflow_run_id, artifacts)
-        ran_in = TrialRecord.of(t).trial_dir  # set for a trial that ran a process
+        rec = TrialRecord.of(t)
+        ran_in = rec.trial_dir if rec.host in (None, here) else None  # another host's folder is on its disk
         if folders is not None and ran_in and not Path(ran_in).is_dir():
             missing = f"trial {t.number}: its folder {ran_in} is missing (its configuration, log and result are gone from disk"
             if _lacking(artifacts, TrialRecord.of(t), Path(ran_in)):  # what the run holds, all of it lacking

@@ -295,6 +295,21 @@ def test_a_trial_whose_folder_is_missing_is_a_difference_only_where_folders_are_
     assert compare(trials, runs, lambda n: tmp_path) == []  # the sweep's converge does not look
 
 
+def test_a_trial_that_ran_on_another_host_keeps_its_folder_there(tmp_path: Path) -> None:
+    """The PostgreSQL tour: check on host B read host A's trial folders (absolute paths on A's disk)
+    as missing, and --repair wrote them at those paths on B. A trial recorded on another host is
+    not looked for here; one that ran here still is."""
+    import socket
+
+    trials = [trial(0, trial_dir=str(tmp_path / "a" / "trial-0000"), host="another-host", mlflow_run_id="run-0"),
+              trial(1, trial_dir=str(tmp_path / "b" / "trial-0001"), host=socket.gethostname(), mlflow_run_id="run-1")]
+    runs = {n: [run(n)] for n in range(2)}
+    held = {"run-0": {"config.json"}, "run-1": {"config.json"}}
+    found = compare(trials, runs, lambda n: tmp_path / f"trial-{n:04d}", folders={},
+                    artifacts=lambda run_id, sub: held.get(run_id, set()) if sub is None else set())
+    assert [(d.kind, d.number) for d in found] == [("no_folder", 1)], [d.text for d in found]
+
+
 def test_files_the_trial_folder_holds_and_mlflow_lacks_are_a_difference(tmp_path: Path) -> None:
     folder = tmp_path / "trial-0000"
     folder.mkdir()
