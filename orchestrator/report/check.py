@@ -211,12 +211,9 @@ def _mlflow(spec: SweepSpec, uid: str) -> tuple[Any, Any, Any, dict[int, list[An
 def _folder_root(study: Study, name: str, uid: str) -> Path:
     """Where this host's trial folders of the study are: as its trials that ran here name them,
     else under ``./mlruns`` (another host's are on its own disk)."""
-    import socket
-
-    here = socket.gethostname()
     for t in study.trials:
         rec = TrialRecord.of(t)
-        if rec.trial_dir and rec.host in (None, here):
+        if rec.trial_dir and rec.ran_here:
             return Path(rec.trial_dir).parent
     return trialdir.root(name, uid)
 

@@ -132,10 +132,8 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
     folder)``: the file names a run holds in an artifact folder; given, missing files are
     differences (each is a call to MLflow: ``orchestrate check`` asks, the sweep does not). A
     trial that ran on another host (its ``host``) keeps its folder there: not looked for here."""
-    import socket
-
     out: list[Difference] = []
-    numbers, here = set(), socket.gethostname()
+    numbers = set()
     for t in sorted(trials, key=lambda t: t.number):
         numbers.add(t.number)
         state = t.state.name
@@ -148,15 +146,15 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
         out += _compare_trial(record_of(t, default_dir(t.number)), runs.get(t.number, []),
                               TrialRecord.of(t).mlflow_run_id, artifacts)
         rec = TrialRecord.of(t)
-        ran_in = rec.trial_dir if rec.host in (None, here) else None  # another host's folder is on its disk
+        ran_in = rec.trial_dir if rec.ran_here else None  # another host's folder is on its disk
         if folders is not None and ran_in and not Path(ran_in).is_dir():
             missing = f"trial {t.number}: its folder {ran_in} is missing (its configuration, log and result are gone from disk"
-            if _lacking(artifacts, TrialRecord.of(t), Path(ran_in)):  # what the run holds, all of it lacking
+            if _lacking(artifacts, rec, Path(ran_in)):  # what the run holds, all of it lacking
                 out.append(Difference("no_folder", f"{missing}; its MLflow run keeps the copies it logged, which "
                                       "--repair writes back)", t.number))
             else:
                 out.append(Difference("lost_folder", f"{missing}, and its MLflow run holds no copy of them)", t.number))
-        elif folders is not None and ran_in and (lacking := _lacking(artifacts, TrialRecord.of(t), Path(ran_in))):
+        elif folders is not None and ran_in and (lacking := _lacking(artifacts, rec, Path(ran_in))):
             out.append(Difference("folder_files", f"trial {t.number}: its folder {ran_in} lacks {', '.join(lacking)} "
                                   "(deleted from disk; its MLflow run keeps the copies it logged, which --repair "
                                   "writes back)", t.number))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence, TypeVar
 
 from orchestrator import exits
 from orchestrator.errors import OrchestratorError, first_line
@@ -78,21 +78,27 @@ def _say(line: str) -> None:
         pass
 
 
+def _causes(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc`` and what caused it, eight deep at most."""
+    for _ in range(8):
+        if exc is None:
+            return
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
 def connection_lost(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) says the connection to a store was lost: a failure to
     wait out, not a mistake to report."""
-    seen = 0
-    while exc is not None and seen < 8:
-        name = type(exc).__name__
-        text = str(exc).lower()
+    for e in _causes(exc):
+        name = type(e).__name__
+        text = str(e).lower()
         if name in ("OperationalError", "InterfaceError", "DisconnectionError", "ConnectionError",
                     "ConnectTimeout", "ReadTimeout", "RemoteDisconnected", "NewConnectionError"):
             if name != "OperationalError" or not _sqlite_lock(text):
                 return True
         if any(word in text for word in LOST):
             return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]  # None ends the loop
-        seen += 1
     return False
 
 
@@ -100,13 +106,7 @@ def _lost_cause(exc: BaseException) -> BaseException:
     """The exception that says the connection was lost, where a library wrapped it: Optuna's
     ``StorageInternalError`` says "invalid data in the commit, e.g. exceeding max length" of a
     server that went away; what caused it says "connection refused"."""
-    seen, inner = 0, exc
-    while inner is not None and seen < 8:
-        if any(word in str(inner).lower() for word in LOST):
-            return inner
-        inner = inner.__cause__ or inner.__context__  # type: ignore[assignment]  # None ends the loop
-        seen += 1
-    return exc
+    return next((e for e in _causes(exc) if any(word in str(e).lower() for word in LOST)), exc)
 
 
 def _sqlite_lock(text: str) -> bool:

@@ -163,6 +163,13 @@ class TrialRecord:
         return self.repeat_of is None and self.deferred_to is None
 
     @property
+    def ran_here(self) -> bool:
+        """Its folder is on this host's disk (recorded here, or before hosts were recorded)."""
+        import socket
+
+        return self.host is None or self.host == socket.gethostname()
+
+    @property
     def process_count(self) -> int:
         return self.processes if self.processes is not None else 1
 

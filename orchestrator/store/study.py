@@ -59,14 +59,20 @@ def check_url_opens(url: str, what: str, timeout_s: float | None = None, rebuild
         finally:
             engine.dispose()
     except Exception as exc:  # noqa: BLE001 - any driver error means the URL cannot be used
-        error = StoreUnreachable if unreachable(exc) else StudyError
-        raise error(f"{what} {shown(url)}: cannot connect ({first_line(exc)})") from None
+        said = first_line(exc)
+        if unreachable(exc):
+            raise StoreUnreachable(f"{what} {shown(url)}: cannot connect ({said})", said) from None
+        raise StudyError(f"{what} {shown(url)}: cannot connect ({said})") from None
 
 
 class StoreUnreachable(StudyError):
     """``check_url_opens``: a server that did not answer (refused, timed out, shutting down): a run
     waits for it up to ``search.outage_s`` as for an outage mid-sweep; a name or a password that
-    is wrong is a ``StudyError`` (waiting cannot mend it)."""
+    is wrong is a ``StudyError`` (waiting cannot mend it). ``why``: the driver's line."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
 
 
 def unreachable(exc: BaseException) -> bool:

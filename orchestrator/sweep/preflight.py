@@ -145,8 +145,7 @@ def store(spec: SweepSpec, origins: Origins, field: str, url: str, dry: bool = F
     except StoreUnreachable as exc:
         if not dry:
             return
-        why = str(exc).split("cannot connect ", 1)[-1]
-        raise _error(spec, origins, field, f"the server does not answer within {REACH_TIMEOUT_S:g} s {why}; a run "
+        raise _error(spec, origins, field, f"the server does not answer within {REACH_TIMEOUT_S:g} s ({exc.why}); a run "
                      f"would wait for it up to search.outage_s={spec.search.outage_s:g} s, then stop (exit 75), "
                      f"got {shown(url)!r}") from None
     except StudyError as exc:

@@ -83,6 +83,7 @@ def open_stores(r: Run, new_study: bool) -> None:
     """The study, created or resumed and checked against the spec, and MLflow's parent run, under
     the study's coordination lock (several orchestrators starting at once: one creates, the
     others load); what the machine allows, recorded with the study."""
+    from orchestrator.machine import facts
     from orchestrator.search.space import fingerprint
     from orchestrator.search.strategy import make_sampler
     from orchestrator.store.coordination import StudyLock
@@ -101,9 +102,9 @@ def open_stores(r: Run, new_study: bool) -> None:
                                      outage=r.db, absent=None if new_study else _not_replaced(spec, r.sync))
         recorded = StudyRecord.of(study)  # one read of the study's attributes
         r.limit_gib, r.native = memory_limit(spec, plan, r.found), native_half_of(plan)  # read once
-        slots = [s.name for s in r.slots]
-        r.elsewhere = elsewhere(recorded.machine, study, plan, slots)
-        record_machine(study, plan, r.limit_gib, r.native, recorded.machine, slots)
+        now = {**facts(plan.devices), "slots": [s.name for s in r.slots]}  # read once, for both
+        r.elsewhere = elsewhere(recorded.machine, study, now)
+        record_machine(study, now, r.limit_gib, r.native, recorded.machine)
         parent = r.sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, recorded.uid)  # type: ignore[arg-type]  # open_study wrote the uid
         if recorded.parent_run_id != parent:
             write_study(study, parent_run_id=parent)
@@ -156,29 +157,27 @@ def outages(spec: SweepSpec, stop: StopFlag) -> tuple[Outage | None, Outage | No
     return guard(spec.storage, "study's database"), guard(spec.tracking_uri, "tracking store")
 
 
-def record_machine(study: Study, plan: Plan, limit_gib: float | None, native: frozenset[str] | None,
-                   recorded: dict[str, Any] | None, slots: list[str]) -> None:
+def record_machine(study: Study, machine: dict[str, Any], limit_gib: float | None, native: frozenset[str] | None,
+                   recorded: dict[str, Any] | None) -> None:
     """What the study runs on, for a later run of the finished study to check without a probe
-    (``resume``); ``native``: ``native_half_of``; ``recorded``: what the study holds now."""
-    from orchestrator.machine import facts
+    (``resume``); ``machine``: ``machine.facts`` and the slots; ``native``: ``native_half_of``;
+    ``recorded``: what the study holds now."""
     from orchestrator.store.studyrecord import write_study
 
-    now = {**facts(plan.devices), "slots": slots, "memory_limit_gib": limit_gib}
+    now = {**machine, "memory_limit_gib": limit_gib}
     if native is not None:
         now["native_half"] = sorted(native)
     if recorded != now:
         write_study(study, machine=now)
 
 
-def elsewhere(recorded: dict[str, Any] | None, study: Study, plan: Plan, slots: list[str]) -> str | None:
-    """A line for a study whose earlier trials ran on other devices than this run's (other GPUs,
-    CPU slots of other widths, another torch): its results are ranked with this run's, so the
-    user should know; None where they ran alike, or where nothing ran before."""
-    from orchestrator.machine import facts
-
+def elsewhere(recorded: dict[str, Any] | None, study: Study, now: dict[str, Any]) -> str | None:
+    """A line for a study whose earlier trials ran on other devices than this run's (``now``:
+    ``machine.facts`` and the slots; other GPUs, CPU slots of other widths, another torch): its
+    results are ranked with this run's, so the user should know; None where they ran alike, or
+    where nothing ran before."""
     if not recorded or not study.get_trials(deepcopy=False):
         return None
-    now = {**facts(plan.devices), "slots": slots}
     if _measured_on(recorded) == _measured_on(now):
         return None
     return (f"  the study's earlier trials ran on {_said(recorded)}, this run's trials run on {_said(now)}: "
@@ -188,7 +187,7 @@ def elsewhere(recorded: dict[str, Any] | None, study: Study, plan: Plan, slots: 
 def _measured_on(machine: dict[str, Any]) -> tuple[Any, ...]:
     """What makes two trials' figures comparable: torch, the devices' names, and each CPU slot's
     cores (a GPU's index does not matter; a CPU slot's width does)."""
-    names = sorted({n for found in (machine.get("device_names") or {}).values() for n in found or ()})
+    names = _names(machine)
     cpus = sorted(d for d in machine.get("slots") or machine.get("devices") or () if d.startswith("cpu"))
     return machine.get("torch_version"), names, [_width(d) for d in cpus]
 
@@ -199,8 +198,12 @@ def _width(device: str) -> int | None:
     return int(last or first) - int(first) + 1 if first.isdigit() else None
 
 
+def _names(machine: dict[str, Any]) -> list[str]:
+    return sorted({n for found in (machine.get("device_names") or {}).values() for n in found or ()})
+
+
 def _said(machine: dict[str, Any]) -> str:
-    names = sorted({n for found in (machine.get("device_names") or {}).values() for n in found or ()})
+    names = _names(machine)
     return (f"{', '.join(machine.get('slots') or machine.get('devices') or ['?'])} ({', '.join(names) or 'unnamed'}), "
             f"torch {machine.get('torch_version')}")
 
