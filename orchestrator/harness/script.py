@@ -15,8 +15,11 @@ workers and children end with it (the launcher kills the trial's process group).
   where every DataLoader's iterator yields (``_BaseDataLoaderIter.__next__``), so that a wrapper
   that iterates the user's loader (Accelerate's ``DataLoaderShard``, Lightning's fetchers) is
   counted once; a tensor, a mapping (``input_ids`` first: its elements are the tokens) or a
-  sequence of them. ``samples_per_step`` from the spec replaces the count where the script draws
-  no batch from a DataLoader.
+  sequence of them. Only the training loader's batches count: the dataset whose batch came last
+  before most of the window's steps (``Meter.counted``); an evaluation loader's batches (drawn with
+  gradients off, as Lightning's, or between two steps, as the ``Trainer``'s) are left out, and
+  said (``info["other_batches"]``). ``samples_per_step`` from the spec replaces the count where
+  the script draws no batch from a DataLoader.
 - **The window**: the first ``warmup_steps`` steps are not measured; the device is synchronized
   at the window's edges only (``# sync point``), then the launcher's gate is waited at, as for a
   module (``Progress.before_window``); it closes as a module's does (``harness/window.py``): after
@@ -131,8 +134,12 @@ class Meter:
         self.finish, self.swap_start = finish, swap_start
         self.steps = 0
         """Optimizer steps so far (every optimizer's)."""
-        self.samples = self.tokens = 0
-        """Samples (and tokens) drawn from DataLoaders since the window opened (before: since the start)."""
+        self.drawn: dict[int, list[int]] = {}
+        """Per dataset (its ``id``): [batches, samples, tokens] drawn since the window opened (before: since the start)."""
+        self.last: int | None = None
+        """The dataset of the last batch drawn with gradients on."""
+        self.votes: dict[int, int] = {}
+        """Per dataset: the window's steps whose last batch was its (the training loader's gets nearly all)."""
         self.window_open = False
         self.t0 = 0.0
         self.marks: list[Any] = []
@@ -143,11 +150,29 @@ class Meter:
         self.cpu_start = hostcpu.CpuSample(None, None, 0.0)  # read as the window opens (_open)
 
     # -- the two counters ----------------------------------------------------------------------
-    def on_batch(self, batch: object, expected: int | None = None) -> None:
-        """``expected``: the yielding DataLoader's batch size, where it batches (``first_dimension``)."""
+    def on_batch(self, batch: object, expected: int | None = None, source: int = 0) -> None:
+        """``expected``: the yielding DataLoader's batch size, where it batches (``first_dimension``);
+        ``source``: its dataset's ``id``. A batch drawn with gradients off (Lightning's evaluation
+        loop runs under ``inference_mode``) is never the training loader's."""
         samples, tokens = first_dimension(batch, expected)
-        self.samples += samples or 0
-        self.tokens += tokens or 0
+        if not torch.is_grad_enabled():
+            source = -1 - source  # its own key: drawn for evaluation
+        else:
+            self.last = source
+        drawn = self.drawn.setdefault(source, [0, 0, 0])
+        drawn[0] += 1
+        drawn[1] += samples or 0
+        drawn[2] += tokens or 0
+
+    def counted(self) -> tuple[int, int, int]:
+        """(samples, tokens, other batches) of the window: the training loader's, the dataset whose
+        batch came last before the most steps; the batches of every other loader (an evaluation
+        between two steps) are left out."""
+        if not self.drawn:
+            return 0, 0, 0
+        train = max(self.drawn, key=lambda k: (self.votes.get(k, 0), k >= 0, self.drawn[k][1]))
+        others = sum(d[0] for k, d in self.drawn.items() if k != train)
+        return self.drawn[train][1], self.drawn[train][2], others
 
     def on_step(self, *_: object) -> None:
         self.steps += 1
@@ -156,6 +181,8 @@ class Meter:
             if self.steps >= self.trial.warmup_steps:
                 self._open()
             return
+        if self.last is not None:
+            self.votes[self.last] = self.votes.get(self.last, 0) + 1
         self._mark()
         done = self.steps - self.trial.warmup_steps
         if closes(done, time.perf_counter() - self.t0, self.trial, self.times):
@@ -172,7 +199,7 @@ class Meter:
         self.cpu_start = hostcpu.read()
         self.progress.mark(MK.WINDOW_START)
         backend.reset_peak(self.device)
-        self.samples = self.tokens = 0
+        self.drawn, self.votes = {}, {}
         self.window_open = True
         self.t0 = time.perf_counter()
         self._mark()
@@ -207,12 +234,13 @@ class Meter:
             step_ms = [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:])]
         else:
             step_ms = [(b - a) * 1000 for a, b in zip(self.marks, self.marks[1:])]
-        samples = self.per_step * steps if self.per_step is not None else float(self.samples)
+        drawn, drawn_tokens, others = self.counted()
+        samples = self.per_step * steps if self.per_step is not None else float(drawn)
         if not samples:
             raise Unmeasurable(f"set samples_per_step in the spec: no samples counted in the window's {steps} steps "
                                "(the script drew no batch from a torch DataLoader, or its batches hold no tensor "
                                "the harness can count, such as a dataclass)")
-        tokens = self.tokens if self.per_step is None and self.tokens else None
+        tokens = drawn_tokens if self.per_step is None and drawn_tokens else None
         import statistics
 
         result_metrics: dict[str, float | None] = {
@@ -239,6 +267,8 @@ class Meter:
         result_metrics.update(swapping)
         info = {"samples_counted": "samples_per_step" if self.per_step is not None else "dataloader",
                 "samples_per_step": samples / steps}
+        if others and self.per_step is None:
+            info["other_batches"] = others
         out: dict[str, Any] = {"finite": True, "metrics": result_metrics, "device": self.device, "info": info}
         if swap.swapped(swapping) and not self.allow_swap:
             out.update(status="swapped", detail=swap.describe(swapping, result_metrics[M.SAMPLES_PER_S]))
@@ -265,7 +295,7 @@ def counting_batches(meter: Meter) -> Callable[[], None]:
     def __next__(self: Any) -> Any:
         batch = inner(self)
         sampler = getattr(self, "_index_sampler", None) if getattr(self, "_auto_collation", False) else None
-        meter.on_batch(batch, getattr(sampler, "batch_size", None))
+        meter.on_batch(batch, getattr(sampler, "batch_size", None), id(getattr(self, "_dataset", None)))
         return batch
 
     _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]  # the one place every loader yields
@@ -307,7 +337,7 @@ def run(config: TrialConfig, progress: Progress, finish: Callable[[dict[str, Any
         handle.remove()
         undo()
     t = config.trial
-    raise ScriptEnded(code, meter.steps, meter.samples,
+    raise ScriptEnded(code, meter.steps, meter.counted()[0],
                       f"{t.warmup_steps} warm-up + {t.measure_steps} measured steps and {t.min_measure_s:g} s")
 
 

@@ -1,4 +1,5 @@
-"""A script sweep whose swept batch size does not reach the script: said once, as soon as it shows.
+"""What a script sweep's DataLoader counts show, each said once, as soon as it shows: a swept batch
+size that does not reach the script, and an evaluation loop inside the timed windows.
 
 A script takes its parameters through its flags (``args``); one that ignores the batch-size flag
 (a hard-coded ``batch_size=16`` in its DataLoader) trains the same batch in every trial, and the
@@ -7,6 +8,10 @@ sweep ranks noise. The harness counts what the script's DataLoaders yield per op
 are that case. Not per trial: a script may take ``batch_size`` as a per-device or a global batch
 and step over several micro-batches, so one trial's count need not equal its ``batch_size``, but
 two different batches must not draw the same samples.
+
+The harness counts only the training loader's batches; those of another loader drawn inside the
+window (``result.info["other_batches"]``: an evaluation loop) are left out of the samples, but
+their time is in the window.
 """
 
 from __future__ import annotations
@@ -22,12 +27,23 @@ SAME = 0.01
 class BatchFlag:
     def __init__(self, script: bool, searched: dict[str, Any]) -> None:
         self.active = script and "batch_size" in searched
+        self.evaluation = script
+        """The evaluation-inside-the-window line is still to say."""
         self.seen: dict[Any, tuple[float, int]] = {}
         """batch_size -> (samples per optimizer step, trial number), the first ok trial of each."""
 
     def line(self, number: int, params: dict[str, Any], outcome: Outcome) -> str | None:
-        """The line to say after trial ``number``'s result, once, else None."""
+        """The lines to say after trial ``number``'s result (each once), else None."""
         info = (outcome.result.info if outcome.result is not None else None) or {}
+        said = [self._batch_line(number, params, outcome, info)]
+        if self.evaluation and outcome.status == Status.OK and info.get("other_batches"):
+            self.evaluation = False
+            said.append(f"orchestrate: trial #{number} drew {info['other_batches']} batches from another DataLoader "
+                        "inside its timed window (an evaluation loop?): their samples are not counted, their time "
+                        "is; set the script's evaluation interval beyond the window to measure training alone")
+        return "\n".join(line for line in said if line) or None
+
+    def _batch_line(self, number: int, params: dict[str, Any], outcome: Outcome, info: dict[str, Any]) -> str | None:
         per_step, batch = info.get("samples_per_step"), params.get("batch_size")
         if not self.active or outcome.status != Status.OK or info.get("samples_counted") != "dataloader" \
                 or not isinstance(per_step, (int, float)) or per_step <= 0 or batch is None:

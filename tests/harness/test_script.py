@@ -210,3 +210,20 @@ def test_a_script_that_fails_before_stepping_is_not_told_it_never_steps() -> Non
     assert str(ScriptEnded(2, 0, 0, "")) == "the script exited (exit code 2) before its first optimizer step"
     assert str(ScriptEnded(0, 0, 0, "")).startswith("the script exited (exit code 0) without stepping an optimizer")
     assert str(ScriptEnded(None, 0, 0, "")).startswith("the script exited without stepping an optimizer")
+
+
+def test_an_evaluation_loader_between_steps_is_not_counted(tmp_path: Path) -> None:
+    """An evaluation every 2 steps, iterated with gradients on (the ``Trainer``'s loop turns them
+    off only around the forward): its batches of 50 are another dataset's, drawn between two
+    steps, never last before one; the training loader's count stays 4 a step."""
+    source = LOOP.replace("""                opt.zero_grad()""", """                opt.zero_grad()
+                if i % 4 == 3:
+                    for xe, _ in evaluation:
+                        with torch.no_grad():
+                            model(xe)""").replace("""    for epoch""", """    evaluation = DataLoader(TensorDataset(torch.randn(100, 8), torch.zeros(100)), batch_size=50)
+    for epoch""")
+    assert source.count("evaluation") == 2
+    proc, result = run_trial(tmp_path, source, ["4", "2"], TrialSteps(2, 8, 0.0))
+    assert proc.returncode == 0 and result["status"] == "ok", result
+    assert result["info"]["samples_per_step"] == 8.0 and result["info"]["other_batches"] >= 6, result["info"]
+    assert result["metrics"]["samples_per_s"] == pytest.approx(8 * 8 / result["metrics"]["measure_s"])

@@ -288,3 +288,56 @@ def test_a_detection_script_is_counted_by_its_images(tmp_path: Path) -> None:
         counted[json.loads(config.read_text())["params"]["batch_size"]] = (result["status"], result["info"]["samples_per_step"])
     assert counted == {4: ("ok", 4), 16: ("ok", 16)}, counted
     assert not processes_under(tmp_path)
+
+
+VALIDATING = """
+    import sys
+    import lightning as L
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Model(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(8, 2)
+        def training_step(self, batch, i):
+            return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+        def validation_step(self, batch, i):
+            self.log("val_loss", torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1]))
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def data(n):
+        return TensorDataset(torch.randn(n, 8), torch.randint(0, 2, (n,)))
+
+    trainer = L.Trainer(accelerator="cpu", max_steps=100000, val_check_interval=2, limit_val_batches=3,
+                        num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Model(), DataLoader(data(4096), batch_size=int(sys.argv[1])), DataLoader(data(4096), batch_size=100))
+"""
+
+
+def test_a_lightning_validation_inside_the_window_is_not_counted_as_training(tmp_path: Path) -> None:
+    """A Lightning ``Trainer`` validating every 2 steps, 3 batches of 100: those batches were counted
+    as the training's (16 a step), 166 samples a step and a throughput several times the truth, with
+    nothing said. Only the training loader's batches count now, and the sweep says why."""
+    (tmp_path / "fit.py").write_text(textwrap.dedent(VALIDATING))
+    write_spec(tmp_path, """
+        name: validating
+        script: fit.py
+        args: ["{batch_size}"]
+        device: cpu
+        space: {batch_size: [16]}
+        search: {sampler: grid}
+        trial: {warmup_steps: 2, measure_steps: 6, min_measure_s: 0.05}
+    """)
+    proc = orchestrate(["spec.yaml", "--no-check"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [result] = [json.loads(p.read_text()) for p in tmp_path.glob("mlruns/.trials/validating-*/trial-*/result.json")]
+    assert result["status"] == "ok" and result["info"]["samples_per_step"] == 16, result["info"]
+    assert result["info"]["other_batches"] >= 6, result["info"]  # 3 validations of 3 batches in 6 steps, give or take one
+    said = [ln for ln in proc.stderr.splitlines() if "another DataLoader" in ln]
+    assert said == [f"orchestrate: trial #0 drew {result['info']['other_batches']} batches from another DataLoader "
+                    "inside its timed window (an evaluation loop?): their samples are not counted, their time is; "
+                    "set the script's evaluation interval beyond the window to measure training alone"], proc.stderr
+    assert not processes_under(tmp_path)
