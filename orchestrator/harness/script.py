@@ -92,7 +92,9 @@ def first_dimension(batch: object, expected: int | None = None) -> tuple[int | N
     tuples (``tuple(zip(*batch))``, detection models' collate) counts its first tuple's items, a
     sequence of stacked tensors (``(x, y)``) its first tensor's first dimension. Where the shape
     leaves it open (a list of per-example tensors or tuples), the count that equals ``expected``
-    (the DataLoader's ``batch_size``) is taken. (None, None) where no tensor is found."""
+    (the DataLoader's ``batch_size``) is taken, and in an epoch's last, shorter batch the count
+    that does not exceed it (an example's own first dimension, a sequence's length, can). (None,
+    None) where no tensor is found."""
     if isinstance(batch, torch.Tensor):
         return (int(batch.shape[0]), None) if batch.dim() else (None, None)
     if isinstance(batch, Mapping):
@@ -116,7 +118,8 @@ def first_dimension(batch: object, expected: int | None = None) -> tuple[int | N
         guess, other = (len(first), len(batch)) if isinstance(batch, tuple) else (len(batch), len(first))
         return (other if expected is not None and guess != expected and other == expected else guess), None
     samples, tokens = first_dimension(first)
-    if expected is not None and samples != expected and len(batch) == expected:  # per-example tensors
+    if expected is not None and samples != expected and (len(batch) == expected or (  # per-example tensors
+            len(batch) < expected and (samples is None or samples > expected))):  # an epoch's last batch: never over
         return len(batch), None
     return samples, tokens
 

@@ -48,7 +48,11 @@ IMAGE = (torch.zeros(3, 32, 32), {"boxes": torch.zeros(2, 4), "labels": torch.ze
     (lambda items: tuple(zip(*items)), 5, (5, None)),  # an epoch's last, shorter batch
     (lambda items: items, 8, (8, None)),  # the list of examples itself
     (lambda items: [x for x, _ in items], 8, (8, None)),  # per-example tensors: counted 3 (channels)
-], ids=["zip-collate", "zip-collate-last", "list-of-examples", "list-of-tensors"])
+    (lambda items: [torch.zeros(128) for _ in items], 5, (5, None)),  # an epoch's last: counted 128 (its length)
+    (lambda items: [torch.tensor(1.0) for _ in items], 5, (5, None)),  # per-example scalars' last: counted none
+    (lambda items: [torch.zeros(len(items), 64), torch.zeros(len(items))], 5, (5, None)),  # stacked fields' last
+], ids=["zip-collate", "zip-collate-last", "list-of-examples", "list-of-tensors", "list-of-sequences-last",
+        "list-of-scalars-last", "stacked-fields-last"])
 def test_a_batch_of_examples_counts_its_examples(collate: object, size: int, expected: tuple) -> None:
     """The tour's detection script was counted 3 samples a step at every batch size (an image's
     channels), and the sweep then said the batch size did not reach the script; the loader's
