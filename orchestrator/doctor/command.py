@@ -154,9 +154,10 @@ def render_facts(facts: dict[str, Any], caps: dict[str, Any] | None, warnings: l
         lines.append(f"  cuda         {state}: {cuda.get('why_not')}")
     fb = facts["env"].get("PYTORCH_ENABLE_MPS_FALLBACK")
     on = fb is not None and fb.strip() not in ("0", "")
-    lines.append("  mps fallback PYTORCH_ENABLE_MPS_FALLBACK" + (
-        f"={fb}: ops MPS lacks run on the CPU (slowly; a sweep lists them per trial)" if on else
-        (f"={fb}" if fb is not None else " unset") + ": an op MPS lacks raises NotImplementedError"))
+    if t.get("mps_built") or fb is not None:  # a build without MPS: the variable changes nothing
+        lines.append("  mps fallback PYTORCH_ENABLE_MPS_FALLBACK" + (
+            f"={fb}: ops MPS lacks run on the CPU (slowly; a sweep lists them per trial)" if on else
+            (f"={fb}" if fb is not None else " unset") + ": an op MPS lacks raises NotImplementedError"))
     sw = facts["swap"]
     lines.append("  swap         unknown on this OS" if sw.get("total_bytes") is None else
                  f"  swap         {_gib(sw['used_bytes'])} in use of {_gib(sw['total_bytes'])}"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import metrics as M
 from orchestrator.invocation import command, tool
 from orchestrator.outcome import NOT_FITTING
 from orchestrator.machine import cpu_flags
@@ -16,7 +15,7 @@ from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.record import TrialRecord, has_status, status_of
 from orchestrator.urls import Origins, command_flags, from_environment
-from orchestrator.report.summary import best_table, fmt_params, status_counts
+from orchestrator.report.summary import fmt_params, status_counts
 
 if TYPE_CHECKING:
     from orchestrator.search.space import Plan
@@ -45,10 +44,13 @@ def description(spec: SweepSpec, results: list[Any], best: list[Any], target: in
            f"{spent_s / 60:.1f} min of trial time."]
     if stopped_because:
         out.append(f"Stopped: {stopped_because}.")
-    if best:
-        out.append("Best: " + fmt_params(best[0].params) + " -> " + ", ".join(
-            f"{m} {v:,.2f}" for (m, _), v in zip(spec.objective.metrics, best[0].values)))
+    from orchestrator.report.document import pick_best
+
+    if b := pick_best(spec, best):
+        out.append("Best: " + fmt_params(b.params) + " -> " + ", ".join(
+            f"{m} {v:,.2f}" for (m, _), v in zip(spec.objective.metrics, b.values)))
     return "\n\n".join(out)
+
 
 
 def target_of(spec: SweepSpec, plan: Plan) -> tuple[list[dict[str, Any]] | None, int]:
@@ -73,8 +75,11 @@ def parent_close(spec: SweepSpec, trials: list[Any], target: int, stopped_becaus
 def closed_with(spec: SweepSpec, results: list[Any], best: list[Any], spent_s: float, target: int,
                 stopped_because: str | None, status: str) -> tuple[str, str, dict[str, float]]:
     """``parent_close`` from the study's results and best, read already."""
+    from orchestrator.report.document import pick_best
+
+    b = pick_best(spec, best)
     return status, description(spec, results, best, target, spent_s, stopped_because), {
-        "trials_done": len(results), "best_" + spec.objective.metrics[0][0]: best[0].values[0] if best else float("nan")}
+        "trials_done": len(results), "best_" + spec.objective.metrics[0][0]: b.values[0] if b else float("nan")}
 
 
 def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, spent_s: float,
@@ -92,21 +97,17 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
         if stopped_by_search and spec.search.stop == "auto":
             lines.append(f"Go on anyway: {command(spec.path, *resume_flags(spec, origins), '--stop', 'budget')}   "
                          "(or search.stop: budget in the spec)")
-    lines.append("Best configurations:" if len(spec.objective.metrics) == 1 else "Pareto front:")
-    lines += best_table(spec, best)
-    if best:
-        b = best[0]
-        m = TrialRecord.of(b).metrics
-        lines.append(f"Best: trial {b.number}: {fmt_params(b.params)} -> "
-                     f"{m.get(M.SAMPLES_PER_S, 0):,.1f} samples/s, peak {m.get(M.PEAK_MEMORY_GIB, 0):.2f} GiB")
-        if spec.script is not None:
-            from orchestrator.report.document import script_command
+    from orchestrator.report.document import best_lines
 
-            lines.append(f"Command: {script_command(spec, None, b)}")
-    elif results and all(status_of(t) in NOT_FITTING for t in results):
-        lines.append("Nothing fit: every configuration ran out of memory (or swapped, or was predicted "
-                     "to). That is the answer for this machine; try smaller batches, a lower precision "
-                     "or activation checkpointing.")
+    lines += best_lines(spec, best, "Best configurations:")
+    if not best and results and all(status_of(t) in NOT_FITTING for t in results):
+        caps = [f"{k}: {spec.fixed[k]}" for k in ("cpu_memory_limit_gib", "memory_fraction") if k in spec.fixed]
+        lines.append("Nothing fit: every configuration ran out of memory (or swapped, or was predicted to). "
+                     + (f"Under the spec's {' and '.join(caps)}: where even the smallest ran out before its "
+                        "first step (trial.log), the cap is below what the process needs to start; raise it, or "
+                        "try smaller batches, a lower precision or activation checkpointing." if caps else
+                        "That is the answer for this machine; try smaller batches, a lower precision or "
+                        "activation checkpointing."))
     fixed_isa = spec.fixed.get("cpu_isa")
     note = half_precision_note(results, cpu_flags(), None if fixed_isa is None else str(fixed_isa))
     if note:

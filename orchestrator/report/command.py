@@ -149,7 +149,7 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
         print(json.dumps(rep, indent=1, default=str))
         return 0
     if rep["plots_dir"] is not None:
-        drawn = ", ".join(Path(p).name for p in rep["plots"]) or "none: no trials yet"
+        drawn = ", ".join(Path(p).name for p in rep["plots"]) or "none: no trial has a result yet"
         tail = [f"Plots:   {rep['plots_dir']}/ ({drawn})", f"MLflow:  {rep['mlflow']}"]
     else:
         tail = [f"Plots:   drawn in mlruns/reports/{spec.name}/ and logged on the study's MLflow parent run by: "

@@ -302,9 +302,11 @@ def pick_best(spec: SweepSpec, best: list[Any]) -> Any:
     return min(best, key=lambda t: sign * t.values[0])
 
 
-def best_lines(spec: SweepSpec, best: list[Any]) -> list[str]:
+def best_lines(spec: SweepSpec, best: list[Any], header: str = "Best feasible configurations:") -> list[str]:
+    """The ranked table and the one best (``pick_best``: on a front, the member best on the first
+    objective) with its command: the same in ``report`` and in a sweep's own summary."""
     multi = len(spec.objective.metrics) > 1
-    out = ["Pareto front:" if multi else "Best feasible configurations:"] + best_table(spec, best)
+    out = ["Pareto front:" if multi else header] + best_table(spec, best)
     b = pick_best(spec, best)
     if b is not None:
         m = TrialRecord.of(b).metrics

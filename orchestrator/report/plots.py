@@ -226,6 +226,23 @@ def comparison_file(knob: str) -> str:
     return "devices.png" if knob == "device" else f"compare_{knob}.png"
 
 
+TICK_CHARS = 110
+"""About how many characters of 8-point tick labels fit across the comparison's axes."""
+
+
+def tick_labels(rows: list[dict[str, Any]]) -> tuple[list[str], str]:
+    """Each group's label, a line per parameter (``batch_size=8``); where those would run into
+    each other, the values alone, and the names once for the axis (``: batch_size, grad_accum_steps,
+    top to bottom``)."""
+    full = ["\n".join(f"{k}={p}" for k, p in r["params"].items()) or "all" for r in rows]
+    widest = max((len(line) for label in full for line in label.splitlines()), default=0)
+    if widest * len(rows) <= TICK_CHARS:
+        return full, ""
+    names = list(dict.fromkeys(k for r in rows for k in r["params"]))
+    return (["\n".join(str(r["params"].get(k, "-")) for k in names) or "all" for r in rows],
+            f": {', '.join(names)}, top to bottom")
+
+
 def plot_comparison(comp: dict[str, Any], ctx: PlotContext, path: Path) -> Path:
     """Grouped bars: per configuration of the other parameters, each value's samples/s, with its
     speedup over the reference above the bar; a configuration that failed on a value gets the
@@ -234,8 +251,9 @@ def plot_comparison(comp: dict[str, Any], ctx: PlotContext, path: Path) -> Path:
 
     values, rows, ref, knob = comp["values"], comp["rows"], comp["reference"], comp["knob"]
     what = "device" if knob == "device" else knob
-    fig, ax = _figure(f"{'CPU' if knob == 'device' and ref == 'cpu' else ref} against "
-                      f"{', '.join(map(str, values[1:]))}: throughput per configuration", ctx)
+    fig, ax = _figure(f"{'CPU' if knob == 'device' and ref == 'cpu' else ref if knob == 'device' else f'{knob} {ref}'}"
+                      f" against {', '.join(map(str, values[1:]))}: throughput per configuration", ctx)
+    crowded = len(rows) * len(values) > 8  # a note above each bar would run into its neighbour's
     if comp["folded"]:
         _folded(ax, ctx, tuple(comp["folded"]), "bar")
     width = 0.8 / len(values)
@@ -261,15 +279,16 @@ def plot_comparison(comp: dict[str, Any], ctx: PlotContext, path: Path) -> Path:
                 y = floor * 1.4 if log else top * 0.03
                 ax.scatter([x], [y], marker=shape, s=110, color=colour, edgecolors="black", zorder=5)
                 ax.annotate(NOTES.get(cell["status"], cell["status"]), (x, y), textcoords="offset points",
-                            xytext=(0, 9), ha="center", fontsize=8)
+                            xytext=(0, 9), ha="center", fontsize=8, rotation=90 if crowded else 0,
+                            va="bottom")
                 kinds.add(kind)
             elif v != ref and cell["speedup"] is not None:
                 digits = 1 if cell["speedup"] >= 10 else 2
                 ax.annotate(f"{cell['speedup']:.{digits}f}x", (x, bar.get_height()), textcoords="offset points",
                             xytext=(0, 3), ha="center", fontsize=9, fontweight="bold")
-    labels = ["\n".join(f"{k}={p}" for k, p in r["params"].items()) or "all" for r in rows]
+    labels, names = tick_labels(rows)
     ax.set_xticks(range(len(rows)), labels, fontsize=8 if len(rows) > 6 else 9)
-    ax.set_xlabel(f"configuration of the other parameters (speedup over {what} {ref} above each bar)")
+    ax.set_xlabel(f"configuration of the other parameters{names} (speedup over {what} {ref} above each bar)")
     ax.set_ylabel(AXIS[M.SAMPLES_PER_S] + (", log scale" if log else ""))
     if log:
         ax.set_ylim(floor, top * 3)

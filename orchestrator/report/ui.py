@@ -256,6 +256,8 @@ class ParentRun:
 
         if self.run_id is None:
             return self.why
+        if not paths:
+            return f"nothing logged to parent run {self.run_id}: no plot to draw yet"
         try:
             for p in paths:
                 self.client.log_artifact(self.run_id, str(p), ARTIFACT_DIR)

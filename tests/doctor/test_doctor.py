@@ -47,6 +47,8 @@ def test_doctor_prints_the_facts_in_about_the_time_of_import_torch(tmp_path: Pat
     assert f"{os.cpu_count()} logical" in lines["cpu"] and f"torch uses {torch.get_num_threads()} threads" in lines["cpu"]
     if not torch.backends.mps.is_built():
         assert "mps          not built: this torch build has no MPS support" in out
+        if "PYTORCH_ENABLE_MPS_FALLBACK" not in os.environ:  # the HF tour: advice for a backend it lacks
+            assert "mps fallback" not in out, out
     if torch.version.cuda is None:
         assert "cuda         not built: this torch build has no CUDA support" in out
     assert "  device       auto -> cpu" in out

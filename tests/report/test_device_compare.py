@@ -278,3 +278,15 @@ def test_no_comparison_with_one_value() -> None:
     from orchestrator.report.compare import comparison
 
     assert comparison([make_trial(0, {"device": "cpu", "hidden_size": 256, "batch_size": 64}, "ok", 1.0)]) is None
+
+
+def test_a_crowded_comparison_names_its_parameters_once() -> None:
+    """The HF tour's ``compare_dtype.png``: eight groups of ``batch_size=8`` over
+    ``grad_accum_steps=1`` ran into each other ("grad_accum_steps=g1rad_accum_steps=2")."""
+    from orchestrator.report.plots import tick_labels
+
+    few = [{"params": {"batch_size": b}} for b in (8, 32)]
+    assert tick_labels(few) == (["batch_size=8", "batch_size=32"], "")
+    many = [{"params": {"batch_size": b, "grad_accum_steps": g}} for b in (8, 32, 128, 1024) for g in (1, 2)]
+    labels, names = tick_labels(many)
+    assert labels[:3] == ["8\n1", "8\n2", "32\n1"] and names == ": batch_size, grad_accum_steps, top to bottom"

@@ -531,3 +531,40 @@ def test_errors_and_timeouts_alone_say_what_runs_them_again(tmp_path: Path) -> N
     report = command(["report", str(spec)], tmp_path)
     assert "1 trial(s) interrupted, running, repeated or ended 'error' are shown above" in report.stdout, report.stdout
     assert "(a configuration whose trial ended 'error' runs again on the next run)" in report.stdout
+
+
+def test_a_front_s_one_best_is_the_same_in_the_sweep_s_summary_mlflow_and_report(tmp_path: Path) -> None:
+    """The HF tour's Pareto sweep ended "Best: trial 0 ... 39.7 samples/s", and wrote that to the
+    parent run, while ``report`` and ``best`` named trial 6 (77.5 samples/s): the summary took the
+    front's first member, the others its best on the first objective."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    from orchestrator.report.closing import closed_with, summary
+    from orchestrator.report.document import best_lines
+    from orchestrator.spec.load import load_spec
+    from orchestrator.urls import Origins
+
+    spec = load_spec(write_spec(tmp_path, MULTI))
+    dist = {"batch_size": CategoricalDistribution([8, 16])}
+    front = []
+    for number, (batch, sps, gib) in enumerate([(8, 39.7, 0.31), (16, 77.5, 0.52)]):
+        t = create_trial(params={"batch_size": batch}, distributions=dist, values=[sps, gib],
+                         user_attrs={"status": "ok", "metrics": {"samples_per_s": sps, "peak_memory_gib": gib}})
+        t.number = number
+        front.append(t)
+    said = summary(spec, front, front, 2, 10.0, 12.0, None, False, Origins())
+    [line] = [ln for ln in said if ln.startswith("Best on")]
+    assert line == "Best on samples_per_s among the front: trial 1: batch_size=16 -> 77.5 samples/s, peak 0.52 GiB"
+    assert line in best_lines(spec, front)  # report's
+    _, described, metrics = closed_with(spec, front, front, 10.0, 2, None, "FINISHED")
+    assert metrics["best_samples_per_s"] == 77.5 and "Best: batch_size=16 ->" in described, described
+
+
+def test_plots_with_none_to_draw_are_not_said_to_be_logged() -> None:
+    """The HF tour: one trial, an error; ``report --plots`` printed "Plots: ... (none: no trials
+    yet)" and "MLflow: plots logged to parent run ...", whose ``report/`` stayed empty."""
+    from orchestrator.report.ui import ParentRun
+
+    said = ParentRun(None, "f887a539", "plots logged to parent run f887a539 under report/ in sqlite:///x").log([], "")
+    assert said == "nothing logged to parent run f887a539: no plot to draw yet"
