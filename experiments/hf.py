@@ -106,9 +106,31 @@ def resolve_config(params: dict[str, Any]) -> PretrainedConfig:
     base = base_config(params)
     overrides = overrides_of(params)
     check_fields(base, overrides)
-    if params.get("model") is not None:
-        return AutoConfig.from_pretrained(str(params["model"]), **overrides)
-    return AutoConfig.for_model(params["model_type"], **overrides)
+    try:
+        if params.get("model") is not None:
+            return AutoConfig.from_pretrained(str(params["model"]), **overrides)
+        return AutoConfig.for_model(params["model_type"], **overrides)
+    except Exception as exc:  # noqa: BLE001 - the config's own checks (a field's type or range), whatever they raise
+        raise refused(base.model_type, overrides, exc) from None
+
+
+def said(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line (huggingface_hub's validation errors say the rule on
+    their second), clipped; its type where it has none."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def refused(model_type: str, overrides: dict[str, Any], exc: Exception) -> Exception:
+    """``param_error`` for a config (or a model built from it) that refuses the overrides: the
+    field its message names, else the first override. Without overrides the fault is not the
+    spec's: the exception itself."""
+    if not overrides:
+        return exc
+    message = said(exc)
+    field = next((k for k in overrides if repr(k) in message or f"`{k}`" in message), next(iter(overrides)))
+    given = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+    return param_error(field, f"{model_type}'s config refuses {given}: {message}")
 
 
 def max_positions(config: PretrainedConfig) -> int | None:
@@ -163,13 +185,31 @@ def validate_params(params: dict[str, Any]) -> None:
     if params.get("model") is None and params.get("model_type") is None:
         return  # the model is searched (or missing): build checks it, in the smoke step before any trial
     config = resolve_config(params)
-    check_task(config, task or infer_task(config))
+    check_task(config, task or infer_task(config), model_field(params))
     check_seq_len(config, params.get("seq_len"))
+    check_vocab(config)
 
 
-def check_task(config: PretrainedConfig, task: str) -> None:
-    """The model type has a head for ``task``."""
+def model_field(params: dict[str, Any]) -> str:
+    """The parameter that names the model: ``model`` or ``model_type``."""
+    return "model" if params.get("model") is not None else "model_type"
+
+
+def check_vocab(config: PretrainedConfig) -> None:
+    vocab = getattr(config, "vocab_size", None)
+    if not (isinstance(vocab, int) and vocab >= MIN_VOCAB):
+        raise param_error("vocab_size", f"vocab_size must be at least {MIN_VOCAB} (id 0 is [MASK], the tokens "
+                                        f"are drawn from 1..vocab_size-1), got {vocab!r}")
+
+
+def check_task(config: PretrainedConfig, task: str, field: str = "model_type") -> None:
+    """The model type has a head for ``task``, and is no encoder-decoder (T5, BART: their heads
+    need decoder inputs and end-of-sequence tokens that synthetic motifs do not give)."""
     from transformers.models.auto import modeling_auto as auto
+
+    if getattr(config, "is_encoder_decoder", False):
+        raise param_error(field, f"{config.model_type} is an encoder-decoder model: experiments.hf trains encoders "
+                                 "and decoders only; sweep your own training script instead (docs/script.md)")
 
     heads = {"causal_lm": auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "masked_lm": auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES,
              "sequence_classification": auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES}
@@ -248,7 +288,7 @@ def build(params: dict[str, Any], device: torch.device) -> Workload:
     config = resolve_config(params)
     task = params.get("task") or infer_task(config)
     seq_len = int(params.get("seq_len", OWN["seq_len"]))
-    check_task(config, task)
+    check_task(config, task, model_field(params))
     check_seq_len(config, seq_len)
     if hasattr(config, "use_cache"):
         config.use_cache = False  # training: no key/value cache kept for generation
@@ -262,13 +302,17 @@ def build(params: dict[str, Any], device: torch.device) -> Workload:
     kwargs: dict[str, Any] = {"dtype": torch.float32}
     if params.get("attn_implementation") is not None:
         kwargs["attn_implementation"] = params["attn_implementation"]
-    torch.manual_seed(seed)  # the model's init draws from the device's global generator
+    check_vocab(config)
     vocab = int(config.vocab_size)
-    if vocab < MIN_VOCAB:
-        raise param_error("vocab_size", f"vocab_size must be at least {MIN_VOCAB} (id 0 is [MASK], the "
-                                        f"tokens are drawn from 1..vocab_size-1), got {vocab}")
+    torch.manual_seed(seed)  # the model's init draws from the device's global generator
     with torch.device(device):  # the parameters are created, and initialised, on the device
-        model = auto.from_config(config, **kwargs)
+        try:
+            model = auto.from_config(config, **kwargs)
+        except (TypeError, ValueError) as exc:  # a head count that does not divide the width, an unknown attention
+            if "attn_implementation" in params and "attn" in str(exc).lower():
+                raise param_error("attn_implementation", f"attn_implementation {params['attn_implementation']!r} "
+                                  f"is refused by transformers: {said(exc)}") from None
+            raise refused(config.model_type, overrides_of(params), exc) from None
     make = batch_maker(task, seq_len, vocab, mask_prob, int(config.num_labels), device,
                        device_generator(device, seed))  # the batches'
 

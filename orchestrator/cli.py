@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                "status error run again then.")
     p.add_argument("spec", help="the sweep spec, e.g. sweeps/bert_tiny.yaml")
     p.add_argument("--dry-run", action="store_true",
-                   help="check what a run checks (the spec, the experiment's parameter names, the store folders and "
+                   help="check what a run checks without torch (the spec, the experiment's parameter names where it declares "
+                        "PARAMS, the store folders and "
                         "servers, a hub model: 5 s for a server to answer; the device slots; a study file lost "
                         "or emptied where MLflow holds its runs), every failure at once; print the plan; "
                         "create nothing, import no torch")

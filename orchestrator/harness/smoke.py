@@ -67,6 +67,8 @@ def smoke_step(experiment: str, params: dict[str, Any], device: str) -> dict[str
         result = {"ok": False, "error": first_line(exc), "oom": _is_oom(exc),
                   "phase": progress.phase if progress is not None else "import",
                   "seconds": round(time.perf_counter() - started, 3)}
+        if isinstance(getattr(exc, "field", None), str):  # workload.param_error: a parameter's value, not the code
+            result.update(field=getattr(exc, "field"), error=first_line(exc, typed=False))
         result.update(locate(exc.__traceback__, experiment, built.get("workload")))
         return result
     loss = out["metrics"].get("loss")

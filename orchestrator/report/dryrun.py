@@ -60,6 +60,7 @@ def print_plan(spec: SweepSpec, slots: list[str] | None = None) -> None:
     out = [f"Plan for {spec.path} (dry run: nothing is created, nothing runs)",
            f"  study        {spec.name}: {search}",
            f"  {'script' if spec.script is not None else 'experiment':<12s} {spec.workload_name} ({origin})",
+           *_unchecked_names(spec, origin),
            f"  device       {how}" + (f"; {len(slots)} slots, one trial at a time on each: {', '.join(slots)}"
                                           if slots and len(slots) > 1 else ""),
            f"  space        {n if n is not None else 'continuous'} configurations" + (f": {dims}" if dims else "")]
@@ -90,6 +91,17 @@ def print_plan(spec: SweepSpec, slots: list[str] | None = None) -> None:
         out.append(f"               not applied: {k} ({why})")
     out += commands(spec, plan)
     print("\n".join(out))
+
+
+def _unchecked_names(spec: SweepSpec, origin: str) -> list[str]:
+    """Where the module declares no ``PARAMS`` literal (``experiments.hf``: any config field is a
+    parameter), the dry run cannot check its parameters: it says so, and when the run does."""
+    from orchestrator.spec.declared import module_params
+
+    if spec.script is not None or module_params(origin) is not None:
+        return []
+    return ["               its parameters (names and values) were not checked: it declares no PARAMS; a run "
+            "checks them as it starts, in the probe and the smoke step, before anything is created"]
 
 
 SHOWN_COMMANDS = 20

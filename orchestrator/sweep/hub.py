@@ -78,6 +78,9 @@ def problem(model: str, timeout_s: float, environ: dict[str, str] | None = None)
         return None if cached(model, environ) else (
             f"HF_HUB_OFFLINE is set and the cache ({cache_dir(environ)}) has no config of {model}; "
             "unset it, or give model_type instead, with the config's fields as overrides")
+    if not endpoint(environ).startswith(("http://", "https://")):
+        return (f"HF_ENDPOINT ({endpoint(environ)}) is not an http(s) URL, so the hub cannot be asked for "
+                f"{model}; set it as https://{endpoint(environ)}, or unset it for huggingface.co")
     url = f"{endpoint(environ)}/{model}/resolve/main/config.json"
     request = urllib.request.Request(url, method="HEAD", headers={"User-Agent": "orchestrate"})
     if (token := _token(environ)) is not None:
@@ -90,7 +93,7 @@ def problem(model: str, timeout_s: float, environ: dict[str, str] | None = None)
             return None  # a redirect to where the file is: it exists
         if exc.code in (401, 403, 404):
             return (f"the hub ({endpoint(environ)}) has no model {model}, or it is gated or private "
-                    f"(HTTP {exc.code}); check the id, or log in (hf auth login, or HF_TOKEN)")
+                    f"(HTTP {exc.code}); check the id, or log in (hf auth login, or HF_TOKEN){_nor_folder(path)}")
         why = f"HTTP {exc.code}"
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
@@ -99,4 +102,10 @@ def problem(model: str, timeout_s: float, environ: dict[str, str] | None = None)
         return None  # the trial falls back to the cached config
     return (f"the hub ({endpoint(environ)}) cannot be reached within {timeout_s:g} s ({why}) and the cache "
             f"has no config of {model}; connect, set HF_ENDPOINT to a mirror, or give model_type instead "
-            "(offline), with the config's fields as overrides")
+            f"(offline), with the config's fields as overrides{_nor_folder(path)}")
+
+
+def _nor_folder(path: Path) -> str:
+    """A hub id that could have been meant as a folder (``models/tiny``): where that was looked for."""
+    return f"; nor is there a folder {path.resolve()} (a relative one is from the working directory)" \
+        if "/" in str(path) else ""

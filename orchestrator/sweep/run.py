@@ -194,6 +194,9 @@ def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
         raise spec.error(("script",), f"{spec.script} failed its smoke step (run with the smallest batch "
                          f"until its first optimizer step, before any trial): {error} (fix the script or its "
                          "args, or skip this check with --no-check)")
+    if field := answer.get("field"):  # the experiment named the parameter (workload.param_error): the spec's fault
+        path = ("fixed", field) if field in spec.fixed else ("space", field) if field in spec.space else ("experiment",)
+        raise spec.error(path, f"{error} (found by the smoke step: one training step of the first configuration)")
     raise spec.error(("experiment",), f"{spec.experiment} failed its smoke step (one training step at "
                      f"the smallest batch, before any trial): {error}" + (f" at {where}" if where else "")
                      + " (fix the experiment, or skip this check with --no-check)")
@@ -244,6 +247,7 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
         print(f"  {slow}")
     bar = tqdm(total=sweep.target, initial=max(0, done), unit="trial", dynamic_ncols=True, file=sys.stderr,
                disable=None)
+    from orchestrator.report.document import pick_best
     from orchestrator.sweep.batchflag import BatchFlag
 
     batches = BatchFlag(spec.script is not None, sweep.plan.searched)
@@ -261,10 +265,9 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
             return
         if said := batches.line(trial.number, trial.params, outcome):
             bar.write(said, file=sys.stderr)
-        best = sweep.best  # ranked once by the sweep after this result
-        if best:
-            bar.set_postfix_str(f"best #{best[0].number}: " + ", ".join(
-                f"{m}={v:,.1f}" for (m, _), v in zip(spec.objective.metrics, best[0].values)))
+        if best := pick_best(spec, sweep.best):  # ranked once by the sweep after this result
+            bar.set_postfix_str(f"best #{best.number}: " + ", ".join(
+                f"{m}={v:,.1f}" for (m, _), v in zip(spec.objective.metrics, best.values)))
         if outcome.status != Status.ERROR and rec.remeasure_of is None:  # measured again: no new result
             bar.update(1)
 

@@ -153,6 +153,11 @@ def test_the_task_comes_from_the_config(config: dict[str, Any], task: str) -> No
                                                         "max_position_embeddings 1024"),
     ({"model_type": "bert", "mask_prob": 0}, "mask_prob", "mask_prob must be a number in (0, 1], got 0"),
     ({"model": "/nonexistent/folder"}, "model", "cannot load the config of model '/nonexistent/folder': "),
+    # the HF tour: each was "experiments.hf failed its smoke step ... (fix the experiment, or --no-check)"
+    ({"model_type": "gpt2", "vocab_size": 2}, "vocab_size", "vocab_size must be at least 3"),
+    ({"model_type": "gpt2", "n_layer": "two"}, "n_layer", "gpt2's config refuses n_layer='two': "),
+    ({"model_type": "t5"}, "model_type", "t5 is an encoder-decoder model: experiments.hf trains encoders and "
+                                         "decoders only"),
 ])
 def test_validate_params_rejects(params: dict[str, Any], field: str, message: str) -> None:
     with pytest.raises(ValueError) as info:
@@ -174,6 +179,20 @@ def test_validate_params_accepts(params: dict[str, Any]) -> None:
 def test_build_rejects_a_tiny_vocabulary() -> None:
     with pytest.raises(ValueError, match="vocab_size must be at least 3"):
         hf.build(tiny("gpt2", vocab_size=2), CPU)
+
+
+@pytest.mark.parametrize("more, field, message", [
+    ({"n_embd": 30, "n_head": 4}, "n_layer", "gpt2's config refuses n_layer=2, n_embd=30, n_head=4, "),
+    ({"attn_implementation": "flash_attention_9"}, "attn_implementation",
+     "attn_implementation 'flash_attention_9' is refused by transformers: "),
+])
+def test_a_model_its_config_cannot_build_names_the_spec_s_fields(more: dict[str, Any], field: str,
+                                                                  message: str) -> None:
+    """Caught only as the model is built (a width the heads do not divide, an attention that does
+    not exist): a parameter's fault, so the smoke step points at the spec's line, not the code."""
+    with pytest.raises(ValueError) as info:
+        hf.build(tiny("gpt2", **more), CPU)
+    assert str(info.value).startswith(message) and info.value.field == field, str(info.value)  # type: ignore[attr-defined]
 
 
 def test_a_trial_through_the_harness_checkpoints_and_measures() -> None:
@@ -237,6 +256,30 @@ def test_a_misspelt_config_field_is_a_spec_error_before_any_trial(project: Path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr == (f"{spec}:6: fixed.n_layr: 'n_layr' is not a parameter of experiments.hf, a harness "
                            "knob, or a field of gpt2's config; did you mean n_layer?\n")
+    assert not (project / "mlruns" / "optuna.db").exists()  # nothing created
+
+
+def test_a_value_only_the_smoke_step_can_judge_is_its_field_s_line(project: Path) -> None:
+    """The HF tour's ``n_embd: 30, n_head: 4``: "experiments.hf failed its smoke step ... (fix the
+    experiment, or skip this check with --no-check)", at the ``experiment:`` line; with
+    ``--no-check`` every trial then failed."""
+    spec = write_spec(project, """
+        name: heads
+        experiment: experiments.hf
+        device: cpu
+        fixed:
+          model_type: gpt2
+          n_embd: 30
+          n_head: 4
+          n_layer: 1
+        space:
+          batch_size: [2]
+        """)
+    proc = orchestrate([str(spec)], project, timeout=200)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"{spec}:6: fixed.n_embd: gpt2's config refuses n_embd=30, n_head=4, n_layer=1: "
+                                  "`embed_dim` must be divisible by num_heads"), proc.stderr
+    assert proc.stderr.endswith("(found by the smoke step: one training step of the first configuration)\n")
     assert not (project / "mlruns" / "optuna.db").exists()  # nothing created
 
 

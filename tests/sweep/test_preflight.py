@@ -213,6 +213,17 @@ def test_a_hub_model_is_asked_for_once(tmp_path: Path, hub: str, monkeypatch: py
                            "(HTTP 401)")
 
 
+def test_an_endpoint_without_its_scheme_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The HF tour's ``HF_ENDPOINT=hf-mirror.com``: a ``ValueError`` traceback, exit 1."""
+    monkeypatch.setenv("HF_ENDPOINT", "hf-mirror.com")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    (line,) = errors(hf_spec(tmp_path, "gpt2"))
+    assert line == ("4: fixed.model: HF_ENDPOINT (hf-mirror.com) is not an http(s) URL, so the hub cannot be asked "
+                    "for gpt2; set it as https://hf-mirror.com, or unset it for huggingface.co")
+
+
 def test_an_unreachable_hub_is_fine_for_a_cached_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
@@ -289,3 +300,17 @@ def test_an_unknown_parameter_of_a_module_without_parameters_says_so_in_words() 
     assert str(none).endswith("fixed.model: unknown parameter for bare; it takes no parameter of its own, only the harness knobs")
     (some,) = unknown_names("mlp", [("fixed", "widht")], ["width", "depth"], error)
     assert str(some).endswith("did you mean 'width'? it takes depth, width and the harness knobs")
+
+
+def test_a_dry_run_says_it_did_not_check_an_undeclared_module_s_parameters(tmp_path: Path) -> None:
+    """The HF tour: ``n_layers: 1`` (gpt2's is ``n_layer``) passed ``--dry-run``, whose help said it
+    checks the experiment's parameter names; the run refused it. Now the plan says what it left."""
+    spec = write_spec(tmp_path, "name: h\nexperiment: experiments.hf\nfixed:\n  model_type: gpt2\n  n_layers: 1\n"
+                                "space:\n  batch_size: [1, 2]\n")
+    proc = orchestrate([str(spec), "--dry-run"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert ("its parameters (names and values) were not checked: it declares no PARAMS; a run checks them as it "
+            "starts, in the probe and the smoke step, before anything is created") in proc.stdout
+    proc = orchestrate([str(write_spec(tmp_path, "name: b\nexperiment: experiments.bert\nspace:\n  batch_size: [1]\n")),
+                        "--dry-run"], tmp_path)
+    assert proc.returncode == 0 and "were not checked" not in proc.stdout, proc.stdout + proc.stderr
