@@ -175,9 +175,10 @@ def entry() -> None:
     Ctrl-C anywhere (while the modules load, in ``check --repair``) is one line, exit 130."""
     try:
         from orchestrator import exits
-        from orchestrator.errors import silence_stdout
+        from orchestrator.errors import silence_stdout, standard_streams
         from orchestrator.timeline import event
 
+        standard_streams()
         try:
             code = main()
             sys.stdout.flush()  # a pipe's buffered output is written here, not at interpreter exit
@@ -185,6 +186,16 @@ def entry() -> None:
         except BrokenPipeError:
             silence_stdout()  # no second error when Python flushes stdout at exit
             sys.exit(exits.BROKEN_PIPE)
+        except OSError as exc:
+            if exc.errno not in exits.DISK_ERRNOS:
+                raise
+            silence_stdout()  # its output's disk is full or failing: say so on stderr, once
+            try:
+                print(f"orchestrate: its output could not be written ({exc.strerror}); free the disk it goes "
+                      "to and run the command again", file=sys.stderr, flush=True)
+            except OSError:
+                pass
+            sys.exit(exits.STORE_DOWN)
         if "mlflow" in sys.modules:
             # A sweep ran: its records are written (MLflow's writer drained, every store call
             # committed) and its processes are gone. The interpreter's teardown of MLflow's and

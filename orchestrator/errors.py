@@ -107,6 +107,23 @@ def print_error(exc: OrchestratorError) -> int:
     return exc.exit_code
 
 
+def standard_streams() -> None:
+    """File descriptors 0, 1 and 2 open, on ``/dev/null`` where the command was started without
+    them (``orchestrate SPEC >&-``, a daemon's environment): Python then sets ``sys.stdout`` (or
+    ``stdin``, ``stderr``) to None, every print raised, and the next file the command opened (a
+    store's database) took the free number, which its trials' output would have written into."""
+    for fd, mode, name in ((0, os.O_RDONLY, "stdin"), (1, os.O_WRONLY, "stdout"), (2, os.O_WRONLY, "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, mode)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
+
+
 def silence_stdout() -> None:
     """The reader of our output left early (``| head``): send the rest, and the flush at exit,
     nowhere instead of raising BrokenPipeError again."""

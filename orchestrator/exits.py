@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import signal
 
 OK = 0
@@ -30,6 +31,11 @@ INTERRUPTED = 128 + signal.SIGINT
 TERMINATED = 128 + signal.SIGTERM
 HUNG_UP = 128 + signal.SIGHUP
 """SIGHUP (the terminal closed): the sweep stops as for SIGTERM."""
+
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
+"""A write refused by the disk (full, over quota, failing, read-only): the command's output lost,
+not a reason for a traceback."""
 
 
 def for_signal(signum: int) -> int:

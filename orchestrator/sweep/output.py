@@ -9,11 +9,14 @@ let a sweep run to its end and exit 0): the first write that fails sends that
 stream to ``/dev/null`` from then on and trips the sweep's ``StopFlag`` with SIGPIPE (or SIGHUP,
 for a terminal gone), so the loop records the trials in flight as interrupted, closes MLflow's
 parent run and exits 141 (129); the one line that says so goes to stderr if it still reaches
-someone (``| head`` leaves the terminal on stderr).
+someone (``| head`` leaves the terminal on stderr). A write the disk refuses (``> sweep.log`` on a
+disk that fills) is not a reader leaving: that stream goes to ``/dev/null``, stderr says so once,
+and the sweep goes on (its results are in the stores).
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import signal
@@ -53,6 +56,15 @@ class Guarded:
             os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
         except (OSError, ValueError):
             pass
+        if not isinstance(exc, BrokenPipeError) and exc.errno != errno.EIO:  # a full disk under `> log`:
+            other = sys.__stderr__ if self._stream is not sys.__stderr__ else None  # nobody left; the sweep goes on
+            try:
+                if other is not None:
+                    print(f"orchestrate: its output could not be written ({exc.strerror}); the sweep goes on, "
+                          "its results are in the stores (orchestrate report)", file=other, flush=True)
+            except (OSError, ValueError):
+                pass
+            return
         if not self._stop.tripped:
             self._stop.trip(signal.SIGPIPE if isinstance(exc, BrokenPipeError) else signal.SIGHUP)
 

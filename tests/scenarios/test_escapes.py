@@ -270,3 +270,29 @@ def test_sigterm_or_sighup_before_the_sweep_starts_is_one_line_and_leaves_nothin
                                                                 "started; nothing was run\n")
         assert left_behind(project) == []  # the probe that was importing too
         assert not (project / "mlruns" / "optuna.db").exists() and not (project / "mlruns" / "mlflow.db").exists()
+
+
+def test_a_closed_or_full_output_is_no_traceback_and_the_sweep_finishes(seeded_project: Path) -> None:
+    """The fault tour: ``orchestrate SPEC >&-`` died on its first print (``'NoneType' object has
+    no attribute 'write'``) with MLflow's parent run left RUNNING; ``> /dev/full`` (a log on a full
+    disk) stopped the sweep as "SIGHUP (its terminal closed)", exit 129; ``report > /dev/full`` was
+    an ``OSError`` traceback."""
+    project = seeded_project
+    path = spec(project, "outputs", ["none"])
+    closed = subprocess.run(["bash", "-c", f"{ORCHESTRATE} {path} >&- 2>&- <&-"], cwd=project, capture_output=True,
+                            text=True, timeout=300)
+    assert closed.returncode == 0 and check_records(project, "outputs")["results"]
+    assert _parent_status(project, "outputs") == "FINISHED"
+    again = spec(project, "outputs_full", ["none"])
+    full = subprocess.run(["bash", "-c", f"{ORCHESTRATE} {again} > /dev/full"], cwd=project,
+                          capture_output=True, text=True, timeout=300)
+    assert full.returncode == 0 and full.stderr.splitlines()[-1] == (
+        "orchestrate: its output could not be written (No space left on device); the sweep goes on, its results "
+        "are in the stores (orchestrate report)"), full.stderr
+    assert check_records(project, "outputs_full")["results"] and _parent_status(project, "outputs_full") == "FINISHED"
+    report = subprocess.run(["bash", "-c", f"{ORCHESTRATE} report {path} > /dev/full"], cwd=project,
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 75 and report.stderr == (
+        "orchestrate: its output could not be written (No space left on device); free the disk it goes to and run "
+        "the command again\n"), report.stderr
+    assert left_behind(project) == []
