@@ -129,7 +129,9 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
     prov, tracking = provenance(snapshot), None
     if plots:
         from orchestrator.report.ui import ParentRun
+        from orchestrator.store.study import check_file
 
+        check_file(spec.tracking_uri, "tracking_uri", f"`{paste_command(spec, 'check')} --repair`")  # as check says
         tracking = ParentRun.find(spec, study)
         if not prov and tracking.run_id is not None:
             prov = tracking.child_tags()

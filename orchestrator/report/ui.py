@@ -69,7 +69,8 @@ def main(argv: list[str]) -> int:
 
             spec, _ = load_guarded(args.spec, None, args.tracking_uri)
             runs_lost(spec)
-            return serve(spec.tracking_uri, args.port, spec.storage, spec.name, spec.objective.metrics[0])
+            return serve(spec.tracking_uri, args.port, spec.storage, spec.name, spec.objective.metrics[0],
+                         str(spec.path))
         return serve(args.tracking_uri or DEFAULT_TRACKING_URI, args.port)
     except OrchestratorError as exc:
         return print_error(exc)
@@ -116,14 +117,18 @@ def runs_lost(spec: SweepSpec) -> None:
             "writes their MLflow runs from it (so does the sweep's own command), then run this again")
 
 
-def check_store(uri: str) -> str:
-    """The absolute URI of an existing store; the one-line error if there are no runs yet."""
+def check_store(uri: str, spec: str = "SPEC") -> str:
+    """The absolute URI of an existing store; the one-line error if there are no runs yet, or if
+    its file is damaged (``spec``: the path ``check --repair`` is told for)."""
     from orchestrator.urls import sqlite_path
+
+    from orchestrator.store.study import check_file
 
     uri = absolute_uri(uri)
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
         raise OrchestratorError(f"no runs yet in {shown(uri)}; run a sweep first ({command('SPEC')})")
+    check_file(uri, "tracking_uri", f"`{command('check', spec, '--repair')}`")  # a damaged file: one line
     return uri
 
 
@@ -139,10 +144,10 @@ def check_port(port: int) -> None:
 
 
 def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None = None,
-          objective: tuple[str, str] = (M.SAMPLES_PER_S, "maximize")) -> int:
+          objective: tuple[str, str] = (M.SAMPLES_PER_S, "maximize"), spec: str = "SPEC") -> int:
     from mlflow.exceptions import MlflowException
 
-    uri = check_store(uri)
+    uri = check_store(uri, spec)
     check_port(port)
     url = f"http://{HOST}:{port}/"
     try:

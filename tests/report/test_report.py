@@ -568,3 +568,21 @@ def test_plots_with_none_to_draw_are_not_said_to_be_logged() -> None:
 
     said = ParentRun(None, "f887a539", "plots logged to parent run f887a539 under report/ in sqlite:///x").log([], "")
     assert said == "nothing logged to parent run f887a539: no plot to draw yet"
+
+
+@pytest.mark.slow
+def test_a_damaged_mlflow_db_is_one_line_for_plots_and_the_ui(project: Path, tmp_path: Path) -> None:
+    """The fault tour: plain ``report`` and ``check`` said a truncated ``mlflow.db`` in one line,
+    but ``report --plots`` and ``ui`` were SQLAlchemy tracebacks (``database disk image is
+    malformed``), exit 1."""
+    import shutil
+
+    shutil.copytree(project / "mlruns", tmp_path / "mlruns")
+    shutil.copy(project / "spec.yaml", tmp_path / "spec.yaml")
+    db = tmp_path / "mlruns" / "mlflow.db"
+    os.truncate(db, 8192)
+    for args in (["report", "spec.yaml", "--plots"], ["ui", "spec.yaml", "--port", "5079"]):
+        proc = command(args, tmp_path)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert "mlflow.db is truncated: 8,192 bytes" in proc.stderr and "check spec.yaml --repair" in proc.stderr
+    assert not (tmp_path / "mlruns" / "reports").exists()
