@@ -43,6 +43,10 @@ def check_url_opens(url: str, what: str, timeout_s: float | None = None, rebuild
             raise StudyError(f"{what} {shown(url)}: folder {parent} does not exist; create it or fix the URL")
         if parent.exists() and not os.access(parent, os.W_OK):
             raise StudyError(f"{what} {shown(url)}: folder {parent} is not writable")
+        if not parent.exists() and above is not None and not os.access(above, os.W_OK):  # mlruns, to be made
+            raise StudyError(f"{what} {shown(url)}: folder {above} is not writable, so {parent} cannot be "
+                             "created in it (nor the trials' folders, mlruns/.trials); run from a folder "
+                             "you can write")
         check_file(url, what, rebuild)
         return
     if url.split(":", 1)[0] in ("http", "https", "databricks"):

@@ -362,3 +362,19 @@ def _fill_during(trials: Path) -> None:
             fill(trials)
             return
         time.sleep(0.02)
+
+
+def test_a_read_only_working_folder_without_mlruns_is_one_line_for_the_run_and_its_dry_run(small_disk: Path) -> None:
+    """The fault tour: a working folder on a read-only file system, no ``mlruns`` yet: ``--dry-run``
+    said all was well, and the run died at ``Path("mlruns").mkdir`` with an ``OSError``
+    traceback. With an ``mlruns`` there, it was one line already."""
+    path = spec(small_disk, "ro_folder")
+    read_only(small_disk)
+    for flags in (["--dry-run"], []):
+        proc = orchestrate([str(path), *flags], small_disk)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.splitlines()[0] == (
+            f"orchestrate: storage sqlite:///mlruns/optuna.db: folder {small_disk} is not writable, so "
+            f"{small_disk}/mlruns cannot be created in it (nor the trials' folders, mlruns/.trials); run from a "
+            "folder you can write"), proc.stderr
+    assert not (small_disk / "mlruns").exists()
