@@ -14,6 +14,7 @@ spelled out here only. Standard library only (the harness imports it too).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 CONFIG = "config.json"
@@ -73,3 +74,20 @@ def files(trial_dir: Path, processes: int = 1) -> list[tuple[Path, str | None]]:
 def partial(result_path: str | Path) -> str:
     """Where a result is written before it is renamed onto ``result_path``."""
     return f"{result_path}{PARTIAL}"
+
+
+def write_atomically(path: str | Path, text: str) -> None:
+    """``text`` to ``path``, under another name first, then renamed (a reader never sees half)."""
+    tmp = partial(path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:  # a full disk: no half-written file left behind
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

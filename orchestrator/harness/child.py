@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from orchestrator.errors import first_line
 from orchestrator.harness import subreaper
 from orchestrator.harness.ahead import preload_params
-from orchestrator.trialdir import LOG, partial
+from orchestrator.trialdir import LOG, write_atomically
 from orchestrator.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, StatusLine,
                                            TrialConfig, TrialResult, Word, decode_config, decode_order,
                                            encode_result, encode_status)
@@ -78,23 +78,6 @@ def pin_cores() -> None:
 def write_result(path: str, result: TrialResult) -> None:
     """The trial's result, written atomically (``encode_result``)."""
     write_atomically(path, encode_result(result))
-
-
-def write_atomically(path: str, text: str) -> None:
-    """``text`` to ``path``, under another name first, then renamed (a reader never sees half)."""
-    tmp = partial(path)
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError:  # a full disk: no half-written file left behind
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def run_config(config: TrialConfig, timeline: dict[str, float],

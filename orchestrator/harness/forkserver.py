@@ -193,7 +193,7 @@ def _probe(request_path: str, status: TextIO) -> int:
     (``protocol.probe_answer``) and then said (``PID result``)."""
     import json
 
-    from orchestrator.harness.child import write_atomically
+    from orchestrator.trialdir import write_atomically
     from orchestrator.harness.probe import answer
 
     watch_parent()  # the server: if it dies (with the orchestrator), so does the probe

@@ -245,9 +245,16 @@ def export_best(spec: SweepSpec, study: object, path: Path) -> str:
     """Write the best configuration to ``path``; returns the one-line summary to print."""
     text, summary = best_yaml(spec, study)
     path = Path(path)
+    from orchestrator import exits
+    from orchestrator.store.writefault import DISK_FULL, cause
+    from orchestrator.trialdir import write_atomically
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write_atomically(path, text)  # a full disk leaves no empty or half file behind
     except OSError as exc:
-        raise OrchestratorError(f"cannot write {path}: {exc.strerror or exc}") from None
+        error = OrchestratorError(f"cannot write {path}: {exc.strerror or exc}"
+                                  + ("; free some space and run the same command" if cause(exc) == DISK_FULL else ""))
+        error.exit_code = exits.STORE_DOWN if cause(exc) == DISK_FULL else exits.USAGE
+        raise error from None
     return f"Best configuration written to {path}: {summary}"

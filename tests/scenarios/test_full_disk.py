@@ -378,3 +378,19 @@ def test_a_read_only_working_folder_without_mlruns_is_one_line_for_the_run_and_i
             f"{small_disk}/mlruns cannot be created in it (nor the trials' folders, mlruns/.trials); run from a "
             "folder you can write"), proc.stderr
     assert not (small_disk / "mlruns").exists()
+
+
+def test_best_written_to_a_full_disk_leaves_no_empty_file(project: Path, small_disk: Path) -> None:
+    """The fault tour: ``best -o FILE`` (and ``--export FILE``) on a full disk said so but left a
+    0-byte FILE behind, exit 2: now nothing is left, and 75 says the same command works once
+    there is space."""
+    path = spec(project, "exported", n=1)
+    assert orchestrate([str(path)], project).returncode == 0
+    fill(small_disk)
+    out = small_disk / "best.yaml"
+    proc = orchestrate(["best", str(path), "-o", str(out)], project)
+    assert proc.returncode == 75 and proc.stderr == (
+        f"orchestrate: cannot write {out}: No space left on device; free some space and run the same command\n")
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]
+    free(small_disk)
+    assert orchestrate(["best", str(path), "-o", str(out)], project).returncode == 0 and "batch_size: 4" in out.read_text()
