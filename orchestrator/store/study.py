@@ -109,14 +109,30 @@ def create_sqlite_atomically(url: str, init: Callable[[str], None]) -> None:
     if path is None or path.exists():
         return
     for stale in path.parent.glob(f".{path.name}.init-*"):  # left by a run killed while creating
-        stale.unlink(missing_ok=True)
+        if not _alive(stale.name.rsplit("-", 1)[-1]):  # another's, still making its own: left alone
+            stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
     try:
         init(sqlite_url(tmp.resolve()))
-        os.replace(tmp, path)
-    except BaseException:
+        try:  # never over a store another run made meanwhile (two first runs in one folder)
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # theirs is as new and as empty as ours: both use it
+        except OSError:  # a file system without hard links
+            os.replace(tmp, path)
+    finally:
         tmp.unlink(missing_ok=True)  # a full disk keeps no half-made store (and gets its space back)
-        raise
+
+
+def _alive(pid: str) -> bool:
+    """Whether process ``pid`` (a temporary store's suffix) still runs on this host."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (ValueError, OSError):
+        return True  # not a number we wrote, or another user's process: not ours to judge
+    return True
 
 
 @contextmanager

@@ -56,3 +56,35 @@ def test_a_template_that_cannot_be_trusted_is_rebuilt_and_no_cache_still_gives_a
     blocked.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # no cache to keep a template in
     assert new_study(tmp_path / "b.db").trials[0].value == 1.0
+
+
+def test_two_first_runs_in_one_folder_make_one_store_and_spare_each_other_s(tmp_path: Path) -> None:
+    """The fault tour: three first runs started together in one folder (three studies, the default
+    stores) failed 3 times in 3: one deleted another's temporary store (``FileNotFoundError`` on
+    its rename), or renamed its own over a store another had already opened."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "optuna.db"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        theirs = tmp_path / f".optuna.db.init-{sleeper.pid}"  # a run making its own, still alive
+        theirs.write_text("in the making")
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        stale = tmp_path / f".optuna.db.init-{dead.stdout.strip()}"  # a run killed while making it
+        stale.write_text("left behind")
+
+        def init(at: str) -> None:  # another run's store lands while ours is made
+            new_database(at, {})
+            new_database(f"sqlite:///{path}", {})
+            with sqlite3.connect(path) as con:
+                con.execute("CREATE TABLE theirs (x)")
+
+        create_sqlite_atomically(f"sqlite:///{path}", init)
+        assert theirs.exists() and not stale.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    with sqlite3.connect(path) as con:  # theirs kept, not replaced by ours
+        assert con.execute("SELECT name FROM sqlite_master WHERE name = 'theirs'").fetchone()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [theirs.name, "optuna.db"]
