@@ -84,7 +84,9 @@ def open_study(spec: SweepSpec) -> StoredStudy:
     study = read_study(url, spec.name)
     if study is None:
         lost = lost_study(spec)  # the study file lost or emptied, its runs left: the sweep's line
-        raise lost or StudyError(f"no study {spec.name!r} in {shown(url)}; run `{paste_command(spec)}` first")
+        study = read_study(url, spec.name) if lost is None else None  # or made meanwhile, by a sweep starting
+        if study is None:
+            raise lost or StudyError(f"no study {spec.name!r} in {shown(url)}; run `{paste_command(spec)}` first")
     return study
 
 
@@ -101,6 +103,7 @@ def lost_study(spec: SweepSpec) -> StudyError | None:
     path = sqlite_path(spec.storage)
     if path is None or not is_empty(path):
         return None
+    why = why_missing(spec.storage, path)
     trials_root = Path("mlruns/.trials").resolve()  # as the sweep looks
     tracking = sqlite_path(absolute_uri(spec.tracking_uri))
     found = None
@@ -112,7 +115,9 @@ def lost_study(spec: SweepSpec) -> StudyError | None:
             pass
     if found is None:  # no MLflow store, or one that does not read: the folders alone
         found = found_runs(spec.name, None, None, trials_root)
-    return refuse(spec.name, absolute_uri(spec.storage), why_missing(spec.storage, path), found) if found else None
+    if not found or not is_empty(path):  # made while MLflow was read: a sweep starting, not a study lost
+        return None
+    return refuse(spec.name, absolute_uri(spec.storage), why, found)
 
 
 # -- the report -----------------------------------------------------------------------------------

@@ -586,3 +586,27 @@ def test_a_damaged_mlflow_db_is_one_line_for_plots_and_the_ui(project: Path, tmp
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert "mlflow.db is truncated: 8,192 bytes" in proc.stderr and "check spec.yaml --repair" in proc.stderr
     assert not (tmp_path / "mlruns" / "reports").exists()
+
+
+def test_a_study_made_while_report_reads_mlflow_is_read_not_called_lost(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fault tour: ``report`` in a loop beside a new sweep said "study 'slow' is missing from
+    ... (the file is empty), but an earlier study of this name left its runs": it found no file,
+    then read MLflow for seconds, by which time the sweep had made the study and its first runs."""
+    import optuna
+
+    from orchestrator.report import command as report_command
+    from orchestrator.spec.load import load_spec
+    from orchestrator.store import lost
+
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec(write_spec(tmp_path, SPEC))
+    (tmp_path / "mlruns").mkdir()
+
+    def sweep_starting(*_: Any) -> list[str]:  # as MLflow is read, the sweep makes its study
+        optuna.create_study(study_name="tiny_report", storage="sqlite:///mlruns/optuna.db")
+        return ["MLflow experiment 'tiny_report' holds 2 trial run(s)"]
+
+    monkeypatch.setattr(lost, "found_runs", sweep_starting)
+    study = report_command.open_study(spec)
+    assert study is not None and study.trials == []
