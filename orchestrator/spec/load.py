@@ -35,6 +35,7 @@ TOP_KEYS = ("name", "experiment", "script", "args", "samples_per_step", "device"
 REQUIRED_TOP = ("name",)
 """Besides ``name``: exactly one of ``experiment`` and ``script`` (``check_spec``)."""
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}"
+NAME_MAX = 100
 EXPERIMENT_PATTERN = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
 
 
@@ -147,8 +148,12 @@ def _check_name(c: Checker, top: dict[str, Any]) -> str:
     if "name" not in top:
         raise c.fail((), "missing required key name", show_value=False)
     name = top["name"]
+    if isinstance(name, str) and len(name) > NAME_MAX and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise c.fail(("name",), f"the study name must be at most {NAME_MAX} characters, got {len(name)}",
+                     show_value=False)
     if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
-        raise c.fail(("name",), "the study name must be letters, digits, '_', '.' or '-'", name)
+        raise c.fail(("name",), "the study name must be letters, digits, '_', '.' or '-', the first a letter "
+                     "or a digit", name)
     return name
 
 

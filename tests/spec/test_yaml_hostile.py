@@ -100,6 +100,8 @@ CASES = [
     # Valid YAML whose spec is out of all proportion: refused as quickly, in as little memory.
     Case("line-break-in-a-value", _write('name: "my\\nsweep"\nexperiment: experiments.mlp\n'), 1,
          ("the study name must be letters, digits", "got 'my")),
+    Case("name-of-120-characters", _write("name: " + "a" * 120 + "\nexperiment: experiments.mlp\n"), 1,
+         ("the study name must be at most 100 characters, got 120",)),  # the fault tour: "must be letters, ..."
     Case("grid-of-10**8", _write(HEAD + "search: {sampler: grid}\nspace:\n  hidden_size: {low: 1, high: 100000000, step: 1}\n"),
          (4, 5), ("space",)),
     Case("grid-of-10**6-from-lists", _write(HEAD + "space:\n" + "".join(f"  {p}: [{', '.join(map(str, range(1, 11)))}]\n"
@@ -113,7 +115,7 @@ CASES = [
 ]
 
 
-SPEC_RULES = {"line-break-in-a-value", "grid-of-10**8", "grid-of-10**6-from-lists", "step-of-1e-308",
+SPEC_RULES = {"line-break-in-a-value", "name-of-120-characters", "grid-of-10**8", "grid-of-10**6-from-lists", "step-of-1e-308",
               "effective-batch-range-of-10**11"}
 """Cases the YAML loader accepts and the spec's rules refuse; the rest are the loader's own."""
 
