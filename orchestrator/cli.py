@@ -179,6 +179,9 @@ def entry() -> None:
         from orchestrator.timeline import event
 
         standard_streams()
+        if (why := _working_folder(sys.argv[1:])) is not None:
+            print(f"orchestrate: {why}", file=sys.stderr)
+            sys.exit(exits.USAGE)
         try:
             code = main()
             sys.stdout.flush()  # a pipe's buffered output is written here, not at interpreter exit
@@ -208,6 +211,23 @@ def entry() -> None:
     except KeyboardInterrupt:
         _interrupted(sys.argv[1:])
     sys.exit(code)
+
+
+def _working_folder(argv: list[str]) -> str | None:
+    """What is wrong with the folder the command runs in, where the stores and trial folders are
+    found (``mlruns``), or None: deleted under the shell, or named in bytes MLflow cannot record."""
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:
+        return "the folder this command runs in was deleted (or moved); cd to one that exists"
+    try:
+        cwd.encode("utf-8")
+    except UnicodeEncodeError:
+        if argv and argv[0] in ("doctor", "schema"):  # no store, no path recorded
+            return None
+        return (f"the folder this command runs in, {cwd.encode('utf-8', 'replace').decode()}, has a name that is "
+                "not UTF-8, which MLflow cannot record in its paths; run from a folder whose name is UTF-8")
+    return None
 
 
 def _interrupted(argv: list[str]) -> None:

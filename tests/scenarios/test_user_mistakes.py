@@ -254,3 +254,23 @@ def test_printed_commands_paste_with_spaces_and_retry_timeout_runs_a_timed_out_c
     assert rows[2].split()[1] == "ok" and "retry of #1 (it ended timeout)" in rows[2]
     assert "Results: 2 ok;" in proc.stdout
     assert len(child_runs(project, "spaces", tracking)) == 3
+
+
+def test_a_working_folder_deleted_or_not_utf8_is_one_line(tmp_path: Path) -> None:
+    """The fault tour: run from a folder deleted under the shell, a ``FileNotFoundError`` traceback;
+    from one named in bytes that are not UTF-8, a ``UnicodeEncodeError`` traceback once MLflow was
+    given a path. Both are one line, exit 2, before anything is made."""
+    spec = write_spec(tmp_path, "name: x\nexperiment: experiments.mlp\nspace:\n  batch_size: [8]\n")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    proc = subprocess.run(["bash", "-c", f"cd {gone} && rmdir {gone} && {ORCHESTRATE} {spec}"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr == (
+        "orchestrate: the folder this command runs in was deleted (or moved); cd to one that exists\n"), proc.stderr
+    latin = os.path.join(os.fsencode(tmp_path), b"caf\xe9")
+    os.mkdir(latin)
+    proc = subprocess.run([ORCHESTRATE, str(spec)], cwd=latin, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.endswith(
+        "has a name that is not UTF-8, which MLflow cannot record in its paths; run from a folder whose name is "
+        "UTF-8\n"), proc.stderr
+    assert os.listdir(latin) == []
