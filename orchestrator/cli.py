@@ -108,11 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from orchestrator.urls import guard, overrides
 
-        stores, origins = overrides(args.storage, args.tracking_uri)
-        if args.devices is not None:
-            from dataclasses import replace
+        from dataclasses import replace
 
-            origins = replace(origins, devices=args.devices)
+        stores, origins = overrides(args.storage, args.tracking_uri)
+        given = (("--n-trials", args.n_trials), ("--stop", args.stop), ("--device", args.device))
+        origins = replace(origins, devices=args.devices,
+                          flags=tuple(w for flag, value in given if value is not None for w in (flag, str(value))))
         try:
             spec = load_spec(args.spec, {
                 **stores,

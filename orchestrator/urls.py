@@ -44,6 +44,9 @@ class Origins:
     storage: str | None = None
     tracking_uri: str | None = None
     devices: str | None = None
+    flags: tuple[str, ...] = ()
+    """The other flags that shape the sweep, as given (``--n-trials``, ``--stop``, ``--device``): a
+    pasted resume runs the same sweep (``--retry`` is the run's own act, not carried)."""
 
 
 def overrides(storage_flag: str | None, tracking_flag: str | None,
@@ -62,7 +65,7 @@ def overrides(storage_flag: str | None, tracking_flag: str | None,
         if name is not None:
             out[name] = ((field,), env[name])
             origin[field] = name
-    return out, Origins(**origin)
+    return out, Origins(storage=origin["storage"], tracking_uri=origin["tracking_uri"])
 
 
 def guard(spec: Any, origins: Origins) -> None:

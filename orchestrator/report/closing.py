@@ -4,6 +4,7 @@ The same for a sweep that just ran and for a finished study's command run again 
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.invocation import command, tool
@@ -29,8 +30,16 @@ def store_flags(spec: SweepSpec, origins: Origins = Origins()) -> list[str]:
 
 def resume_flags(spec: SweepSpec, origins: Origins = Origins()) -> list[str]:
     """``store_flags``, and ``--devices`` as given: a pasted resume runs on the same slots (a
-    resume without it ran the rest on one whole-machine slot, ranked beside the pinned ones)."""
-    return [*store_flags(spec, origins), *(["--devices", origins.devices] if origins.devices is not None else [])]
+    resume without it ran the rest on one whole-machine slot, ranked beside the pinned ones); and
+    ``--n-trials``, ``--stop`` and ``--device`` as given (the fault tour's resume line dropped them)."""
+    return [*store_flags(spec, origins), *(["--devices", origins.devices] if origins.devices is not None else []),
+            *origins.flags]
+
+
+def _without(flags: tuple[str, ...], name: str) -> tuple[str, ...]:
+    """``flags`` (pairs of a flag and its value) less ``name``'s pair."""
+    pairs = [flags[i:i + 2] for i in range(0, len(flags), 2)]
+    return tuple(w for pair in pairs if pair[0] != name for w in pair)
 
 
 def trial_time_s(trials: list[Any]) -> float:
@@ -95,7 +104,8 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
     if stopped_because:
         lines.append(f"Stopped: {stopped_because}.")
         if stopped_by_search and spec.search.stop == "auto":
-            lines.append(f"Go on anyway: {command(spec.path, *resume_flags(spec, origins), '--stop', 'budget')}   "
+            go_on = replace(origins, flags=_without(origins.flags, "--stop"))
+            lines.append(f"Go on anyway: {command(spec.path, *resume_flags(spec, go_on), '--stop', 'budget')}   "
                          "(or search.stop: budget in the spec)")
     from orchestrator.report.document import best_lines
 

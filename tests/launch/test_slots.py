@@ -219,7 +219,7 @@ def test_cpu_slots_pin_each_trial_to_its_cores(project: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "each trial pinned to its own cores" in proc.stdout
     resume = next(line for line in proc.stdout.splitlines() if line.startswith("Resume:"))
-    assert resume.endswith(f" --devices {devices}"), resume  # pasted, the rest runs on the same slots
+    assert resume.endswith(f" --devices {devices} --n-trials 5"), resume  # pasted, the same sweep on the same slots
     report = orchestrate(["report", str(spec), "--format", "text"], project)
     table = report.stdout.split("\n\n")[1].splitlines()  # the trials' table: a slot column, each trial's slot
     assert "  slot " in table[0] and {row.split()[7] for row in table[1:]} == set(devices.split(",")), report.stdout

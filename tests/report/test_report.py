@@ -577,7 +577,7 @@ def test_a_damaged_mlflow_db_is_one_line_for_plots_and_the_ui(project: Path, tmp
     malformed``), exit 1."""
     import shutil
 
-    shutil.copytree(project / "mlruns", tmp_path / "mlruns")
+    shutil.copytree(project / "mlruns", tmp_path / "mlruns", ignore=shutil.ignore_patterns("reports"))
     shutil.copy(project / "spec.yaml", tmp_path / "spec.yaml")
     db = tmp_path / "mlruns" / "mlflow.db"
     os.truncate(db, 8192)
@@ -610,3 +610,19 @@ def test_a_study_made_while_report_reads_mlflow_is_read_not_called_lost(tmp_path
     monkeypatch.setattr(lost, "found_runs", sweep_starting)
     study = report_command.open_study(spec)
     assert study is not None and study.trials == []
+
+
+def test_the_printed_resume_keeps_the_flags_that_shape_the_sweep(tmp_path: Path) -> None:
+    """The fault tour: a sweep run with ``--n-trials 7`` that stopped on a full disk said
+    "Resume with: orchestrate slow.yaml": pasted, it ran the spec's budget on the spec's device."""
+    from orchestrator.report.closing import resume_flags, summary
+    from orchestrator.spec.load import load_spec
+    from orchestrator.urls import Origins
+
+    spec = load_spec(write_spec(tmp_path, SPEC))
+    origins = Origins(devices="cpu:0-1", flags=("--n-trials", "7", "--stop", "auto", "--device", "cpu"))
+    assert resume_flags(spec, origins) == ["--devices", "cpu:0-1", "--n-trials", "7", "--stop", "auto",
+                                           "--device", "cpu"]
+    said = summary(spec, [], [], 7, 0.0, 1.0, "no configuration left is likely to beat the best", True, origins)
+    [go_on] = [ln for ln in said if ln.startswith("Go on anyway:")]
+    assert go_on.split("   (")[0].endswith("spec.yaml --devices cpu:0-1 --n-trials 7 --device cpu --stop budget"), go_on
