@@ -15,10 +15,10 @@ workers and children end with it (the launcher kills the trial's process group).
   where every DataLoader's iterator yields (``_BaseDataLoaderIter.__next__``), so that a wrapper
   that iterates the user's loader (Accelerate's ``DataLoaderShard``, Lightning's fetchers) is
   counted once; a tensor, a mapping (``input_ids`` first: its elements are the tokens) or a
-  sequence of them. Only the training loader's batches count: the dataset whose batch came last
-  before most of the window's steps (``Meter.counted``); an evaluation loader's batches (drawn with
-  gradients off, as Lightning's, or between two steps, as the ``Trainer``'s) are left out, and
-  said (``info["other_batches"]``). ``samples_per_step`` from the spec replaces the count where
+  sequence of them. Only the training loaders' batches count (``Meter.counted``: drawn from in
+  most of the window's steps, or last before a quarter of them); an evaluation loader's batches
+  (drawn with gradients off, as Lightning's, or every N steps and never last before a step, as
+  the ``Trainer``'s) are left out, and said (``info["other_batches"]``). ``samples_per_step`` from the spec replaces the count where
   the script draws no batch from a DataLoader.
 - **The window**: the first ``warmup_steps`` steps are not measured; the device is synchronized
   at the window's edges only (``# sync point``), then the launcher's gate is waited at, as for a
@@ -139,10 +139,15 @@ class Meter:
         """Optimizer steps so far (every optimizer's)."""
         self.drawn: dict[int, list[int]] = {}
         """Per dataset (its ``id``): [batches, samples, tokens] drawn since the window opened (before: since the start)."""
+        self.between: set[int] = set()
+        """The datasets drawn from, with gradients on, since the last step."""
         self.last: int | None = None
-        """The dataset of the last batch drawn with gradients on."""
-        self.votes: dict[int, int] = {}
-        """Per dataset: the window's steps whose last batch was its (the training loader's gets nearly all)."""
+        """The dataset drawn from last, with gradients on."""
+        self.lasts: dict[int, int] = {}
+        """Per dataset: in how many of the window's steps its batch was the last before the step."""
+        self.present: dict[int, int] = {}
+        """Per dataset: in how many of the window's steps it was drawn from (a training loader's: nearly
+        all; an evaluation every N steps: 1 in N)."""
         self.window_open = False
         self.t0 = 0.0
         self.marks: list[Any] = []
@@ -161,6 +166,7 @@ class Meter:
         if not torch.is_grad_enabled():
             source = -1 - source  # its own key: drawn for evaluation
         else:
+            self.between.add(source)
             self.last = source
         drawn = self.drawn.setdefault(source, [0, 0, 0])
         drawn[0] += 1
@@ -168,14 +174,17 @@ class Meter:
         drawn[2] += tokens or 0
 
     def counted(self) -> tuple[int, int, int]:
-        """(samples, tokens, other batches) of the window: the training loader's, the dataset whose
-        batch came last before the most steps; the batches of every other loader (an evaluation
-        between two steps) are left out."""
-        if not self.drawn:
-            return 0, 0, 0
-        train = max(self.drawn, key=lambda k: (self.votes.get(k, 0), k >= 0, self.drawn[k][1]))
-        others = sum(d[0] for k, d in self.drawn.items() if k != train)
-        return self.drawn[train][1], self.drawn[train][2], others
+        """(samples, tokens, other batches) of the window: the training loaders' (with gradients
+        on, drawn from in more than half of the window's steps, or last before a quarter of them:
+        two loaders a step, or two in turns, are both training); the batches of every other loader
+        (an evaluation every N steps: drawn between two steps, never last before one) are left out."""
+        steps = max(1, self.steps - self.trial.warmup_steps)
+        train = {k for k in self.drawn if k >= 0 and (2 * self.present.get(k, 0) > steps or
+                                                      4 * self.lasts.get(k, 0) >= steps)} or \
+            {k for k in self.drawn if k >= 0}
+        samples = sum(d[1] for k, d in self.drawn.items() if k in train)
+        tokens = sum(d[2] for k, d in self.drawn.items() if k in train)
+        return samples, tokens, sum(d[0] for k, d in self.drawn.items() if k not in train)
 
     def on_step(self, *_: object) -> None:
         self.steps += 1
@@ -184,8 +193,11 @@ class Meter:
             if self.steps >= self.trial.warmup_steps:
                 self._open()
             return
+        for source in self.between:
+            self.present[source] = self.present.get(source, 0) + 1
         if self.last is not None:
-            self.votes[self.last] = self.votes.get(self.last, 0) + 1
+            self.lasts[self.last] = self.lasts.get(self.last, 0) + 1
+        self.between.clear()
         self._mark()
         done = self.steps - self.trial.warmup_steps
         if closes(done, time.perf_counter() - self.t0, self.trial, self.times):
@@ -202,7 +214,7 @@ class Meter:
         self.cpu_start = hostcpu.read()
         self.progress.mark(MK.WINDOW_START)
         backend.reset_peak(self.device)
-        self.drawn, self.votes = {}, {}
+        self.drawn, self.present, self.lasts, self.between = {}, {}, {}, set()
         self.window_open = True
         self.t0 = time.perf_counter()
         self._mark()

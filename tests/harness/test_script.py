@@ -231,3 +231,30 @@ def test_an_evaluation_loader_between_steps_is_not_counted(tmp_path: Path) -> No
     assert proc.returncode == 0 and result["status"] == "ok", result
     assert result["info"]["samples_per_step"] == 8.0 and result["info"]["other_batches"] >= 6, result["info"]
     assert result["metrics"]["samples_per_s"] == pytest.approx(8 * 8 / result["metrics"]["measure_s"])
+
+
+TWO_LOADERS = """
+    import sys
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    a = DataLoader(TensorDataset(torch.randn(4096, 8), torch.zeros(4096, dtype=torch.long)), batch_size=4)
+    b = DataLoader(TensorDataset(torch.randn(4096, 8), torch.zeros(4096, dtype=torch.long)), batch_size=2)
+    ia, ib = iter(a), iter(b)
+    for i in range(100000):
+        batches = [next(ia), next(ib)] if sys.argv[1] == "both" else [next(ia) if i % 2 else next(ib)]
+        for x, y in batches:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("how, per_step", [("both", 6.0), ("turns", 3.0)])
+def test_two_training_loaders_are_both_counted(tmp_path: Path, how: str, per_step: float) -> None:
+    """Two tasks' loaders, both drawn every step (4 + 2 samples) or in turns (4, 2, 4, ...): both
+    are training, unlike an evaluation every N steps, drawn between two steps and never last."""
+    proc, result = run_trial(tmp_path, TWO_LOADERS, [how], TrialSteps(2, 8, 0.0))
+    assert proc.returncode == 0 and result["status"] == "ok", result
+    assert result["info"]["samples_per_step"] == per_step and "other_batches" not in result["info"], result["info"]
