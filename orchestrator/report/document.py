@@ -16,7 +16,7 @@ from orchestrator import metrics as M
 from orchestrator import trialdir
 from orchestrator.clip import short_detail
 from orchestrator.report.compare import comparison_lines
-from orchestrator.report.noise import load_lines, noise_line, one_measurement
+from orchestrator.report.noise import load_lines, median_window, noise_line, one_measurement
 from orchestrator.harness import spread, swap
 from orchestrator.outcome import RESULT_STATUSES, VERDICT_DETAIL, Status
 from orchestrator.redact import pasteable, shown
@@ -120,7 +120,8 @@ def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list
         "best": trial_row(pick_best(spec, best)) if best else None,
         "pareto": [trial_row(t) for t in best] if multi else None,
         "comparison": comp, "device": device, "device_name": device_name, "torch_version": prov.get("torch_version"),
-        "noise": dict(zip(("one_measurement_ci95", "trials"), one_measurement(results))),
+        "noise": {**dict(zip(("one_measurement_ci95", "trials"), one_measurement(results))),
+                  "window_s": median_window(results)},
         "load": StudyRecord.of(study).load if study is not None else None,
     }
 
@@ -222,7 +223,7 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
                                                   "run)" if errors else "") + (f" ({again} of them measured again later: the later trial holds "
                                                   "the configuration's result)" if again else ""))
     if noisy := noise_line(spec, [], (rep.get("load") or [None])[-1], rep["noise"].get("one_measurement_ci95"),
-                           rep["noise"].get("trials", 0)):
+                           rep["noise"].get("trials", 0), rep["noise"].get("window_s")):
         lines.append(noisy)
     lines += load_lines(rep.get("load"))
     lines += memory_pressure_lines(rows)

@@ -36,29 +36,42 @@ def one_measurement(results: list[Any]) -> tuple[float | None, int]:
     return (statistics.median(spreads), len(spreads)) if spreads else (None, 0)
 
 
+def median_window(results: list[Any]) -> float | None:
+    """The median timed window (``measure_s``) of the ok results, seconds."""
+    windows = [w for t in results if status_of(t) == Status.OK
+               and isinstance(w := TrialRecord.of(t).metrics.get(M.MEASURE_S), (int, float))]
+    return statistics.median(windows) if windows else None
+
+
 def noise_line(spec: SweepSpec, results: list[Any], load: dict[str, Any] | None = None,
-               spread: float | None = None, n: int = 0) -> str | None:
+               spread: float | None = None, n: int = 0, window: float | None = None) -> str | None:
     """``Noise: ...``, one line, where one measurement's spread is wider than ``search.band``;
     None where it is not (or no trial recorded one). ``load``: this run's
-    ``machineload.LoadLog.summary``; ``spread``, ``n``: ``one_measurement``'s, where already read."""
+    ``machineload.LoadLog.summary``; ``spread``, ``n``: ``one_measurement``'s, and ``window``:
+    ``median_window``'s, where already read. Measuring longer is advised only where it lengthens
+    the windows: slow steps already held them past a longer ``min_measure_s`` (a busy machine's
+    tour: 0.5 -> 4 advised over windows of 10 s, and nothing changed)."""
     if spread is None:
         spread, n = one_measurement(results)
+        window = median_window(results)
     band = spec.search.band
     if spread is None or spread <= band:
         return None
     where = f"; the machine's {machineload.describe(load)}" if load else ""
     t = spec.trial
-    longer = f"trial.min_measure_s: {t.min_measure_s:g} -> {max(4.0, 4 * t.min_measure_s):g}"
+    target = max(4.0, 4 * t.min_measure_s, 4 * (window or 0.0))
+    longer = f"measure longer (trial.min_measure_s: {t.min_measure_s:g} -> {target:.3g}" + (
+        f"; the windows already last {window:.3g} s)" if window is not None and window > t.min_measure_s else ")")
     if t.repeats == "auto" and spec.search.sampler == "auto":
         more = "trial.repeats: 3; auto, the default, measured only close leaders again"
     elif t.repeats == "auto":
         more = "trial.repeats: 3"
     else:
-        more = f"trial.repeats: auto, or more than {t.repeats}" if t.repeats > 1 else "trial.repeats: auto or 3"
+        more = f"trial.repeats: {t.repeats} -> {max(3, 2 * t.repeats)}"
     return (f"Noise: one measurement of the throughput is within {shown(spread)} at 95% here (median of {n} "
             f"trial{'s' if n != 1 else ''}), wider than the {band * 100:g}% the answer is meant to be within "
             f"(search.band){where}. Configurations closer than that may swap places when run again: run on a "
-            f"quieter machine, measure longer ({longer}) or more often ({more})")
+            f"quieter machine, {longer} or more often ({more})")
 
 
 def load_lines(runs: list[dict[str, Any]] | None) -> list[str]:

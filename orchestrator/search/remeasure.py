@@ -22,7 +22,7 @@ Pure: the planner calls these with what the study holds.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -53,6 +53,8 @@ class Measured:
     """How many trials measured it (the first and each measured again)."""
     duration_s: float = 0.0
     """One measurement's seconds (the latest trial's)."""
+    processes: int = 1
+    """The fresh processes its latest trial's value is the median of (``trial.repeats``: N)."""
 
 
 @dataclass
@@ -78,7 +80,7 @@ class Measurements:
     """Their degrees of freedom: each such configuration's processes less one."""
 
     def add(self, i: int, measured: Measured, value: float, own: float | None, processes: int) -> None:
-        self.measured[i], self.values[i] = measured, value
+        self.measured[i], self.values[i] = replace(measured, processes=processes), value
         self.own.append(own)
         self.processes.append(processes)
 
@@ -237,8 +239,8 @@ def unsure_reason(best: tuple[str, Measured, float], rival: tuple[str, Measured,
     configurations not measured)."""
     (b_text, b, b_value), (r_text, r, r_value) = best, rival
     gap = abs(b_value / r_value - 1) if r_value else math.inf
-    measured = (f"measured {b.measurements} and {r.measurements} times" if b.measurements > 1 or r.measurements > 1
-                else "measured once each")
+    times = b.measurements * b.processes, r.measurements * r.processes  # trials, each the median of its processes
+    measured = (f"measured {times[0]} and {times[1]} times" if times[0] > 1 or times[1] > 1 else "measured once each")
     why = ("trial.repeats is a number, so nothing is measured again (trial.repeats: auto would)" if not enabled
            else "measuring again used its allowance, a quarter of the first measurements' time" if allowance_spent
            else "more measurements could not settle it within the allowance")

@@ -46,8 +46,8 @@ def test_no_line_while_a_measurement_is_within_the_band() -> None:
 
 @pytest.mark.parametrize("trial, advice", [
     ({}, "trial.repeats: 3; auto, the default, measured only close leaders again"),
-    ({"repeats": 1}, "trial.repeats: auto or 3"),
-    ({"repeats": 3}, "trial.repeats: auto, or more than 3")])
+    ({"repeats": 1}, "trial.repeats: 1 -> 3"),
+    ({"repeats": 3}, "trial.repeats: 3 -> 6")])  # a busy machine's tour: "auto, or more than 3" (auto measures less)
 def test_the_line_gives_the_figure_the_load_and_what_to_do(trial: dict[str, Any], advice: str) -> None:
     load = {"before": 5.8, "during": {"min": 5.9, "median": 6.4, "max": 8.3}, "cores": 2}
     line = noise.noise_line(spec(**trial), [result(0.10), result(0.12), result(0.30)], load)
@@ -57,6 +57,17 @@ def test_the_line_gives_the_figure_the_load_and_what_to_do(trial: dict[str, Any]
                  "load 5.8 before the sweep, 5.9-8.3 (median 6.4) during it, on 2 cores",
                  "quieter machine", "trial.min_measure_s: 1 -> 4", advice):
         assert part in line, (part, line)
+
+
+def test_measuring_longer_is_advised_from_the_windows_measured() -> None:
+    """A busy machine's tour: "trial.min_measure_s: 0.5 -> 4" over windows that slow steps already
+    held for 5-20 s (median 10.5): applied, it changed nothing."""
+    slow = [result(0.2), result(0.3), result(0.25)]
+    for t, window in zip(slow, (5.4, 10.5, 20.3)):
+        t.user_attrs["metrics"]["measure_s"] = window
+    line = noise.noise_line(spec(min_measure_s=0.5), slow)
+    assert line is not None and "measure longer (trial.min_measure_s: 0.5 -> 42; the windows already last 10.5 s)" \
+        in line, line
 
 
 def test_the_report_lists_each_runs_load() -> None:

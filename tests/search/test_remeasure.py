@@ -59,6 +59,9 @@ def test_the_unsure_line_names_both_trials_the_gap_the_chance_and_what_to_do() -
         assert part in line, (part, line)
     assert "trial.repeats: auto would" in R.unsure_reason(("a", R.Measured(1), 1.0), ("b", R.Measured(2), 1.0),
                                                           0.3, 0.02, None, False, enabled=False)
+    repeated = R.unsure_reason(("a", R.Measured(0, processes=3), 62.1), ("b", R.Measured(2, processes=3), 43.9),
+                               0.38, 0.02, None, False, enabled=False)
+    assert "measured 3 and 3 times" in repeated, repeated  # a busy machine's tour: "measured once each"
 
 
 def test_the_unsure_line_says_how_much_of_the_chance_is_the_rival_and_how_much_the_rest() -> None:
