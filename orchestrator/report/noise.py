@@ -61,7 +61,7 @@ def noise_line(spec: SweepSpec, results: list[Any], load: dict[str, Any] | None 
     t = spec.trial
     target = max(4.0, 4 * t.min_measure_s, 4 * (window or 0.0))
     longer = f"measure longer (trial.min_measure_s: {t.min_measure_s:g} -> {target:.0f}" + (
-        f"; the windows already last {window:.3g} s)" if window is not None and window > t.min_measure_s else ")")
+        f"; the windows already last {window:.3g} s)" if window is not None and window >= 2 * t.min_measure_s else ")")
     if t.repeats == "auto" and spec.search.sampler == "auto":
         more = "trial.repeats: 3; auto, the default, measured only close leaders again"
     elif t.repeats == "auto":
