@@ -47,6 +47,8 @@ class Asked:
     trial: Trial
     sampled: dict[str, Any]
     predicted_by: int | None = None
+    swapped: bool = False
+    """``predicted_by`` fit only by swapping (``swapped``), rather than running out of memory."""
 
 
 class Proposer:
@@ -151,7 +153,8 @@ class Proposer:
                 self.answered = 0
                 proof = (predicted_oom(sampled, v.ooms, self.spec.search.memory_order)
                          if self.spec.search.skip_predicted_oom else None)
-                return Asked(trial, sampled, proof)
+                return Asked(trial, sampled, proof, any(t.number == proof and status_of(t) == Status.SWAPPED
+                                                        for t in v.results.values()))
             return WAIT
 
     def _before(self, v: View) -> Proposal | Wait | Done | None:

@@ -243,7 +243,7 @@ class Sweep:
             k: str(v) for k, v in placement.items()}}, on_created=lambda run_id: link_run(trial, run_id))
         reached("after_run_start")
         if proposal.predicted_by is not None:
-            self._record_skip(trial, run_ref, device, proposal.predicted_by)
+            self._record_skip(trial, run_ref, device, proposal.predicted_by, proposal.swapped)
             return
         steps = self.spec.trial
         config = TrialConfig(self.spec.workload, params,
@@ -255,9 +255,9 @@ class Sweep:
         self.jobs[slot] = Job(trial, proposal.sampled, params, config, env, self.trial_dir(trial.number),
                               slot, run_ref, self.spec.trial.processes)
 
-    def _record_skip(self, trial: object, run_ref: object, device: str, predicted_by: int) -> None:
+    def _record_skip(self, trial: object, run_ref: object, device: str, predicted_by: int, swapped: bool) -> None:
         outcome = Outcome(Status.SKIPPED, f"predicted out of memory: needs at least as much memory as "
-                          f"trial {predicted_by}, which ran out of memory (or swapped)")
+                          f"trial {predicted_by}, which {'swapped' if swapped else 'ran out of memory'}")
         extra: dict[str, Any] = {"reason": "predicted_oom", "predicted_by": predicted_by}
         run_id = self.tracker.run_id(run_ref)
         if run_id:

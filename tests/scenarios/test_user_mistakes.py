@@ -167,6 +167,8 @@ def test_a_sweep_whose_configurations_all_run_out_of_memory_is_a_result(tmp_path
     assert proc.returncode == 0, proc.stderr
     records = check_records(tmp_path, "nothing_fits", n_results=2)
     assert statuses(records["study"]) == {0: "oom", 1: "skipped"}  # a real CPU OOM, then predicted
+    assert records["study"].trials[1].user_attrs["detail"] == (  # not "(or swapped)": it ran out of memory
+        "predicted out of memory: needs at least as much memory as trial 0, which ran out of memory")
     assert "DefaultCPUAllocator" in records["study"].trials[0].user_attrs["detail"]
     nothing = [ln for ln in proc.stdout.splitlines() if ln.startswith("Nothing fit")]
     assert nothing == ["Nothing fit: every configuration ran out of memory (or swapped, or was predicted to). "
