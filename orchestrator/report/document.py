@@ -214,6 +214,8 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
         lines.append("  (no trials yet)")
     counts = ", ".join(f"{n} {s}" for s, n in rep["counts"].items() if n) or "none yet"
     lines += ["", f"Results: {counts}; trial time {rep['total_time_s']:.0f} s ({rep['total_time_s'] / 60:.1f} min)"]
+    if stopped := ((rep.get("load") or [{}])[-1] or {}).get("stopped"):
+        lines.append(f"Stopped (the last run): {stopped}.")
     if rep["not_results"]:
         again = sum(r.get("remeasured_as") is not None for r in rows)
         errors = any(r.get("status") == "error" for r in rows)

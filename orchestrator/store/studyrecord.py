@@ -24,7 +24,7 @@ the study's ``trials`` trials when it was last compared (``store.agreement``). A
 study takes it away before it writes to MLflow, and sets it again once MLflow agrees at its end."""
 PARENT_RUN_ATTR = "mlflow_parent_run_id"
 LOAD_ATTR = "orchestrate.load"
-"""``[{"at", "cores", "before", "during": {"min", "median", "max"}, "readings", "steal"}, ...]``: the
+"""``[{"at", "cores", "before", "during": {"min", "median", "max"}, "readings", "steal", "stopped"}, ...]``: the
 machine's load before and during each run of the sweep (``machineload``), the last ten."""
 
 KEYS = {"fingerprint": FINGERPRINT_ATTR, "uid": UID_ATTR, "machine": MACHINE_ATTR, "recorded": RECORDED_ATTR,

@@ -302,6 +302,8 @@ def summarize(r: Run, sweep: Sweep, result: SweepResult) -> int:
     spec, study, origins = r.spec, r.study, r.origins
     assert study is not None and r.tracker is not None and r.recovery is not None
     loaded = r.load.summary()
+    if result.stopped_because:  # why the run ended, for report (an unsure stop is the answer's caveat)
+        loaded = {**loaded, "stopped": result.stopped_because}
     try:
         write_study(study, load=kept(StudyRecord.of(study).load, loaded))  # the machine's load, for report
     except StoreUnwritable:  # what explains the noise, not a result: the study's own writes say why

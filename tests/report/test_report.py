@@ -626,3 +626,22 @@ def test_the_printed_resume_keeps_the_flags_that_shape_the_sweep(tmp_path: Path)
     said = summary(spec, [], [], 7, 0.0, 1.0, "no configuration left is likely to beat the best", True, origins)
     [go_on] = [ln for ln in said if ln.startswith("Go on anyway:")]
     assert go_on.split("   (")[0].endswith("spec.yaml --devices cpu:0-1 --n-trials 7 --device cpu --stop budget"), go_on
+
+
+@pytest.mark.slow
+def test_the_report_says_why_the_last_run_stopped(project: Path, tmp_path: Path) -> None:
+    """A busy machine's tour: a sweep that stopped "unsure of the answer: ... chance 21%" printed
+    it once; ``report`` showed the best and the noise, but not that caveat. The run keeps it with
+    its load record, and the report says it."""
+    import shutil
+
+    import optuna
+
+    shutil.copytree(project / "mlruns", tmp_path / "mlruns", ignore=shutil.ignore_patterns("reports"))
+    shutil.copy(project / "spec.yaml", tmp_path / "spec.yaml")
+    study = optuna.load_study(study_name="tiny_report", storage=f"sqlite:///{tmp_path}/mlruns/optuna.db")
+    runs = study.user_attrs.get("orchestrate.load") or [{}]
+    stopped = "unsure of the answer: trial 7 and trial 5 are 8.1% apart, measured once each"
+    study.set_user_attr("orchestrate.load", [*runs[:-1], {**runs[-1], "stopped": stopped}])
+    proc = command(["report", "spec.yaml"], tmp_path)
+    assert proc.returncode == 0 and f"Stopped (the last run): {stopped}." in proc.stdout, proc.stdout + proc.stderr
