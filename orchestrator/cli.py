@@ -25,7 +25,8 @@ USAGE = """orchestrate SPEC [--dry-run] [--storage URL] [--tracking-uri URI] [--
        orchestrate delete SPEC [--yes] [--leftovers]                (the study, its MLflow runs and trial folders)
        orchestrate ui [SPEC] [--port N]                             (the MLflow UI on 127.0.0.1)
        orchestrate doctor [--check] [--device D] [--format text|json]   (is this machine set up? do the knobs work?)
-       orchestrate schema [--format json|markdown]                  (the spec's JSON Schema, or its reference page)"""
+       orchestrate schema [--format json|markdown]                  (the spec's JSON Schema, or its reference page)
+       (report, best, check, delete and ui take --storage URL and --tracking-uri URI too, as a run does)"""
 SUBCOMMANDS = {"report": "orchestrator.report.command", "best": "orchestrator.report.command",
                "check": "orchestrator.report.check", "delete": "orchestrator.report.delete",
                "ui": "orchestrator.report.ui",

@@ -41,7 +41,8 @@ def _parser(command: str) -> argparse.ArgumentParser:
     p.add_argument("--storage", help=STORAGE_HELP)
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
     if command == "report":
-        p.add_argument("--format", choices=("text", "json"), default="text")
+        p.add_argument("--format", choices=("text", "json"), default="text",
+                       help="text (default) or json: one document of the trials, counts, best, pareto, noise and load")
         p.add_argument("--plots", action="store_true", help="also draw the plots (PNG) and log them, with the "
                        "best configurations, on the study's MLflow parent run (imports matplotlib and MLflow: seconds)")
         p.add_argument("--out", type=Path, help="folder for the plots (implies --plots; default: "
