@@ -18,8 +18,8 @@ workers and children end with it (the launcher kills the trial's process group).
   sequence of them. Only the training loaders' batches count (``Meter.counted``: drawn from in
   most of the window's steps, or last before a quarter of them); an evaluation loader's batches
   (drawn with gradients off, as Lightning's, or every N steps and never last before a step, as
-  the ``Trainer``'s) are left out, and said (``info["other_batches"]``). ``samples_per_step`` from the spec replaces the count where
-  the script draws no batch from a DataLoader.
+  the ``Trainer``'s) are left out, and said (``info["other_batches"]``). ``samples_per_step``
+  from the spec replaces the count where the script draws no batch from a DataLoader.
 - **The window**: the first ``warmup_steps`` steps are not measured; the device is synchronized
   at the window's edges only (``# sync point``), then the launcher's gate is waited at, as for a
   module (``Progress.before_window``); it closes as a module's does (``harness/window.py``): after

@@ -61,7 +61,6 @@ def description(spec: SweepSpec, results: list[Any], best: list[Any], target: in
     return "\n\n".join(out)
 
 
-
 def target_of(spec: SweepSpec, plan: Plan) -> tuple[list[dict[str, Any]] | None, int]:
     """The plan's configurations (None: a continuous space) and how many results the study's
     budget asks for."""

@@ -233,34 +233,35 @@ def best_command(spec: SweepSpec, study: Any) -> str:
     return f"{script_command(spec, study, pick_best(spec, best))}\n"
 
 
-def unwritable_plots(folder: Path, exc: OSError) -> OrchestratorError:
-    """The plots' folder cannot be written: exit 75 where only space is missing (the same
-    command works once it is freed), else 2 (another folder: ``--out``)."""
+def unwritable(what: str, exc: OSError, otherwise: str | None = None, file: bool = True) -> OrchestratorError:
+    """``cannot write WHAT: why (file)``: exit 75 where only space is missing (the same command
+    works once it is freed), else 2, with ``otherwise``'s remedy where there is one (``file``: the
+    file that failed named, where WHAT is a folder)."""
     from orchestrator import exits
     from orchestrator.store.writefault import DISK_FULL, cause
 
-    where = f" ({exc.filename})" if exc.filename else ""
-    error = OrchestratorError(f"cannot write the plots in {folder}: {exc.strerror or exc}{where}; "
-                              + ("free some space and run the same command" if cause(exc) == DISK_FULL
-                                 else "give a folder that can be written with --out DIR"))
-    error.exit_code = exits.STORE_DOWN if cause(exc) == DISK_FULL else exits.USAGE
+    full = cause(exc) == DISK_FULL
+    remedy = "free some space and run the same command" if full else otherwise
+    where = f" ({exc.filename})" if exc.filename and file else ""
+    error = OrchestratorError(f"cannot write {what}: {exc.strerror or exc}{where}" + (f"; {remedy}" if remedy else ""))
+    error.exit_code = exits.STORE_DOWN if full else exits.USAGE
     return error
+
+
+def unwritable_plots(folder: Path, exc: OSError) -> OrchestratorError:
+    """The plots' folder cannot be written (``unwritable``; else another folder: ``--out``)."""
+    return unwritable(f"the plots in {folder}", exc, "give a folder that can be written with --out DIR")
 
 
 def export_best(spec: SweepSpec, study: object, path: Path) -> str:
     """Write the best configuration to ``path``; returns the one-line summary to print."""
-    text, summary = best_yaml(spec, study)
-    path = Path(path)
-    from orchestrator import exits
-    from orchestrator.store.writefault import DISK_FULL, cause
     from orchestrator.trialdir import write_atomically
 
+    text, summary = best_yaml(spec, study)
+    path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(path, text)  # a full disk leaves no empty or half file behind
     except OSError as exc:
-        error = OrchestratorError(f"cannot write {path}: {exc.strerror or exc}"
-                                  + ("; free some space and run the same command" if cause(exc) == DISK_FULL else ""))
-        error.exit_code = exits.STORE_DOWN if cause(exc) == DISK_FULL else exits.USAGE
-        raise error from None
+        raise unwritable(str(path), exc, file=False) from None
     return f"Best configuration written to {path}: {summary}"

@@ -251,8 +251,8 @@ def plot_comparison(comp: dict[str, Any], ctx: PlotContext, path: Path) -> Path:
 
     values, rows, ref, knob = comp["values"], comp["rows"], comp["reference"], comp["knob"]
     what = "device" if knob == "device" else knob
-    fig, ax = _figure(f"{'CPU' if knob == 'device' and ref == 'cpu' else ref if knob == 'device' else f'{knob} {ref}'}"
-                      f" against {', '.join(map(str, values[1:]))}: throughput per configuration", ctx)
+    named = ("CPU" if ref == "cpu" else ref) if knob == "device" else f"{knob} {ref}"
+    fig, ax = _figure(f"{named} against {', '.join(map(str, values[1:]))}: throughput per configuration", ctx)
     crowded = len(rows) * len(values) > 8  # a note above each bar would run into its neighbour's
     if comp["folded"]:
         _folded(ax, ctx, tuple(comp["folded"]), "bar")
