@@ -30,6 +30,7 @@ from orchestrator.store.record import TrialRecord
 from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri, sqlite_path
 
 if TYPE_CHECKING:
+    from mlflow.entities import Experiment
     from optuna import Study
 
 SHOWN_PER_KIND = 20  # lines of one kind before "... and N more"
@@ -95,8 +96,11 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
     folders = {n: p for p in (root.iterdir() if root.is_dir() else []) if (n := trialdir.number_of(p)) is not None}
     study = open_study(spec)
     live, in_flight = _live(spec, study)
+    moved = _moved(spec, experiment)
     found = compare(study.trials, runs, lambda n: trialdir.folder(root, n), in_flight, folders,
-                    artifacts(client) if client is not None else None)
+                    artifacts(client) if client is not None and moved is None else None)
+    if moved is not None:  # the runs' files are beside the store, where MLflow is not told to look
+        found.insert(0, moved)
     from orchestrator.report.delete import no_study
 
     found += no_study(spec, uid)  # runs a study deleted another way left in the experiment
@@ -115,6 +119,18 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
         head.append(f"  ({live}: its trials in flight, and those told in the last search.grace_period_s="
                     f"{spec.search.grace_period_s:g} s, are not compared)")
     return head, found
+
+
+def _moved(spec: SweepSpec, experiment: Experiment | None) -> Difference | None:
+    """MLflow's artifact locations naming the folder this project was moved or copied from
+    (``store.moved``; ``--repair`` and the next sweep point them here)."""
+    from orchestrator.store.moved import artifacts_elsewhere
+
+    old = artifacts_elsewhere(absolute_uri(spec.tracking_uri), spec.name, experiment.artifact_location
+                              if experiment is not None else None)
+    return None if old is None else Difference(
+        "moved", f"MLflow's experiment {spec.name!r} keeps its runs' files in {old}, not beside its store "
+        "(was this folder moved or copied from there?)")
 
 
 def _lines(found: list[Difference]) -> list[str]:

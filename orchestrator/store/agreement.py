@@ -42,6 +42,7 @@ KINDS = {  # kind -> what the line says is wrong, and whether `check --repair` r
     "folder_files": True,  # the same, for files gone from a folder that is there
     "lost_folder": False,  # missing, and its run holds no copy to write back
     "no_study": False,  # runs of a study deleted another way: `orchestrate delete SPEC --leftovers`
+    "moved": True,  # MLflow's artifact locations name the folder this one was moved or copied from
 }
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Iterable, Protocol, TypedDict
 
 from orchestrator.outcome import INFEASIBLE, Status
+from orchestrator.store.moved import trial_dir
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
@@ -155,6 +156,7 @@ class TrialRecord:
         known["status"] = settled(Status.read(attrs.get("status")), trial)
         known["status_text"] = attrs.get("status")
         known["metrics"] = attrs.get("metrics") or {}
+        known["trial_dir"] = trial_dir(attrs.get("trial_dir"))  # where it is now, if the project moved
         return cls(**known)
 
     @property

@@ -33,6 +33,7 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
     Raises ``writefault.StoreUnwritable`` when MLflow still refuses a write."""
     from orchestrator import trialdir
     from orchestrator.store.converge import mark
+    from orchestrator.store.moved import moved_lines
     from orchestrator.store.coordination import StudyLock, is_shared
     from orchestrator.store.recovery import Recovery
     from orchestrator.store.study import load_study, study_lock
@@ -44,6 +45,8 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
     with study_lock(spec.storage, spec.name):
         study = load_study(spec.storage, spec.name, spec.search.grace_period_s)
         tracker = Tracker(spec.tracking_uri, spec.name, _outage(spec), swept=tuple(spec.space))
+        if restored is not None:
+            restored += moved_lines(tracker.moved, spec.tracking_uri)
         uid = cast(str, StudyRecord.of(study).uid)  # a study orchestrate made has its uid (open_study writes it)
         if shared:  # other orchestrators may be running it: its parent run is theirs to close
             created = _find_parent(tracker, spec, uid)

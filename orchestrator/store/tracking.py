@@ -130,10 +130,14 @@ class Tracker:
         client call waits out a lost connection); a local SQLite store needs none. ``swept``: the
         searched parameters, whose values name each trial's run (``runs.run_name``)."""
         self.swept = swept
+        self.moved: list[tuple[str, str, int]] = []
+        """The store's experiments whose files were recorded in the folder this one was moved or
+        copied from, now pointed here (``moved.relocate``: name, old folder, runs)."""
         import mlflow  # noqa: F401 - heavy; imported only for real runs
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
+        from orchestrator.store.moved import artifacts_elsewhere, relocate
         from orchestrator.store.outage import RetryingClient
         from orchestrator.store.study import create_sqlite_atomically
         from orchestrator.store.writefault import WriteGuard, named, quiet_write_failures, unwritable
@@ -167,6 +171,13 @@ class Tracker:
                                  f"({restore_command(self.uri, exp.experiment_id)}) or rename the spec")
             else:
                 exp_id = exp.experiment_id
+                if artifacts_elsewhere(self.uri, experiment, exp.artifact_location) is not None:
+                    try:  # the project folder was moved or copied: its runs' files are here now
+                        self.moved = relocate(self.uri)
+                    except Exception as exc:  # noqa: BLE001 - a full disk is one line; anything else as before
+                        if (refused := unwritable(store, exc, sqlite_folder(self.uri))) is None:
+                            raise
+                        raise refused from None
         except MlflowException as exc:
             raise StudyError(f"tracking_uri {shown(self.uri)}: cannot open the MLflow store: {first_line(exc, typed=False)}") from None
         self.experiment_id = exp_id

@@ -87,6 +87,7 @@ def open_stores(r: Run, new_study: bool) -> None:
     from orchestrator.search.space import fingerprint
     from orchestrator.search.strategy import make_sampler
     from orchestrator.store.coordination import StudyLock
+    from orchestrator.store.moved import moved_lines
     from orchestrator.store.study import open_study
     from orchestrator.store.studyrecord import StudyRecord, write_study
     from orchestrator.store.tracking import Tracker
@@ -97,6 +98,8 @@ def open_stores(r: Run, new_study: bool) -> None:
     r.lock = StudyLock(spec.storage, spec.name, r.db, idle_s=max(30.0, 2 * spec.search.grace_period_s))
     with r.lock:
         r.sync = Tracker(spec.tracking_uri, spec.name, runs, swept=tuple(plan.searched))
+        for line in moved_lines(r.sync.moved, spec.tracking_uri):
+            print(f"orchestrate: {line}")
         worker = os.getpid() if r.shared else 0
         r.study = study = open_study(spec, spec.storage, fingerprint(spec, plan), lambda n: make_sampler(spec, n, worker),
                                      outage=r.db, absent=None if new_study else _not_replaced(spec, r.sync))
