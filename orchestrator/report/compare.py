@@ -9,6 +9,7 @@ parameter (the precision, say). Pure functions over Optuna's frozen trials; no t
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from orchestrator import metrics as M
@@ -79,7 +80,7 @@ def comparison(trials: list[Any], knob: str = "device", reference: object = None
     for v in values[1:]:
         ups = sorted(r["cells"][v]["speedup"] for r in rows if r["cells"][v] and r["cells"][v]["speedup"])
         summary[v] = {"compared": len(ups), "faster": sum(u > 1 for u in ups),
-                      "median": _median(ups), "lowest": ups[0] if ups else None, "highest": ups[-1] if ups else None}
+                      "median": ratio_median(ups), "lowest": ups[0] if ups else None, "highest": ups[-1] if ups else None}
     fastest = {}
     for v in values:
         ok = [c for r in rows if (c := r["cells"][v]) and c["samples_per_s"] is not None]
@@ -88,11 +89,14 @@ def comparison(trials: list[Any], knob: str = "device", reference: object = None
             "rows": rows, "summary": summary, "fastest": fastest}
 
 
-def _median(xs: list[float]) -> float | None:
-    if not xs:
+def ratio_median(ratios: list[float]) -> float | None:
+    """The median of ratios, the two middle ones' geometric mean where their count is even: the
+    same figure whichever way up they are (1/x's is 1/x's median; the arithmetic mean of 0.99 and
+    3.07 said "2.0x slower" where these pairs' own figures, inverted, said 1.5x)."""
+    if not ratios:
         return None
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+    xs, mid = sorted(ratios), len(ratios) // 2
+    return xs[mid] if len(xs) % 2 else math.sqrt(xs[mid - 1] * xs[mid])
 
 
 def comparison_lines(comp: dict[str, Any]) -> list[str]:

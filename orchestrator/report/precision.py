@@ -5,12 +5,12 @@ ranking should say why. Pure functions over the study's trials; the flags come f
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from orchestrator import metrics as M
 from orchestrator.machine import HALF_FLAGS, ISA_KEEPS
 from orchestrator.outcome import Status
+from orchestrator.report.compare import ratio_median
 from orchestrator.store.record import TrialRecord
 
 MUCH_SLOWER = 2.0
@@ -53,8 +53,8 @@ def half_precision_note(trials: list[Any], flags: set[str] | None, cpu_isa: str 
     by_cap: dict[str | None, list[Any]] = {}
     for t in trials:
         by_cap.setdefault(str(t.params["cpu_isa"]) if "cpu_isa" in t.params else cpu_isa, []).append(t)
-    found = {(cap, half): (statistics.median(r), len(r)) for cap, group in by_cap.items()
-             for half, r in slowdowns(group).items()}
+    found = {(cap, half): (ratio_median(r) or 0.0, len(r)) for cap, group in by_cap.items()
+             for half, r in slowdowns(group).items() if 2 * sum(x > 1 for x in r) > len(r)}  # most pairs agree
     slow = {k: v for k, v in found.items() if v[0] >= MUCH_SLOWER}
     if not slow:
         return None

@@ -21,6 +21,7 @@ import shlex
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +150,14 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
 
     uri = check_store(uri, spec)
     check_port(port)
+    from orchestrator.store.moved import moved_lines, relocate
+
+    try:
+        moved = relocate(uri)  # a moved project: the runs' files are beside the store
+    except (OSError, sqlite3.Error):
+        moved = []  # a store this user cannot write (another's results, read-only): browsed as it is
+    for line in moved_lines(moved, uri):
+        print(f"orchestrate: {line}", flush=True)
     url = f"http://{HOST}:{port}/"
     try:
         pages = save_views(uri, url, objective[0], objective[1] == "maximize", only=name)
@@ -299,7 +308,8 @@ def name_width(names: list[str]) -> int:
 
 
 def view_state(trial_params: list[dict[str, str]], metric_keys: set[str], objective: str = M.SAMPLES_PER_S,
-               maximize: bool = True, names: list[str] | None = None) -> dict[str, Any]:
+               maximize: bool = True, names: list[str] | None = None,
+               statuses: list[str] | None = None) -> dict[str, Any]:
     """The runs table a sweep is compared in: trial runs only, flat (not nested under the parent),
     best first. The first screen holds the answer: each run's name carries its swept values
     (``runs.run_name``: the pinned column, as wide as the longest), then its status, the
@@ -316,9 +326,12 @@ def view_state(trial_params: list[dict[str, str]], metric_keys: set[str], object
     named = [("tags", "status")] + [("metrics", m) for m in answer] + [("params", k) for k in swept] + \
         [("metrics", m) for m in more]
     cols = [column(kind, name) for kind, name in named]
-    # about 7 px a header character, and padding (the objective's header also has the sort mark);
-    # the status column fits "skipped"
-    widths = {column(kind, name): max(70 if kind == "tags" else 60, 7 * len(name) + (26 if name == objective else 16))
+    # about 7 px a character of the header or of the longest value (a parameter's, a status: float16
+    # and float32 must not both read "float..."), and padding (the objective's header has the sort mark)
+    shown = {("tags", "status"): statuses or ["skipped"],
+             **{("params", k): [str(p[k]) for p in trial_params if k in p] for k in swept}}
+    widths = {column(kind, name): max(70 if kind == "tags" else 60, 7 * len(name) + (26 if name == objective else 16),
+                                      7 * max(map(len, shown.get((kind, name), [""]))) + 16)
               for kind, name in named}
     pinned = {RUN_NAME: name_width(names or []), CREATED: CREATED_WIDTH}
     return {"searchFilter": "tags.role = 'trial'", "orderByKey": column("metrics", objective),
@@ -338,8 +351,8 @@ def legend(runs: list[Any]) -> str:
     keys = sorted({k for r in runs for k in r.data.params})
     names = [f"{initials(k)} = {k}" for k in keys if initials(k) != k and initials(k) in used and initials(k) not in keys]
     return (LEGEND_PREFIX + "the trial's number, then its swept values" + (f" ({', '.join(names)})" if names else "")
-            + ". The dot: green measured, amber swapped, orange out of memory, grey skipped (predicted out of "
-              "memory, not run), red failed.")
+            + ". The dot: green measured, amber swapped, orange out of memory, light grey skipped (predicted out "
+              "of memory, not run), dark grey interrupted (it runs again when the sweep resumes), red failed.")
 
 
 def save_views(uri: str, url: str, objective: str = M.SAMPLES_PER_S, maximize: bool = True,
@@ -358,7 +371,8 @@ def save_views(uri: str, url: str, objective: str = M.SAMPLES_PER_S, maximize: b
         page = f"{url}#/experiments/{exp.experiment_id}"
         if runs:
             state = view_state([r.data.params for r in runs], {k for r in runs for k in r.data.metrics},
-                               objective, maximize, [r.info.run_name for r in runs])
+                               objective, maximize, [r.info.run_name for r in runs],
+                               [r.data.tags.get("status", "") for r in runs])
             client.set_experiment_tag(exp.experiment_id, VIEW_TAG_PREFIX + VIEW_KEY, json.dumps(state))
             note = exp.tags.get(NOTE, "")
             if not note or note.startswith(LEGEND_PREFIX):  # never over a description of the user's

@@ -76,6 +76,14 @@ TAIL = "A GPU, or a CPU with native support, can rank them the other way."
     ([trial(0, "float32", 600.0, slot="cuda:0"), trial(1, "bfloat16", 100.0, slot="cuda:0")], set(), None),  # a GPU
     ([trial(0, "float32", 600.0), trial(1, "bfloat16", None, status="oom")], set(), None),  # nothing to pair with
     ([trial(0, "float32", 600.0, 8), trial(1, "bfloat16", 100.0, 16)], set(), None),  # not equal but for dtype
+    # a tour's sweep on a busy CPU: one pair slower 3.07x, one faster (0.99); "2.0x slower" was their mean
+    ([trial(0, "float32", 24.7), trial(1, "bfloat16", 8.05), trial(2, "float32", 44.2, 16),
+      trial(3, "bfloat16", 44.8, 16)], {"avx512_bf16"}, None),
+    # both slower: the geometric mean of the two (2.0 and 8.0 -> 4.0x, not 5.0x)
+    ([trial(0, "float32", 200.0), trial(1, "bfloat16", 100.0), trial(2, "float32", 800.0, 16),
+      trial(3, "bfloat16", 100.0, 16)], {"avx512f"}, "Note: bfloat16 trained 4.0x slower than float32 on this CPU "
+     "(median of 2 pairs of configurations equal but for dtype): this CPU has no native bfloat16 instructions "
+     f"(neither avx512_bf16 nor amx_bf16 in its flags), so autocast emulates it. {TAIL}"),
 ])
 def test_half_precision_note(trials: list[Any], flags: set[str] | None, expected: str | None) -> None:
     assert half_precision_note(trials, flags) == expected

@@ -149,6 +149,18 @@ def test_saved_view_puts_the_answer_first(params, metrics, objective, maximize, 
     assert state["orderByKey"] == f"metrics.`{objective}`" and state["orderByAsc"] is order
 
 
+def test_a_columns_width_fits_its_longest_value_so_float16_and_float32_read_apart() -> None:
+    """A tour's screenshots: "bflo...", "float..." (float16 and float32 alike) and "diverg..." where
+    the widths came from the headers alone."""
+    from orchestrator.report.ui import view_state
+
+    params = [{"dtype": d, "batch_size": "8" if d == "float32" else "16"} for d in ("float32", "float16", "bfloat16")]
+    widths = view_state(params, {"samples_per_s"}, statuses=["ok", "interrupted"])["columnWidths"]
+    assert widths["params.`dtype`"] >= 7 * len("bfloat16") + 16 > widths["params.`batch_size`"] - 60
+    assert widths["tags.`status`"] >= 7 * len("interrupted") + 16
+    assert view_state(params, {"samples_per_s"})["columnWidths"]["tags.`status`"] == 70  # "skipped" fits
+
+
 @pytest.mark.parametrize("uri, environ, kept, dropped", [
     ("postgresql+psycopg2://runs:s3cret@db/mlflow", {"PGPASSWORD": "pgpw", "MLFLOW_TRACKING_TOKEN": "tok", "HOME": "/h"},
      {"HOME": "/h"}, ("PGPASSWORD", "MLFLOW_TRACKING_TOKEN")),
