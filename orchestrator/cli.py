@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "e.g. timeout,crashed (trials that ended 'error' always run again)")
     p.add_argument("--no-check", action="store_true",
                    help="skip the smoke step (one training step of the first configuration at a batch of at most 2, "
-                        "before the first trial)")
+                        "before the first trial; a script runs at the smallest batch it sweeps, to its first "
+                        "optimizer step)")
     p.add_argument("--export", metavar="FILE", type=Path,
                    help="after the sweep, write the best configuration to FILE as flat YAML")
     p.add_argument("--new-study", action="store_true",

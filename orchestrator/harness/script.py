@@ -143,6 +143,9 @@ class Meter:
         """The datasets drawn from, with gradients on, since the last step."""
         self.last: int | None = None
         """The dataset drawn from last, with gradients on."""
+        self.drawn_at: dict[int, int] = {}
+        """Per dataset: ``steps`` when it last yielded a batch. A loader replayed from a cache
+        (``itertools.cycle(loader)``) stops yielding after its first pass while the script trains on."""
         self.lasts: dict[int, int] = {}
         """Per dataset: in how many of the window's steps its batch was the last before the step."""
         self.present: dict[int, int] = {}
@@ -168,6 +171,7 @@ class Meter:
         else:
             self.between.add(source)
             self.last = source
+        self.drawn_at[source] = self.steps
         drawn = self.drawn.setdefault(source, [0, 0, 0])
         drawn[0] += 1
         drawn[1] += samples or 0
@@ -178,13 +182,17 @@ class Meter:
         on, drawn from in more than half of the window's steps, or last before a quarter of them:
         two loaders a step, or two in turns, are both training); the batches of every other loader
         (an evaluation every N steps: drawn between two steps, never last before one) are left out."""
-        steps = max(1, self.steps - self.trial.warmup_steps)
-        train = {k for k in self.drawn if k >= 0 and (2 * self.present.get(k, 0) > steps or
-                                                      4 * self.lasts.get(k, 0) >= steps)} or \
-            {k for k in self.drawn if k >= 0}
+        train = self.training()
         samples = sum(d[1] for k, d in self.drawn.items() if k in train)
         tokens = sum(d[2] for k, d in self.drawn.items() if k in train)
         return samples, tokens, sum(d[0] for k, d in self.drawn.items() if k not in train)
+
+    def training(self) -> set[int]:
+        """The training loaders' datasets (``counted``)."""
+        steps = max(1, self.steps - self.trial.warmup_steps)
+        return {k for k in self.drawn if k >= 0 and (2 * self.present.get(k, 0) > steps or
+                                                     4 * self.lasts.get(k, 0) >= steps)} or \
+            {k for k in self.drawn if k >= 0}
 
     def on_step(self, *_: object) -> None:
         self.steps += 1
@@ -251,6 +259,12 @@ class Meter:
             step_ms = [(b - a) * 1000 for a, b in zip(self.marks, self.marks[1:])]
         drawn, drawn_tokens, others = self.counted()
         samples = self.per_step * steps if self.per_step is not None else float(drawn)
+        idle = self.steps - max([self.steps - steps, *(self.drawn_at[k] for k in self.training())])
+        if samples and self.per_step is None and steps >= 4 and 2 * idle > steps:
+            raise Unmeasurable(f"set samples_per_step in the spec: the script's DataLoader yielded no batch in the "
+                               f"last {idle} of the window's {steps} optimizer steps, so the batches it trained on "
+                               "were not counted (are they replayed, as itertools.cycle(loader) or a list of batches "
+                               "replays them? the harness counts what a DataLoader's iterator yields)")
         if not samples:
             raise Unmeasurable(f"set samples_per_step in the spec: no samples counted in the window's {steps} steps "
                                "(the script drew no batch from a torch DataLoader, or its batches hold no tensor "

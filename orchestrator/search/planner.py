@@ -150,8 +150,9 @@ class Planner:
         model = self._believed(measured, in_flight, p_fit)
         rivals = self._rivals(model, in_flight) if stop else []
         if not open_ and not rivals:
+            failed = sum(1 for t in results.values() if status_of(t) not in NOT_FITTING + (Status.OK,))
             return Decision(None, Verdict(True, 0.0, len(left), too_large,
-                                          reason(0.0, len(left), too_large, self.band, nothing_left=True)))
+                                          reason(0.0, len(left), too_large, self.band, nothing_left=True, failed=failed)))
         verdict = self._verdict(model, open_, rivals, p_fit, len(left), too_large, bisecting=probe is not None)
         if probe is not None:
             return Decision(self.configs[probe], verdict, "boundary")

@@ -239,7 +239,9 @@ def unsure_reason(best: tuple[str, Measured, float], rival: tuple[str, Measured,
     configurations not measured)."""
     (b_text, b, b_value), (r_text, r, r_value) = best, rival
     gap = abs(b_value / r_value - 1) if r_value else math.inf
-    times = b.measurements * b.processes, r.measurements * r.processes  # trials, each the median of its processes
+    # processes: every trial's of the configuration, once measured again (``repeats.remeasured``), so
+    # not times its trials ("measured 4 and 1 times" for two measurements)
+    times = max(b.processes, b.measurements), max(r.processes, r.measurements)
     measured = (f"measured {times[0]} and {times[1]} times" if times[0] > 1 or times[1] > 1 else "measured once each")
     why = ("trial.repeats is a number, so nothing is measured again (trial.repeats: auto would)" if not enabled
            else "measuring again used its allowance, a quarter of the first measurements' time" if allowance_spent

@@ -42,10 +42,13 @@ class Decision:
     measured again, alternating with the best), for the record."""
 
 
-def reason(chance: float, left: int, too_large: int, band: float, nothing_left: bool = False) -> str:
+def reason(chance: float, left: int, too_large: int, band: float, nothing_left: bool = False, failed: int = 0) -> str:
+    """The stop line's reason; ``failed``: configurations whose trial failed (an error, a crash),
+    which end the search as a result does, said so ("has a result" where every trial had failed)."""
     if nothing_left:
-        return (f"every configuration that could fit has a result ({too_large} left are proven not to fit)"
-                if left else "every configuration has a result")
+        ran = f"has a result or failed ({failed} failed)" if failed else "has a result"
+        return (f"every configuration that could fit {ran} ({too_large} left are proven not to fit)"
+                if left else f"every configuration {ran}")
     return (f"no configuration left is likely to beat the best by more than {band:.0%} (chance {chance:.1%}); "
             f"{left} not measured, {too_large} of them predicted not to fit")
 

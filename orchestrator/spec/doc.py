@@ -27,8 +27,9 @@ LOADER_ONLY = (
     "effective batch size, and `grad_accum_steps` is then derived (giving it too is an error).",
     "`mps_low_watermark_ratio` must not exceed `mps_high_watermark_ratio` (or MPS's default high ratio, "
     f"{knobs.MPS_DEFAULT_HIGH_WATERMARK}, when that is not given), for every combination the space holds.",
-    "`search.patience` needs a single objective metric; `search.memory_order` given as a mapping of value to "
-    "rank must rank every choice of that parameter in `space`.",
+    "`search.patience` needs a single objective metric; `search.memory_order` names parameters of `space` (or "
+    "`fixed`), and given as a mapping of value to rank must rank every choice of that parameter in `space`, and "
+    "no other value.",
     "`devices`: a slot listed twice, `auto` beside other slots, and a core range `cpu:A-B` with A > B are refused.",
     "`storage` and `tracking_uri`: a SQLite URL needs a file path (not `:memory:`), a server database's driver "
     "must be installed, and MLflow 3 refuses `file:` and plain folders as a tracking store.",

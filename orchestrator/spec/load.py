@@ -115,7 +115,7 @@ def check_spec(data: object, path: Path, lines: dict[tuple, int],
 
     objective = c.attempt(lambda: check_objective(c, section("objective")), None)
     valid_space = {k: v for k, v in space.items() if v is not None}
-    search = c.attempt(lambda: check_search(c, section("search"), valid_space), None)
+    search = c.attempt(lambda: check_search(c, section("search"), valid_space, (*space_raw, *fixed_raw)), None)
     if search is not None and objective is not None and search.patience is not None and len(objective.metrics) > 1:
         c.note(c.fail(("search", "patience"), "patience needs a single objective metric (a Pareto front "
                       "has no single best to improve on)", show_value=False))

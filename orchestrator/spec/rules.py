@@ -34,7 +34,7 @@ def show(value: object, spelled: str | None = None) -> str:
             if "e" in value.lower():
                 return f"'{value}' (text, not a number: YAML reads only forms like 1.0e+3 as numbers)"
             return f"'{value}' (text, not a number: remove the quotes)"
-        return f"'{value}'"
+        return repr(value) if "'" in value else f"'{value}'"  # "__import__('os')", not '__import__('os')'
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, (list, tuple)):
@@ -173,7 +173,8 @@ def check_objective(c: Checker, raw: object) -> Objective:
     return Objective(tuple(metrics), tuple(constraints))
 
 
-def check_search(c: Checker, raw: object, space: dict[str, Dimension]) -> SearchSettings:
+def check_search(c: Checker, raw: object, space: dict[str, Dimension], named: tuple[str, ...] = ()) -> SearchSettings:
+    """``named``: every parameter the spec names (space's and fixed's, valid or not)."""
     path = ("search",)
     s = c.mapping(path, raw, ("sampler", "n_trials", "stop", "band", "seed", "max_failures", "timeout_min",
                               "patience", "skip_predicted_oom", "memory_order", "allow_swap", "grace_period_s",
@@ -220,10 +221,10 @@ def check_search(c: Checker, raw: object, space: dict[str, Dimension]) -> Search
                           max_failures=max_failures,
                           timeout_min=timeout_min, patience=patience, skip_predicted_oom=skip,
                           allow_swap=allow_swap, grace_period_s=grace,
-                          memory_order=check_memory_order(c, s.get("memory_order") or {}, space))
+                          memory_order=check_memory_order(c, s.get("memory_order") or {}, space, named))
 
 
-def check_memory_order(c: Checker, raw: Any, space: dict[str, Dimension]) -> dict[str, Any]:
+def check_memory_order(c: Checker, raw: Any, space: dict[str, Dimension], named: tuple[str, ...] = ()) -> dict[str, Any]:
     from orchestrator.spec.model import DEFAULT_ORDER, ORDER_WORDS
 
     path = ("search", "memory_order")
@@ -231,6 +232,11 @@ def check_memory_order(c: Checker, raw: Any, space: dict[str, Dimension]) -> dic
     order: dict[str, Any] = dict(DEFAULT_ORDER)
     for name, rule in raw.items():
         where = path + (name,)
+        if name not in space and name not in named:  # a misspelt name ordered nothing, and the search went on
+            hint = difflib.get_close_matches(str(name), [*space, *named], n=1, cutoff=0.6)
+            did = f"did you mean {hint[0]!r}? " if hint else ""
+            raise c.fail(where, f"{did}memory_order names parameters of space (or fixed): "
+                         f"{', '.join(space) or 'none in space'}", name)
         if isinstance(rule, dict):
             for value, rank in rule.items():
                 if not knobs.is_number(rank):
@@ -238,6 +244,10 @@ def check_memory_order(c: Checker, raw: Any, space: dict[str, Dimension]) -> dic
             dim = space.get(name)
             if isinstance(dim, Choice):
                 missing = [v for v in dim.values if v not in rule]
+                extra = [v for v in rule if v not in dim.values]
+                if extra:
+                    raise c.fail(where + (extra[0],), f"no choice of space.{name} (its choices: "
+                                 f"{', '.join(map(show, dim.values))})", extra[0])
                 if missing:
                     raise c.fail(where, f"give a rank to every choice of space.{name}; missing "
                                  f"{', '.join(map(show, missing))}", show_value=False)

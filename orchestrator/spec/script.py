@@ -113,6 +113,11 @@ def pasteable(spec: Any, params: dict[str, Any], python: str = "python") -> str:
     return command_line(shown, script_argv(spec.args, params), python)
 
 
+_SYMBOLS = {ast.Pow: "**", ast.Mod: "%", ast.USub: "unary -", ast.MatMult: "@", ast.LShift: "<<", ast.RShift: ">>",
+            ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.Invert: "~", ast.Not: "not"}
+"""The operators ``parse_expression`` refuses, as written."""
+
+
 def parse_expression(text: str) -> ast.expr:
     """``samples_per_step``'s expression, checked: numbers, parameter names, + - * / // and
     parentheses; ``ValueError`` (a rule) otherwise."""
@@ -129,8 +134,9 @@ def parse_expression(text: str) -> ast.expr:
             continue
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd):
             continue
-        raise ValueError("samples_per_step may use numbers, parameter names, + - * / // and parentheses, "
-                         f"got {ast.unparse(node)!r}")
+        what = ast.unparse(node) or _SYMBOLS.get(type(node), type(node).__name__)  # an operator unparses to ''
+        raise ValueError("samples_per_step may use numbers, parameter names, + - * / // and parentheses"
+                         + (f", not {what}" if what != ast.unparse(tree) else ""))  # the checker adds "got" the whole
     return tree
 
 
@@ -269,6 +275,10 @@ def check_script(c: Checker, top: dict[str, Any], fixed: dict[str, Any], space: 
 def _check_arg(c: Checker, i: int, arg: object, names: set[str], fixed: dict[str, Any], space: dict[str, Any],
                used: set[str]) -> str:
     """One of ``args``, checked; the names its placeholders use go into ``used``."""
+    if isinstance(arg, dict) and len(arg) == 1 and next(iter(arg.values())) is None:  # [--bs, {batch_size}]
+        name = next(iter(arg))
+        raise c.fail(("args", i), f"YAML reads an unquoted {{{name}}} as a mapping: write it in quotes, "
+                     f"\"{{{name}}}\"", show_value=False)
     if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
         raise c.fail(("args", i), "each argument is text or a number", arg)
     text = str(arg)

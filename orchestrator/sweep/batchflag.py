@@ -4,8 +4,9 @@ size that does not reach the script, and an evaluation loop inside the timed win
 A script takes its parameters through its flags (``args``); one that ignores the batch-size flag
 (a hard-coded ``batch_size=16`` in its DataLoader) trains the same batch in every trial, and the
 sweep ranks noise. The harness counts what the script's DataLoaders yield per optimizer step
-(``result.info["samples_per_step"]``): two trials of different ``batch_size`` with the same count
-are that case. Not per trial: a script may take ``batch_size`` as a per-device or a global batch
+(``result.info["samples_per_step"]``): two trials of different ``batch_size``, every other parameter
+equal, with the same count are that case (with another parameter different, the same count is
+often the point: 8 x 4 micro-batches against 32 x 1, the effective batch held). Not per trial: a script may take ``batch_size`` as a per-device or a global batch
 and step over several micro-batches, so one trial's count need not equal its ``batch_size``, but
 two different batches must not draw the same samples.
 
@@ -29,8 +30,9 @@ class BatchFlag:
         self.active = script and "batch_size" in searched
         self.evaluation = script
         """The evaluation-inside-the-window line is still to say."""
-        self.seen: dict[Any, tuple[float, int]] = {}
-        """batch_size -> (samples per optimizer step, trial number), the first ok trial of each."""
+        self.seen: dict[tuple, dict[Any, tuple[float, int]]] = {}
+        """The other parameters' values -> batch_size -> (samples per optimizer step, trial number),
+        the first ok trial of each."""
 
     def line(self, number: int, params: dict[str, Any], outcome: Outcome) -> str | None:
         """The lines to say after trial ``number``'s result (each once), else None."""
@@ -48,12 +50,13 @@ class BatchFlag:
         if not self.active or outcome.status != Status.OK or info.get("samples_counted") != "dataloader" \
                 or not isinstance(per_step, (int, float)) or per_step <= 0 or batch is None:
             return None
-        for other, (counted, first) in self.seen.items():
+        seen = self.seen.setdefault(tuple(sorted((k, str(v)) for k, v in params.items() if k != "batch_size")), {})
+        for other, (counted, first) in seen.items():
             if other != batch and abs(counted - per_step) <= SAME * per_step:
                 self.active = False
                 return (f"orchestrate: trials #{first} (batch_size={other}) and #{number} (batch_size={batch}) "
                         f"both drew {per_step:,.4g} samples per optimizer step from the script's DataLoader: the "
                         "swept batch size does not reach the script (is its flag in args, and does the script "
                         "use it?), so their throughputs measure the same batch")
-        self.seen.setdefault(batch, (float(per_step), number))
+        seen.setdefault(batch, (float(per_step), number))
         return None

@@ -258,3 +258,30 @@ def test_two_training_loaders_are_both_counted(tmp_path: Path, how: str, per_ste
     proc, result = run_trial(tmp_path, TWO_LOADERS, [how], TrialSteps(2, 8, 0.0))
     assert proc.returncode == 0 and result["status"] == "ok", result
     assert result["info"]["samples_per_step"] == per_step and "other_batches" not in result["info"], result["info"]
+
+
+def test_a_loader_replayed_by_itertools_cycle_is_refused_not_undercounted(tmp_path: Path) -> None:
+    """A tour's step-based loop over ``itertools.cycle(DataLoader(...))``: cycle replays the first
+    pass's batches without the loader's iterator, so 4.27 samples a step were counted at batch 32,
+    and nothing said. The same loop over the loader itself counts its 32."""
+    source = """
+        import itertools
+        import sys
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        model = torch.nn.Linear(16, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(TensorDataset(torch.randn(320, 16), torch.zeros(320, dtype=torch.long)), batch_size=32)
+        batches = itertools.cycle(loader) if sys.argv[1] == "cycle" else (b for _ in range(10**6) for b in loader)
+        for step in range(100000):
+            x, y = next(batches)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    """
+    proc, result = run_trial(tmp_path, source, ["cycle"], TrialSteps(2, 30, 0.0))
+    assert result["status"] == "error", result
+    assert result["detail"].startswith("set samples_per_step in the spec: the script's DataLoader yielded no batch "
+                                       "in the last 23 of the window's 30 optimizer steps"), result["detail"]  # 10 a pass
+    proc, result = run_trial(tmp_path, source, ["loader"], TrialSteps(2, 30, 0.0))
+    assert result["status"] == "ok" and result["info"]["samples_per_step"] == 32.0, result

@@ -123,6 +123,9 @@ def test_a_fully_measured_space_ends_as_before() -> None:
     seen = {config_key(c): result("ok", 10.0, 1.0) for c in space}
     d = planner(space, "cpu").decide(seen, set())
     assert d.config is None and d.verdict.done and d.verdict.reason == "every configuration has a result"
+    seen[config_key(space[1])] = result("error")  # a script tour: every trial failed, the stop said "has a result"
+    d = planner(space, "cpu").decide(seen, set())
+    assert d.verdict.done and d.verdict.reason == "every configuration has a result or failed (1 failed)"
 
 
 def landscape(tmp_path: Path, name: str, device: str, rows: list[dict[str, Any]]) -> Any:

@@ -62,6 +62,9 @@ def test_the_unsure_line_names_both_trials_the_gap_the_chance_and_what_to_do() -
     repeated = R.unsure_reason(("a", R.Measured(0, processes=3), 62.1), ("b", R.Measured(2, processes=3), 43.9),
                                0.38, 0.02, None, False, enabled=False)
     assert "measured 3 and 3 times" in repeated, repeated  # a busy machine's tour: "measured once each"
+    again = R.unsure_reason(("a", R.Measured(5, 2, processes=2), 62.1), ("b", R.Measured(6), 43.9),
+                            0.38, 0.02, None, False)
+    assert "measured 2 and 1 times" in again, again  # a script tour: "4 and 1" (trials x all their processes)
 
 
 def test_the_unsure_line_says_how_much_of_the_chance_is_the_rival_and_how_much_the_rest() -> None:

@@ -141,3 +141,16 @@ def test_a_window_s_precision_is_read_and_unset_by_default(tmp_path: Path) -> No
     for given, read in (("0.005", 0.005), ("0.5", 0.5), ("1.0e-9", 1e-9), ("null", None)):
         path.write_text(f"name: t\nexperiment: experiments.mlp\nspace:\n  batch_size: [8]\ntrial:\n  precision: {given}\n")
         assert load_spec(path).trial.precision == read
+
+
+@pytest.mark.parametrize("order, error", [
+    ("{dtpye: {float32: 2, bfloat16: 1}}", "8: search.memory_order.dtpye: did you mean 'dtype'? memory_order names "
+                                           "parameters of space (or fixed): batch_size, dtype, got 'dtpye'"),
+    ("{dtype: {float32: 2, bfloat16: 1, fp8: 0}}", "8: search.memory_order.dtype.fp8: no choice of space.dtype (its "
+                                                   "choices: 'float32', 'bfloat16'), got 'fp8'"),
+])
+def test_a_memory_order_names_the_space_s_parameters_and_their_choices(tmp_path: Path, order: str, error: str) -> None:
+    """A script tour: a misspelt name was accepted, and the search went on with no order for the real one."""
+    text = ("name: t\nexperiment: experiments.mlp\ndevice: cpu\nspace:\n  batch_size: [8, 16]\n"
+            f"  dtype: [float32, bfloat16]\nsearch:\n  memory_order: {order}\n")
+    assert errors_of(tmp_path, text) == [error]

@@ -93,7 +93,7 @@ REPRESENTATIVE = {
     "everything": """
 device: cpu
 devices: cpu:0-0
-fixed: {hidden_size: 64, dtype: bfloat16, lr: 1, cpu_memory_limit_gib: 2}
+fixed: {hidden_size: 64, dtype: bfloat16, lr: 1, cpu_memory_limit_gib: 2, optimizer: adamw}
 space:
   batch_size: [8, 16]
   activation_checkpointing: [false, true]

@@ -140,6 +140,11 @@ BAD = [
     ("script: train.py\nargs: ['{b}']\nspace: {b: [1]}\nsamples_per_step: __import__('os')\n",
      "samples_per_step: samples_per_step may use numbers, parameter names, + - * / // and parentheses, got "
      "\"__import__('os')\""),
+    ("script: train.py\nargs: [--bs, {b}]\nspace: {b: [1]}\n",  # a tour: "got a mapping"
+     "args[1]: YAML reads an unquoted {b} as a mapping: write it in quotes, \"{b}\""),
+    ("script: train.py\nargs: ['{b}']\nspace: {b: [1]}\nsamples_per_step: b ** 99\n",  # a tour: "got '', got ..."
+     "samples_per_step: samples_per_step may use numbers, parameter names, + - * / // and parentheses, not **, got "
+     "'b ** 99'"),
     # the tour's script named its own flag compile: one line saying to rename it, not its value's type besides
     ("script: train.py\nargs: ['{compile}']\nspace: {compile: [0, 1]}\n",
      "space.compile: compile is applied by the harness's own training loop, which a script does not run"),

@@ -34,3 +34,22 @@ def test_micro_batches_a_module_and_a_given_count_are_not_said() -> None:
     failed = BatchFlag(True, {"batch_size": None})
     assert failed.line(0, {"batch_size": 16}, ok(16.0)) is None
     assert failed.line(1, {"batch_size": 32}, Outcome(Status.OOM)) is None
+
+
+def test_the_same_effective_batch_through_accumulation_is_not_said_and_a_flag_ignored_elsewhere_is() -> None:
+    """A tour: 8 x 4 micro-batches and 32 x 1 both draw 32 a step (the effective batch held, a
+    usual sweep) and were said to be a batch size that does not reach the script; a script that
+    ignored the flag only with ``--hardcode 1`` was never said, as only the first trial of each
+    batch size was kept."""
+    flag = BatchFlag(True, {"batch_size": None, "accum": None})
+    assert flag.line(0, {"batch_size": 8, "accum": 4}, ok(32.0)) is None
+    assert flag.line(1, {"batch_size": 32, "accum": 1}, ok(32.0)) is None
+    assert flag.line(2, {"batch_size": 32, "accum": 4}, ok(128.0)) is None
+    assert flag.line(3, {"batch_size": 8, "accum": 1}, ok(8.0)) is None
+    hard = BatchFlag(True, {"batch_size": None, "hardcode": None})
+    assert hard.line(0, {"batch_size": 4, "hardcode": 0}, ok(4.0)) is None
+    assert hard.line(1, {"batch_size": 64, "hardcode": 0}, ok(64.0)) is None
+    assert hard.line(2, {"batch_size": 4, "hardcode": 1}, ok(16.0)) is None
+    line = hard.line(3, {"batch_size": 64, "hardcode": 1}, ok(16.0))
+    assert line is not None and line.startswith("orchestrate: trials #2 (batch_size=4) and #3 (batch_size=64) both "
+                                                "drew 16 samples per optimizer step"), line
