@@ -89,16 +89,18 @@ def _instead(field: str) -> str:
             "(or MLFLOW_TRACKING_TOKEN), or pass the whole URI in ORCHESTRATE_TRACKING_URI")
 
 
-def command_flags(spec: Any, origins: Origins, defaults: tuple[str, str]) -> list[str]:
+def command_flags(spec: Any, origins: Origins | None, defaults: tuple[str, str]) -> list[str]:
     """``--storage``/``--tracking-uri`` as a printed command needs them to reach the same stores:
-    none for a store read from the environment (the variable reaches it again), both otherwise
-    when either is not the default, with their secrets left out (``redact.pasteable``)."""
+    those the command line gave, with their secrets left out (``redact.pasteable``); none for a
+    store read from the environment or the spec (the variable, or the spec, reaches it again: a
+    flag without the spec's password overrode the spec's working URL, and the pasted command
+    failed to authenticate). ``origins`` None: not known here, so every store but the default's."""
     flags: list[str] = []
     if spec.storage == defaults[0] and spec.tracking_uri == defaults[1]:
         return flags
     for field, flag in (("storage", "--storage"), ("tracking_uri", "--tracking-uri")):
-        origin = getattr(origins, field)
-        if origin is None or origin.startswith("--"):
+        origin = "--" if origins is None else getattr(origins, field)
+        if origin is not None and origin.startswith("--"):
             flags += [flag, pasteable(getattr(spec, field))]
     return flags
 
@@ -112,6 +114,12 @@ def from_environment(origins: Origins) -> list[str]:
 def is_sqlite(url: str) -> bool:
     """Whether ``url`` is an SQLite store: a local file, no server (no heartbeats, no outages)."""
     return url.startswith("sqlite")
+
+
+def is_tracking_server(url: str) -> bool:
+    """Whether ``url`` is an MLflow tracking server (``http(s)://``), which serves MLflow's UI itself,
+    as opposed to a database ``mlflow ui`` can serve."""
+    return url.startswith(("http://", "https://"))
 
 
 def is_sqlite_file(url: str) -> bool:

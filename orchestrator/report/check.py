@@ -159,7 +159,9 @@ def _live(spec: SweepSpec, study: Study) -> tuple[str | None, set[int]]:
             return None, set()
         except StudyError:
             return "a sweep is running this study now", running | _told_within(study, grace)
-    alive = _heartbeats(spec, grace)
+    from orchestrator.store.optuna_sql import live_trials
+
+    alive = live_trials(spec.storage, spec.name, grace.total_seconds())
     return (f"{len(alive)} trial(s) are running now" if alive else None), alive | _told_within(study, grace)
 
 
@@ -168,27 +170,6 @@ def _told_within(study: Study, grace: datetime.timedelta) -> set[int]:
     orchestrator's writer thread may still be writing their runs."""
     now = datetime.datetime.now()
     return {t.number for t in study.trials if t.datetime_complete is not None and now - t.datetime_complete < grace}
-
-
-def _heartbeats(spec: SweepSpec, grace: datetime.timedelta) -> set[int]:
-    """RUNNING trials of a server database's study with a heartbeat less than ``grace`` old (by
-    the server's clock, as Optuna's heartbeats), or, without one yet, a start (by this clock, as
-    Optuna's start times)."""
-    import sqlalchemy
-
-    from orchestrator.store.optuna_sql import running_heartbeats
-
-    args = {"options": "-c timezone=UTC"} if spec.storage.startswith("postgresql") else {}
-    engine = sqlalchemy.create_engine(spec.storage, connect_args=args, poolclass=sqlalchemy.pool.NullPool)
-    try:
-        server_now, rows = running_heartbeats(engine, spec.name)
-    except Exception as exc:  # noqa: BLE001 - one line, as every store error
-        raise StudyError(f"storage {shown(spec.storage)}: {str(exc).splitlines()[0]}") from None
-    finally:
-        engine.dispose()
-    now = datetime.datetime.now()
-    return {n for n, beat, start in rows
-            if (server_now - beat < grace if beat is not None else start is not None and now - start < grace)}
 
 
 def _mlflow(spec: SweepSpec, uid: str) -> tuple[Any, Any, Any, dict[int, list[Any]]]:

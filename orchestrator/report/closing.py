@@ -15,7 +15,7 @@ from orchestrator.report.precision import half_precision_note
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.record import TrialRecord, has_status, status_of
-from orchestrator.urls import Origins, command_flags, from_environment
+from orchestrator.urls import Origins, command_flags, from_environment, is_tracking_server
 from orchestrator.report.summary import fmt_params, status_counts
 
 if TYPE_CHECKING:
@@ -92,12 +92,14 @@ def closed_with(spec: SweepSpec, results: list[Any], best: list[Any], spent_s: f
 
 def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, spent_s: float,
             elapsed_s: float, stopped_because: str | None, stopped_by_search: bool, origins: Origins,
-            load: dict[str, Any] | None = None) -> list[str]:
+            load: dict[str, Any] | None = None, errors: int = 0) -> list[str]:
     """The end-of-sweep lines: results, why it stopped (and how to go on), the best, the stores and
-    the commands to resume, browse and report."""
+    the commands to resume, browse and report. ``errors``: trials that ended ``error``, which are
+    no result (their configurations run again), said beside the results as ``report`` says them."""
     from orchestrator.urls import absolute_uri
 
-    lines = ["", f"{spec.name}: {len(results)} of {target} trials have a result ({status_counts(results)}); "
+    failed = f"; {errors} ended 'error' (not results: they run again on the next run)" if errors else ""
+    lines = ["", f"{spec.name}: {len(results)} of {target} trials have a result ({status_counts(results)}){failed}; "
              f"trial time {spent_s:.0f} s, this run {elapsed_s:.0f} s."]
     stores = store_flags(spec, origins)
     if stopped_because:
@@ -128,8 +130,9 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
     lines += [f"Study:   {shown(absolute_uri(spec.storage))} (study {spec.name!r})",
               f"Runs:    {shown(tracking)} (experiment {spec.name!r})",
               f"Resume:  {command(spec.path, *resume_flags(spec, origins))}",
-              f"Browse:  {command('ui', spec.path, *tracking_flags)}   (or: "
-              f"{shlex.join([tool('mlflow'), 'ui', '--backend-store-uri', pasteable(tracking)])})",
+              f"Browse:  {command('ui', spec.path, *tracking_flags)}   " + (
+                  f"(or: {shlex.join([tool('mlflow'), 'ui', '--backend-store-uri', pasteable(tracking)])})"
+                  if not is_tracking_server(tracking) else f"(or open {pasteable(tracking)}: the server serves MLflow's UI)"),
               f"Report:  {command('report', spec.path, *stores)}   (add --plots for the plots)"]
     if env := from_environment(origins):
         lines.append(f"         (these commands find the stores through {' and '.join(env)}, as this run did)")

@@ -17,7 +17,6 @@ experiment stays (MLflow keeps a deleted experiment's name, which would refuse t
 from __future__ import annotations
 
 import argparse
-import datetime
 import shutil
 import sys
 from pathlib import Path
@@ -194,23 +193,12 @@ def refuse_if_running(spec: SweepSpec, study: object) -> None:
     if sqlite_path(spec.storage) is not None:
         check_not_locked(spec.storage, spec.name)  # one line naming the holder's pid
         return
-    import sqlalchemy
+    from orchestrator.store.optuna_sql import live_trials
 
-    from orchestrator.store.optuna_sql import running_heartbeats
-
-    grace = datetime.timedelta(seconds=spec.search.grace_period_s)
-    args = {"options": "-c timezone=UTC"} if spec.storage.startswith("postgresql") else {}
-    engine = sqlalchemy.create_engine(spec.storage, connect_args=args, poolclass=sqlalchemy.pool.NullPool)
-    try:
-        server_now, rows = running_heartbeats(engine, spec.name)
-    except Exception as exc:  # noqa: BLE001 - one line, as every store error
-        raise StudyError(f"storage {shown(spec.storage)}: {first_line(exc, typed=False)}") from None
-    finally:
-        engine.dispose()
-    alive = [n for n, beat, _start in rows if beat is not None and server_now - beat < grace]
+    alive = live_trials(spec.storage, spec.name, spec.search.grace_period_s)  # a trial just asked for counts
     if alive:
-        raise StudyError(f"study {spec.name!r} is being run now ({len(alive)} trial(s) with a heartbeat in the "
-                         f"last {spec.search.grace_period_s:g} s); stop its orchestrators first; nothing deleted")
+        raise StudyError(f"study {spec.name!r} is being run now ({len(alive)} trial(s) started or with a "
+                         f"heartbeat in the last {spec.search.grace_period_s:g} s); stop its orchestrators first; nothing deleted")
 
 
 def delete_study(spec: SweepSpec) -> None:
@@ -232,7 +220,7 @@ def no_study(spec: SweepSpec, uid: str | None) -> list[Any]:
     from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
     from orchestrator.store.agreement import Difference
     from orchestrator.store.leftovers import describe, leftover_groups
-    from orchestrator.urls import Origins, command_flags
+    from orchestrator.urls import command_flags
 
     try:
         found = leftover_groups(spec.tracking_uri, spec.name, spec.storage, uid)
@@ -240,7 +228,7 @@ def no_study(spec: SweepSpec, uid: str | None) -> list[Any]:
         raise StudyError(f"tracking_uri {shown(absolute_uri(spec.tracking_uri))}: {first_line(exc, typed=False)}") from None
     if not found:
         return []
-    fix = command("delete", spec.path, *command_flags(spec, Origins(), (DEFAULT_STORAGE, DEFAULT_TRACKING_URI)),
+    fix = command("delete", spec.path, *command_flags(spec, None, (DEFAULT_STORAGE, DEFAULT_TRACKING_URI)),
                   "--leftovers")
     return [Difference("no_study", f"{describe(g, spec.storage)}; delete them: {fix}") for g in found]
 

@@ -123,13 +123,13 @@ def memory_series(trials: list[Any], layout: Layout | None = None) -> dict[str, 
 
 def oom_grid(trials: list[Any], layout: Layout | None = None) -> dict[str, Any]:
     """The boundary map: ``xs`` x ``rows``; ``values[r][c]`` the best samples/s (None when
-    nothing fitted) and ``notes[r][c]`` "" / "OOM" / "swaps" / "1/2 OOM" / "skipped" / "failed" / "none"
+    nothing fitted) and ``notes[r][c]`` "" / "OOM" / "swaps" / "1/2 OOM" / "skipped" / "failed" / "not run"
     (a cell that fits only by swapping is on the wrong side of the boundary, as an OOM is)."""
     layout = layout or choose_layout(trials)
     xs = sorted({t.params[layout.x] for t in trials if layout.x in t.params}) if layout.x else []
     rows = list(dict.fromkeys(str(t.params.get(layout.rows)) for t in trials)) if layout.rows else ["all"]
     values = [[None] * len(xs) for _ in rows]
-    notes = [["none"] * len(xs) for _ in rows]
+    notes = [["not run"] * len(xs) for _ in rows]
     for r, row in enumerate(rows):
         for c, x in enumerate(xs):
             cell = [t for t in trials if t.params.get(layout.x) == x

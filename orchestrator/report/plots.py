@@ -169,7 +169,8 @@ def plot_oom_map(trials: list[Any], ctx: PlotContext, path: Path) -> Path:
         for c in range(len(grid["xs"])):
             v, note = grid["values"][r][c], grid["notes"][r][c]
             if v is None:
-                ax.text(c, r, note, ha="center", va="center", fontsize=13, fontweight="bold",
+                ax.text(c, r, note, ha="center", va="center", fontsize=11 if note == "not run" else 13,
+                        fontweight="normal" if note == "not run" else "bold",
                         color={"OOM": "tab:red", "swaps": "tab:orange"}.get(note, "0.3"))
                 if note in ("OOM", "swaps", "skipped"):
                     ax.plot([c - 0.5, c + 0.5], [r - 0.5, r + 0.5], [c - 0.5, c + 0.5], [r + 0.5, r - 0.5],

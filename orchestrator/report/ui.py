@@ -37,7 +37,7 @@ from orchestrator.redact import child_env, first_line, has_secret, pasteable, sh
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.store.tracking import quiet_mlflow_logs
-from orchestrator.urls import TRACKING_HELP, absolute_uri
+from orchestrator.urls import TRACKING_HELP, absolute_uri, is_tracking_server
 
 HOST = "127.0.0.1"
 ARTIFACT_DIR = "report"
@@ -149,6 +149,8 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
     from mlflow.exceptions import MlflowException
 
     uri = check_store(uri, spec)
+    if is_tracking_server(uri):  # it serves MLflow's UI itself: `mlflow ui` cannot take it as a store
+        return on_server(uri, objective, name)
     check_port(port)
     from orchestrator.store.moved import moved_lines, relocate
 
@@ -193,6 +195,21 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
               "(a port taken meanwhile, say); run the same command to start it again", file=sys.stderr)
         return exits.FAILED
     return 0 if code in (0, -signal.SIGINT, -signal.SIGTERM) else code
+
+
+def on_server(uri: str, objective: tuple[str, str], name: str | None) -> int:
+    """A tracking server's runs: the comparison view saved there, and its pages printed."""
+    from mlflow.exceptions import MlflowException
+
+    url = uri.rstrip("/") + "/"
+    try:
+        pages = save_views(uri, url, objective[0], objective[1] == "maximize", only=name)
+    except MlflowException as exc:
+        raise OrchestratorError(f"tracking_uri {shown(uri)}: {first_line(exc, uri)}") from None
+    print(f"MLflow UI: {pasteable(url)} (the tracking server serves it: nothing to start here)", flush=True)
+    for exp_name, page in pages:
+        print(f"  experiment {exp_name!r}: {pasteable(page)}", flush=True)
+    return exits.OK
 
 
 def end_server(child: subprocess.Popen[bytes], guard: subprocess.Popen[bytes], gracefully: bool) -> None:

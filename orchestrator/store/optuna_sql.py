@@ -148,3 +148,28 @@ def running_heartbeats(engine: Any, study_name: str) -> tuple[datetime, list[tup
             "JOIN studies s ON s.study_id = t.study_id LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
             "WHERE s.study_name = :n AND t.state = 'RUNNING'"), {"n": study_name}).fetchall()
     return server_now, [tuple(r) for r in rows]
+
+
+def live_trials(storage: str, study_name: str, grace_s: float) -> set[int]:
+    """RUNNING trials of a server database's study with a heartbeat less than ``grace_s`` old (by
+    the server's clock, as Optuna's heartbeats), or, without one yet, a start (by this clock, as
+    Optuna's start times: a trial just asked for has not beaten yet). Raises ``StudyError``."""
+    import datetime as dt
+
+    import sqlalchemy
+
+    from orchestrator.errors import StudyError, first_line
+    from orchestrator.redact import shown
+
+    grace = dt.timedelta(seconds=grace_s)
+    args = {"options": "-c timezone=UTC"} if storage.startswith("postgresql") else {}
+    engine = sqlalchemy.create_engine(storage, connect_args=args, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        server_now, rows = running_heartbeats(engine, study_name)
+    except Exception as exc:  # noqa: BLE001 - one line, as every store error
+        raise StudyError(f"storage {shown(storage)}: {first_line(exc, typed=False)}") from None
+    finally:
+        engine.dispose()
+    now = dt.datetime.now()
+    return {n for n, beat, start in rows
+            if (server_now - beat < grace if beat is not None else start is not None and now - start < grace)}

@@ -386,9 +386,9 @@ def spec_mismatch(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dic
 
 def _mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:
     from orchestrator.invocation import command
-    from orchestrator.urls import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, Origins, absolute_uri, command_flags
+    from orchestrator.urls import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, absolute_uri, command_flags
 
-    flags = command_flags(spec, Origins(), (DEFAULT_STORAGE, DEFAULT_TRACKING_URI))
+    flags = command_flags(spec, None, (DEFAULT_STORAGE, DEFAULT_TRACKING_URI))
     return StudyError(  # the store as the Study: lines name it (a relative SQLite path made absolute)
         f"study {spec.name!r} in {shown(absolute_uri(url))} was created from a different spec ({what}). "
         f"To keep both, give this spec a new `name:`; to start over, delete the old study with its "

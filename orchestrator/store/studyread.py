@@ -245,5 +245,8 @@ def _read_through_optuna(url: str, name: str) -> StoredStudy | None:
     except KeyError:
         return None
     except Exception as exc:  # noqa: BLE001 - a driver or schema error: one line, not a traceback
-        raise StudyError(f"storage {shown(url)}: {first_line(exc, url)}") from None
+        said: BaseException = exc
+        if type(exc).__name__ == "StorageInternalError":  # its text guesses "invalid data in the commit"
+            said = exc.__cause__ or exc.__context__ or exc  # "permission denied for table version_info"
+        raise StudyError(f"storage {shown(url)}: {first_line(said, url)}") from None
 

@@ -291,7 +291,9 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
 def summarize(r: Run, sweep: Sweep, result: SweepResult) -> int:
     """The summary, once MLflow has what it can take (``converge.settle``); the exit code: 75
     when MLflow still lacks records (nothing ends with 0 while a result is missing from a store)."""
+    from orchestrator.outcome import Status
     from orchestrator.report.closing import closed_with, summary, trial_time_s
+    from orchestrator.store.record import TrialRecord
     from orchestrator.store.converge import settle
     from orchestrator.store.records import rank, results_of
 
@@ -321,8 +323,9 @@ def summarize(r: Run, sweep: Sweep, result: SweepResult) -> int:
             print("\n".join(records.lines()), file=sys.stderr)
         return code
     by_search = result.verdict is not None and result.verdict.done
+    errors = sum(1 for t in trials if TrialRecord.of(t).status == Status.ERROR)
     print("\n".join(summary(spec, results, best, sweep.target, spent, result.elapsed_s, result.stopped_because,
-                            by_search, origins, loaded) + records.lines()))
+                            by_search, origins, loaded, errors) + records.lines()))
     if result.code == exits.FAILED:
         from orchestrator.sweep.notices import failure_line
 

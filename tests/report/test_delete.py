@@ -171,5 +171,46 @@ def test_a_server_study_with_a_live_trial_is_not_deleted(project: Path, postgres
     spec = write_spec(project, SPEC.replace("name: gone", "name: live"))
     proc = run(["delete", str(spec), "--storage", postgres_url, "--yes"], project)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "is being run now (1 trial(s) with a heartbeat in the last 60 s)" in proc.stderr
+    assert "is being run now (1 trial(s) started or with a heartbeat in the last 60 s)" in proc.stderr
     assert "live" in study_names(postgres_url)
+
+
+def test_a_server_study_whose_trial_was_just_asked_for_is_not_deleted(project: Path, postgres_url: str) -> None:
+    """A scale-out tour: between one trial's result and the next trial's first heartbeat, a live
+    orchestrator looked idle, and ``delete --yes`` took the study from under it (it then stopped,
+    8 of its 12 trials never run). A RUNNING trial started within the grace period counts."""
+    code = ("import sys, warnings, optuna; warnings.simplefilter('ignore')\n"
+            "study = optuna.create_study(study_name='asked', storage=sys.argv[1])\n"
+            "study.set_user_attr('orchestrate.uid', 'u2')\n"
+            "study.ask()\n")  # RUNNING, no heartbeat yet
+    subprocess.run([sys.executable, "-c", code, postgres_url], check=True, timeout=60)
+    spec = write_spec(project, SPEC.replace("name: gone", "name: asked"))
+    proc = run(["delete", str(spec), "--storage", postgres_url, "--yes"], project)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "is being run now (1 trial(s) started or with a heartbeat in the last 60 s)" in proc.stderr
+    assert "asked" in study_names(postgres_url)
+
+
+def test_a_role_without_privileges_is_told_the_servers_words_not_optunas_guess(project: Path, postgres: Any) -> None:
+    """A scale-out tour: ``report``/``best``/``check``/``delete`` as a role that may not read the
+    study's tables said Optuna's "An exception is raised during the commit ... e.g. exceeding max
+    length"; the server's "permission denied" was under it."""
+    url = postgres.new_database("noprivs")
+    code = ("import sys, warnings, optuna; warnings.simplefilter('ignore')\n"
+            "study = optuna.create_study(study_name='guarded', storage=sys.argv[1])\n"
+            "study.set_user_attr('orchestrate.uid', 'u3')\n")
+    subprocess.run([sys.executable, "-c", code, url], check=True, timeout=60)
+    role = f"reader_{url.rsplit('_', 1)[1]}"
+    conn = postgres.connect()
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f'CREATE ROLE "{role}" LOGIN')
+    finally:
+        conn.close()
+    spec = write_spec(project, SPEC.replace("name: gone", "name: guarded"))
+    as_role = url.replace(f"//{postgres.user}@", f"//{role}@")
+    for verb in ("report", "best"):
+        proc = run([verb, str(spec), "--storage", as_role], project)
+        assert proc.returncode == 2 and "permission denied" in proc.stderr, (verb, proc.stderr)
+        assert "exceeding max length" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

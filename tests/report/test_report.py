@@ -370,7 +370,7 @@ def test_boundary_map_cell_notes(statuses: list[str], note: str) -> None:
     trials = [fake(10, 8, "float32", "ok", 50.0), fake(11, 8, "bfloat16", "ok", 60.0)] + cell
     grid = oom_grid(trials)
     assert grid["xs"] == [8, 512] and grid["rows"] == ["float32", "bfloat16"]
-    assert grid["notes"][0][1] == note and grid["notes"][1][1] == "none"
+    assert grid["notes"][0][1] == note and grid["notes"][1][1] == "not run"  # was "none", read as "nothing fits"
     point = throughput_series(trials)["float32"][-1]  # the point stands for the fastest, else the worst failure
     ok = [t for t in cell if t.user_attrs["status"] == "ok"]
     if ok:

@@ -305,3 +305,20 @@ def test_ui_help_says_what_the_sweeps_print() -> None:
     assert helped.returncode == 0
     assert helped.stdout.startswith("usage: orchestrate ui [SPEC] [--port N] [--tracking-uri URI]\n")
     assert "orchestrate ui [SPEC] [--port N]" in USAGE and "no job runner" in helped.stdout.replace("\n", " ")
+
+
+def test_ui_on_a_tracking_server_saves_the_view_there_and_starts_nothing(project: Path, mlflow_server: str) -> None:
+    """A scale-out tour: ``orchestrate ui --tracking-uri http://...`` (the sweep's own Browse line)
+    started ``mlflow ui`` with the server's URL as its store, which printed a traceback and exit 3."""
+    from mlflow.tracking import MlflowClient
+
+    from conftest import command
+
+    client = MlflowClient(mlflow_server)
+    exp = client.create_experiment("on_server")
+    client.create_run(exp, run_name="#0 bs=8", tags={"role": "trial", "status": "ok"})
+    proc = command(["ui", "--tracking-uri", mlflow_server], project)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert proc.stdout.startswith(f"MLflow UI: {mlflow_server.rstrip('/')}/ (the tracking server serves it"), proc.stdout
+    assert f"experiment 'on_server': {mlflow_server.rstrip('/')}/#/experiments/{exp}/runs?" in proc.stdout, proc.stdout
+    assert "tags.role = 'trial'" in client.get_experiment(exp).tags["mlflow.sharedViewState.orchestrate"]  # the view
