@@ -99,16 +99,22 @@ def run_config(config: TrialConfig, timeline: dict[str, float],
         if config.script is not None:
             from orchestrator.harness import script
 
-            def finish(out: dict[str, Any]) -> None:
-                conclude(config, measured(out), out["device"], progress, timeline)
+            def end(result: TrialResult, where: str) -> None:
+                conclude(config, result, where, progress, timeline)
                 if said is not None:
                     said()
                 sys.stdout.flush()
                 sys.stderr.flush()
                 subreaper.end_descendants()  # what the script started ends with it, setsid or not
-                os._exit(0)  # the window is measured: the script need not finish
+                os._exit(0)  # the window is over: the script need not finish
 
-            script.run(config, progress, finish)  # returns only by raising
+            def finish(out: dict[str, Any]) -> None:
+                end(measured(out), out["device"])
+
+            def abort(exc: BaseException) -> None:
+                end(failed(exc, config, progress, device), device)
+
+            script.run(config, progress, finish, abort)  # returns only by raising
         out = train.run(config, progress)
         device = out["device"]
         result = measured(out)

@@ -159,6 +159,8 @@ class Meter:
         self.startup_s = 0.0
         self.swap_warmup = self.swap_window = swap_start
         self.cpu_start = hostcpu.CpuSample(None, None, 0.0)  # read as the window opens (_open)
+        self.abort: Callable[[BaseException], None] | None = None
+        """Ends the process on ``Unmeasurable`` (``run``'s ``abort``); None: raised into the script."""
 
     # -- the two counters ----------------------------------------------------------------------
     def on_batch(self, batch: object, expected: int | None = None, source: int = 0) -> None:
@@ -209,7 +211,12 @@ class Meter:
         self._mark()
         done = self.steps - self.trial.warmup_steps
         if closes(done, time.perf_counter() - self.t0, self.trial, self.times):
-            self._close()
+            try:
+                self._close()
+            except Unmeasurable as exc:
+                if self.abort is None:
+                    raise
+                self.abort(exc)  # does not return: the script's own except clauses never see it
 
     # -- the window ----------------------------------------------------------------------------
     def _open(self) -> None:
@@ -298,6 +305,8 @@ class Meter:
                 "samples_per_step": samples / steps}
         if others and self.per_step is None:
             info["other_batches"] = others
+        if self.per_step is not None and drawn:  # both counts: the sweep says where they differ (batchflag)
+            info["dataloader_samples_per_step"] = drawn / steps
         out: dict[str, Any] = {"finite": True, "metrics": result_metrics, "device": self.device, "info": info}
         if swap.swapped(swapping) and not self.allow_swap:
             out.update(status="swapped", detail=swap.describe(swapping, result_metrics[M.SAMPLES_PER_S]))
@@ -334,10 +343,14 @@ def counting_batches(meter: Meter) -> Callable[[], None]:
     return undo
 
 
-def run(config: TrialConfig, progress: Progress, finish: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+def run(config: TrialConfig, progress: Progress, finish: Callable[[dict[str, Any]], None],
+        abort: Callable[[BaseException], None] | None = None) -> dict[str, Any]:
     """Run the script of ``config`` with the meter in place. ``finish(out)`` is called at the
     window's end and must not return (it ends the process); so ``run`` returns only by raising:
-    ``ScriptEnded``, or the script's own exception."""
+    ``ScriptEnded``, or the script's own exception. ``abort(exc)``, given, ends the process on the
+    harness's own finding at the window's end (``Unmeasurable``), which raised into the script
+    could be caught there (a broad ``except Exception`` around its step: the trial then ran on
+    until its timeout, recorded ``timeout``)."""
     from orchestrator.harness.train import apply_limits
 
     script = config.script
@@ -358,6 +371,7 @@ def run(config: TrialConfig, progress: Progress, finish: Callable[[dict[str, Any
         finish(out)
 
     meter = Meter(config, device, progress, started, done, swap_start)
+    meter.abort = abort
     handle = register_optimizer_step_post_hook(meter.on_step)
     undo = counting_batches(meter)
     try:

@@ -1,5 +1,6 @@
 """What a script sweep's DataLoader counts show, each said once, as soon as it shows: a swept batch
-size that does not reach the script, and an evaluation loop inside the timed windows.
+size that does not reach the script, an evaluation loop inside the timed windows, and a
+``samples_per_step`` the DataLoader's own count contradicts.
 
 A script takes its parameters through its flags (``args``); one that ignores the batch-size flag
 (a hard-coded ``batch_size=16`` in its DataLoader) trains the same batch in every trial, and the
@@ -30,6 +31,8 @@ class BatchFlag:
         self.active = script and "batch_size" in searched
         self.evaluation = script
         """The evaluation-inside-the-window line is still to say."""
+        self.given = script
+        """The line on a ``samples_per_step`` the DataLoader's count contradicts is still to say."""
         self.seen: dict[tuple, dict[Any, tuple[float, int]]] = {}
         """The other parameters' values -> batch_size -> (samples per optimizer step, trial number),
         the first ok trial of each."""
@@ -43,6 +46,13 @@ class BatchFlag:
             said.append(f"orchestrate: trial #{number} drew {info['other_batches']} batches from another DataLoader "
                         "inside its timed window (an evaluation loop?): their samples are not counted, their time "
                         "is; set the script's evaluation interval beyond the window to measure training alone")
+        loader, given = info.get("dataloader_samples_per_step"), info.get("samples_per_step")
+        if self.given and outcome.status == Status.OK and isinstance(loader, (int, float)) \
+                and isinstance(given, (int, float)) and abs(loader - given) > SAME * given:
+            self.given = False
+            said.append(f"orchestrate: trial #{number} counted {given:,.4g} samples a step (samples_per_step), but "
+                        f"the script's DataLoader yielded {loader:,.4g} a step: samples_per_s uses the spec's "
+                        "figure; remove samples_per_step to count the DataLoader's batches")
         return "\n".join(line for line in said if line) or None
 
     def _batch_line(self, number: int, params: dict[str, Any], outcome: Outcome, info: dict[str, Any]) -> str | None:

@@ -285,3 +285,24 @@ def test_a_loader_replayed_by_itertools_cycle_is_refused_not_undercounted(tmp_pa
                                        "in the last 23 of the window's 30 optimizer steps"), result["detail"]  # 10 a pass
     proc, result = run_trial(tmp_path, source, ["loader"], TrialSteps(2, 30, 0.0))
     assert result["status"] == "ok" and result["info"]["samples_per_step"] == 32.0, result
+
+
+def test_the_harness_s_own_finding_ends_a_script_that_catches_every_exception(tmp_path: Path) -> None:
+    """A script tour: a step wrapped in ``except Exception`` swallowed the harness's "set
+    samples_per_step" raised from its optimizer hook, trained on until ``timeout_s``, and was
+    recorded ``timeout``. It is now the ``error`` it is, at the window's end."""
+    source = """
+        import torch
+        w = torch.nn.Parameter(torch.zeros(4))
+        opt = torch.optim.SGD([w], lr=0.1)
+        while True:
+            try:
+                (w.sum() ** 2).backward()
+                opt.step()
+            except Exception as exc:
+                print("skipping batch", exc, flush=True)
+    """
+    proc, result = run_trial(tmp_path, source, [], TrialSteps(1, 5, 0.0), timeout=60)
+    assert proc.returncode == 0 and result["status"] == "error", result
+    assert result["detail"].startswith("set samples_per_step in the spec: no samples counted"), result["detail"]
+    assert "skipping batch" not in (tmp_path / "trial.log").read_text()

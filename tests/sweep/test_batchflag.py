@@ -53,3 +53,20 @@ def test_the_same_effective_batch_through_accumulation_is_not_said_and_a_flag_ig
     line = hard.line(3, {"batch_size": 64, "hardcode": 1}, ok(16.0))
     assert line is not None and line.startswith("orchestrate: trials #2 (batch_size=4) and #3 (batch_size=64) both "
                                                 "drew 16 samples per optimizer step"), line
+
+
+def test_a_samples_per_step_the_dataloader_contradicts_is_said_once() -> None:
+    """A script tour: ``samples_per_step: 1000`` over a DataLoader of batch 8 reported 1000 a step's
+    throughput, and nothing said."""
+    def given(per_step: float, loader: float) -> Outcome:
+        return Outcome(Status.OK, result=TrialResult("ok", info={"samples_counted": "samples_per_step",
+                                                                 "samples_per_step": per_step,
+                                                                 "dataloader_samples_per_step": loader}))
+
+    flag = BatchFlag(True, {"batch_size": None})
+    assert flag.line(0, {"batch_size": 8}, given(8.0, 8.0)) is None  # they agree
+    line = flag.line(1, {"batch_size": 32}, given(1000.0, 32.0))
+    assert line == ("orchestrate: trial #1 counted 1,000 samples a step (samples_per_step), but the script's "
+                    "DataLoader yielded 32 a step: samples_per_s uses the spec's figure; remove samples_per_step "
+                    "to count the DataLoader's batches"), line
+    assert flag.line(2, {"batch_size": 64}, given(1000.0, 64.0)) is None  # once
