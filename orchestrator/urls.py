@@ -122,6 +122,32 @@ def is_tracking_server(url: str) -> bool:
     return url.startswith(("http://", "https://"))
 
 
+def server_remedy(uri: str, said: str) -> str:
+    """What to do about a tracking server's refusal (``said``: its error's text), "" if nothing
+    known: its Host check (MLflow 3's DNS-rebinding guard, HTTP 403) or its authentication (401)."""
+    import urllib.parse
+
+    if "Invalid Host header" in said or "DNS rebinding" in said:
+        host = urllib.parse.urlsplit(uri).netloc.rsplit("@", 1)[-1]
+        return (f"; the server refuses the name {host} (MLflow's --allowed-hosts): start it with "
+                f"--allowed-hosts naming it (docs/scale.md)")
+    if "401" in said or "Unauthorized" in said or "credentials" in said.lower():
+        return ("; set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) to an "
+                "account of the server")
+    return ""
+
+
+def database_remedy(said: str) -> str:
+    """What to do about a database server's refusal (``said``: the driver's words, PostgreSQL's
+    libpq), "" if nothing known."""
+    if "no password supplied" in said or "password authentication failed" in said:
+        return ("; give the role's password to libpq: PGPASSWORD, ~/.pgpass or a service in ~/.pg_service.conf "
+                "(docs/scale.md#credentials)")
+    if "does not exist" in said and "database" in said:
+        return "; create it (createdb, or CREATE DATABASE as its owner) or name one that exists"
+    return ""
+
+
 def is_sqlite_file(url: str) -> bool:
     """Whether ``url`` is plainly an SQLite database file (not ``:memory:``, no query), told
     without SQLAlchemy (0.2-0.5 s to import)."""

@@ -66,3 +66,28 @@ def test_sqlite_urls_are_parsed_in_urls_py_alone() -> None:
     assert "orchestrator/urls.py" in found  # the check sees the one place that does it
     del found["orchestrator/urls.py"]
     assert found == {}
+
+
+def test_a_tracking_servers_refusal_gets_its_remedy() -> None:
+    """The MLflow client's words in a scale-out tour (a 403 from the Host check, a 401 from basic auth)."""
+    from orchestrator.urls import server_remedy
+
+    host = ("API request to endpoint /api/2.0/mlflow/experiments/get-by-name failed with error code 403 != 200. "
+            "Response body: 'Invalid Host header - possible DNS rebinding attack detected'")
+    assert server_remedy("http://u:pw@vm:5000", host) == ("; the server refuses the name vm:5000 (MLflow's "
+                                                          "--allowed-hosts): start it with --allowed-hosts naming "
+                                                          "it (docs/scale.md)")
+    auth = "API request to endpoint ... failed with error code 401 != 200. Response body: 'You are not authenticated.'"
+    assert server_remedy("http://vm:5000", auth).startswith("; set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+    assert server_remedy("http://vm:5000", "Connection refused") == ""
+
+
+def test_a_database_servers_refusal_gets_its_remedy() -> None:
+    """libpq's words in a scale-out tour: no password, a wrong one, a database that is not there."""
+    from orchestrator.urls import database_remedy
+
+    for said in ('OperationalError: connection to server at "127.0.0.1", port 55439 failed: fe_sendauth: no password '
+                 "supplied", 'FATAL:  password authentication failed for user "sweeper"'):
+        assert database_remedy(said).startswith("; give the role's password to libpq: PGPASSWORD, ~/.pgpass"), said
+    assert database_remedy('FATAL:  database "nosuchdb" does not exist').startswith("; create it")
+    assert database_remedy("could not translate host name") == ""

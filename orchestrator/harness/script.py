@@ -395,9 +395,3 @@ def run_script(script: ScriptCall) -> Any:
     except SystemExit as exc:
         return exc.code
     return None
-
-
-
-
-
-

@@ -17,7 +17,7 @@ from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
 from orchestrator.store.studyrecord import StudyRecord, write_study
-from orchestrator.urls import is_sqlite, sqlite_folder, sqlite_path, sqlite_url
+from orchestrator.urls import database_remedy, is_sqlite, sqlite_folder, sqlite_path, sqlite_url
 
 if TYPE_CHECKING:
     from optuna import Study
@@ -66,7 +66,7 @@ def check_url_opens(url: str, what: str, timeout_s: float | None = None, rebuild
         said = first_line(exc)
         if unreachable(exc):
             raise StoreUnreachable(f"{what} {shown(url)}: cannot connect ({said})", said) from None
-        raise StudyError(f"{what} {shown(url)}: cannot connect ({said})") from None
+        raise StudyError(f"{what} {shown(url)}: cannot connect ({said}){database_remedy(said)}") from None
 
 
 class StoreUnreachable(StudyError):

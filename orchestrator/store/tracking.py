@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
-from orchestrator.urls import SQLITE_IN_MEMORY, absolute_uri, is_sqlite, sqlite_folder, sqlite_path
+from orchestrator.urls import SQLITE_IN_MEMORY, absolute_uri, is_sqlite, server_remedy, sqlite_folder, sqlite_path
 from orchestrator.store.runs import (COLOR_TAG, MLFLOW_STATUS, child_runs, metric_batch, param_text, run_color,
                                      run_name)
 
@@ -179,7 +179,9 @@ class Tracker:
                             raise
                         raise refused from None
         except MlflowException as exc:
-            raise StudyError(f"tracking_uri {shown(self.uri)}: cannot open the MLflow store: {first_line(exc, typed=False)}") from None
+            said = first_line(exc, typed=False)
+            raise StudyError(f"tracking_uri {shown(self.uri)}: cannot open the MLflow store: {said}"
+                             f"{server_remedy(self.uri, said)}") from None
         self.experiment_id = exp_id
         self.parent_id: str | None = None
 

@@ -20,6 +20,7 @@ raised together (``errors.raise_all``). Passwords never reach a message (``redac
 from __future__ import annotations
 
 import functools
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -155,7 +156,8 @@ def store(spec: SweepSpec, origins: Origins, field: str, url: str, dry: bool = F
 
 
 def tracking(spec: SweepSpec, origins: Origins) -> None:
-    """An http(s) tracking server answers (any HTTP answer: it is there)."""
+    """An http(s) tracking server answers (any HTTP answer: it is there), and does not refuse
+    this run (``asked``)."""
     import urllib.error
     import urllib.parse
     import urllib.request
@@ -163,16 +165,47 @@ def tracking(spec: SweepSpec, origins: Origins) -> None:
     parts = urllib.parse.urlsplit(spec.tracking_uri)
     bare = parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname else "",
                           query="", fragment="")
+    base = urllib.parse.urlunsplit(bare).rstrip("/")
     try:
-        with urllib.request.urlopen(urllib.parse.urlunsplit(bare).rstrip("/") + "/health", timeout=REACH_TIMEOUT_S):
-            return
+        with urllib.request.urlopen(base + "/health", timeout=REACH_TIMEOUT_S):
+            pass
     except urllib.error.HTTPError:
-        return
+        pass
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        why = getattr(exc, "reason", exc)
-    raise _error(spec, origins, "tracking_uri", f"the tracking server does not answer within {REACH_TIMEOUT_S:g} s "
-                 f"({why}); a run would wait for it up to search.outage_s={spec.search.outage_s:g} s, "
-                 f"then stop (exit 75), got {shown(spec.tracking_uri)!r}")
+        raise _error(spec, origins, "tracking_uri", f"the tracking server does not answer within {REACH_TIMEOUT_S:g} "
+                     f"s ({getattr(exc, 'reason', exc)}); a run would wait for it up to search.outage_s="
+                     f"{spec.search.outage_s:g} s, then stop (exit 75), got {shown(spec.tracking_uri)!r}") from None
+    asked(spec, origins, base, parts)
+
+
+def asked(spec: SweepSpec, origins: Origins, base: str, parts: urllib.parse.SplitResult) -> None:
+    """The server answers a question as the run would ask it (its Host check and its
+    authentication, which ``/health`` skips): a refusal is the run's own line, with its remedy."""
+    import base64
+    import os
+    import urllib.error
+    import urllib.request
+
+    from orchestrator.urls import server_remedy
+
+    request = urllib.request.Request(base + "/api/2.0/mlflow/experiments/search?max_results=1")
+    user = parts.username or os.environ.get("MLFLOW_TRACKING_USERNAME")
+    password = parts.password or os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        request.add_header("Authorization", f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}")
+    elif user and password:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=REACH_TIMEOUT_S):
+            return
+    except urllib.error.HTTPError as exc:
+        if exc.code not in (401, 403):
+            return  # another answer: the run's own calls will say what it means
+        said = f"HTTP {exc.code} {exc.reason}: {exc.read(500).decode(errors='replace').strip()}"
+    except (urllib.error.URLError, OSError, ValueError):
+        return  # it answered /health: what else goes wrong, the run waits out
+    raise _error(spec, origins, "tracking_uri", f"the tracking server refuses this run ({said.splitlines()[0]})"
+                 f"{server_remedy(spec.tracking_uri, said)}, got {shown(spec.tracking_uri)!r}")
 
 
 def hub_models(spec: SweepSpec) -> list[tuple[tuple, str]]:

@@ -136,6 +136,7 @@ def test_a_database_server_answers_or_is_one_line_without_its_password(tmp_path:
     (line,) = errors(spec)
     assert line.startswith("3: storage: cannot connect (") and "nosuchdb" in line and "s3cret-pw" not in line
     assert line.endswith(f"got '{bad.replace('s3cret-pw', '***')}'")
+    assert "; create it (createdb, or CREATE DATABASE as its owner) or name one that exists" in line  # a tour
     # a server that does not answer: a run waits for it (search.outage_s, then 75); --dry-run says so
     down = f"postgresql+psycopg2://sweeper:s3cret-pw@127.0.0.1:{closed_port()}/optuna"
     spec = write_spec(tmp_path, f"name: p\nexperiment: experiments.mlp\nstorage: '{down}'\n")
@@ -314,3 +315,40 @@ def test_a_dry_run_says_it_did_not_check_an_undeclared_module_s_parameters(tmp_p
     proc = orchestrate([str(write_spec(tmp_path, "name: b\nexperiment: experiments.bert\nspace:\n  batch_size: [1]\n")),
                         "--dry-run"], tmp_path)
     assert proc.returncode == 0 and "were not checked" not in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("code, body, remedy", [
+    (403, "Invalid Host header - possible DNS rebinding attack detected",
+     "the server refuses the name 127.0.0.1:{port} (MLflow's --allowed-hosts): start it with --allowed-hosts naming it"),
+    (401, "You are not authenticated. Please see https://www.mlflow.org/docs/latest/auth/index.html",
+     "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) to an account of the server"),
+])
+def test_a_tracking_server_that_refuses_the_run_is_said_by_the_dry_run(tmp_path: Path, code: int, body: str,
+                                                                       remedy: str) -> None:
+    """A scale-out tour: ``--dry-run`` asked only ``/health`` (which MLflow exempts from its Host
+    check and its authentication) and passed; the run then stopped on a 403 or a 401. A contract
+    test: a server that answers as MLflow 3.17's did in the tour (its words, its codes)."""
+    import http.server
+    import threading
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            status, text = (200, "OK") if self.path == "/health" else (code, body)
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(text.encode())
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        spec = write_spec(tmp_path, f"name: t\nexperiment: experiments.mlp\ntracking_uri: http://127.0.0.1:{port}\n")
+        (line,) = errors(spec, tracking_server=True)
+        assert line.startswith(f"3: tracking_uri: the tracking server refuses this run (HTTP {code} "), line
+        assert remedy.format(port=port) in line and line.endswith(f"got 'http://127.0.0.1:{port}'"), line
+        assert errors(spec) == []  # a run asks when it opens the store, and says the same remedy then
+    finally:
+        server.shutdown()
