@@ -223,8 +223,11 @@ class ProcessRun:
         peak = None if not maxrss else maxrss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
         if peak is None:  # told before the process was reaped: its own reading, taken at the result
             peak = outcome.result.process_peak_rss_gib if outcome.result is not None else None
-        end = time.monotonic()
-        return Launched(outcome, rc, end - self.started - self.gate_wait_s, peak, self.log_path, self.started_at, self.slot_free_at)
+        duration = time.monotonic() - self.started - self.gate_wait_s
+        written = (outcome.result.timeline or {}).get("result_written") if outcome.result is not None else None
+        if written is not None and self.started_at is not None:  # read late (a store's outage held the loop):
+            duration = min(duration, max(0.0, written - self.started_at - self.gate_wait_s))  # its own time
+        return Launched(outcome, rc, duration, peak, self.log_path, self.started_at, self.slot_free_at)
 
 
 def _last_line(path: Path, limit: int = 300) -> str | None:

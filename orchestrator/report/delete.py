@@ -107,7 +107,7 @@ class Plan:
         if leftovers_only:
             study, mine = None, None
         uids = [g.uid for g in none if g.uid] + ([uid] if study is not None and uid else [])
-        folders = [f for u in uids if (f := _folder(spec, study if u == uid else None, u)).is_dir()]
+        folders = [f for u in uids for f in _folders(spec, study if u == uid else None, u) if f.is_dir()]
         plan = cls(spec, study, uid, mine, none, folders, leftovers_only)
         plan.client = client
         return plan
@@ -175,14 +175,18 @@ def lost_file(storage: str) -> str | None:
     return f"{path} is empty" if path.exists() else f"{path} does not exist"
 
 
-def _folder(spec: SweepSpec, study: Any, uid: str) -> Path:
-    """Where a study's trial folders are: as its trials name them, else under ``./mlruns``."""
+def _folders(spec: SweepSpec, study: Any, uid: str) -> list[Path]:
+    """Where a study's trial folders on this host are: under ``./mlruns``, and wherever its trials
+    that ran here name them (orchestrators started from other folders of this host; another
+    host's trials are on its own disk, and a trial recorded before hosts were is taken as here)."""
     from orchestrator.store.record import TrialRecord
 
+    found = {trialdir.root(spec.name, uid): None}
     for t in (study.trials if study is not None else []):
-        if folder := TrialRecord.of(t).trial_dir:
-            return Path(folder).parent
-    return trialdir.root(spec.name, uid)
+        rec = TrialRecord.of(t)
+        if rec.trial_dir and rec.ran_here:
+            found.setdefault(Path(rec.trial_dir).parent, None)
+    return list(found)
 
 
 def refuse_if_running(spec: SweepSpec, study: object) -> None:

@@ -711,3 +711,20 @@ def test_the_next_trial_knows_when_the_slot_was_freed_when_the_server_said_the_e
         assert second.slot_free_at == first.exited_at
     finally:
         runner.close()
+
+
+def test_a_result_read_late_keeps_the_trials_own_duration(tmp_path: Path) -> None:
+    """A scale-out tour: the loop held 25 s by a database's outage read its trials' results late,
+    and they were recorded at 29.3 s where their processes took 6 s."""
+    launcher = SlotLauncher("experiments.mlp", {}, None, tmp_path, None, prestart=0, fork=False)
+    try:
+        run = launcher.start(replace(CONFIG, trial_number=0), tmp_path / "t0", {}, 120, [{}])
+        while not run.exited:
+            wait_for_activity([launcher])
+            launcher.tick()
+        prompt = run.launched().duration_s
+        time.sleep(2.0)  # the loop busy elsewhere
+        late = run.launched()
+        assert late.outcome.status == "ok" and late.duration_s <= prompt + 0.2, (prompt, late.duration_s)
+    finally:
+        launcher.close()

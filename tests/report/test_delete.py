@@ -214,3 +214,22 @@ def test_a_role_without_privileges_is_told_the_servers_words_not_optunas_guess(p
         proc = run([verb, str(spec), "--storage", as_role], project)
         assert proc.returncode == 2 and "permission denied" in proc.stderr, (verb, proc.stderr)
         assert "exceeding max length" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_study_run_from_two_folders_of_one_host_loses_both_folders_trial_folders(tmp_path: Path) -> None:
+    """A scale-out tour: two orchestrators of one host in two folders (one per GPU, say) each kept
+    their trials' folders under their own ``mlruns/.trials``; ``delete`` took the first trial's
+    folder and left the other folder's behind."""
+    stores = tmp_path / "stores"
+    stores.mkdir()
+    flags = ["--storage", f"sqlite:///{stores}/optuna.db", "--tracking-uri", f"sqlite:///{stores}/mlflow.db"]
+    for name, n in (("a", "1"), ("b", "2")):
+        (tmp_path / name).mkdir()
+        spec = write_spec(tmp_path / name, SPEC.replace("batch_size: [8]", "batch_size: [8, 16]"))
+        swept = run([str(spec), *flags, "--n-trials", n], tmp_path / name)
+        assert swept.returncode == 0, swept.stdout + swept.stderr
+    trials = [p for name in ("a", "b") for p in (tmp_path / name / "mlruns" / ".trials").glob("*/trial-*")]
+    assert len(trials) == 2, trials  # one trial in each folder
+    proc = run(["delete", str(tmp_path / "a" / "spec.yaml"), *flags, "--yes"], tmp_path / "a")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not any(p.exists() for p in trials), proc.stdout
