@@ -84,6 +84,7 @@ class ProcessRun:
         """When (monotonic) it entered its phase."""
         self.gate_wait_s = 0.0
         """Time held before the window for the slot's interpreters: not the trial's (nor its timeout's)."""
+        self._ending_logged = False
         self.spare_cpu_in_window: float | None = None
         """CPU seconds the slot's pre-started interpreters used from ``go`` to the window's end: ~0."""
         self._spare_cpu_at_go: dict[int, float | None] | None = None
@@ -223,11 +224,24 @@ class ProcessRun:
         peak = None if not maxrss else maxrss / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
         if peak is None:  # told before the process was reaped: its own reading, taken at the result
             peak = outcome.result.process_peak_rss_gib if outcome.result is not None else None
+        if not self._ending_logged:  # the log says how its process ended: an ok trial's, a killed one's
+            self._ending_logged = True  # were empty (a tour: "trial.log 0B" for a segfault or a timeout)
+            _log_ending(self.log_path, outcome, rc)
         duration = time.monotonic() - self.started - self.gate_wait_s
         written = (outcome.result.timeline or {}).get("result_written") if outcome.result is not None else None
         if written is not None and self.started_at is not None:  # read late (a store's outage held the loop):
             duration = min(duration, max(0.0, written - self.started_at - self.gate_wait_s))  # its own time
         return Launched(outcome, rc, duration, peak, self.log_path, self.started_at, self.slot_free_at)
+
+
+def _log_ending(path: Path, outcome: Outcome, rc: int | None) -> None:
+    """One closing line in a trial's log, the orchestrator's: its status and why (never raises)."""
+    why = outcome.detail or (f"killed by {outcome.signal}" if outcome.signal else f"exit code {rc}" if rc else "")
+    try:
+        with open(path, "a") as log:
+            log.write(f"orchestrate: trial ended {outcome.status.value}" + (f": {why}" if why else "") + "\n")
+    except OSError:
+        pass  # its folder gone or full: the status is recorded in the study all the same
 
 
 def _last_line(path: Path, limit: int = 300) -> str | None:

@@ -94,6 +94,7 @@ def test_every_fault_gets_its_status_and_the_sweep_goes_on(project: Path) -> Non
             assert t.state.name == "FAIL"
         log = Path(t.user_attrs["trial_dir"]) / "trial.log"
         assert log.exists()
+        assert log.read_text().splitlines()[-1].startswith(f"orchestrate: trial ended {status}"), log.read_text()
         run = records["runs"][t.number][0]
         assert "trial.log" in {a.path for a in _artifacts(project, run.info.run_id)}
     exception = next(t for t in attempts if t.params["fault"] == "exception")
