@@ -195,16 +195,24 @@ class PostgresServer:
             conn.close()
         return f"postgresql+psycopg2://{name}:{password}@127.0.0.1:{self.port}/{name}"
 
-    def database_for(self, role: str, prefix: str) -> str:
-        """A fresh database owned by ``role``; its URL without a password."""
-        name = self.new_database(prefix).rsplit("/", 1)[1]
+    def create_role(self, role: str) -> None:
+        """A login role of no privilege but its own."""
+        self.execute(f'CREATE ROLE "{role}" LOGIN')
+
+    def execute(self, statement: str, *args: object) -> None:
+        """One statement as the cluster's superuser, outside a transaction."""
         conn = self.connect()
         try:
             conn.autocommit = True
             with conn.cursor() as cur:
-                cur.execute(f'ALTER DATABASE "{name}" OWNER TO "{role}"')
+                cur.execute(statement, args or None)
         finally:
             conn.close()
+
+    def database_for(self, role: str, prefix: str) -> str:
+        """A fresh database owned by ``role``; its URL without a password."""
+        name = self.new_database(prefix).rsplit("/", 1)[1]
+        self.execute(f'ALTER DATABASE "{name}" OWNER TO "{role}"')
         return f"postgresql+psycopg2://{role}@127.0.0.1:{self.port}/{name}"
 
     def restart(self) -> None:

@@ -146,8 +146,6 @@ def check_port(port: int) -> None:
 
 def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None = None,
           objective: tuple[str, str] = (M.SAMPLES_PER_S, "maximize"), spec: str = "SPEC") -> int:
-    from mlflow.exceptions import MlflowException
-
     uri = check_store(uri, spec)
     if is_tracking_server(uri):  # it serves MLflow's UI itself: `mlflow ui` cannot take it as a store
         return on_server(uri, objective, name)
@@ -161,13 +159,7 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
     for line in moved_lines(moved, uri):
         print(f"orchestrate: {line}", flush=True)
     url = f"http://{HOST}:{port}/"
-    try:
-        pages = save_views(uri, url, objective[0], objective[1] == "maximize", only=name)
-    except MlflowException as exc:
-        raise OrchestratorError(f"tracking_uri {shown(uri)}: {first_line(exc, uri)}") from None
-    print(f"MLflow UI: {url} (runs in {shown(uri)}); Ctrl-C stops it", flush=True)
-    for exp_name, page in pages:
-        print(f"  experiment {exp_name!r}: {page}", flush=True)
+    show_views(uri, url, objective, name, f"MLflow UI: {url} (runs in {shown(uri)}); Ctrl-C stops it")
     print(f"Optuna study: {shlex.join([tool('optuna-dashboard'), pasteable(absolute_uri(storage))])}  "
           f"({shlex.join([tool('pip'), 'install', 'optuna-dashboard'])})", flush=True)
     # A session of its own: the terminal's Ctrl-C reaches this process alone, which passes it on
@@ -199,17 +191,24 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
 
 def on_server(uri: str, objective: tuple[str, str], name: str | None) -> int:
     """A tracking server's runs: the comparison view saved there, and its pages printed."""
+    url = uri.rstrip("/") + "/"
+    show_views(uri, url, objective, name, f"MLflow UI: {pasteable(url)} (the tracking server serves it: nothing to "
+               "start here)")
+    return exits.OK
+
+
+def show_views(uri: str, url: str, objective: tuple[str, str], name: str | None, heading: str) -> None:
+    """The comparison view saved on each experiment (or the one named), then ``heading`` and
+    each experiment's page under ``url`` printed (without a password: ``pasteable``)."""
     from mlflow.exceptions import MlflowException
 
-    url = uri.rstrip("/") + "/"
     try:
         pages = save_views(uri, url, objective[0], objective[1] == "maximize", only=name)
     except MlflowException as exc:
         raise OrchestratorError(f"tracking_uri {shown(uri)}: {first_line(exc, uri)}") from None
-    print(f"MLflow UI: {pasteable(url)} (the tracking server serves it: nothing to start here)", flush=True)
+    print(heading, flush=True)
     for exp_name, page in pages:
         print(f"  experiment {exp_name!r}: {pasteable(page)}", flush=True)
-    return exits.OK
 
 
 def end_server(child: subprocess.Popen[bytes], guard: subprocess.Popen[bytes], gracefully: bool) -> None:

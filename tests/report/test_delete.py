@@ -160,35 +160,25 @@ def test_a_postgresql_study_and_an_mlflow_server(project: Path, postgres: Any, m
     assert list((project / "mlruns" / ".trials").iterdir()) == []
 
 
-def test_a_server_study_with_a_live_trial_is_not_deleted(project: Path, postgres_url: str) -> None:
-    """A trial with a fresh heartbeat: an orchestrator runs the study (perhaps on another host)."""
-    code = ("import sys, warnings, optuna; warnings.simplefilter('ignore')\n"
-            "storage = optuna.storages.RDBStorage(sys.argv[1], heartbeat_interval=1, grace_period=2)\n"
-            "study = optuna.create_study(study_name='live', storage=storage)\n"
-            "study.set_user_attr('orchestrate.uid', 'u1')\n"
-            "trial = study.ask(); storage.record_heartbeat(trial._trial_id)\n")
+@pytest.mark.parametrize("name, made", [
+    # a trial with a fresh heartbeat: an orchestrator runs the study (perhaps on another host)
+    ("live", "storage = optuna.storages.RDBStorage(sys.argv[1], heartbeat_interval=1, grace_period=2)\n"
+             "study = optuna.create_study(study_name='live', storage=storage)\n"
+             "trial = study.ask(); storage.record_heartbeat(trial._trial_id)\n"),
+    # a scale-out tour: between one trial's result and the next trial's first heartbeat, a live
+    # orchestrator looked idle, and `delete --yes` took the study from under it (it then stopped, 8
+    # of its 12 trials never run): a RUNNING trial started within the grace period counts
+    ("asked", "study = optuna.create_study(study_name='asked', storage=sys.argv[1])\nstudy.ask()\n"),
+])
+def test_a_server_study_being_run_is_not_deleted(project: Path, postgres_url: str, name: str, made: str) -> None:
+    code = ("import sys, warnings, optuna; warnings.simplefilter('ignore')\n" + made
+            + "study.set_user_attr('orchestrate.uid', 'u-' + study.study_name)\n")
     subprocess.run([sys.executable, "-c", code, postgres_url], check=True, timeout=60)
-    spec = write_spec(project, SPEC.replace("name: gone", "name: live"))
+    spec = write_spec(project, SPEC.replace("name: gone", f"name: {name}"))
     proc = run(["delete", str(spec), "--storage", postgres_url, "--yes"], project)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "is being run now (1 trial(s) started or with a heartbeat in the last 60 s)" in proc.stderr
-    assert "live" in study_names(postgres_url)
-
-
-def test_a_server_study_whose_trial_was_just_asked_for_is_not_deleted(project: Path, postgres_url: str) -> None:
-    """A scale-out tour: between one trial's result and the next trial's first heartbeat, a live
-    orchestrator looked idle, and ``delete --yes`` took the study from under it (it then stopped,
-    8 of its 12 trials never run). A RUNNING trial started within the grace period counts."""
-    code = ("import sys, warnings, optuna; warnings.simplefilter('ignore')\n"
-            "study = optuna.create_study(study_name='asked', storage=sys.argv[1])\n"
-            "study.set_user_attr('orchestrate.uid', 'u2')\n"
-            "study.ask()\n")  # RUNNING, no heartbeat yet
-    subprocess.run([sys.executable, "-c", code, postgres_url], check=True, timeout=60)
-    spec = write_spec(project, SPEC.replace("name: gone", "name: asked"))
-    proc = run(["delete", str(spec), "--storage", postgres_url, "--yes"], project)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "is being run now (1 trial(s) started or with a heartbeat in the last 60 s)" in proc.stderr
-    assert "asked" in study_names(postgres_url)
+    assert name in study_names(postgres_url)
 
 
 def test_a_role_without_privileges_is_told_the_servers_words_not_optunas_guess(project: Path, postgres: Any) -> None:
@@ -201,13 +191,7 @@ def test_a_role_without_privileges_is_told_the_servers_words_not_optunas_guess(p
             "study.set_user_attr('orchestrate.uid', 'u3')\n")
     subprocess.run([sys.executable, "-c", code, url], check=True, timeout=60)
     role = f"reader_{url.rsplit('_', 1)[1]}"
-    conn = postgres.connect()
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(f'CREATE ROLE "{role}" LOGIN')
-    finally:
-        conn.close()
+    postgres.create_role(role)
     spec = write_spec(project, SPEC.replace("name: gone", "name: guarded"))
     as_role = url.replace(f"//{postgres.user}@", f"//{role}@")
     for verb in ("report", "best"):
