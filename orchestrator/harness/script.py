@@ -65,7 +65,8 @@ class ScriptEnded(Exception):
             text = f"the script exited{_code(code)} before its first optimizer step"
         elif steps == 0:
             text = (f"the script exited{_code(code)} without stepping an optimizer (the harness counts "
-                    "torch.optim.Optimizer.step calls: a script that never calls one cannot be measured)")
+                    "torch.optim.Optimizer.step calls in the script's own process: one that never calls one, or "
+                    "trains in processes it starts (torch.multiprocessing.spawn, a launcher), cannot be measured)")
         else:
             text = (f"the script ended{_code(code)} after {steps} optimizer step(s), before its window closed "
                     f"({needed}): let it train for longer (more epochs or steps)")

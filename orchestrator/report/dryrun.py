@@ -68,7 +68,7 @@ def print_plan(spec: SweepSpec, slots: list[str] | None = None) -> None:
         out.append(f"                 {k:<26s} {describe_dim(v)}")
     if plan.fixed:
         out.append("  fixed        " + " ".join(f"{k}={v}" for k, v in plan.fixed.items()))
-    out.append(f"  trials       at most {target} in total for the study, across resumes{_progress(spec)}")
+    out.append(f"  trials       at most {target} in total for the study, across resumes{_progress(spec, plan)}")
     held = (f"at least {EARLY_STEPS} measured steps ({t.measure_steps} unless the throughput is known within "
             f"+-{t.precision:.1%} at 95% sooner)" if t.precision is not None and t.measure_steps > EARLY_STEPS
             else f"at least {t.measure_steps} measured steps")
@@ -128,14 +128,34 @@ def commands(spec: SweepSpec, plan: Plan) -> list[str]:
     return lines
 
 
-def _progress(spec: SweepSpec) -> str:
-    """How far an existing SQLite study is, read without creating or changing anything."""
+def _progress(spec: SweepSpec, plan: Plan | None = None) -> str:
+    """How far an existing SQLite study is, read without creating or changing anything; a study
+    made from another spec is refused here as the run refuses it (a tour: "a run resumes it", then
+    the run's refusal), or taken as the spec is now where it has no result yet."""
     from orchestrator.store.optuna_sql import trial_counts
-    from orchestrator.urls import sqlite_path
+    from orchestrator.urls import absolute_uri, sqlite_path
 
     path = sqlite_path(spec.storage)
     counts = {} if path is None else trial_counts(path, spec.name)
     if counts is None:
         return ""
     n = sum(count for state, count in counts.items() if state != "WAITING")
-    return f"; the study exists with {n} trials: a run resumes it" if n else "; the study does not exist yet"
+    if not n:
+        return "; the study does not exist yet"
+    if plan is None:
+        return f"; the study exists with {n} trials: a run resumes it"
+    import json
+
+    from orchestrator.search.space import fingerprint
+    from orchestrator.store.fingerprint import differences, holds_results, spec_mismatch
+    from orchestrator.store.studyrecord import StudyRecord
+    from orchestrator.store.studyread import read_study
+
+    study = read_study(absolute_uri(spec.storage), spec.name)
+    stored = StudyRecord.of(study).fingerprint if study is not None else None
+    wanted = json.loads(json.dumps(fingerprint(spec, plan)))
+    if study is None or stored is None or stored == wanted or stored.get("device") != wanted.get("device"):
+        return f"; the study exists with {n} trials: a run resumes it"
+    if holds_results(study.trials):
+        raise spec_mismatch(spec, spec.storage, stored, wanted)
+    return f"; the study exists with {n} trials and no result yet: a run takes the spec as it is now ({differences(stored, wanted)})"

@@ -59,9 +59,9 @@ def finished(spec: SweepSpec, origins: Origins) -> tuple[list[str], StoredStudy]
     if stored is None or stored != wanted:
         # An edited spec is refused here, before the probe (seconds of start-up), where the device
         # is the study's own: named in the spec, or guessed as the study recorded it.
-        if stored is not None and study.trials and stored.get("device") == wanted.get("device"):
-            from orchestrator.store.study import spec_mismatch
+        from orchestrator.store.fingerprint import holds_results, spec_mismatch
 
+        if stored is not None and holds_results(study.trials) and stored.get("device") == wanted.get("device"):
             raise spec_mismatch(spec, spec.storage, stored, wanted)
         return None
     machine = attrs.machine or {}

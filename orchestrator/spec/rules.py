@@ -242,7 +242,12 @@ def check_memory_order(c: Checker, raw: Any, space: dict[str, Dimension], named:
                 if not knobs.is_number(rank):
                     raise c.fail(where + (value,), "memory ranks must be numbers (higher = more memory)", rank)
             dim = space.get(name)
-            if isinstance(dim, Choice):
+            if isinstance(dim, Choice):  # keys are text (yamlsource): "false", "1" name the choices false, 1
+                spelled: dict[str, Any] = {}
+                for v in dim.values:
+                    spelled.setdefault(str(v), v)
+                    spelled.setdefault(show(v).strip("'"), v)
+                rule = {(spelled.get(k, k) if isinstance(k, str) else k): rank for k, rank in rule.items()}
                 missing = [v for v in dim.values if v not in rule]
                 extra = [v for v in rule if v not in dim.values]
                 if extra:

@@ -165,6 +165,31 @@ def samples_per_step(text: str | int | float | None, params: dict[str, Any]) -> 
     return value(parse_expression(text))
 
 
+def _not_positive(text: str, read: list[str], fixed: dict[str, Any], space: dict[str, Any]) -> str | None:
+    """Where ``samples_per_step`` is no positive number: the first configuration of the names it
+    reads (each choice, a range's two ends) that makes it fail, zero or less (a tour: ``batch_size /
+    0`` gave a traceback, ``batch_size - 10`` negative throughputs recorded ok); None if none does."""
+    import itertools
+    import math
+
+    def values(name: str) -> tuple[Any, ...]:
+        if name in fixed or name == "device":
+            return (fixed.get(name, "cpu"),)
+        dim = space[name]
+        return tuple(dim.values) if hasattr(dim, "values") else (dim.low, dim.high)
+
+    for combo in itertools.islice(itertools.product(*(values(n) for n in read)), 10_000):
+        params = dict(zip(read, combo))
+        where = " ".join(f"{k}={v}" for k, v in params.items())
+        try:
+            got = samples_per_step(text, params)
+        except (ArithmeticError, TypeError, ValueError) as exc:
+            return f"at {where} it cannot be worked out ({type(exc).__name__}: {exc})"
+        if got is None or not math.isfinite(got) or got <= 0:
+            return f"at {where} it is {got:g}"
+    return None
+
+
 def find_script(given: str, spec_folder: Path, cwd: Path | None = None) -> Path | None:
     """The script's file: ``given`` as it is when absolute, else in the spec's folder, then in the
     working directory; None where neither has it."""
@@ -253,6 +278,9 @@ def check_script(c: Checker, top: dict[str, Any], fixed: dict[str, Any], space: 
                 if name not in names:
                     raise c.fail(("samples_per_step",), f"{name} is no parameter of this spec (fixed or space)",
                                  per_step)
+            if (bad := _not_positive(per_step, read, fixed, space)) is not None:
+                raise c.fail(("samples_per_step",), f"samples_per_step must be a positive number for every "
+                             f"configuration; {bad}", per_step)
             used.update(read)
     from orchestrator.spec import knobs
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
+from orchestrator.store.fingerprint import holds_results, mismatch, spec_mismatch, taken
 from orchestrator.store.studyrecord import StudyRecord, write_study
 from orchestrator.urls import database_remedy, is_sqlite, sqlite_folder, sqlite_path, sqlite_url
 
@@ -284,20 +286,23 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], s
 
     stored_dirs = [d.name.lower() for d in study.directions]
     if stored_dirs != directions:
-        raise _mismatch(spec, storage_url, f"objective directions: stored {stored_dirs}, spec {directions}")
+        raise mismatch(spec, storage_url, f"objective directions: stored {stored_dirs}, spec {directions}")
     attrs = StudyRecord.of(study)  # one read of the study's attributes
     stored = attrs.fingerprint
     if stored is None:
         if study.trials:
-            raise _mismatch(spec, storage_url, "the study was not created by orchestrate")
+            raise mismatch(spec, storage_url, "the study was not created by orchestrate")
         write_study(study, fingerprint=fingerprint)
     wanted = json.loads(json.dumps(fingerprint))  # as the storage gives it back (tuples -> lists)
     if attrs.uid is None:
         import uuid
 
         write_study(study, uid=uuid.uuid4().hex)
-    elif stored != wanted:
-        raise spec_mismatch(spec, storage_url, stored, wanted)  # type: ignore[arg-type]  # no fingerprint: a new study, which has no uid yet
+    elif stored != wanted:  # a study with no result yet takes the spec as it is now (``fingerprint``)
+        if holds_results(study.trials):
+            raise spec_mismatch(spec, storage_url, stored, wanted)  # type: ignore[arg-type]  # no fingerprint: a new study, which has no uid yet
+        write_study(study, fingerprint=fingerprint)
+        print(f"orchestrate: {taken(spec, stored, wanted)}", file=sys.stderr)  # type: ignore[arg-type]  # as above
     if attrs.recorded is not None:  # this run writes MLflow: it is compared again at its end
         write_study(study, recorded=None)
     return study
@@ -374,22 +379,3 @@ def _unwritable(url: str, exc: BaseException, default: Any = StudyError) -> Any:
     if found is not None or default is None:
         return found
     return default(f"storage {shown(url)}: {first_line(exc, typed=False)}")
-
-
-def spec_mismatch(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dict[str, Any]) -> StudyError:
-    """The error for a spec whose fingerprint (``space.fingerprint``, as stored) differs from the
-    study's: each part that differs, stored and now."""
-    diffs = [f"{k}: stored {json.dumps(stored.get(k))}, spec {json.dumps(wanted.get(k))}"
-             for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k)]
-    return _mismatch(spec, url, "; ".join(diffs))
-
-
-def _mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:
-    from orchestrator.invocation import command
-    from orchestrator.urls import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, absolute_uri, command_flags
-
-    flags = command_flags(spec, None, (DEFAULT_STORAGE, DEFAULT_TRACKING_URI))
-    return StudyError(  # the store as the Study: lines name it (a relative SQLite path made absolute)
-        f"study {spec.name!r} in {shown(absolute_uri(url))} was created from a different spec ({what}). "
-        f"To keep both, give this spec a new `name:`; to start over, delete the old study with its "
-        f"MLflow runs and trial folders: {command('delete', spec.path, *flags)}")

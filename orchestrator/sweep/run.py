@@ -140,7 +140,7 @@ def check_experiment(r: Run, start: Startup) -> None:
         if device != guessed.device or "device" in spec.space:
             r.plan = make_plan(spec, device)
         if probe.asked_smoke:
-            _check_smoke(spec, probe.smoke())
+            _check_smoke(spec, probe.smoke(), probe.smoke_script)
     finally:
         probe.close()
 
@@ -184,14 +184,18 @@ def _has_ok_result(spec: SweepSpec) -> bool:
     return bool(path is not None and (trial_counts(path, spec.name) or {}).get("COMPLETE"))
 
 
-def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None) -> None:
-    """A broken experiment stops here, before any trial: one line with its own file:line."""
+def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None, call: dict[str, Any] | None = None) -> None:
+    """A broken experiment stops here, before any trial: one line with its own file:line (a
+    script's: the command it ran, which a configuration's own flags may be what failed)."""
     if answer is None or answer.get("ok", True) or answer.get("oom"):
         return
     where = answer.get("where")
     error = answer.get("error") or "failed"
     if spec.script is not None:
-        raise spec.error(("script",), f"{spec.script} failed its smoke step (run with the smallest batch "
+        import shlex
+
+        ran = f"`{shlex.join(['python', spec.script, *call['argv']])}`, " if call else ""
+        raise spec.error(("script",), f"{spec.script} failed its smoke step ({ran}run with the smallest batch "
                          f"until its first optimizer step, before any trial): {error} (fix the script or its "
                          "args, or skip this check with --no-check)")
     if field := answer.get("field"):  # the experiment named the parameter (workload.param_error): the spec's fault
@@ -226,7 +230,7 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
         if status not in RUN_AGAIN:
             again.append(f"{count} '{status}' result(s) will run again (--retry)")
     print(f"orchestrate: {spec.name} on {where}, torch {probe.get('torch_version')}; "
-          f"{n if n is not None else 'continuous'} configurations, {sweep.proposer.strategy.label}; "
+          f"{n if n is not None else 'continuous'} configuration{'' if n == 1 else 's'}, {sweep.proposer.strategy.label}; "
           f"{done} of {sweep.target} trials done"
           + "".join(f"; {a}" for a in again), flush=True)
     if r.elsewhere:
@@ -291,10 +295,11 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
 def summarize(r: Run, sweep: Sweep, result: SweepResult) -> int:
     """The summary, once MLflow has what it can take (``converge.settle``); the exit code: 75
     when MLflow still lacks records (nothing ends with 0 while a result is missing from a store)."""
+    from orchestrator.keys import config_key
     from orchestrator.outcome import Status
     from orchestrator.report.closing import closed_with, summary, trial_time_s
-    from orchestrator.store.record import TrialRecord
     from orchestrator.store.converge import settle
+    from orchestrator.store.record import TrialRecord
     from orchestrator.store.records import rank, results_of
 
     from orchestrator.store.studyrecord import StudyRecord, write_study
@@ -323,7 +328,8 @@ def summarize(r: Run, sweep: Sweep, result: SweepResult) -> int:
             print("\n".join(records.lines()), file=sys.stderr)
         return code
     by_search = result.verdict is not None and result.verdict.done
-    errors = sum(1 for t in trials if TrialRecord.of(t).status == Status.ERROR)
+    answered = {config_key(t.params) for t in results}  # an error measured again since is no longer open
+    errors = sum(1 for t in trials if TrialRecord.of(t).status == Status.ERROR and config_key(t.params) not in answered)
     print("\n".join(summary(spec, results, best, sweep.target, spent, result.elapsed_s, result.stopped_because,
                             by_search, origins, loaded, errors) + records.lines()))
     if result.code == exits.FAILED:

@@ -144,8 +144,9 @@ def test_a_script_broken_before_its_first_step_stops_the_sweep_in_one_line(tmp_p
     """)
     proc = orchestrate(["spec.yaml"], tmp_path)
     assert proc.returncode == 2 and not proc.stdout
-    assert proc.stderr.startswith("spec.yaml:2: script: train.py failed its smoke step (run with the smallest batch "
-                                  "until its first optimizer step, before any trial): the script exited (exit code "
+    assert proc.stderr.startswith("spec.yaml:2: script: train.py failed its smoke step (`python train.py --bs 8`, run "
+                                  "with the smallest batch until its first optimizer step, before any trial): the "
+                                  "script exited (exit code "
                                   "2) before its first optimizer step; it printed: ")
     assert "error: unrecognized arguments: --bs 8" in proc.stderr and proc.stderr.count("\n") == 1  # the smallest swept
     assert not (tmp_path / "mlruns" / "optuna.db").exists()  # nothing was created

@@ -154,3 +154,14 @@ def test_a_memory_order_names_the_space_s_parameters_and_their_choices(tmp_path:
     text = ("name: t\nexperiment: experiments.mlp\ndevice: cpu\nspace:\n  batch_size: [8, 16]\n"
             f"  dtype: [float32, bfloat16]\nsearch:\n  memory_order: {order}\n")
     assert errors_of(tmp_path, text) == [error]
+
+
+def test_a_memory_order_ranks_boolean_and_number_choices_by_their_yaml_spelling(tmp_path: Path) -> None:
+    """A script tour: ``{false: 2, true: 1}`` was refused (keys must be names), and the quoted
+    ``{"false": 2, "true": 1}`` then refused as "no choice of space.bf16 (its choices: false, true)"."""
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: t\nexperiment: experiments.mlp\ndevice: cpu\nspace:\n  batch_size: [8, 16]\n"
+                    "  activation_checkpointing: [false, true]\n  hidden_size: [16, 32]\nsearch:\n  memory_order:\n"
+                    "    activation_checkpointing: {'false': 2, 'true': 1}\n    hidden_size: {'16': 1, '32': 2}\n")
+    order = load_spec(path).search.memory_order
+    assert order["activation_checkpointing"] == {False: 2, True: 1} and order["hidden_size"] == {16: 1, 32: 2}

@@ -140,6 +140,16 @@ BAD = [
     ("script: train.py\nargs: ['{b}']\nspace: {b: [1]}\nsamples_per_step: __import__('os')\n",
      "samples_per_step: samples_per_step may use numbers, parameter names, + - * / // and parentheses, got "
      "\"__import__('os')\""),
+    # a tour: a traceback at the run (ZeroDivisionError, a text parameter), negative throughputs recorded ok
+    ("script: train.py\nargs: ['{b}']\nspace: {b: [4, 8]}\nsamples_per_step: b / 0\n",
+     "samples_per_step: samples_per_step must be a positive number for every configuration; at b=4 it cannot be "
+     "worked out (ZeroDivisionError: float division by zero), got 'b / 0'"),
+    ("script: train.py\nargs: ['{b}', '{d}']\nfixed: {d: cpu}\nspace: {b: [4]}\nsamples_per_step: b * d\n",
+     "samples_per_step: samples_per_step must be a positive number for every configuration; at b=4 d=cpu it cannot "
+     "be worked out (ValueError: could not convert string to float: 'cpu'), got 'b * d'"),
+    ("script: train.py\nargs: ['{b}']\nspace: {b: [16, 4]}\nsamples_per_step: b - 10\n",
+     "samples_per_step: samples_per_step must be a positive number for every configuration; at b=4 it is -6, "
+     "got 'b - 10'"),
     ("script: train.py\nargs: [--bs, {b}]\nspace: {b: [1]}\n",  # a tour: "got a mapping"
      "args[1]: YAML reads an unquoted {b} as a mapping: write it in quotes, \"{b}\""),
     ("script: train.py\nargs: ['{b}']\nspace: {b: [1]}\nsamples_per_step: b ** 99\n",  # a tour: "got '', got ..."

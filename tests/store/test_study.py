@@ -45,6 +45,24 @@ def test_a_spec_edited_after_its_study_started_is_refused(project: Path) -> None
         assert "created from a different spec" in err and what in err
         assert "give this spec a new `name:`" in err and f"start over, delete the old study with its MLflow runs and trial folders: orchestrate delete {spec}" in err
         assert len(load_study(project, "edited").get_trials()) == 2  # nothing mixed in
+        dry = orchestrate([str(spec), "--dry-run"], project)  # a tour: "a run resumes it", exit 0
+        assert dry.returncode == 2 and "created from a different spec" in dry.stderr and what in dry.stderr, dry
+
+
+def test_a_study_with_no_result_yet_takes_the_spec_as_it_is_now(project: Path) -> None:
+    """A script tour: every trial said "set samples_per_step in the spec"; the spec given one was
+    then refused as "created from a different spec", the study holding no result to protect."""
+    spec = write_spec(project, SPEC.replace("fixed: {batch_size: 4}", "fixed: {batch_size: 4, fault: exception}"))
+    first = orchestrate([str(spec)], project)
+    assert first.returncode != 2 and "0 of 2 trials have a result" in first.stdout, first.stdout + first.stderr
+    spec.write_text(spec.read_text().replace("fault: exception", "fault: none"))
+    dry = orchestrate([str(spec), "--dry-run"], project)
+    assert dry.returncode == 0 and "the study exists with 2 trials and no result yet: a run takes the spec as it " \
+        "is now (fixed: stored" in dry.stdout, dry.stdout + dry.stderr
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "orchestrate: study 'edited' has no result yet: it takes the spec as it is now (fixed: stored" in proc.stderr
+    assert "2 of 2 trials have a result (2 ok); trial time" in proc.stdout, proc.stdout  # the errors measured since
 
 
 def test_a_file_that_is_not_a_database_is_refused_untouched(project: Path) -> None:

@@ -1,0 +1,51 @@
+"""The spec a study was made from, against the spec now (``space.fingerprint``, stored with the
+study): what differs, the refusal that names it, and whether the study holds anything the
+difference could make wrong. A study with no result yet (every trial failed or was cut off; a
+tour's script sweep whose every trial said "set samples_per_step", then given one) takes the spec
+as it is now; one with a result, or a trial running, refuses it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+from orchestrator.errors import StudyError
+from orchestrator.redact import shown
+from orchestrator.spec.load import SweepSpec
+
+HOLDING = ("COMPLETE", "PRUNED", "RUNNING")
+"""Optuna states of a trial that holds a result (or may soon): the spec it ran under stands."""
+
+
+def holds_results(trials: Iterable[Any]) -> bool:
+    """Whether any trial has a result or is running (``HOLDING``)."""
+    return any(t.state.name in HOLDING for t in trials)  # Optuna's trials and ``studyread``'s alike
+
+
+def taken(spec: SweepSpec, stored: dict[str, Any], wanted: dict[str, Any]) -> str:
+    """What a study with no result yet says as it takes the spec as it is now."""
+    return f"study {spec.name!r} has no result yet: it takes the spec as it is now ({differences(stored, wanted)})"
+
+
+def spec_mismatch(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dict[str, Any]) -> StudyError:
+    """The error for a spec whose fingerprint (``space.fingerprint``, as stored) differs from the
+    study's: each part that differs, stored and now."""
+    return mismatch(spec, url, differences(stored, wanted))
+
+
+def differences(stored: dict[str, Any], wanted: dict[str, Any]) -> str:
+    """Each part of two fingerprints that differs, stored and now."""
+    return "; ".join(f"{k}: stored {json.dumps(stored.get(k))}, spec {json.dumps(wanted.get(k))}"
+                     for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k))
+
+
+def mismatch(spec: SweepSpec, url: str, what: str) -> StudyError:
+    """The refusal of a study made from another spec (``what``: how it differs), with both ways on."""
+    from orchestrator.invocation import command
+    from orchestrator.urls import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, absolute_uri, command_flags
+
+    flags = command_flags(spec, None, (DEFAULT_STORAGE, DEFAULT_TRACKING_URI))
+    return StudyError(  # the store as the Study: lines name it (a relative SQLite path made absolute)
+        f"study {spec.name!r} in {shown(absolute_uri(url))} was created from a different spec ({what}). "
+        f"To keep both, give this spec a new `name:`; to start over, delete the old study with its "
+        f"MLflow runs and trial folders: {command('delete', spec.path, *flags)}")
