@@ -50,4 +50,6 @@ HELP = (f"Exit codes: {OK} finished or stopped itself (OOM trials are results; s
         f"unreachable for longer than search.outage_s or refusing writes (a full disk...), or MLflow "
         f"missing records the study holds: the same command resumes and repairs, "
         f"{INTERRUPTED} interrupted ({TERMINATED} on SIGTERM, {HUNG_UP} on SIGHUP, {BROKEN_PIPE} when the reader of "
-        f"the output left): the trials in flight are recorded as interrupted.")
+        f"the output left): the trials in flight are recorded as interrupted. `check` exits {DIFFERS} where "
+        f"the study, MLflow and the trial folders differ; `doctor --check` {NOT_HONOURED} where a memory knob "
+        f"is not honoured.")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import shlex
 import shutil
@@ -33,21 +32,18 @@ from orchestrator.errors import OrchestratorError, UsageParser, print_error
 from orchestrator.invocation import command, tool
 from orchestrator.outcome import Status
 from orchestrator.report import uiguard
+from orchestrator.report.views import NOTE, save_views
 from orchestrator.redact import child_env, first_line, has_secret, pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.store.tracking import quiet_mlflow_logs
-from orchestrator.urls import TRACKING_HELP, absolute_uri, is_tracking_server
+from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri, is_tracking_server
 
 HOST = "127.0.0.1"
 ARTIFACT_DIR = "report"
-NOTE = "mlflow.note.content"  # the run description MLflow's UI shows
-VIEW_KEY = "orchestrate"
-VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # MLflow's UI: an experiment tag per shared view
-VIEW_METRICS = (M.SAMPLES_PER_S, M.PEAK_MEMORY_GIB, M.STEP_TIME_MS_P50, M.THROUGHPUT_CV, M.DURATION_S)
 
 
-USAGE = "orchestrate ui [SPEC] [--port N] [--tracking-uri URI]"
+USAGE = "orchestrate ui [SPEC] [--port N] [--storage URL] [--tracking-uri URI]"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "runner). The Optuna study opens in optuna-dashboard: optuna-dashboard sqlite:///$PWD/mlruns/optuna.db"))
     p.add_argument("spec", nargs="?", metavar="SPEC", help="a sweep spec: use its tracking_uri and open its experiment")
     p.add_argument("--port", type=int, default=5000, metavar="N", help="port on 127.0.0.1 (default: 5000)")
+    p.add_argument("--storage", metavar="URL", help=STORAGE_HELP + " (for the optuna-dashboard line)")
     p.add_argument("--tracking-uri", metavar="URI", help=TRACKING_HELP)
     return p
 
@@ -68,11 +65,11 @@ def main(argv: list[str]) -> int:
         if args.spec:
             from orchestrator.spec.load import load_guarded
 
-            spec, _ = load_guarded(args.spec, None, args.tracking_uri)
+            spec, _ = load_guarded(args.spec, args.storage, args.tracking_uri)
             runs_lost(spec)
             return serve(spec.tracking_uri, args.port, spec.storage, spec.name, spec.objective.metrics[0],
                          str(spec.path))
-        return serve(args.tracking_uri or DEFAULT_TRACKING_URI, args.port)
+        return serve(args.tracking_uri or DEFAULT_TRACKING_URI, args.port, args.storage or DEFAULT_STORAGE)
     except OrchestratorError as exc:
         return print_error(exc)
 
@@ -159,9 +156,7 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
     for line in moved_lines(moved, uri):
         print(f"orchestrate: {line}", flush=True)
     url = f"http://{HOST}:{port}/"
-    show_views(uri, url, objective, name, f"MLflow UI: {url} (runs in {shown(uri)}); Ctrl-C stops it")
-    print(f"Optuna study: {shlex.join([tool('optuna-dashboard'), pasteable(absolute_uri(storage))])}  "
-          f"({shlex.join([tool('pip'), 'install', 'optuna-dashboard'])})", flush=True)
+    pages = views(uri, url, objective, name)
     # A session of its own: the terminal's Ctrl-C reaches this process alone, which passes it on
     # once. In the terminal's group, mlflow and its uvicorn got it from the terminal as well as
     # from us (and uvicorn from mlflow too), and uvicorn, asked twice, printed a traceback.
@@ -177,6 +172,10 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
+        if answers(url, child):  # its address printed once it answers (a tour: 8 s of "connection refused")
+            print_views(f"MLflow UI: {url} (runs in {shown(uri)}); Ctrl-C stops it", pages)
+            print(f"Optuna study: {shlex.join([tool('optuna-dashboard'), pasteable(absolute_uri(storage))])}  "
+                  f"({shlex.join([tool('pip'), 'install', 'optuna-dashboard'])})", flush=True)
         code = child.wait()
     finally:
         for s, handler in previous.items():
@@ -192,23 +191,41 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
 def on_server(uri: str, objective: tuple[str, str], name: str | None) -> int:
     """A tracking server's runs: the comparison view saved there, and its pages printed."""
     url = uri.rstrip("/") + "/"
-    show_views(uri, url, objective, name, f"MLflow UI: {pasteable(url)} (the tracking server serves it: nothing to "
-               "start here)")
+    print_views(f"MLflow UI: {pasteable(url)} (the tracking server serves it: nothing to start here)",
+                views(uri, url, objective, name))
     return exits.OK
 
 
-def show_views(uri: str, url: str, objective: tuple[str, str], name: str | None, heading: str) -> None:
-    """The comparison view saved on each experiment (or the one named), then ``heading`` and
-    each experiment's page under ``url`` printed (without a password: ``pasteable``)."""
+def views(uri: str, url: str, objective: tuple[str, str], name: str | None) -> list[tuple[str, str]]:
+    """The comparison view saved on each experiment (or the one named): (name, page under ``url``)."""
     from mlflow.exceptions import MlflowException
 
     try:
-        pages = save_views(uri, url, objective[0], objective[1] == "maximize", only=name)
+        return save_views(uri, url, objective[0], objective[1] == "maximize", only=name)
     except MlflowException as exc:
         raise OrchestratorError(f"tracking_uri {shown(uri)}: {first_line(exc, uri)}") from None
+
+
+def print_views(heading: str, pages: list[tuple[str, str]]) -> None:
+    """``heading``, then each experiment's page (without a password: ``pasteable``)."""
     print(heading, flush=True)
     for exp_name, page in pages:
         print(f"  experiment {exp_name!r}: {pasteable(page)}", flush=True)
+
+
+def answers(url: str, child: subprocess.Popen[bytes], limit_s: float = 300.0) -> bool:
+    """Whether the server at ``url`` answers ``/health`` before its process ends (or ``limit_s``)."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + limit_s
+    while child.poll() is None and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "health", timeout=2):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return child.poll() is None
 
 
 def end_server(child: subprocess.Popen[bytes], guard: subprocess.Popen[bytes], gracefully: bool) -> None:
@@ -298,102 +315,3 @@ class ParentRun:
         except MlflowException as exc:
             return f"MLflow run {self.run_id}: {first_line(exc, self.uri)}; plots not logged"
         return self.why
-
-
-# -- the runs table: a saved view in which trials are compared ------------------------------------
-
-def column(kind: str, name: str) -> str:
-    """A runs-table column as MLflow's UI names it (``metrics.`samples_per_s```)."""
-    return f"{kind}.`{name}`"
-
-
-RUN_NAME, CREATED = "attributes.`Run Name`", "runDateAndNestInfo"
-"""MLflow's two pinned columns: the run's name (which holds the swept values: ``runs.run_name``)
-and its start time with the run status mark."""
-CREATED_WIDTH = 44
-"""Room for the run status mark only (the start time, cut off, is in the run's page)."""
-SPREAD_METRICS = (M.THROUGHPUT_CI95, M.THROUGHPUT_CV)
-"""The throughput's spread, shown beside it: the first of these the runs have (``throughput_ci95``,
-the 95% half-width every trial records; ``throughput_cv`` alone in studies recorded before it)."""
-
-
-def name_width(names: list[str]) -> int:
-    """The pinned name column's width for the longest run name (its colour dot and padding
-    included; MLflow's table font is about 6 px a character)."""
-    return max(90, min(360, round(6 * max((len(n) for n in names), default=0)) + 52))
-
-
-def view_state(trial_params: list[dict[str, str]], metric_keys: set[str], objective: str = M.SAMPLES_PER_S,
-               maximize: bool = True, names: list[str] | None = None,
-               statuses: list[str] | None = None) -> dict[str, Any]:
-    """The runs table a sweep is compared in: trial runs only, flat (not nested under the parent),
-    best first. The first screen holds the answer: each run's name carries its swept values
-    (``runs.run_name``: the pinned column, as wide as the longest), then its status, the
-    objective, throughput with its spread, and peak memory; the swept parameters follow as
-    columns of their own, then the other headline metrics. At 1400 px, with MLflow 3.17's sidebar
-    and its assistant panel open (it opens itself on a local server's first visit), about 770 px
-    of table are left (tests/report/test_ui_browser.py measures what is on screen)."""
-    swept = [k for k in dict.fromkeys(k for p in trial_params for k in p)
-             if len({p.get(k) for p in trial_params}) > 1]
-    spread = next((m for m in SPREAD_METRICS if m in metric_keys), None)
-    answer = [m for m in dict.fromkeys((objective, M.SAMPLES_PER_S, spread, M.PEAK_MEMORY_GIB))
-              if m is not None and m in metric_keys]
-    more = [m for m in VIEW_METRICS if m in metric_keys and m not in answer]
-    named = [("tags", "status")] + [("metrics", m) for m in answer] + [("params", k) for k in swept] + \
-        [("metrics", m) for m in more]
-    cols = [column(kind, name) for kind, name in named]
-    # about 7 px a character of the header or of the longest value (a parameter's, a status: float16
-    # and float32 must not both read "float..."), and padding (the objective's header has the sort mark)
-    shown = {("tags", "status"): statuses or ["skipped"],
-             **{("params", k): [str(p[k]) for p in trial_params if k in p] for k in swept}}
-    widths = {column(kind, name): max(70 if kind == "tags" else 60, 7 * len(name) + (26 if name == objective else 16),
-                                      7 * max(map(len, shown.get((kind, name), [""]))) + 16)
-              for kind, name in named}
-    pinned = {RUN_NAME: name_width(names or []), CREATED: CREATED_WIDTH}
-    return {"searchFilter": "tags.role = 'trial'", "orderByKey": column("metrics", objective),
-            "orderByAsc": not maximize, "selectedColumns": cols, "columnOrder": [RUN_NAME, CREATED, *cols],
-            "columnWidths": {**pinned, **widths}}
-
-
-LEGEND_PREFIX = "Run names: "
-
-
-def legend(runs: list[Any]) -> str:
-    """The experiment's description (one line above the runs table): what the run names'
-    short parameter names stand for, and what the dot's colour says."""
-    from orchestrator.store.runs import initials
-
-    used = {token.split("=", 1)[0] for r in runs for token in (r.info.run_name or "").split()[1:] if "=" in token}
-    keys = sorted({k for r in runs for k in r.data.params})
-    names = [f"{initials(k)} = {k}" for k in keys if initials(k) != k and initials(k) in used and initials(k) not in keys]
-    return (LEGEND_PREFIX + "the trial's number, then its swept values" + (f" ({', '.join(names)})" if names else "")
-            + ". The dot: green measured, amber swapped, orange out of memory, light grey skipped (predicted out "
-              "of memory, not run), dark grey interrupted (it runs again when the sweep resumes), red failed.")
-
-
-def save_views(uri: str, url: str, objective: str = M.SAMPLES_PER_S, maximize: bool = True,
-               only: str | None = None) -> list[tuple[str, str]]:
-    """Save the comparison view on each experiment (or ``only`` the named one) that holds trial
-    runs: an experiment tag MLflow's UI reads for ``?viewStateShareKey=``. Returns (name, URL)."""
-    from mlflow.tracking import MlflowClient
-
-    quiet_mlflow_logs()
-    client = MlflowClient(tracking_uri=uri)
-    out = []
-    for exp in client.search_experiments():
-        if only is not None and exp.name != only:
-            continue
-        runs = client.search_runs([exp.experiment_id], filter_string="tags.role = 'trial'", max_results=1000)
-        page = f"{url}#/experiments/{exp.experiment_id}"
-        if runs:
-            state = view_state([r.data.params for r in runs], {k for r in runs for k in r.data.metrics},
-                               objective, maximize, [r.info.run_name for r in runs],
-                               [r.data.tags.get("status", "") for r in runs])
-            client.set_experiment_tag(exp.experiment_id, VIEW_TAG_PREFIX + VIEW_KEY, json.dumps(state))
-            note = exp.tags.get(NOTE, "")
-            if not note or note.startswith(LEGEND_PREFIX):  # never over a description of the user's
-                client.set_experiment_tag(exp.experiment_id, NOTE, legend(runs))
-            page += f"/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}"
-        if runs or exp.name != "Default":
-            out.append((exp.name, page))
-    return out

@@ -139,7 +139,7 @@ def test_ui_where_mlflow_lost_its_runs_names_the_repair(tmp_path_factory: pytest
                              "params.`batch_size`", "metrics.`throughput_cv`"], False),
 ])
 def test_saved_view_puts_the_answer_first(params, metrics, objective, maximize, columns, order) -> None:
-    from orchestrator.report.ui import view_state
+    from orchestrator.report.views import view_state
 
     state = view_state(params, metrics, objective, maximize)
     assert state["selectedColumns"] == columns
@@ -152,7 +152,7 @@ def test_saved_view_puts_the_answer_first(params, metrics, objective, maximize, 
 def test_a_columns_width_fits_its_longest_value_so_float16_and_float32_read_apart() -> None:
     """A tour's screenshots: "bflo...", "float..." (float16 and float32 alike) and "diverg..." where
     the widths came from the headers alone."""
-    from orchestrator.report.ui import view_state
+    from orchestrator.report.views import view_state
 
     params = [{"dtype": d, "batch_size": "8" if d == "float32" else "16"} for d in ("float32", "float16", "bfloat16")]
     widths = view_state(params, {"samples_per_s"}, statuses=["ok", "interrupted"])["columnWidths"]
@@ -303,7 +303,7 @@ def test_ui_help_says_what_the_sweeps_print() -> None:
 
     helped = subprocess.run([ORCHESTRATE, "ui", "--help"], capture_output=True, text=True)
     assert helped.returncode == 0
-    assert helped.stdout.startswith("usage: orchestrate ui [SPEC] [--port N] [--tracking-uri URI]\n")
+    assert helped.stdout.startswith("usage: orchestrate ui [SPEC] [--port N] [--storage URL] [--tracking-uri URI]\n")
     assert "orchestrate ui [SPEC] [--port N]" in USAGE and "no job runner" in helped.stdout.replace("\n", " ")
 
 
@@ -322,3 +322,19 @@ def test_ui_on_a_tracking_server_saves_the_view_there_and_starts_nothing(project
     assert proc.stdout.startswith(f"MLflow UI: {mlflow_server.rstrip('/')}/ (the tracking server serves it"), proc.stdout
     assert f"experiment 'on_server': {mlflow_server.rstrip('/')}/#/experiments/{exp}/runs?" in proc.stdout, proc.stdout
     assert "tags.role = 'trial'" in client.get_experiment(exp).tags["mlflow.sharedViewState.orchestrate"]  # the view
+
+
+def test_ui_prints_its_address_once_it_answers(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """A newcomer's tour: the address was printed 8 s before the server answered, and a click
+    on it right away was "connection refused"."""
+    project = finished_sweep(tmp_path_factory)
+    ui, port, log = start_ui(project, tmp_path)
+    try:
+        deadline = time.monotonic() + 180
+        while "MLflow UI: " not in log.read_text() and ui.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "MLflow UI: " in log.read_text(), log.read_text()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:  # at once
+            assert answer.status == 200
+    finally:
+        stop_group(ui)
