@@ -56,9 +56,11 @@ def locations(folder: Path) -> list[str]:
         con.close()
 
 
-def test_a_moved_project_is_checked_in_one_line_and_resumes_in_its_new_folder(tmp_path: Path) -> None:
-    old, new = tmp_path / "project", tmp_path / "renamed"
+def test_a_moved_project_is_checked_in_one_line_and_resumes_there_and_a_copy_leaves_its_original_alone(
+        tmp_path: Path) -> None:
+    old, new, copy = tmp_path / "project", tmp_path / "renamed", tmp_path / "copy"
     first_run(old)
+    shutil.copytree(old, copy)
     old.rename(new)
 
     rc, out, err = command(["check", "spec.yaml"], new)
@@ -85,23 +87,17 @@ def test_a_moved_project_is_checked_in_one_line_and_resumes_in_its_new_folder(tm
     for run in child_runs(new, NAME):  # the first run's files too, where MLflow now looks
         assert {"trial.log", "result.json"} <= {Path(f.path).name for f in client.list_artifacts(run.info.run_id)}
 
-
-def test_a_copied_project_writes_its_own_folder_and_check_repair_points_mlflow_there(tmp_path: Path) -> None:
-    original, copy = tmp_path / "project", tmp_path / "copy"
-    first_run(original)
-    shutil.copytree(original, copy)
-    before = sorted(p.relative_to(original) for p in original.rglob("*") if ".trials" not in p.parts)
-    kept = locations(original)
-
+    # the copy, made before the move: its repair points MLflow at its own folder, and its sweep
+    # writes nothing into the folder it was copied from (here: the renamed one's files are untouched)
+    before = sorted(p.relative_to(new) for p in new.rglob("*"))
+    kept = locations(new)
     rc, out, err = command(["check", "spec.yaml", "--repair"], copy)
     assert rc == 0, out + err
-    assert (f"orchestrate check: MLflow's experiment '{NAME}' kept its files in {original / 'mlruns'} (this folder "
+    assert (f"orchestrate check: MLflow's experiment '{NAME}' kept its files in {old / 'mlruns'} (this folder "
             f"was moved or copied from there): it and its 3 run(s) now keep them in {copy / 'mlruns'}") in out, out
     assert "agree" in out, out
-
     proc = orchestrate(["spec.yaml"], copy)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "moved or copied" not in proc.stdout, proc.stdout  # said once, by the repair
+    assert "moved or copied" not in proc.stdout and not old.exists(), proc.stdout  # said once, by the repair
     check_records(copy, NAME, n_results=3)
-    after = sorted(p.relative_to(original) for p in original.rglob("*") if ".trials" not in p.parts)
-    assert after == before and locations(original) == kept, "the copy's sweep wrote into the original"
+    assert sorted(p.relative_to(new) for p in new.rglob("*")) == before and locations(new) == kept
