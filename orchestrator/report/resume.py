@@ -90,12 +90,14 @@ def finished(spec: SweepSpec, origins: Origins) -> tuple[list[str], StoredStudy]
         from orchestrator.store.repair import repair
         from orchestrator.store.writefault import StoreUnwritable
 
+        said: list[str] = []  # a moved project's artifact locations, pointed here (``store.moved``)
         try:
-            n = repair(spec, lambda live: parent_close(spec, live.get_trials(deepcopy=False), target, stopped))
+            n = repair(spec, lambda live: parent_close(spec, live.get_trials(deepcopy=False), target, stopped),
+                       restored=said)
         except StoreUnwritable as exc:
             raise exc.with_outcome("nothing was run: the study holds every result, and the same command writes "
                                    "MLflow's missing records once the store can be written") from None
-        repaired = Settled(n, 0).lines()
+        repaired = Settled(n, 0).lines() + [f"orchestrate: {line}" for line in said]
     first = (f"orchestrate: {spec.name} on {', '.join(plan.devices)} (as recorded with the study: nothing to "
              f"run, so nothing was started), torch {machine['torch_version']}; {len(results)} of {target} trials done")
     best = rank(results, spec)

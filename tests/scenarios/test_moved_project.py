@@ -58,9 +58,10 @@ def locations(folder: Path) -> list[str]:
 
 def test_a_moved_project_is_checked_in_one_line_and_resumes_there_and_a_copy_leaves_its_original_alone(
         tmp_path: Path) -> None:
-    old, new, copy = tmp_path / "project", tmp_path / "renamed", tmp_path / "copy"
+    old, new, copy, copy2 = tmp_path / "project", tmp_path / "renamed", tmp_path / "copy", tmp_path / "copy2"
     first_run(old)
     shutil.copytree(old, copy)
+    shutil.copytree(old, copy2)
     old.rename(new)
 
     rc, out, err = command(["check", "spec.yaml"], new)
@@ -87,17 +88,18 @@ def test_a_moved_project_is_checked_in_one_line_and_resumes_there_and_a_copy_lea
     for run in child_runs(new, NAME):  # the first run's files too, where MLflow now looks
         assert {"trial.log", "result.json"} <= {Path(f.path).name for f in client.list_artifacts(run.info.run_id)}
 
-    # the copy, made before the move: its repair points MLflow at its own folder, and its sweep
-    # writes nothing into the folder it was copied from (here: the renamed one's files are untouched)
+    # the copies, made before the move: a finished study's command (nothing to run) and check
+    # --repair point MLflow at their own folders and write nothing into the one they came from
     before = sorted(p.relative_to(new) for p in new.rglob("*"))
     kept = locations(new)
-    rc, out, err = command(["check", "spec.yaml", "--repair"], copy)
-    assert rc == 0, out + err
-    assert (f"orchestrate check: MLflow's experiment '{NAME}' kept its files in {old / 'mlruns'} (this folder "
-            f"was moved or copied from there): it and its 3 run(s) now keep them in {copy / 'mlruns'}") in out, out
-    assert "agree" in out, out
-    proc = orchestrate(["spec.yaml"], copy)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "moved or copied" not in proc.stdout and not old.exists(), proc.stdout  # said once, by the repair
-    check_records(copy, NAME, n_results=3)
-    assert sorted(p.relative_to(new) for p in new.rglob("*")) == before and locations(new) == kept
+    moved = "MLflow's experiment '{}' kept its files in {} (this folder was moved or copied from there): it and its " \
+            "3 run(s) now keep them in {}"
+    proc = orchestrate(["spec.yaml", "--n-trials", "2"], copy)  # done: answered from the study's record
+    assert proc.returncode == 0 and "nothing to run" in proc.stdout, proc.stdout + proc.stderr
+    assert "orchestrate: " + moved.format(NAME, old / "mlruns", copy / "mlruns") in proc.stdout, proc.stdout
+    rc, out, err = command(["check", "spec.yaml"], copy)
+    assert rc == 0 and "agree" in out, out + err
+    rc, out, err = command(["check", "spec.yaml", "--repair"], copy2)
+    assert rc == 0 and "agree" in out, out + err
+    assert "orchestrate check: " + moved.format(NAME, old / "mlruns", copy2 / "mlruns") in out, out
+    assert not old.exists() and sorted(p.relative_to(new) for p in new.rglob("*")) == before and locations(new) == kept
