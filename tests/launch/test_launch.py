@@ -723,7 +723,7 @@ def test_a_result_read_late_keeps_the_trials_own_duration(tmp_path: Path) -> Non
             wait_for_activity([launcher])
             launcher.tick()
         prompt = run.launched().duration_s
-        time.sleep(2.0)  # the loop busy elsewhere
+        time.sleep(0.6)  # the loop busy elsewhere
         late = run.launched()
         assert late.outcome.status == "ok" and late.duration_s <= prompt + 0.2, (prompt, late.duration_s)
         # a UI tour: an ok trial's log was empty, a killed one's said nothing of its end; once, however read
