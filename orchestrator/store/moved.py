@@ -19,6 +19,8 @@ into the original a copy came from), and ``check`` found every trial folder miss
 
 from __future__ import annotations
 
+import functools
+import os
 import sqlite3
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -34,14 +36,22 @@ LOCATIONS = (("experiments", "artifact_location"), ("runs", "artifact_uri"), ("l
 
 def trial_dir(recorded: str | None) -> str | None:
     """``recorded``, or where its trial folder is now: under this working directory's
-    ``mlruns/.trials/``, when it is gone from its recorded path and found there."""
+    ``mlruns/.trials/``, when it is gone from its recorded path and found there (``os.path``, not
+    ``pathlib``: every trial's record is read often)."""
     if not recorded:
         return recorded
-    path = Path(recorded)
-    if path.parent.parent.name != TRIALS or path.exists():
+    parent, name = os.path.split(recorded)
+    above, study = os.path.split(parent)
+    if os.path.basename(above) != TRIALS or os.path.exists(recorded):
         return recorded
-    here = Path("mlruns").resolve() / TRIALS / path.parent.name / path.name
-    return str(here) if here != path and here.is_dir() else recorded
+    here = os.path.join(_trials_here(os.getcwd()), study, name)
+    return here if here != recorded and os.path.isdir(here) else recorded
+
+
+@functools.lru_cache(maxsize=8)
+def _trials_here(cwd: str) -> str:
+    """This working directory's ``mlruns/.trials``, resolved once."""
+    return str((Path(cwd) / "mlruns" / TRIALS).resolve())
 
 
 def artifacts_elsewhere(tracking_uri: str, experiment: str, location: str | None) -> str | None:
