@@ -144,18 +144,15 @@ def _progress(spec: SweepSpec, plan: Plan | None = None) -> str:
         return "; the study does not exist yet"
     if plan is None:
         return f"; the study exists with {n} trials: a run resumes it"
-    import json
-
     from orchestrator.search.space import fingerprint
-    from orchestrator.store.fingerprint import differences, holds_results, spec_mismatch
+    from orchestrator.store.fingerprint import as_stored, changed
     from orchestrator.store.studyrecord import StudyRecord
     from orchestrator.store.studyread import read_study
 
     study = read_study(absolute_uri(spec.storage), spec.name)
     stored = StudyRecord.of(study).fingerprint if study is not None else None
-    wanted = json.loads(json.dumps(fingerprint(spec, plan)))
-    if study is None or stored is None or stored == wanted or stored.get("device") != wanted.get("device"):
-        return f"; the study exists with {n} trials: a run resumes it"
-    if holds_results(study.trials):
-        raise spec_mismatch(spec, spec.storage, stored, wanted)
-    return f"; the study exists with {n} trials and no result yet: a run takes the spec as it is now ({differences(stored, wanted)})"
+    wanted = as_stored(fingerprint(spec, plan))
+    what = None if study is None or stored is None or stored.get("device") != wanted.get("device") else \
+        changed(spec, spec.storage, stored, wanted, study.trials)  # raises the run's refusal
+    return (f"; the study exists with {n} trials: a run resumes it" if what is None else
+            f"; the study exists with {n} trials and no result yet: a run takes the spec as it is now ({what})")

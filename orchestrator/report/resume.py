@@ -15,7 +15,6 @@ repairs, and prints the same summary.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import StudyError
@@ -38,6 +37,7 @@ def finished(spec: SweepSpec, origins: Origins) -> tuple[list[str], StoredStudy]
     from orchestrator.store.record import TrialRecord, is_attempt, status_of
     from orchestrator.store.records import rank, results_of
     from orchestrator.search.space import config_key, fingerprint, guess_device, make_plan
+    from orchestrator.store.fingerprint import as_stored, changed
     from orchestrator.urls import sqlite_path
     from orchestrator.store.studyrecord import StudyRecord
     from orchestrator.store.studyread import read_study
@@ -55,14 +55,13 @@ def finished(spec: SweepSpec, origins: Origins) -> tuple[list[str], StoredStudy]
     plan = make_plan(spec, device)
     attrs = StudyRecord.of(study)
     stored = attrs.fingerprint
-    wanted = json.loads(json.dumps(fingerprint(spec, plan)))
+    wanted = as_stored(fingerprint(spec, plan))
     if stored is None or stored != wanted:
         # An edited spec is refused here, before the probe (seconds of start-up), where the device
-        # is the study's own: named in the spec, or guessed as the study recorded it.
-        from orchestrator.store.fingerprint import holds_results, spec_mismatch
-
-        if stored is not None and holds_results(study.trials) and stored.get("device") == wanted.get("device"):
-            raise spec_mismatch(spec, spec.storage, stored, wanted)
+        # is the study's own: named in the spec, or guessed as the study recorded it; one the study
+        # takes (no result yet) is taken by the whole way's open_study.
+        if stored is not None and stored.get("device") == wanted.get("device"):
+            changed(spec, spec.storage, stored, wanted, study.trials)
         return None
     machine = attrs.machine or {}
     if {k: machine.get(k) for k in ("devices", "torch_version", "device_names")} != facts(plan.devices):

@@ -22,9 +22,19 @@ def holds_results(trials: Iterable[Any]) -> bool:
     return any(t.state.name in HOLDING for t in trials)  # Optuna's trials and ``studyread``'s alike
 
 
-def taken(spec: SweepSpec, stored: dict[str, Any], wanted: dict[str, Any]) -> str:
-    """What a study with no result yet says as it takes the spec as it is now."""
-    return f"study {spec.name!r} has no result yet: it takes the spec as it is now ({differences(stored, wanted)})"
+def as_stored(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """A fingerprint as the storage gives it back (tuples as lists), to compare with a stored one."""
+    return json.loads(json.dumps(fingerprint))
+
+
+def changed(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dict[str, Any], trials: Iterable[Any]) -> str | None:
+    """None where the study's spec is the spec now; else what differs, where the study takes the
+    spec as it is now (no result yet); ``spec_mismatch`` raised where it holds results."""
+    if stored == wanted:
+        return None
+    if holds_results(trials):
+        raise spec_mismatch(spec, url, stored, wanted)
+    return differences(stored, wanted)
 
 
 def spec_mismatch(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dict[str, Any]) -> StudyError:

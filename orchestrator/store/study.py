@@ -7,7 +7,6 @@ on an SQLite study (several share a server database: ``coordination``).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from contextlib import contextmanager
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from orchestrator.errors import StudyError, first_line
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
-from orchestrator.store.fingerprint import holds_results, mismatch, spec_mismatch, taken
+from orchestrator.store.fingerprint import as_stored, changed, mismatch
 from orchestrator.store.studyrecord import StudyRecord, write_study
 from orchestrator.urls import database_remedy, is_sqlite, sqlite_folder, sqlite_path, sqlite_url
 
@@ -293,16 +292,14 @@ def open_study(spec: SweepSpec, storage_url: str, fingerprint: dict[str, Any], s
         if study.trials:
             raise mismatch(spec, storage_url, "the study was not created by orchestrate")
         write_study(study, fingerprint=fingerprint)
-    wanted = json.loads(json.dumps(fingerprint))  # as the storage gives it back (tuples -> lists)
     if attrs.uid is None:
         import uuid
 
         write_study(study, uid=uuid.uuid4().hex)
-    elif stored != wanted:  # a study with no result yet takes the spec as it is now (``fingerprint``)
-        if holds_results(study.trials):
-            raise spec_mismatch(spec, storage_url, stored, wanted)  # type: ignore[arg-type]  # no fingerprint: a new study, which has no uid yet
-        write_study(study, fingerprint=fingerprint)
-        print(f"orchestrate: {taken(spec, stored, wanted)}", file=sys.stderr)  # type: ignore[arg-type]  # as above
+    elif (what := changed(spec, storage_url, stored, as_stored(fingerprint), study.trials)) is not None:  # type: ignore[arg-type]  # no fingerprint: a new study, which has no uid yet
+        write_study(study, fingerprint=fingerprint)  # no result yet: it takes the spec as it is now
+        print(f"orchestrate: study {spec.name!r} has no result yet: it takes the spec as it is now ({what})",
+              file=sys.stderr)
     if attrs.recorded is not None:  # this run writes MLflow: it is compared again at its end
         write_study(study, recorded=None)
     return study
