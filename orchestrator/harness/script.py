@@ -130,7 +130,8 @@ class Meter:
     window after the warm-up and closes it, calling ``finish(out)`` with the figures."""
 
     def __init__(self, config: TrialConfig, device: str, progress: Progress, started: float,
-                 finish: Callable[[dict[str, Any]], None], swap_start: swap.SwapSample) -> None:
+                 finish: Callable[[dict[str, Any]], None], swap_start: swap.SwapSample,
+                 abort: Callable[[BaseException], None] | None = None) -> None:
         assert config.script is not None
         self.trial, self.device, self.progress, self.started = config.trial, device, progress, started
         self.per_step = config.script.samples_per_step
@@ -160,7 +161,7 @@ class Meter:
         self.startup_s = 0.0
         self.swap_warmup = self.swap_window = swap_start
         self.cpu_start = hostcpu.CpuSample(None, None, 0.0)  # read as the window opens (_open)
-        self.abort: Callable[[BaseException], None] | None = None
+        self.abort = abort
         """Ends the process on ``Unmeasurable`` (``run``'s ``abort``); None: raised into the script."""
 
     # -- the two counters ----------------------------------------------------------------------
@@ -180,12 +181,12 @@ class Meter:
         drawn[1] += samples or 0
         drawn[2] += tokens or 0
 
-    def counted(self) -> tuple[int, int, int]:
+    def counted(self, train: set[int] | None = None) -> tuple[int, int, int]:
         """(samples, tokens, other batches) of the window: the training loaders' (with gradients
         on, drawn from in more than half of the window's steps, or last before a quarter of them:
         two loaders a step, or two in turns, are both training); the batches of every other loader
         (an evaluation every N steps: drawn between two steps, never last before one) are left out."""
-        train = self.training()
+        train = self.training() if train is None else train
         samples = sum(d[1] for k, d in self.drawn.items() if k in train)
         tokens = sum(d[2] for k, d in self.drawn.items() if k in train)
         return samples, tokens, sum(d[0] for k, d in self.drawn.items() if k not in train)
@@ -265,9 +266,10 @@ class Meter:
             step_ms = [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:])]
         else:
             step_ms = [(b - a) * 1000 for a, b in zip(self.marks, self.marks[1:])]
-        drawn, drawn_tokens, others = self.counted()
+        train = self.training()
+        drawn, drawn_tokens, others = self.counted(train)
         samples = self.per_step * steps if self.per_step is not None else float(drawn)
-        idle = self.steps - max([self.steps - steps, *(self.drawn_at[k] for k in self.training())])
+        idle = self.steps - max([self.steps - steps, *(self.drawn_at[k] for k in train)])
         if samples and self.per_step is None and steps >= 4 and 2 * idle > steps:
             raise Unmeasurable(f"set samples_per_step in the spec: the script's DataLoader yielded no batch in the "
                                f"last {idle} of the window's {steps} optimizer steps, so the batches it trained on "
@@ -371,8 +373,7 @@ def run(config: TrialConfig, progress: Progress, finish: Callable[[dict[str, Any
         out.update(applied=applied, not_applied=dict(config.not_applied))
         finish(out)
 
-    meter = Meter(config, device, progress, started, done, swap_start)
-    meter.abort = abort
+    meter = Meter(config, device, progress, started, done, swap_start, abort)
     handle = register_optimizer_step_post_hook(meter.on_step)
     undo = counting_batches(meter)
     try:

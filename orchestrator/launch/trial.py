@@ -85,6 +85,7 @@ class ProcessRun:
         self.gate_wait_s = 0.0
         """Time held before the window for the slot's interpreters: not the trial's (nor its timeout's)."""
         self._ending_logged = False
+        """Its log's closing line written (``launched`` may be asked again)."""
         self.spare_cpu_in_window: float | None = None
         """CPU seconds the slot's pre-started interpreters used from ``go`` to the window's end: ~0."""
         self._spare_cpu_at_go: dict[int, float | None] | None = None

@@ -5,11 +5,12 @@ size that does not reach the script, an evaluation loop inside the timed windows
 A script takes its parameters through its flags (``args``); one that ignores the batch-size flag
 (a hard-coded ``batch_size=16`` in its DataLoader) trains the same batch in every trial, and the
 sweep ranks noise. The harness counts what the script's DataLoaders yield per optimizer step
-(``result.info["samples_per_step"]``): two trials of different ``batch_size``, every other parameter
-equal, with the same count are that case (with another parameter different, the same count is
-often the point: 8 x 4 micro-batches against 32 x 1, the effective batch held). Not per trial: a script may take ``batch_size`` as a per-device or a global batch
-and step over several micro-batches, so one trial's count need not equal its ``batch_size``, but
-two different batches must not draw the same samples.
+(``result.info["samples_per_step"]``): two trials of different ``batch_size``, every other
+parameter equal, with the same count are that case (with another parameter different, the same
+count is often the point: 8 x 4 micro-batches against 32 x 1, the effective batch held). Not per
+trial: a script may take ``batch_size`` as a per-device or a global batch and step over several
+micro-batches, so one trial's count need not equal its ``batch_size``, but two different batches
+must not draw the same samples.
 
 The harness counts only the training loader's batches; those of another loader drawn inside the
 window (``result.info["other_batches"]``: an evaluation loop) are left out of the samples, but
