@@ -27,7 +27,7 @@ from typing import Callable
 from orchestrator.errors import SpecError, StudyError, each_error, raise_all
 from orchestrator.redact import shown
 from orchestrator.spec.load import Choice, SweepSpec
-from orchestrator.urls import Origins
+from orchestrator.urls import Origins, is_tracking_server
 
 REACH_TIMEOUT_S = 5.0
 """How long a server (a database, a tracking server, the Hugging Face hub) has to answer."""
@@ -47,7 +47,7 @@ def preflight(spec: SweepSpec, origins: Origins = Origins(), *, tracking_server:
     attempt(lambda: workload(spec))
     remote: list[Callable[[], None]] = [functools.partial(store, spec, origins, f, u, tracking_server)
                                         for f, u in (("storage", spec.storage), ("tracking_uri", spec.tracking_uri))]
-    if tracking_server and spec.tracking_uri.split(":", 1)[0] in ("http", "https"):
+    if tracking_server and is_tracking_server(spec.tracking_uri):
         remote.append(lambda: tracking(spec, origins))
     remote += [functools.partial(hub_model, spec, p, m) for p, m in hub_models(spec)]
     with ThreadPoolExecutor(max_workers=len(remote)) as pool:
