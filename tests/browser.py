@@ -160,6 +160,8 @@ def wait_for_page(proc: subprocess.Popen, log: Path, port: int, experiment: str 
     else:
         raise AssertionError(f"the MLflow UI did not answer on port {port} within {timeout:.0f} s:\n"
                              f"{log.read_text()[-3000:]}")
-    found = re.search(rf"experiment '{re.escape(experiment)}': (http://127\.0\.0\.1:{port}/\S+)", log.read_text())
+    pattern = rf"experiment '{re.escape(experiment)}': (http://127\.0\.0\.1:{port}/\S+)"
+    while not (found := re.search(pattern, log.read_text())) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)  # printed once `orchestrate ui` has seen its server answer too (its own poll)
     assert found, log.read_text()
     return found.group(1)
