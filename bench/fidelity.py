@@ -135,7 +135,11 @@ def main() -> None:
                                                      (o.split("=", 1) for o in args.only))][:args.configs]
     if not chosen:
         raise SystemExit(f"fidelity: no configuration of {args.spec} has {' and '.join(args.only)}")
-    work = Path(tempfile.mkdtemp(prefix="fidelity-"))
+    with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:  # the trials' folders go with it
+        measure(spec, plan, chosen, args, Path(tmp))
+
+
+def measure(spec, plan, chosen: list[dict], args: argparse.Namespace, work: Path) -> None:  # noqa: ANN001
     if args.overlap:
         if not fork_server_usable():
             raise SystemExit("fidelity: --overlap needs the fork server (Linux, ORCHESTRATE_FORK unset)")

@@ -3,6 +3,7 @@ not the figures, which come from the full runs)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -121,10 +122,14 @@ def test_devices_bench_alternates_rounds_and_prints_the_control(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_fidelity_bench_measures_the_chosen_configurations_both_ways(tmp_path: Path) -> None:
+    temp = tmp_path / "temp"
+    temp.mkdir()
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "fidelity.py"), "--rounds", "1", "--configs", "1",
                           "--only", "dtype=bfloat16", "--only", "batch_size=512", "--min-measure-s", "0.1"],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**os.environ, "TMPDIR": str(temp)})
     assert out.returncode == 0, out.stdout + out.stderr
+    assert not [p.name for p in temp.glob("fidelity-*")]  # its trials' folders went with it
     rows = [ln for ln in out.stdout.splitlines() if ln.startswith("hidden_size=")]
     assert len(rows) == 1 and "batch_size=512, dtype=bfloat16" in rows[0] and "spread between rounds" in out.stdout
     assert "throughput ratio pre-started / fresh: median" in out.stdout
