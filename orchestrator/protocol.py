@@ -267,6 +267,11 @@ class TrialConfig:
     compile_cache: str | None = None
     """Where ``compile: true`` keeps Inductor's caches (the study's, ``harness/compiled.py``);
     None: where torch keeps them by default, or where the user's environment says."""
+    temp_dir: str | None = None
+    """multiprocessing's folder for the trial and the processes it forks (the sockets by which
+    DataLoader workers pass tensors), which the launcher removes once the process has exited
+    (``trialdir.multiprocessing_folder``). Their own would be left behind: a trial ends at its
+    window's end, its workers killed before they remove theirs."""
 
 
 def encode_config(config: TrialConfig) -> str:
@@ -288,6 +293,8 @@ def encode_config(config: TrialConfig) -> str:
                           "samples_per_step": config.script.samples_per_step}
     if config.compile_cache is not None:
         data["compile_cache"] = config.compile_cache
+    if config.temp_dir is not None:
+        data["temp_dir"] = config.temp_dir
     return json.dumps(data, indent=1, default=str)
 
 
@@ -303,7 +310,7 @@ def config_of(data: dict[str, Any]) -> TrialConfig:
                        bool(data.get("watch_parent", True)),
                        None if script is None else ScriptCall(script["path"], [str(a) for a in script["argv"]],
                                                               script.get("samples_per_step")),
-                       data.get("compile_cache"))
+                       data.get("compile_cache"), data.get("temp_dir"))
 
 
 def decode_config(text: str) -> TrialConfig:

@@ -76,6 +76,15 @@ def partial(result_path: str | Path) -> str:
     return f"{result_path}{PARTIAL}"
 
 
+def multiprocessing_folder() -> str:
+    """A new folder for a trial's (or the smoke step's) multiprocessing files, outside the project
+    (``TrialConfig.temp_dir``; its launcher removes it): named and placed as multiprocessing names
+    its own (``pymp-*`` in the temp folder), for a socket's path has room for 104-108 bytes only."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="pymp-")
+
+
 def write_atomically(path: str | Path, text: str) -> None:
     """``text`` to ``path``, under another name first, then renamed (a reader never sees half)."""
     tmp = partial(path)

@@ -248,6 +248,7 @@ def _child(request: dict[str, Any], script: str, fds: list[int] | None = None, r
         before = _python_path(dict(os.environ))
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None  # TMPDIR read again, as a new process would
         sys.path[1:1 + len(before)] = _python_path(os.environ)  # the server's PYTHONPATH replaced
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
         if fds is not None:

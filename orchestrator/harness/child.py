@@ -75,6 +75,16 @@ def pin_cores() -> None:
         os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
 
 
+def use_temp_dir(folder: str | None) -> None:
+    """multiprocessing's files (the sockets by which DataLoader workers pass tensors) in ``folder``,
+    the orchestrator's to remove (``TrialConfig.temp_dir``): set before the script or the
+    experiment forks its workers, which inherit it."""
+    if folder is not None:
+        from multiprocessing import process
+
+        process.current_process()._config["tempdir"] = folder  # type: ignore[attr-defined]  # multiprocessing.util.get_temp_dir reads it first
+
+
 def write_result(path: str, result: TrialResult) -> None:
     """The trial's result, written atomically (``encode_result``)."""
     write_atomically(path, encode_result(result))
@@ -93,6 +103,7 @@ def run_config(config: TrialConfig, timeline: dict[str, float],
     timeline.setdefault("imports_done", time.time())
     assert config.result_path is not None, "the launcher gives every trial its result's path"
     os.environ["ORCHESTRATE_RESULT_PATH"] = config.result_path  # for experiments that report themselves
+    use_temp_dir(config.temp_dir)
     progress = train.Progress(before_window, after_window)
     device = config.params.get("device", "auto")
     try:

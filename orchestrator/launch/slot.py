@@ -195,6 +195,7 @@ class SlotLauncher:
         """Once its processes are reaped and its spares gone (``end_all``): its pipes close."""
         if self.running is not None:
             self.running.interp.close()
+            self.running.forget_temp()
         self.pool.forget()
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -98,12 +99,18 @@ class ProcessRun:
         """That process, forked as this trial started with its driver alone, was told to make its
         context once no window runs (``SparePool.context_next``)."""
         config_path = trial_dir / trialdir.CONFIG
+        self.temp_dir: Path | None = None
+        """multiprocessing's folder for the trial's processes (``TrialConfig.temp_dir``), removed
+        once its process has exited (``forget_temp``)."""
         try:
-            config_path.write_text(encode_config(replace(config, result_path=str(self.result_path))))
+            self.temp_dir = Path(trialdir.multiprocessing_folder())
+            config_path.write_text(encode_config(replace(config, result_path=str(self.result_path),
+                                                         temp_dir=str(self.temp_dir))))
         except OSError:  # a full disk, say: the process it was given is left to nobody, so it goes now
             interp.kill()
             interp.close()
             config_path.unlink(missing_ok=True)  # no half-written configuration left in its folder
+            self.forget_temp()
             raise
         if interp.log_path != self.log_path:  # a pre-started interpreter: its log becomes the trial's
             try:
@@ -161,6 +168,7 @@ class ProcessRun:
             if not self._exit_told:
                 self._exit_told = True
                 event("exited", self.trial)
+                self.forget_temp()
             self._count_spares()
             return
         now = time.monotonic()
@@ -210,6 +218,13 @@ class ProcessRun:
 
     def kill(self) -> None:
         self.interp.kill()
+
+    def forget_temp(self) -> None:
+        """Its ``temp_dir`` removed: its process has exited, and its workers died with it (or the
+        sweep ends: ``SlotLauncher.release``)."""
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            self.temp_dir = None
 
     def launched(self) -> Launched:
         """The outcome, once ``has_result`` (classified from the result file, or from the exit)."""

@@ -138,14 +138,16 @@ class ForkedProbe(Probe):
     def __init__(self, spec: SweepSpec, smoke: dict[str, Any] | None, server: Any, folder: Any) -> None:
         from pathlib import Path
 
+        from orchestrator import trialdir
         from orchestrator.protocol import Kind, Order
 
         super().__init__(spec, smoke)
         self.server, self.folder = server, Path(folder)
         self.request = self.folder / "request.json"
+        self.temp_dir = trialdir.multiprocessing_folder()  # the smoke step's workers' files (close removes it)
         self.request.write_text(json.dumps({"experiment": spec.workload, "device": self.device,
-                                            "fixed": spec.fixed, "smoke": smoke,
-                                            "smoke_script": self.smoke_script}, default=str))
+                                            "fixed": spec.fixed, "smoke": smoke, "smoke_script": self.smoke_script,
+                                            "temp_dir": self.temp_dir}, default=str))
         self.child = server.fork(self.folder / "probe.log")
         self.child.send(Order(Kind.PROBE, config=str(self.request)))
         event("probe_start", forked=True)
@@ -183,6 +185,7 @@ class ForkedProbe(Probe):
         if self.child.returncode is None and not self._done:
             self.child.kill()
         shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 class ProcessProbe(Probe):

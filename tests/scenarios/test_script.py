@@ -109,12 +109,17 @@ def test_each_way_a_script_fails_gets_its_line_and_nothing_outlives_the_sweep(tm
         args: ["--mode", "{mode}"]
         device: cpu
         space:
-          mode: [ok, crash, early, nostep, hang, workers]
+          mode: [workers, ok, crash, early, nostep, hang]  # the smoke step takes the first
         search: {sampler: grid, max_failures: 10}
         trial: {warmup_steps: 1, measure_steps: 12, min_measure_s: 0.2, timeout_s: 4}
     """)
-    proc = orchestrate(["spec.yaml", "--no-check"], tmp_path)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    proc = orchestrate(["spec.yaml"], tmp_path, env={"TMPDIR": str(temp)})
     assert proc.returncode == 0, proc.stdout + proc.stderr  # ok and workers fit: the failures are results
+    # the DataLoader workers' sockets' folders (multiprocessing's pymp-*) went with their trials and the
+    # smoke step: torch's own compile cache alone stays
+    assert [p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_")] == []
     lines = {line.split()[1]: line for line in proc.stdout.splitlines() if line.startswith("#")}
     trials = {t.params["mode"]: t.user_attrs for t in load_study(tmp_path, "faulty").trials}
     assert trials["ok"]["status"] == "ok" and trials["workers"]["status"] == "ok", (  # what went wrong, if it did
