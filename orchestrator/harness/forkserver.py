@@ -34,7 +34,7 @@ from typing import Any, Callable, TextIO
 
 from orchestrator.harness import subreaper
 from orchestrator.harness.ahead import preload_params
-from orchestrator.harness.child import pin_cores, preload, run_given, use_temp_dir, watch_parent
+from orchestrator.harness.child import pin_cores, preload, run_given, watch_parent
 from orchestrator.harness.prepared import prepared
 from orchestrator.protocol import (GO, PARENT_PID_ENV, STATUS_FD_ENV, Kind, Order, StatusLine, Word, decode_order,
                                            encode_order, encode_status, probe_answer)
@@ -199,14 +199,14 @@ def _probe(request_path: str, status: TextIO) -> int:
     watch_parent()  # the server: if it dies (with the orchestrator), so does the probe
     with open(request_path) as f:
         request = json.load(f)
-    use_temp_dir(request.get("temp_dir"))  # the smoke step's workers' files: the probe's closing removes them
 
     def say(name: str, out: dict[str, Any]) -> None:
         write_atomically(probe_answer(request_path, name), json.dumps(out, indent=1, default=str))
         status.write(encode_status(StatusLine(Word.RESULT, os.getpid())))
 
     answer(request["experiment"], request["device"], request["fixed"], request.get("smoke"), say,
-           request.get("smoke_script"), os.path.join(os.path.dirname(request_path), "probe.log"))
+           request.get("smoke_script"), os.path.join(os.path.dirname(request_path), "probe.log"),
+           request.get("temp_dir"))
     return 0
 
 

@@ -1,7 +1,7 @@
 """Check an experiment module against the contract, in a subprocess, before a study exists.
 
-``python -m orchestrator.harness.probe MODULE DEVICE FIXED_JSON [SMOKE_PARAMS_JSON]`` prints one
-JSON line: ``PROBE {"ok": true, "device": "cpu", "params": [...] | null, ...}`` or
+``python -m orchestrator.harness.probe MODULE DEVICE FIXED_JSON [SMOKE_PARAMS_JSON SMOKE_SCRIPT_JSON
+TEMP_DIR]`` prints one JSON line: ``PROBE {"ok": true, "device": "cpu", "params": [...] | null, ...}`` or
 ``PROBE {"ok": false, "error": "..."}``; given smoke parameters, then ``SMOKE {...}``: one
 training step of that configuration (``orchestrator.harness.smoke``). On Linux the slot's fork
 server usually answers instead (``forkserver.py``: the same ``answer``, in a process it forks,
@@ -21,7 +21,7 @@ import sys
 import traceback
 from typing import Callable
 
-from orchestrator.harness.child import watch_parent
+from orchestrator.harness.child import use_temp_dir, watch_parent
 
 
 def probe(module_name: str, device: str, fixed: dict) -> dict:
@@ -99,18 +99,19 @@ def why_not(device: str) -> str | None:
 
 
 def answer(module_name: str, device: str, fixed: dict, smoke: dict | None, say: Callable[[str, dict], None],
-           smoke_script: dict | None = None, log_path: str | None = None) -> None:
+           smoke_script: dict | None = None, log_path: str | None = None, temp_dir: str | None = None) -> None:
     """The probe's answer, then (given ``smoke``, the smoke configuration's parameters, and the
     probe's answer ok) one training step of that configuration (``orchestrator.harness.smoke``;
     a script's: ``smoke_script``, its ``ScriptCall`` for those parameters, run until its first
-    optimizer step, whose output goes to ``log_path``): each said as it is ready,
-    ``say("probe", ...)`` then ``say("smoke", ...)``."""
+    optimizer step, whose output goes to ``log_path``; its multiprocessing files in ``temp_dir``,
+    which the caller removes): each said as it is ready, ``say("probe", ...)`` then ``say("smoke", ...)``."""
     out = probe(module_name, device, fixed)
     say("probe", out)
     if out["ok"] and smoke is not None:
         import os
 
         os.environ["ORCHESTRATE_SMOKE"] = "1"  # an experiment may tell the smoke step from a trial
+        use_temp_dir(temp_dir)
         if smoke_script is not None:
             from orchestrator.protocol import ScriptCall
             from orchestrator.harness.smoke import script_smoke
@@ -141,4 +142,4 @@ if __name__ == "__main__":
 
     answer(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]),
            json.loads(sys.argv[4]) if len(sys.argv) > 4 else None, say_line,
-           json.loads(sys.argv[5]) if len(sys.argv) > 5 else None)
+           json.loads(sys.argv[5]) if len(sys.argv) > 5 else None, temp_dir=sys.argv[6] if len(sys.argv) > 6 else None)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import trialdir
 from orchestrator.errors import SpecError
 from orchestrator.redact import child_env
 from orchestrator.protocol import PARENT_PID_ENV
@@ -40,6 +41,9 @@ class Probe:
         self.spec, self.asked_smoke = spec, smoke is not None
         self.device = spec.device if "device" not in spec.space else "auto"
         self.smoke_script = _smoke_script(spec, smoke)
+        self.temp_dir = trialdir.multiprocessing_folder() if smoke is not None else None
+        """The smoke step's multiprocessing files (its DataLoader workers'), removed by ``close``
+        (``TrialConfig.temp_dir``)."""
         self._done = False
         """Its last answer has been read: a forked probe then exits by itself."""
         self._stderr = ""
@@ -64,6 +68,12 @@ class Probe:
     def close(self) -> None:
         """The probe ends (killed if it still runs), and its files are removed."""
         raise NotImplementedError
+
+    def _forget_temp(self) -> None:
+        if self.temp_dir is not None:
+            import shutil
+
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     @property
     def _field(self) -> tuple[str]:
@@ -138,13 +148,11 @@ class ForkedProbe(Probe):
     def __init__(self, spec: SweepSpec, smoke: dict[str, Any] | None, server: Any, folder: Any) -> None:
         from pathlib import Path
 
-        from orchestrator import trialdir
         from orchestrator.protocol import Kind, Order
 
         super().__init__(spec, smoke)
         self.server, self.folder = server, Path(folder)
         self.request = self.folder / "request.json"
-        self.temp_dir = trialdir.multiprocessing_folder()  # the smoke step's workers' files (close removes it)
         self.request.write_text(json.dumps({"experiment": spec.workload, "device": self.device,
                                             "fixed": spec.fixed, "smoke": smoke, "smoke_script": self.smoke_script,
                                             "temp_dir": self.temp_dir}, default=str))
@@ -185,7 +193,7 @@ class ForkedProbe(Probe):
         if self.child.returncode is None and not self._done:
             self.child.kill()
         shutil.rmtree(self.folder, ignore_errors=True)
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        self._forget_temp()
 
 
 class ProcessProbe(Probe):
@@ -203,9 +211,7 @@ class ProcessProbe(Probe):
         args = [sys.executable, "-m", "orchestrator.harness.probe", spec.workload, self.device,
                 json.dumps(spec.fixed, default=str)]
         if smoke is not None:
-            args.append(json.dumps(smoke, default=str))
-            if self.smoke_script is not None:
-                args.append(json.dumps(self.smoke_script, default=str))
+            args += [json.dumps(smoke, default=str), json.dumps(self.smoke_script, default=str), str(self.temp_dir)]
         self._err = tempfile.TemporaryFile()  # a pipe could fill up with a traceback and block the child
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._err,
                                      env={**child_env(), **(env or {}), PARENT_PID_ENV: str(os.getpid())},
@@ -250,6 +256,7 @@ class ProcessProbe(Probe):
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self._err.close()
+        self._forget_temp()
 
 
 def start_probe(spec: SweepSpec, smoke: dict[str, Any] | None, env: dict[str, str] | None = None,

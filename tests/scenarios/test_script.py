@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -113,13 +114,16 @@ def test_each_way_a_script_fails_gets_its_line_and_nothing_outlives_the_sweep(tm
         search: {sampler: grid, max_failures: 10}
         trial: {warmup_steps: 1, measure_steps: 12, min_measure_s: 0.2, timeout_s: 4}
     """)
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    proc = orchestrate(["spec.yaml"], tmp_path, env={"TMPDIR": str(temp)})
+    temp = Path(tempfile.mkdtemp(prefix="t"))  # short: a socket's path has room for 108 bytes
+    try:
+        proc = orchestrate(["spec.yaml"], tmp_path, env={"TMPDIR": str(temp)})
+        left = [p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_")]
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # ok and workers fit: the failures are results
     # the DataLoader workers' sockets' folders (multiprocessing's pymp-*) went with their trials and the
     # smoke step: torch's own compile cache alone stays
-    assert [p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_")] == []
+    assert left == []
     lines = {line.split()[1]: line for line in proc.stdout.splitlines() if line.startswith("#")}
     trials = {t.params["mode"]: t.user_attrs for t in load_study(tmp_path, "faulty").trials}
     assert trials["ok"]["status"] == "ok" and trials["workers"]["status"] == "ok", (  # what went wrong, if it did

@@ -79,6 +79,8 @@ def both_ways(spec: Any, server: Any, smoke: dict[str, Any] | None, paths: str) 
             probe.close()
         if srv is not None:
             assert not probe.folder.exists(), "the forked probe's files were left behind"
+        assert (probe.temp_dir is None) == (smoke is None)  # the smoke step's multiprocessing folder
+        assert probe.temp_dir is None or not os.path.exists(probe.temp_dir), "it was left behind"
     return out
 
 
