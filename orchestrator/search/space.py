@@ -166,7 +166,7 @@ def trial_params(plan: Plan, sampled: dict[str, Any]) -> dict[str, Any]:
     params = {k: v for k, v in plan.fixed.items() if knobs.applies(k, device)}
     params.update(sampled)
     params["device"] = device
-    if "effective_batch_size" in params:
+    if "effective_batch_size" in params and "batch_size" in params:  # not in shared_env's partial ones
         params["grad_accum_steps"] = params["effective_batch_size"] // params["batch_size"]
     return params
 

@@ -133,6 +133,7 @@ def test_a_continuous_range_has_no_count(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("device, space, fixed, expected", [
     ("cpu", "batch_size: [8, 16]", "", {}),  # most sweeps: no allocator variable
+    ("cpu", "batch_size: [8, 16]", "effective_batch_size: 32", {}),  # accumulation derived per trial
     ("cpu", "lr: {low: 0.001, high: 0.1}", "", {}),  # continuous, no environment knob
     ("cuda", "batch_size: [8, 16]", "cuda_alloc_conf: 'expandable_segments:True'",
      {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),  # fixed: every trial the same
