@@ -35,12 +35,17 @@ def print_plan(spec: SweepSpec, slots: list[str] | None = None) -> None:
     if spec.device == "auto":
         device = guess_device()
         how = f"auto -> {device} (guessed without importing torch; a real run asks torch)"
-    else:
-        device, how = spec.device, spec.device
+    else:  # whether torch has it here is a run's question (a dry run imports no torch)
+        device = spec.device
+        how = device + ("" if device == "cpu" else " (a real run asks torch whether it is here)")
+    if device == "cuda":
+        from orchestrator.sweep.checks import check_cuda_fraction
+
+        check_cuda_fraction(spec)  # the run's rule, said before torch is asked
     plan = make_plan(spec, device)
     n = count_configurations(plan)
     target = spec.search.n_trials or n
-    dims = ", ".join(f"{k} x{len(v.values) if hasattr(v, 'values') else '~'}" for k, v in plan.searched.items())
+    dims = ", ".join(f"{k} x{_count(v)}" for k, v in plan.searched.items())
     objective = ", ".join(f"{d} {m}" for m, d in spec.objective.metrics)
     if spec.objective.constraints:
         objective += "; subject to " + ", ".join(
@@ -49,21 +54,22 @@ def print_plan(spec: SweepSpec, slots: list[str] | None = None) -> None:
     storage, tracking = shown(absolute_uri(spec.storage)), shown(absolute_uri(spec.tracking_uri))
     seed = f", seed {spec.search.seed}" if spec.search.seed is not None else ""
     t = spec.trial
-    from orchestrator.search.strategy import planned
+    from orchestrator.search.strategy import planned, sampler_name
 
     if planned(spec):
         search = ("auto search: " + (f"ends once no configuration left is likely to beat the best by more "
                                      f"than {spec.search.band:.0%}" if spec.search.stop == "auto" else
                                      "runs the whole budget (stop: budget)"))
     else:
-        search = f"{spec.search.sampler if spec.search.sampler != 'auto' else 'tpe'} sampler{seed}"
+        search = f"{sampler_name(spec)} sampler{seed}"
     out = [f"Plan for {spec.path} (dry run: nothing is created, nothing runs)",
            f"  study        {spec.name}: {search}",
            f"  {'script' if spec.script is not None else 'experiment':<12s} {spec.workload_name} ({origin})",
            *_unchecked_names(spec, origin),
            f"  device       {how}" + (f"; {len(slots)} slots, one trial at a time on each: {', '.join(slots)}"
                                           if slots and len(slots) > 1 else ""),
-           f"  space        {n if n is not None else 'continuous'} configurations" + (f": {dims}" if dims else "")]
+           f"  space        {n if n is not None else 'continuous'} configuration{'' if n == 1 else 's'}"
+           + (f": {dims}" if dims else "")]
     for k, v in plan.searched.items():
         out.append(f"                 {k:<26s} {describe_dim(v)}")
     if plan.fixed:
@@ -142,8 +148,9 @@ def _progress(spec: SweepSpec, plan: Plan | None = None) -> str:
     n = sum(count for state, count in counts.items() if state != "WAITING")
     if not n:
         return "; the study does not exist yet"
+    trials = f"{n} trial{'' if n == 1 else 's'}"
     if plan is None:
-        return f"; the study exists with {n} trials: a run resumes it"
+        return f"; the study exists with {trials}: a run resumes it"
     from orchestrator.search.space import fingerprint
     from orchestrator.store.fingerprint import as_stored, changed
     from orchestrator.store.studyrecord import StudyRecord
@@ -154,5 +161,16 @@ def _progress(spec: SweepSpec, plan: Plan | None = None) -> str:
     wanted = as_stored(fingerprint(spec, plan))
     what = None if study is None or stored is None or stored.get("device") != wanted.get("device") else \
         changed(spec, spec.storage, stored, wanted, study.trials)  # raises the run's refusal
-    return (f"; the study exists with {n} trials: a run resumes it" if what is None else
-            f"; the study exists with {n} trials and no result yet: a run takes the spec as it is now ({what})")
+    return (f"; the study exists with {trials}: a run resumes it" if what is None else
+            f"; the study exists with {trials} and no result yet: a run takes the spec as it is now ({what})")
+
+
+def _count(dim: object) -> str:
+    """A dimension's number of values, ``~`` for a continuous range."""
+    from orchestrator.spec.model import Choice, Range
+
+    if isinstance(dim, Choice):
+        return str(len(dim.values))
+    if isinstance(dim, Range) and dim.step is not None:
+        return str(len(dim.grid_values()))
+    return "~"

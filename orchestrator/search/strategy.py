@@ -185,6 +185,12 @@ def planned(spec: SweepSpec) -> bool:
             and not any(isinstance(d, Range) and d.step is None for d in spec.space.values()))
 
 
+def sampler_name(spec: SweepSpec) -> str:
+    """The spec's sampler as it runs: ``auto`` is TPE where the planner does not apply (a
+    continuous space, several objectives)."""
+    return "tpe" if spec.search.sampler == "auto" and not planned(spec) else spec.search.sampler
+
+
 def strategy_for(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | None, target: int,
                  rng: random.Random, memory_limit_gib: float | None = None,
                  native_half: frozenset[str] | None = None) -> Strategy:
@@ -199,7 +205,7 @@ def strategy_for(spec: SweepSpec, plan: Plan, configs: list[dict[str, Any]] | No
         return Planned(planner, target, len(configs), spec.search.stop == "auto")
     if spec.search.sampler == "grid":
         return Grid(configs)
-    return Sampled(spec.search.sampler, configs, rng)
+    return Sampled(sampler_name(spec), configs, rng)
 
 
 def make_sampler(spec: SweepSpec, n_existing: int, worker: int = 0) -> Any:
@@ -212,9 +218,7 @@ def make_sampler(spec: SweepSpec, n_existing: int, worker: int = 0) -> Any:
     import optuna
 
     seed = None if spec.search.seed is None else (spec.search.seed + 7919 * n_existing + 104729 * worker) % 2**32
-    name = spec.search.sampler
-    if name == "auto" and not planned(spec):
-        name = "tpe"  # a continuous space or several objectives: the planner does not apply
+    name = sampler_name(spec)
     if name == "tpe":
         # 5 random start-up trials instead of Optuna's 10: memory sweeps are small (tens of
         # configurations), and on both recorded landscapes this reached the best configuration

@@ -23,7 +23,7 @@ LOADER_ONLY = (
     "loader does not. Values must be finite (no `.inf`, `.nan`).",
     "`search.sampler: grid` needs a `step` on every range, and a range without a step (continuous) needs "
     "`search.n_trials`.",
-    "`effective_batch_size` needs `batch_size` as a fixed value or a list, every batch size must divide every "
+    "`effective_batch_size` needs `batch_size` as a fixed value, a list or a stepped range, every batch size must divide every "
     "effective batch size, and `grad_accum_steps` is then derived (giving it too is an error).",
     "`mps_low_watermark_ratio` must not exceed `mps_high_watermark_ratio` (or MPS's default high ratio, "
     f"{knobs.MPS_DEFAULT_HIGH_WATERMARK}, when that is not given), for every combination the space holds.",
@@ -33,8 +33,9 @@ LOADER_ONLY = (
     "`devices`: a slot listed twice, `auto` beside other slots, and a core range `cpu:A-B` with A > B are refused.",
     "`storage` and `tracking_uri`: a SQLite URL needs a file path (not `:memory:`), a server database's driver "
     "must be installed, and MLflow 3 refuses `file:` and plain folders as a tracking store.",
-    "The experiment's own parameters (names that are not knobs) are checked by the experiment "
-    "(its `PARAMS` and `validate_params`), in a subprocess, before anything runs.",
+    "The experiment's own parameters (names that are not knobs): their names against its `PARAMS`, and their "
+    "fixed values by its `validate_params`, in a subprocess, before anything runs; a swept value the experiment "
+    "refuses ends that trial as `error`.",
 )
 """Rules the loader enforces that the schema does not (they join two fields, or need the
 experiment); listed on the reference page."""

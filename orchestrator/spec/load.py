@@ -100,6 +100,10 @@ def check_spec(data: object, path: Path, lines: dict[tuple, int],
             c.note(c.fail(("fixed", "device"), "set the device with the top-level `device:` key or sweep it in "
                           "`space:`", show_value=False))
             continue
+        if isinstance(value, (list, dict)):  # a knob's rule would say "got a list": say where lists go
+            c.note(c.fail(("fixed", key), f"a fixed value is one value; to try several, list {key} under space",
+                          value))
+            continue
         fixed[key] = c.attempt(lambda: check_value(c, ("fixed", key), key, value), None)
     space: dict[str, Dimension] = {}
     for key, value in space_raw.items():
@@ -151,7 +155,9 @@ def _check_name(c: Checker, top: dict[str, Any]) -> str:
     if isinstance(name, str) and len(name) > NAME_MAX and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise c.fail(("name",), f"the study name must be at most {NAME_MAX} characters, got {len(name)}",
                      show_value=False)
-    if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
+    if not isinstance(name, str):
+        raise c.fail(("name",), "the study name must be text (quote it: name: '5')", name)
+    if not re.fullmatch(NAME_PATTERN, name):
         raise c.fail(("name",), "the study name must be letters, digits, '_', '.' or '-', the first a letter "
                      "or a digit", name)
     return name

@@ -162,6 +162,8 @@ def check_objective(c: Checker, raw: object) -> Objective:
     raw_c = obj.get("constraints") or {}
     c.mapping(path + ("constraints",), raw_c, OBJECTIVE_METRICS)
     for metric, bound in raw_c.items():
+        if not isinstance(bound, dict):
+            raise c.fail(path + ("constraints", metric), "a constraint is a bound, {max: N} or {min: N}", bound)
         b = c.mapping(path + ("constraints", metric), bound, ("max", "min"))
         if not b and bound:
             continue  # only unknown keys, each noted
@@ -281,13 +283,16 @@ def check_devices(c: Checker, raw: object) -> tuple[str, ...] | None:
         raise c.fail(path, rule, raw)
     for i, item in enumerate(items):
         where = path + (i,) if isinstance(raw, list) else path
-        if not isinstance(item, str) or not (item == "auto" and len(items) == 1 or DEVICE_SLOT.fullmatch(item)):
+        if item == "auto" and len(items) > 1:
+            raise c.fail(where, "auto stands alone (it is every visible GPU): give it or a list of "
+                         "slots, not both", item)
+        if not isinstance(item, str) or not (item == "auto" or DEVICE_SLOT.fullmatch(item)):
             raise c.fail(where, rule, item)
         m = re.fullmatch(r"cpu:(\d+)-(\d+)", item)
         if m and int(m.group(1)) > int(m.group(2)):
             raise c.fail(where, "a core range A-B needs A <= B", item)
-    if len(set(items)) != len(items):
-        raise c.fail(path, "a device slot is listed twice (one trial per device at a time)", raw)
+    if twice := next((item for i, item in enumerate(items) if item in items[:i]), None):
+        raise c.fail(path, "a device slot is listed twice (one trial per device at a time)", twice)
     return tuple(items)
 
 

@@ -166,7 +166,7 @@ def check_combinations(c: Checker, fixed: dict[str, Any], space: dict[str, Dimen
         bs = _values(fixed, space, "batch_size")
         if bs is None or eff is None:
             raise c.fail(("space", "effective_batch_size") if "effective_batch_size" in space else ("fixed", "effective_batch_size"),
-                         "effective_batch_size needs batch_size as a fixed value or a list of choices", show_value=False)
+                         "effective_batch_size needs batch_size as a fixed value, a list of choices or a stepped range", show_value=False)
         for where, values in (bs, eff):
             if values is None:
                 raise c.fail(where, f"every effective_batch_size is checked against every batch size, so this "

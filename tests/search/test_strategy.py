@@ -75,7 +75,8 @@ def test_a_sampler_over_a_continuous_space_ends_when_it_only_repeats_itself() ->
     ({"sampler": "tpe"}, None, Sampled, "tpe sampler", True),
     ({"sampler": "nsga2"}, None, Sampled, "nsga2 sampler", True),
     ({"sampler": "random"}, None, Sampled, "random sampler", False),
-    ({"n_trials": 4}, {"lr": {"low": 0.001, "high": 0.1}}, Sampled, "auto sampler", False),  # continuous: no planner
+    ({"n_trials": 4}, {"lr": {"low": 0.001, "high": 0.1}}, Sampled, "tpe sampler", True),  # continuous: no
+    # planner, so TPE, named and run as sampler: tpe is (the run's header said "auto sampler" where the dry run said tpe)
 ])
 def test_which_strategy_a_spec_gets(search: dict[str, Any], space: dict[str, Any] | None, kind: type,
                                     label: str, refines: bool) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
+from orchestrator.errors import SpecError
 from orchestrator.spec.load import (DEFAULT_STORAGE, DEFAULT_TRACKING_URI, Choice, Constraint, Range,
                                SearchSettings, TrialSettings, load_spec, show)
 
@@ -204,3 +205,24 @@ def test_patience_needs_a_single_objective(tmp_path) -> None:  # noqa: ANN001
                     "peak_memory_gib: minimize}\nsearch: {n_trials: 3, patience: 2}\n")
     with _pytest.raises(SpecError, match="search.patience: patience needs a single objective metric"):
         load_spec(path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("name: 5\nexperiment: experiments.mlp\n", ":1: name: the study name must be text (quote it: name: '5'), got 5"),
+    (HEAD + "devices: 'auto,cpu'\n", ":3: devices: auto stands alone (it is every visible GPU): give it or a list of "
+     "slots, not both, got 'auto'"),  # was "devices must be auto or a list ..., got 'auto'"
+    (HEAD + "devices: [cpu, mps, cpu]\n", ":3: devices: a device slot is listed twice (one trial per device at a "
+     "time), got 'cpu'"),  # was "got a list"
+    (HEAD + "fixed:\n  batch_size: [8, 16]\n", ":4: fixed.batch_size: a fixed value is one value; to try several, "
+     "list batch_size under space, got a list"),  # was "batch sizes must be positive integers"
+    (HEAD + "fixed:\n  seed: -1\n", ":4: fixed.seed: seeds must be integers >= 0, got -1"),
+    (HEAD + "objective:\n  constraints:\n    peak_memory_gib: 12\n", ":5: objective.constraints.peak_memory_gib: a "
+     "constraint is a bound, {max: N} or {min: N}, got 12"),  # was "must be a mapping of keys to values"
+], ids=["name", "auto-beside", "twice", "fixed-list", "seed", "constraint"])
+def test_a_broken_rule_names_the_rule_that_applies(tmp_path: Path, text: str, message: str) -> None:
+    """Found by a tour of the docs: each said a rule that did not fit the value it named."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert str(err.value) == f"{path}{message}"
