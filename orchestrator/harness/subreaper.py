@@ -30,6 +30,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -129,9 +130,14 @@ def end_descendants(pid: int | None = None, rounds: int = 20) -> int:
     """SIGKILL every descendant of ``pid`` (default: this process), again until none is left (one
     may fork between the walk and its kill: its child is re-parented to a subreaper in the tree,
     or appears under it, and is found by the next walk); this process's own dead children are
-    reaped. Returns how many were killed."""
+    reaped. Returns how many were killed. Called for this process as it ends: the handler a
+    DataLoader sets for SIGCHLD is taken off first, for it would raise in this process as its
+    workers die (a busy machine's smoke step "failed" with "DataLoader worker ... is killed by
+    signal", its answer ok; a trial's ok result was overwritten with that error)."""
     me = os.getpid()
     pid = me if pid is None else pid
+    if pid == me and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     killed = 0
     for _ in range(rounds):
         found = descendants(pid)

@@ -42,7 +42,14 @@ def wait_until(done: Callable[[], bool], timeout_s: float) -> None:
 
 def kill_group(pgid: int) -> None:
     """Kill a trial's process group (``pgid``: its leader's pid) and, first, every descendant of
-    its leader that left the group (``setsid``; ``harness.subreaper``)."""
+    its leader that left the group (``setsid``; ``harness.subreaper``). The leader is stopped
+    before its descendants die, so that nothing it runs sees them die: a DataLoader's SIGCHLD
+    handler raised, and the trial wrote ``error`` ("DataLoader worker ... is killed") in place of
+    its timeout or its interruption."""
+    try:
+        os.kill(pgid, signal.SIGSTOP)
+    except (ProcessLookupError, PermissionError):
+        pass
     end_descendants(pgid)
     try:
         os.killpg(pgid, signal.SIGKILL)

@@ -73,7 +73,7 @@ def test_a_plain_script_is_measured_its_oom_recorded_and_its_best_is_a_command(t
 
 
 FAULTY = """
-    import argparse, os, subprocess, sys, time
+    import argparse, os, signal, subprocess, sys, time
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -81,6 +81,14 @@ FAULTY = """
     p.add_argument("--mode")
     mode = p.parse_args().mode
     print(f"starting {mode}", flush=True)
+
+    sleeper = subprocess.Popen(["sleep", "600"])  # a child that the end of the window, or a timeout, kills
+
+    def died(*_):  # as a DataLoader's SIGCHLD handler raises when one of its workers is killed
+        if sleeper.poll() is not None:
+            raise RuntimeError("a child of the script died")
+
+    signal.signal(signal.SIGCHLD, died)
     if mode == "nostep":
         sys.exit(0)
     if mode == "hang":
@@ -129,7 +137,7 @@ def test_each_way_a_script_fails_gets_its_line_and_nothing_outlives_the_sweep(tm
     assert trials["ok"]["status"] == "ok" and trials["workers"]["status"] == "ok", (  # what went wrong, if it did
         trials["ok"].get("detail"), trials["workers"].get("detail"))
     assert trials["crash"]["status"] == "error"
-    assert trials["crash"]["detail"].startswith("ValueError: the data went wrong at step 3 at faulty.py:23; "
+    assert trials["crash"]["detail"].startswith("ValueError: the data went wrong at step 3 at faulty.py:31; "
                                                 "it printed: starting crash")
     assert trials["early"]["detail"].startswith("the script ended after 8 optimizer step(s), before its window "
                                                 "closed (1 warm-up + 12 measured steps and 0.2 s)")
@@ -140,6 +148,10 @@ def test_each_way_a_script_fails_gets_its_line_and_nothing_outlives_the_sweep(tm
                                         "starting hang")
     assert "mode=crash" in lines["mode=crash"] and "ValueError: the data went wrong" in lines["mode=crash"]
     assert not processes_under(tmp_path)  # DataLoader workers, the script's child, the hung script: all gone
+    # its child killed at the window's end (or the timeout's) raised in the script's SIGCHLD handler, as a
+    # DataLoader's does: an ok result was overwritten with that error after it was read, a timeout recorded it
+    logs = [p.read_text() for p in tmp_path.glob("mlruns/.trials/faulty-*/trial-*/trial.log")]
+    assert len(logs) == 6 and not [log for log in logs if "a child of the script died" in log]
 
 
 def test_a_script_broken_before_its_first_step_stops_the_sweep_in_one_line(tmp_path: Path) -> None:
