@@ -78,11 +78,12 @@ def partial(result_path: str | Path) -> str:
 
 def multiprocessing_folder() -> str:
     """A new folder for a trial's (or the smoke step's) multiprocessing files, outside the project
-    (``TrialConfig.temp_dir``; its launcher removes it): named and placed as multiprocessing names
-    its own (``pymp-*`` in the temp folder), for a socket's path has room for 104-108 bytes only."""
-    import tempfile
+    (``TrialConfig.temp_dir``; its launcher removes it, else the next orchestrator: ``tempfolder``):
+    named and placed about as multiprocessing names its own (``pymp-*`` in the temp folder, the
+    orchestrator's pid added), for a socket's path has room for 104-108 bytes only."""
+    from orchestrator import tempfolder
 
-    return tempfile.mkdtemp(prefix="pymp-")
+    return str(tempfolder.own("pymp-"))
 
 
 def write_atomically(path: str | Path, text: str) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.spec.load import SweepSpec
+from orchestrator.tempfolder import PREFIXES
 from orchestrator.timeline import event
 
 if TYPE_CHECKING:
@@ -112,34 +113,16 @@ def _server_can_answer(spec: SweepSpec, guessed: Plan) -> bool:
     return fork_server_usable() and "device" not in spec.space and shared_env(guessed) is not None
 
 
-PROBE_FOLDER = "orchestrate-probe-"
+PROBE_FOLDER = PREFIXES[0]
 
 
 def probe_folder() -> Path:
     """A folder of this process's own, outside the project, for the forked probe's request and
     answers and the server's output (``checks.Probe`` removes it); the ones that orchestrators
-    killed during their start-up left behind (their pid is in the name, and gone) are removed."""
-    import os
-    import shutil
-    import tempfile
+    killed during their start-up left behind are removed (``tempfolder.own``)."""
+    from orchestrator import tempfolder
 
-    for old in Path(tempfile.gettempdir()).glob(f"{PROBE_FOLDER}*-*"):
-        pid = old.name[len(PROBE_FOLDER):].split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{PROBE_FOLDER}{os.getpid()}-"))
-
-
-def _alive(pid: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
+    return tempfolder.own(PROBE_FOLDER)
 
 
 def new_runner(spec: SweepSpec, slots: list[Slot], stop: StopFlag) -> ProcessRunner:

@@ -18,6 +18,7 @@ from orchestrator.errors import SpecError
 from orchestrator.launch import ForkServer, StopFlag
 from orchestrator.search.space import make_plan
 from orchestrator.spec.load import load_spec
+from orchestrator import tempfolder, trialdir
 from orchestrator.sweep.startup import PROBE_FOLDER, Startup, probe_folder
 
 FIXTURES = ROOT / "tests" / "fixtures" / "experiments"
@@ -149,6 +150,7 @@ def test_the_probe_folders_of_killed_orchestrators_are_removed(tmp_path: Path, m
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
+    monkeypatch.setattr(tempfolder, "_swept", False)  # as in a new orchestrator
     gone = subprocess.Popen(["true"])  # a pid that was an orchestrate's, and is gone
     gone.wait()
     left = tmp_path / f"{PROBE_FOLDER}{gone.pid}-abc"
@@ -157,9 +159,17 @@ def test_the_probe_folders_of_killed_orchestrators_are_removed(tmp_path: Path, m
     for folder in (left, alive, other):
         folder.mkdir()
         (folder / "server.log").write_text("")
+    # and the trials' multiprocessing folders; multiprocessing's own (no pid in the name) are not touched
+    trials_left, python_own = tmp_path / f"pymp-{gone.pid}-abcdefgh", tmp_path / "pymp-ab_c1234"
+    for folder in (trials_left, python_own):
+        folder.mkdir()
+        (folder / "listener-x").write_text("")
     mine = probe_folder()
     assert mine.parent == tmp_path and mine.name.startswith(f"{PROBE_FOLDER}{os.getpid()}-")
     assert not left.exists() and alive.exists() and other.exists()
+    assert not trials_left.exists() and python_own.exists()
+    made = Path(trialdir.multiprocessing_folder())
+    assert made.parent == tmp_path and made.name.startswith(f"pymp-{os.getpid()}-")
 
 
 def test_the_first_trials_processes_are_forked_once_the_probe_has_its_device(
