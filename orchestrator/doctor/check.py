@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 GIB = 1024 ** 3
 CHECK_BUDGET_S = 120.0
+DOCTOR_FOLDER = "orchestrate-doctor-"  # one of tempfolder.PREFIXES
 CHECK_BATCH, CHECK_WIDTH = 65_536, 1024  # the selftest's batch: 65,536 x 1,024 float32 = 256 MiB
 TRAIN = {"experiment": "experiments.mlp", "batch_size": 256, "hidden_size": 1024, "num_layers": 4}
 TRAIN_STEPS = (2, 5, 1.0)  # warm-up steps, measured steps, measured seconds (at least)
@@ -100,18 +101,28 @@ def run_trial(params: dict[str, Any], work: Path, name: str, timeout_s: float, e
 def check(device: str, facts: dict[str, Any], budget_s: float = CHECK_BUDGET_S) -> dict[str, Any]:
     """The self-test: each memory knob of ``device`` (``check_knobs``), then the CPU against the
     device (``check_speed``), within ``budget_s``. The trial logs are kept only if a knob could not
-    be shown to work (``work_dir``)."""
+    be shown to work (``work_dir``); an interrupted check keeps nothing (Ctrl-C: at once; a kill: the
+    next orchestrate that runs a trial removes its folder, ``tempfolder``)."""
+    from orchestrator import tempfolder
+
     started = time.monotonic()
     left = lambda: budget_s - (time.monotonic() - started)  # noqa: E731
-    work = Path(tempfile.mkdtemp(prefix="orchestrate-doctor-"))
-    out: dict[str, Any] = {"device": device, "work_dir": str(work)}
-    with _inside(PACKAGE_ROOT):  # trials start there: nothing is imported from the caller's folder
-        out.update(check_knobs(device, facts, work, left))
-        out["speed"] = check_speed(device, work, left)
+    work = tempfolder.own(DOCTOR_FOLDER)
+    out: dict[str, Any] = {"device": device, "work_dir": None}
+    try:
+        with _inside(PACKAGE_ROOT):  # trials start there: nothing is imported from the caller's folder
+            out.update(check_knobs(device, facts, work, left))
+            out["speed"] = check_speed(device, work, left)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     out["elapsed_s"] = round(time.monotonic() - started, 1)
     if out["honoured"]:
         shutil.rmtree(work, ignore_errors=True)
-        out["work_dir"] = None
+    else:  # kept for the user to read: no pid in its name, so no later run removes it
+        kept = Path(tempfile.mkdtemp(prefix=f"{DOCTOR_FOLDER}kept-"))
+        os.replace(work, kept)
+        out["work_dir"] = str(kept)
     return out
 
 

@@ -449,3 +449,34 @@ def test_doctor_module_imports_no_torch_mlflow_optuna_or_yaml() -> None:
             "print(sorted(m for m in ('torch', 'mlflow', 'optuna', 'yaml') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_an_interrupted_check_keeps_nothing_and_a_failed_one_keeps_its_logs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tour: Ctrl-C during ``doctor --check`` said "it changes nothing" and left its trials'
+    folder in the temp folder. Now the folder goes with it (a kill's is named with its pid, which a
+    later run removes); one kept for its logs has no pid in its name."""
+    import tempfile
+
+    from orchestrator import tempfolder
+
+    assert doctorcheck.DOCTOR_FOLDER in tempfolder.PREFIXES
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def interrupted(*_: object) -> dict:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(doctorcheck, "check_knobs", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        doctorcheck.check("cpu", {})
+    assert list(tmp_path.iterdir()) == []
+
+    def logged(device: str, facts: dict, work: Path, left: object) -> dict:
+        (work / "trial.log").write_text("a knob's trial\n")
+        return {"honoured": False}
+
+    monkeypatch.setattr(doctorcheck, "check_knobs", logged)
+    monkeypatch.setattr(doctorcheck, "check_speed", lambda *_: {})
+    kept = Path(doctorcheck.check("cpu", {})["work_dir"])
+    assert kept.parent == tmp_path and kept.name.startswith("orchestrate-doctor-kept-")
+    assert (kept / "trial.log").read_text() == "a knob's trial\n" and list(tmp_path.iterdir()) == [kept]
