@@ -164,15 +164,17 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
     guard = start_guard(child.pid)  # stops the server if this process is killed outright
 
     asked: list[int] = []
+    up: list[bool] = []
 
     def forward(signum: int, _frame: object) -> None:  # Ctrl-C, SIGTERM, a closed terminal: let mlflow stop itself
         asked.append(signum)
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)  # mlflow passes on INT and TERM
+        if child.poll() is None:  # mlflow passes on INT and TERM; still importing, it printed INT's traceback
+            child.send_signal(signal.SIGTERM if signum == signal.SIGHUP or not up else signum)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         if answers(url, child):  # its address printed once it answers (a tour: 8 s of "connection refused")
+            up.append(True)
             print_views(f"MLflow UI: {url} (runs in {shown(uri)}); Ctrl-C stops it", pages)
             print(f"Optuna study: {shlex.join([tool('optuna-dashboard'), pasteable(absolute_uri(storage))])}  "
                   f"({shlex.join([tool('pip'), 'install', 'optuna-dashboard'])})", flush=True)
@@ -185,6 +187,8 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
         print(f"orchestrate ui: the MLflow server ended without being asked to (exit code {code}); its own lines above say why "
               "(a port taken meanwhile, say); run the same command to start it again", file=sys.stderr)
         return exits.FAILED
+    if asked[0] == signal.SIGINT and not up:  # before it answered: Ctrl-C's line and exit code, as before it started
+        raise KeyboardInterrupt
     return 0 if code in (0, -signal.SIGINT, -signal.SIGTERM) else code
 
 

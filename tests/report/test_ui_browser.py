@@ -251,7 +251,7 @@ def test_ui_keeps_the_stores_password_off_every_command_line(tmp_path: Path, pos
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["ctrl-c", "sighup", "sigkill", "server-killed"])  # SIGTERM's path is SIGHUP's
+@pytest.mark.parametrize("how", ["ctrl-c", "ctrl-c-early", "sighup", "sigkill", "server-killed"])  # SIGTERM: SIGHUP's
 def test_ui_stops_quietly_and_its_server_with_it(how: str, tmp_path_factory: pytest.TempPathFactory,
                                                   tmp_path: Path) -> None:
     """The tour's Ctrl-C in the terminal (SIGINT to the whole foreground group) printed uvicorn's
@@ -261,28 +261,36 @@ def test_ui_stops_quietly_and_its_server_with_it(how: str, tmp_path_factory: pyt
     after ``kill -9`` of ``orchestrate ui``, which can pass nothing on: its server went on serving
     the port until its guard (``uiguard``) stopped it, gracefully, once the pipe between them closed.
     Nor where the server's ``mlflow`` process is killed: its uvicorn went on serving the port and
-    ``orchestrate ui`` exited 247 without a word; it stops the rest of the server and says so."""
+    ``orchestrate ui`` exited 247 without a word; it stops the rest of the server and says so.
+    Ctrl-C while MLflow still imports (a tour) exited 0 with MLflow's 50-line traceback: it is the
+    one line and exit code 130 of a Ctrl-C before the server was started."""
     project = finished_sweep(tmp_path_factory)
     ui, port, log = start_ui(project, tmp_path)
     server: list[int] = []
     try:
-        # its address is printed once it answers (a newcomer's tour: "connection refused" for the 8 s
-        # between the two)
-        deadline = time.monotonic() + 180
-        while "MLflow UI: " not in log.read_text() and ui.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:  # at once
-            assert answer.status == 200, log.read_text()
-        wait_for_page(ui, log, port)
-        server = descendants(ui.pid)
-        assert server
-        if how == "ctrl-c":
-            os.killpg(ui.pid, signal.SIGINT)  # as the terminal sends it: to every process of the group
-        elif how == "server-killed":
-            (mlflow,) = [pid for pid in server if b"mlflow ui" in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")]
-            os.kill(mlflow, signal.SIGKILL)
+        if how == "ctrl-c-early":  # once its server's process runs, seconds before it answers
+            deadline = time.monotonic() + 60
+            while not (server := descendants(ui.pid)) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            os.killpg(ui.pid, signal.SIGINT)
         else:
-            os.kill(ui.pid, signal.SIGHUP if how == "sighup" else signal.SIGKILL)
+            # its address is printed once it answers (a newcomer's tour: "connection refused" for the 8 s
+            # between the two)
+            deadline = time.monotonic() + 180
+            while "MLflow UI: " not in log.read_text() and ui.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:  # at once
+                assert answer.status == 200, log.read_text()
+            wait_for_page(ui, log, port)
+            server = descendants(ui.pid)
+            assert server
+            if how == "ctrl-c":
+                os.killpg(ui.pid, signal.SIGINT)  # as the terminal sends it: to every process of the group
+            elif how == "server-killed":
+                (mlflow,) = [pid for pid in server if b"mlflow ui" in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")]
+                os.kill(mlflow, signal.SIGKILL)
+            else:
+                os.kill(ui.pid, signal.SIGHUP if how == "sighup" else signal.SIGKILL)
         code = ui.wait(timeout=60)
         deadline = time.monotonic() + 30  # after SIGKILL the guard stops the server: SIGTERM, as above
         while (left := [pid for pid in server if alive(pid)]) and how == "sigkill" and time.monotonic() < deadline:
@@ -295,9 +303,12 @@ def test_ui_stops_quietly_and_its_server_with_it(how: str, tmp_path_factory: pyt
             except ProcessLookupError:
                 pass
     printed = log.read_text()
-    assert code == {"sigkill": -signal.SIGKILL, "server-killed": 3}.get(how, 0), printed[-3000:]
+    assert code == {"sigkill": -signal.SIGKILL, "server-killed": 3, "ctrl-c-early": 130}.get(how, 0), printed[-3000:]
     assert left == []
     assert not any(word in printed for word in ("Traceback", "KeyboardInterrupt", "CancelledError")), printed[-3000:]
+    if how == "ctrl-c-early":  # it never answered
+        assert "MLflow UI: " not in printed and "orchestrate ui: interrupted (Ctrl-C); nothing was run" in printed
+        return
     assert "Shutting down" in printed  # uvicorn's own graceful stop
     ended = "orchestrate ui: the MLflow server ended without being asked to (exit code -9)"
     assert (ended in printed) is (how == "server-killed"), printed[-3000:]
