@@ -39,7 +39,7 @@ def print_plan(spec: SweepSpec, slots: list[str] | None = None) -> None:
         device = spec.device
         how = device + ("" if device == "cpu" else " (a real run asks torch whether it is here)")
     if device == "cuda":
-        from orchestrator.sweep.checks import check_cuda_fraction
+        from orchestrator.spec.space_rules import check_cuda_fraction
 
         check_cuda_fraction(spec)  # the run's rule, said before torch is asked
     plan = make_plan(spec, device)

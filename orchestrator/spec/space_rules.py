@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from orchestrator.spec import knobs
-from orchestrator.spec.model import MAX_CONFIGURATIONS, Choice, Dimension, Range
+from orchestrator.spec.model import MAX_CONFIGURATIONS, Choice, Dimension, Range, SweepSpec
 from orchestrator.spec.rules import Checker
 
 RANGE_KEYS = ("low", "high", "step", "log")
@@ -190,3 +190,18 @@ def check_combinations(c: Checker, fixed: dict[str, Any], space: dict[str, Dimen
                                  f"MPS's default high one, {h}, when mps_high_watermark_ratio is not given", lo)
                 raise c.fail(_item(low[0], low[1], lo, space), "the low watermark must not exceed "  # type: ignore[arg-type]  # as above
                              f"the high one ({h})", lo)
+
+
+def check_cuda_fraction(spec: SweepSpec) -> None:
+    """CUDA's fraction is of total memory, at most 1.0 (MPS allows up to 2.0)."""
+    swept = spec.space.get("memory_fraction")
+    values: list[tuple[tuple, float]] = []
+    if "memory_fraction" in spec.fixed:
+        values.append((("fixed", "memory_fraction"), spec.fixed["memory_fraction"]))
+    elif isinstance(swept, Choice):
+        values += [(("space", "memory_fraction", i), v) for i, v in enumerate(swept.values)]
+    elif swept is not None:
+        values.append((("space", "memory_fraction", "high"), swept.high))
+    for path, value in values:
+        if value > 1:
+            raise spec.error(path, f"on CUDA memory_fraction must be at most 1.0, got {value}")

@@ -351,20 +351,3 @@ def unknown_names(workload: str, paths: list[tuple[str, str]], accepted: list[st
                 "it takes no parameter of its own, only the harness knobs"
             found.append(error((section, name), f"unknown parameter for {workload}; {did}{takes}"))
     return found
-
-
-def check_cuda_fraction(spec: SweepSpec) -> None:
-    """CUDA's fraction is of total memory, at most 1.0 (MPS allows up to 2.0)."""
-    from orchestrator.spec.load import Choice
-
-    swept = spec.space.get("memory_fraction")
-    values: list[tuple[tuple, float]] = []
-    if "memory_fraction" in spec.fixed:
-        values.append((("fixed", "memory_fraction"), spec.fixed["memory_fraction"]))
-    elif isinstance(swept, Choice):
-        values += [(("space", "memory_fraction", i), v) for i, v in enumerate(swept.values)]
-    elif swept is not None:
-        values.append((("space", "memory_fraction", "high"), swept.high))
-    for path, value in values:
-        if value > 1:
-            raise spec.error(path, f"on CUDA memory_fraction must be at most 1.0, got {value}")

@@ -125,6 +125,7 @@ def check_experiment(r: Run, start: Startup) -> None:
     """The probe's answer, while MLflow and Optuna are imported beside its torch: the
     experiment's parameters, the device (and the plan for it), the smoke step."""
     from orchestrator.search.space import make_plan
+    from orchestrator.spec.space_rules import check_cuda_fraction
     from orchestrator.sweep import checks
 
     spec, guessed, probe = r.spec, r.plan, start.probe
@@ -136,7 +137,7 @@ def check_experiment(r: Run, start: Startup) -> None:
         checks.check_experiment_params(spec, found)
         device = found["device"]
         if device == "cuda":
-            checks.check_cuda_fraction(spec)
+            check_cuda_fraction(spec)
         if device != guessed.device or "device" in spec.space:
             r.plan = make_plan(spec, device)
         if probe.asked_smoke:
