@@ -157,6 +157,33 @@ def end_descendants(pid: int | None = None, rounds: int = 20) -> int:
     return killed
 
 
+def end_outside_group(pid: int, pgid: int, rounds: int = 20) -> None:
+    """SIGKILL every descendant of ``pid`` that left the process group ``pgid`` (``setsid``), again
+    until none is left, ``pid`` alive meanwhile (a subreaper: what they fork stays under it); the
+    caller then kills the group, ``pid`` with it. In that order nothing in the group sees its own
+    children die before it does: a DataLoader's SIGCHLD handler raised as its workers were killed
+    ("DataLoader worker ... is killed by signal"), and the trial wrote ``error`` in place of its
+    timeout or its interruption. (Stopping ``pid`` meanwhile left it stopped for good where the
+    orchestrator was killed in between.)"""
+    for _ in range(rounds):
+        found = [p for p in descendants(pid) if _group(p) not in (pgid, None)]
+        if not found:
+            return
+        for p in found:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
 def adopted(known: Collection[int]) -> list[int]:
     """This process's live children that are not in ``known`` (those it started itself): orphans
     re-parented to it as a subreaper."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from orchestrator.harness.ahead import encode_params
-from orchestrator.harness.subreaper import end_descendants  # here, not in the signal handler: a second
+from orchestrator.harness.subreaper import end_outside_group  # here, not in the signal handler: a second
 # signal during the first one's import found the module half made (ImportError, the group not killed)
 from orchestrator.protocol import (CPU_CORES_ENV, LEAVE, PARENT_PID_ENV, PRELOAD_ENV, SERVE_FLAG, STATUS_FD_ENV,
                                            Order, StatusLine, Word, decode_status, encode_order)
@@ -42,15 +42,9 @@ def wait_until(done: Callable[[], bool], timeout_s: float) -> None:
 
 def kill_group(pgid: int) -> None:
     """Kill a trial's process group (``pgid``: its leader's pid) and, first, every descendant of
-    its leader that left the group (``setsid``; ``harness.subreaper``). The leader is stopped
-    before its descendants die, so that nothing it runs sees them die: a DataLoader's SIGCHLD
-    handler raised, and the trial wrote ``error`` ("DataLoader worker ... is killed") in place of
-    its timeout or its interruption."""
-    try:
-        os.kill(pgid, signal.SIGSTOP)
-    except (ProcessLookupError, PermissionError):
-        pass
-    end_descendants(pgid)
+    its leader that left the group (``setsid``; ``harness.subreaper.end_outside_group``): the
+    leader and its DataLoader's workers die together."""
+    end_outside_group(pgid, pgid)
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

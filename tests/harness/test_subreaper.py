@@ -95,3 +95,30 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def test_a_group_s_killing_ends_what_left_it_first_and_stops_nothing() -> None:
+    """``kill_group``'s order (a tour): what left the group (``setsid``) dies first, the leader and
+    the rest of its group (a DataLoader's workers) after, together; nothing is stopped (a leader
+    stopped meanwhile stayed stopped for good where the orchestrator was killed in between)."""
+    from orchestrator.launch.process import kill_group
+
+    leader = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen(['sleep', '600'])\n"  # in the group: a worker
+        "subprocess.Popen(['sleep', '601'], start_new_session=True)\n"  # out of it
+        "print('up', flush=True); time.sleep(600)\n")], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert leader.stdout is not None and leader.stdout.readline() == "up\n"
+        inside, outside = sorted(subreaper.descendants(leader.pid), key=lambda p: os.getpgid(p) != leader.pid)
+        assert os.getpgid(inside) == leader.pid and os.getpgid(outside) != leader.pid
+        subreaper.end_outside_group(leader.pid, leader.pid)
+        assert not is_alive(outside) and is_alive(inside) and leader.poll() is None  # the group: not yet
+        kill_group(leader.pid)
+        assert leader.wait(timeout=10) == -signal.SIGKILL
+        deadline = time.monotonic() + 10
+        while is_alive(inside) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not is_alive(inside)
+    finally:
+        leader.kill()
