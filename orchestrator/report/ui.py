@@ -160,20 +160,31 @@ def serve(uri: str, port: int, storage: str = DEFAULT_STORAGE, name: str | None 
     # A session of its own: the terminal's Ctrl-C reaches this process alone, which passes it on
     # once. In the terminal's group, mlflow and its uvicorn got it from the terminal as well as
     # from us (and uvicorn from mlflow too), and uvicorn, asked twice, printed a traceback.
-    child = subprocess.Popen(mlflow_command(port), env=server_env(uri), start_new_session=True)
-    guard = start_guard(child.pid)  # stops the server if this process is killed outright
-
     asked: list[int] = []
     up: list[bool] = []
+    started: list[subprocess.Popen[bytes]] = []
 
     def forward(signum: int, _frame: object) -> None:  # Ctrl-C, SIGTERM, a closed terminal: let mlflow stop itself
         asked.append(signum)
-        if child.poll() is None:  # mlflow passes on INT and TERM; still importing, it printed INT's traceback
-            child.send_signal(signal.SIGTERM if signum == signal.SIGHUP or not up else signum)
+        for child in started:  # mlflow passes on INT and TERM; still importing, it printed INT's traceback
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM if signum == signal.SIGHUP or not up else signum)
 
+    # Taken before the server starts: a signal in between was lost (where the caller ignored SIGINT)
+    # or left the server running (a KeyboardInterrupt before its guard).
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        if answers(url, child):  # its address printed once it answers (a tour: 8 s of "connection refused")
+        child = subprocess.Popen(mlflow_command(port), env=server_env(uri), start_new_session=True)
+    except BaseException:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        raise
+    started.append(child)
+    guard = start_guard(child.pid)  # stops the server if this process is killed outright
+    try:
+        if asked:  # asked while it started
+            forward(asked[-1], None)
+        elif answers(url, child):  # its address printed once it answers (a tour: 8 s of "connection refused")
             up.append(True)
             print_views(f"MLflow UI: {url} (runs in {shown(uri)}); Ctrl-C stops it", pages)
             print(f"Optuna study: {shlex.join([tool('optuna-dashboard'), pasteable(absolute_uri(storage))])}  "
