@@ -10,6 +10,7 @@ from orchestrator.spec.load import SweepSpec
 
 if TYPE_CHECKING:
     from orchestrator.search.space import Plan
+    from orchestrator.spec.model import Dimension
 
 
 def print_plan(spec: SweepSpec, slots: list[str] | None = None) -> None:
@@ -165,12 +166,9 @@ def _progress(spec: SweepSpec, plan: Plan | None = None) -> str:
             f"; the study exists with {trials} and no result yet: a run takes the spec as it is now ({what})")
 
 
-def _count(dim: object) -> str:
+def _count(dim: Dimension) -> str:
     """A dimension's number of values, ``~`` for a continuous range."""
-    from orchestrator.spec.model import Choice, Range
+    from orchestrator.search.space import dim_values
+    from orchestrator.spec.model import Range
 
-    if isinstance(dim, Choice):
-        return str(len(dim.values))
-    if isinstance(dim, Range) and dim.step is not None:
-        return str(len(dim.grid_values()))
-    return "~"
+    return "~" if isinstance(dim, Range) and dim.step is None else str(len(dim_values(dim)))

@@ -75,7 +75,8 @@ def make_plan(spec: SweepSpec, device: str) -> Plan:
                 searched=searched, fixed=dict(spec.fixed), not_applied=not_applied)
 
 
-def _dim_values(dim: Dimension) -> tuple[Any, ...]:
+def dim_values(dim: Dimension) -> tuple[Any, ...]:
+    """A finite dimension's values: a list's, or a stepped range's (both ends)."""
     return dim.values if isinstance(dim, Choice) else dim.grid_values()
 
 
@@ -110,7 +111,7 @@ def _configurations(plan: Plan) -> Iterator[dict[str, Any]]:
     for device in plan.devices:
         names = [n for n in applicable(plan, device) if n != "device"]
         lead = {"device": device} if "device" in plan.searched else {}
-        for combo in itertools.product(*(_dim_values(plan.searched[n]) for n in names)):
+        for combo in itertools.product(*(dim_values(plan.searched[n]) for n in names)):
             config = {**lead, **dict(zip(names, combo))}
             key = config_key(config)
             if key not in seen:
@@ -203,7 +204,7 @@ def distance(a: dict[str, Any], b: dict[str, Any], plan: Plan) -> float:
         if config_key({name: x}) == config_key({name: y}):
             continue
         dim = plan.searched.get(name)
-        values = _dim_values(dim) if dim is not None else ()
+        values = dim_values(dim) if dim is not None else ()
         if values and _ordered(values):
             ranked = [canonical_float(float(v)) for v in sorted(values)]
             i, j = (_position(v, ranked) for v in (x, y))
