@@ -1,8 +1,9 @@
 """Folders of an orchestrator's own in the system's temp folder, outside the project: the forked
 probe's request and answers (``orchestrate-probe-<pid>-*``), each trial's and smoke step's
-multiprocessing folder (``pymp-<pid>-*``) and ``doctor --check``'s trials (``orchestrate-doctor-<pid>-*``). The orchestrator removes each when done with it; the
-ones an orchestrator killed with SIGKILL left behind (its pid in the name, and gone) are removed by
-the next one (``own``). Standard library only."""
+multiprocessing folder (``pymp-<pid>-*``) and ``doctor --check``'s trials
+(``orchestrate-doctor-<pid>-*``). The orchestrator removes each when done with it; the ones an
+orchestrator killed with SIGKILL left behind (its pid in the name, and gone) are removed by the
+next one (``own``). Standard library only."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-PREFIXES = ("orchestrate-probe-", "pymp-", "orchestrate-doctor-")
+PROBE, MULTIPROCESSING, DOCTOR = "orchestrate-probe-", "pymp-", "orchestrate-doctor-"
+PREFIXES = (PROBE, MULTIPROCESSING, DOCTOR)
 """The kinds of folder, each named ``<prefix><pid>-*`` (multiprocessing's own ``pymp-*`` have no
 ``-`` after their random part, and are never touched)."""
 _swept = False

@@ -83,7 +83,7 @@ def multiprocessing_folder() -> str:
     orchestrator's pid added), for a socket's path has room for 104-108 bytes only."""
     from orchestrator import tempfolder
 
-    return str(tempfolder.own("pymp-"))
+    return str(tempfolder.own(tempfolder.MULTIPROCESSING))
 
 
 def write_atomically(path: str | Path, text: str) -> None:

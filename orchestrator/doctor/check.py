@@ -20,12 +20,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+from orchestrator import tempfolder
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 GIB = 1024 ** 3
 CHECK_BUDGET_S = 120.0
-DOCTOR_FOLDER = "orchestrate-doctor-"  # one of tempfolder.PREFIXES
+DOCTOR_FOLDER = tempfolder.DOCTOR
 CHECK_BATCH, CHECK_WIDTH = 65_536, 1024  # the selftest's batch: 65,536 x 1,024 float32 = 256 MiB
 TRAIN = {"experiment": "experiments.mlp", "batch_size": 256, "hidden_size": 1024, "num_layers": 4}
 TRAIN_STEPS = (2, 5, 1.0)  # warm-up steps, measured steps, measured seconds (at least)
@@ -103,8 +105,6 @@ def check(device: str, facts: dict[str, Any], budget_s: float = CHECK_BUDGET_S) 
     device (``check_speed``), within ``budget_s``. The trial logs are kept only if a knob could not
     be shown to work (``work_dir``); an interrupted check keeps nothing (Ctrl-C: at once; a kill: the
     next orchestrate that runs a trial removes its folder, ``tempfolder``)."""
-    from orchestrator import tempfolder
-
     started = time.monotonic()
     left = lambda: budget_s - (time.monotonic() - started)  # noqa: E731
     work = tempfolder.own(DOCTOR_FOLDER)

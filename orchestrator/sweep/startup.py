@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.spec.load import SweepSpec
-from orchestrator.tempfolder import PREFIXES
+from orchestrator.tempfolder import PROBE
 from orchestrator.timeline import event
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def _server_can_answer(spec: SweepSpec, guessed: Plan) -> bool:
     return fork_server_usable() and "device" not in spec.space and shared_env(guessed) is not None
 
 
-PROBE_FOLDER = PREFIXES[0]
+PROBE_FOLDER = PROBE
 
 
 def probe_folder() -> Path:
