@@ -253,7 +253,9 @@ def test_a_study_deleted_under_a_running_sweep_is_one_line(tmp_path: Path, pg: P
     import optuna
 
     storage, tracking = pg.database_for(ROLE, "study"), pg.database_for(ROLE, "runs")
-    text = spec_text(storage, tracking, min_measure_s=1.5)  # 8 trials of 1.5 s: deleted while it runs
+    # 40 trials of 1.5 s, deleted after the first: the sweep stops at its next write, and a machine
+    # slow to answer the poll (the clean-clone CI's, once) still deletes it mid-sweep (8 trials had ended first)
+    text = spec_text(storage, tracking, min_measure_s=1.5, hidden=[8 + 4 * i for i in range(40)])
     proc = start(tmp_path / "a", text, env={"PGPASSWORD": PG_SECRET})
     wait_for_results(storage, 1)
     optuna.delete_study(study_name="team", storage=with_password(storage))
