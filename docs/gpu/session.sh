@@ -132,6 +132,9 @@
 #                                 several-GPU window's host_cpu_others beside its ratio (about 3 minutes on 4 x H100)
 #   bash docs/gpu/session.sh probe41c issue #41 item 3: what slows a launch-bound eager trial while other GPUs'
 #                                 trials compile: docs/gpu/compile_beside_probe.py (about 3 minutes on 4 x H100)
+#   bash docs/gpu/session.sh workers  a script's DataLoader workers and its own child, on CUDA, under each way a
+#                                 trial ends, then SIGTERM mid-trial and the same command again
+#                                 (docs/gpu/workers/run.sh), with the fork server and with ORCHESTRATE_FORK=0
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -427,6 +430,11 @@ l41c)  # the three batch-64 rows l41b's grid had no time for (its 290 s ran out 
       sweeps/landscape_hf_llama_compile_cuda.yaml > sweeps/landscape_hf_llama_compile_b64_cuda.yaml
   LT=200 landscape hf_llama_compile_b64 hf_llama_compile_h100_cap010_b64
   rm -f sweeps/landscape_hf_llama_compile_b64_cuda.yaml
+  ;;
+workers)
+  python3 -c "import torch, optuna, mlflow; torch.zeros(1, device='cuda')" >/dev/null 2>&1
+  step "workers, fork server"; bash docs/gpu/workers/run.sh > "$OUT/workers.log" 2>&1
+  step "workers, ORCHESTRATE_FORK=0"; ORCHESTRATE_FORK=0 bash docs/gpu/workers/run.sh > "$OUT/workers_nofork.log" 2>&1
   ;;
 n38)
   R=$PWD
