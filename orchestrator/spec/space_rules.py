@@ -34,6 +34,13 @@ def check_value(c: Checker, path: tuple, name: str, value: Any) -> Any:
     return value
 
 
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def _same_key(value: object) -> Any:
     """Values a trial cannot tell apart compare equal (1 and 1.0; not true and 1)."""
     if isinstance(value, bool):
@@ -56,6 +63,10 @@ def check_dimension(c: Checker, path: tuple, name: str, value: object) -> Dimens
             if _same_key(item) in seen:
                 raise c.fail(path + (i,), "choices must not repeat", item)
             seen.add(_same_key(item))
+        if any(knobs.is_number(v) for v in value):  # 64 and '64' reach a module as two types
+            for i, item in enumerate(value):
+                if isinstance(item, str) and knobs.is_number(_number(item)):
+                    raise c.fail(path + (i,), "a quoted number among numbers reaches the trial as a string", item)
         return Choice(tuple(values))
     if not isinstance(value, dict):
         raise c.fail(path, "a space entry is a list of choices or a range {low, high, step, log} "
