@@ -55,6 +55,8 @@ def spec_text(storage: str | None, tracking: str, outage_s: float = 300, min_mea
 def start(folder: Path, text: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     folder.mkdir(exist_ok=True)
     spec = write_spec(folder, text)
+    import optuna  # noqa: F401  - before the sweep starts: a first import under load (seconds) delays
+    import psycopg2  # noqa: F401  - the polls (wait_for_results) that must act while it runs
     return orchestrate_popen([str(spec), "--no-check", *args], folder, {"PYTHONUNBUFFERED": "1", **(env or {})})
 
 
