@@ -11,11 +11,11 @@ workers and children end with it (the launcher kills the trial's process group).
   every ``Optimizer.step()`` of every optimizer in the process, whoever calls it: a plain loop,
   Hugging Face's ``Trainer`` (through Accelerate), Lightning. A step the ``GradScaler`` skips fires
   none; gradient accumulation fires once per accumulated group.
-- **Samples**: the first dimension of every batch a ``torch.utils.data.DataLoader`` yields, counted
+- **Samples**: the examples of every batch a ``torch.utils.data.DataLoader`` yields (``batches``:
+  those it fetched where it batches by ``batch_size``, else the batch's first dimension), counted
   where every DataLoader's iterator yields (``_BaseDataLoaderIter.__next__``), so that a wrapper
   that iterates the user's loader (Accelerate's ``DataLoaderShard``, Lightning's fetchers) is
-  counted once; a tensor, a mapping (``input_ids`` first: its elements are the tokens) or a
-  sequence of them. Only the training loaders' batches count (``Meter.counted``: drawn from in
+  counted once; tokens: the elements of a mapping's ``input_ids``. Only the training loaders' batches count (``Meter.counted``: drawn from in
   most of the window's steps, or last before a quarter of them); an evaluation loader's batches
   (drawn with gradients off, as Lightning's, or every N steps and never last before a step, as
   the ``Trainer``'s) are left out, and said (``info["other_batches"]``). ``samples_per_step``
@@ -37,7 +37,6 @@ import os
 import runpy
 import sys
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -45,6 +44,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from orchestrator import metrics as M
 from orchestrator.harness import backend, hostcpu, swap
+from orchestrator.harness.batches import fetched, first_dimension
 from orchestrator.harness.window import StepTimes, closes
 from orchestrator.harness import marks as MK
 from orchestrator.protocol import ScriptCall, TrialConfig
@@ -84,45 +84,6 @@ def _code(code: object) -> str:
     if code is None:
         return ""
     return f" (exit code {code})" if isinstance(code, int) else f" ({code})"
-
-
-def first_dimension(batch: object, expected: int | None = None) -> tuple[int | None, int | None]:
-    """(samples, tokens) of one batch: a tensor's first dimension; a mapping's ``input_ids`` (its
-    elements are the tokens, padding included) or else its first tensor; a sequence by its shape:
-    per-example mappings (a collate that returns its list) count one each, a tuple of per-example
-    tuples (``tuple(zip(*batch))``, detection models' collate) counts its first tuple's items, a
-    sequence of stacked tensors (``(x, y)``) its first tensor's first dimension. Where the shape
-    leaves it open (a list of per-example tensors or tuples), the count that equals ``expected``
-    (the DataLoader's ``batch_size``) is taken, and in an epoch's last, shorter batch the count
-    that does not exceed it (an example's own first dimension, a sequence's length, can). (None,
-    None) where no tensor is found."""
-    if isinstance(batch, torch.Tensor):
-        return (int(batch.shape[0]), None) if batch.dim() else (None, None)
-    if isinstance(batch, Mapping):
-        ids = batch.get("input_ids") if "input_ids" in batch else None
-        if isinstance(ids, torch.Tensor) and ids.dim():
-            return int(ids.shape[0]), (int(ids.numel()) if ids.dim() == 2 else None)
-        for value in batch.values():
-            found = first_dimension(value)
-            if found[0] is not None:
-                return found
-        return None, None
-    if not isinstance(batch, (list, tuple)) or not batch:
-        return None, None
-    first = batch[0]
-    if all(isinstance(item, Mapping) for item in batch):  # per-example mappings
-        ids = [item.get("input_ids") for item in batch]
-        tokens = sum(int(t.numel()) for t in ids if isinstance(t, torch.Tensor)) if all(
-            isinstance(t, torch.Tensor) and t.dim() == 1 for t in ids) else None
-        return len(batch), tokens
-    if isinstance(first, (list, tuple)) and first:  # per-field tuples of examples, or per-example tuples
-        guess, other = (len(first), len(batch)) if isinstance(batch, tuple) else (len(batch), len(first))
-        return (other if expected is not None and guess != expected and other == expected else guess), None
-    samples, tokens = first_dimension(first)
-    if expected is not None and samples != expected and (len(batch) == expected or (  # per-example tensors
-            len(batch) < expected and (samples is None or samples > expected))):  # an epoch's last batch: never over
-        return len(batch), None
-    return samples, tokens
 
 
 class Meter:
@@ -165,11 +126,13 @@ class Meter:
         """Ends the process on ``Unmeasurable`` (``run``'s ``abort``); None: raised into the script."""
 
     # -- the two counters ----------------------------------------------------------------------
-    def on_batch(self, batch: object, expected: int | None = None, source: int = 0) -> None:
+    def on_batch(self, batch: object, expected: int | None = None, source: int = 0, fetched: int | None = None) -> None:
         """``expected``: the yielding DataLoader's batch size, where it batches (``first_dimension``);
-        ``source``: its dataset's ``id``. A batch drawn with gradients off (Lightning's evaluation
-        loop runs under ``inference_mode``) is never the training loader's."""
+        ``source``: its dataset's ``id``; ``fetched``: the examples it fetched for this batch, where
+        known (``fetched``), counted instead of the batch's shape. A batch drawn with gradients off
+        (Lightning's evaluation loop runs under ``inference_mode``) is never the training loader's."""
         samples, tokens = first_dimension(batch, expected)
+        samples = samples if fetched is None else fetched
         if not torch.is_grad_enabled():
             source = -1 - source  # its own key: drawn for evaluation
         else:
@@ -336,7 +299,7 @@ def counting_batches(meter: Meter) -> Callable[[], None]:
     def __next__(self: Any) -> Any:
         batch = inner(self)
         sampler = getattr(self, "_index_sampler", None) if getattr(self, "_auto_collation", False) else None
-        meter.on_batch(batch, getattr(sampler, "batch_size", None), id(getattr(self, "_dataset", None)))
+        meter.on_batch(batch, getattr(sampler, "batch_size", None), id(getattr(self, "_dataset", None)), fetched(self))
         return batch
 
     _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]  # the one place every loader yields
@@ -374,7 +337,9 @@ def run(config: TrialConfig, progress: Progress, finish: Callable[[dict[str, Any
         finish(out)
 
     meter = Meter(config, device, progress, started, done, swap_start, abort)
-    handle = register_optimizer_step_post_hook(meter.on_step)
+    # not traced: a script's torch.compile(optimizer.step) runs the hook in its graph, and each step's
+    # new marks recompiled it (40 ms a step for 0.6 ms, until Dynamo's recompile limit)
+    handle = register_optimizer_step_post_hook(torch.compiler.disable(meter.on_step))
     undo = counting_batches(meter)
     try:
         code = run_script(script)

@@ -99,7 +99,9 @@ def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
         end_descendants()  # what the script started ends with it, setsid or not
         os._exit(0)
 
-    handle = register_optimizer_step_post_hook(stepped)
+    import torch
+
+    handle = register_optimizer_step_post_hook(torch.compiler.disable(stepped))  # as script.run's: not traced
     try:
         code = run_script(call)
         exc: BaseException = ScriptEnded(code, 0, 0, "")

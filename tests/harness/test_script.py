@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from orchestrator.protocol import ScriptCall, TrialConfig, TrialSteps, encode_config
-from orchestrator.harness.script import first_dimension
+from orchestrator.harness.batches import first_dimension
 from orchestrator.harness.scriptfile import describe_failure, last_lines, top_level_imports
 from orchestrator.scriptsource import check_source
 
@@ -306,3 +306,91 @@ def test_the_harness_s_own_finding_ends_a_script_that_catches_every_exception(tm
     assert proc.returncode == 0 and result["status"] == "error", result
     assert result["detail"].startswith("set samples_per_step in the spec: no samples counted"), result["detail"]
     assert "skipping batch" not in (tmp_path / "trial.log").read_text()
+
+
+LAYOUTS = """
+    import sys
+    import torch
+    from torch.nn.utils.rnn import pad_sequence
+    from torch.utils.data import DataLoader, Dataset
+
+    class Pairs(Dataset):  # ((image, features), label): a siamese or multi-input model's examples
+        def __len__(self): return 4096
+        def __getitem__(self, i): return (torch.randn(3, 4, 4), torch.randn(5)), i % 2
+
+    class Sequences(Dataset):
+        def __len__(self): return 4096
+        def __getitem__(self, i): return torch.randn(7 + i % 5, 4), i % 2
+
+    def sequence_first(items):  # (L, B, 4): nn.LSTM's default layout, padded to the longest
+        return pad_sequence([x for x, _ in items]), torch.tensor([y for _, y in items])
+
+    bs, layout = int(sys.argv[1]), sys.argv[2]
+    loader = DataLoader(Pairs(), batch_size=bs) if layout == "pairs" else \\
+        DataLoader(Sequences(), batch_size=bs, collate_fn=sequence_first)
+    w = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([w], lr=0.1)
+    for epoch in range(1000):
+        for batch in loader:
+            (w.sum() ** 2).backward()
+            opt.step()
+"""
+
+
+@pytest.mark.parametrize("layout", ["pairs", "sequence-first"])
+def test_a_batching_loader_counts_the_examples_it_fetched_whatever_the_collate_made(tmp_path: Path, layout: str) -> None:
+    """A script tour: a default-collated ``((image, features), label)`` was counted 2 samples a step
+    at batches 16 and 128 (the smaller "won" at 825 samples/s against a real 6,713), a
+    sequence-first ``(L, B)`` batch its padded length; the sweep then said the batch size did not
+    reach the script. A loader that batches by ``batch_size`` fetched that many examples."""
+    proc, result = run_trial(tmp_path, LAYOUTS, ["6", layout], TrialSteps(1, 5, 0.0))
+    assert result["status"] == "ok" and result["info"]["samples_per_step"] == 6.0, result
+
+
+def test_fetched_is_the_batch_size_and_an_epoch_s_rest_or_none_where_the_loader_does_not_batch() -> None:
+    from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler, TensorDataset
+
+    from orchestrator.harness.batches import fetched
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(torch.zeros(10, 2))
+
+    def counts(loader: DataLoader) -> list[int | None]:
+        it = iter(loader)
+        return [fetched(it) for _ in it]
+
+    data = TensorDataset(torch.zeros(10, 2))
+    assert counts(DataLoader(data, batch_size=4)) == [4, 4, 2]  # the epoch's last: the rest
+    assert counts(DataLoader(data, batch_size=4, drop_last=True)) == [4, 4]
+    assert counts(DataLoader(data, batch_size=4, num_workers=2)) == [4, 4, 2]
+    assert counts(DataLoader(Stream(), batch_size=4)) == [4, 4, 4]  # an iterable's last counts whole
+    assert counts(DataLoader(data, batch_size=None)) == [None] * 10  # not batched: the shape says
+    own = BatchSampler(SequentialSampler(data), 4, False)
+    assert counts(DataLoader(data, batch_sampler=type("Buckets", (BatchSampler,), {})(own.sampler, 4, False))) == [None] * 3
+
+
+def test_a_compiled_optimizer_step_does_not_trace_the_harness_s_step_hook(tmp_path: Path) -> None:
+    """A script tour: ``torch.compile(optimizer.step)`` (PyTorch's recipe) ran the step hook in its
+    graph; each step's new marks recompiled it, 40 ms a step against 0.6 ms, until Dynamo's
+    recompile limit, and the compiled step ranked far behind eager. The hook is not traced."""
+    source = """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        from torch.optim.optimizer import _global_optimizer_post_hooks
+        print("hooks traced:", [h for h in _global_optimizer_post_hooks.values()
+                                if not getattr(h, "_torchdynamo_disable", False)], flush=True)
+        model = torch.nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        step = torch.compile(opt.step, backend="eager")
+        loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.zeros(64, dtype=torch.long)), batch_size=8)
+        for epoch in range(1000):
+            for x, y in loader:
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                step()
+                opt.zero_grad()
+    """
+    proc, result = run_trial(tmp_path, source, [], TrialSteps(1, 12, 0.0))
+    log = (tmp_path / "trial.log").read_text()
+    assert result["status"] == "ok" and result["info"]["samples_per_step"] == 8.0, result
+    assert "hooks traced: []" in log and "recompile" not in log.lower(), log
