@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,7 @@ def main(argv: list[str]) -> int:
     try:
         spec, _ = load_guarded(args.spec, args.storage, args.tracking_uri)
         study = open_study(spec)
+        refuse_edited(spec, study)
         if command == "best":
             text, summary = best_yaml(spec, study)
             if args.output is None:
@@ -89,6 +91,34 @@ def open_study(spec: SweepSpec) -> StoredStudy:
         if study is None:
             raise lost or StudyError(f"no study {spec.name!r} in {shown(url)}; run `{paste_command(spec)}` first")
     return study
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite number as None: JSON has no NaN (a diverged trial's loss),
+    and strict parsers (JavaScript's ``JSON.parse``) refuse the ``NaN`` Python would write."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def refuse_edited(spec: SweepSpec, study: StoredStudy) -> None:
+    """The sweep's refusal (``store.fingerprint``) where the spec was edited since its study holds
+    results: its objective, fixed values or space read against trials made from another spec give
+    a wrong ranking and a best the trials never ran. The device is the study's own where the spec
+    leaves it to ``auto``: the plan is made for it without probing anything."""
+    from orchestrator.search.space import fingerprint, make_plan
+    from orchestrator.store.fingerprint import as_stored, changed
+    from orchestrator.store.studyrecord import StudyRecord
+
+    stored = StudyRecord.of(study).fingerprint
+    if stored is None:
+        return
+    device = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else stored.get("device")
+    changed(spec, spec.storage, stored, as_stored(fingerprint(spec, make_plan(spec, str(device)))), study.trials)
 
 
 def lost_study(spec: SweepSpec) -> StudyError | None:
@@ -154,7 +184,7 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
         rep.update(plots=[str(p) for p in paths], plots_dir=str(folder),
                    mlflow=tracking.log(paths, top_markdown(spec, best, comp)))
     if fmt == "json":
-        print(json.dumps(rep, indent=1, default=str))
+        print(json.dumps(finite(rep), indent=1, default=str, allow_nan=False))
         return 0
     if rep["plots_dir"] is not None:
         drawn = ", ".join(Path(p).name for p in rep["plots"]) or "none: no trial has a result yet"

@@ -256,6 +256,26 @@ def test_report_and_best_on_a_missing_study_say_one_line_and_create_nothing(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
 
 
+@pytest.mark.parametrize("edit, what", [
+    (("      batch_size: [8, 16, 4096]\n", "      batch_size: [8, 16, 32, 4096]\n"), "space: stored"),
+    (("      model: tiny\n", "      model: small\n"), "fixed: stored"),
+    (("    search:\n", "    objective: {metric: step_time_ms_p50, direction: minimize}\n    search:\n"), "objective: stored"),
+], ids=["space", "fixed", "objective"])
+def test_report_and_best_refuse_a_spec_edited_since_its_study_as_the_sweep_does(project: Path, edit: tuple,
+                                                                                 what: str) -> None:
+    """A report tour: the objective changed to a step time ranked the stored samples/s as if they were
+    step times (the slowest trial first, and ``best`` wrote it); a changed fixed value was written
+    beside trials that ran with the old one; added values read "6 of 3 trials". The sweep refused
+    each edit; report and best now refuse it the same way, in one line."""
+    write_spec(project, SPEC.replace(*edit), name="edited.yaml")
+    for name in ("report", "best"):
+        proc = command([name, "edited.yaml"], project)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+        assert proc.stderr.count("\n") == 1 and "study 'tiny_report' in sqlite:///" in proc.stderr, proc.stderr
+        assert f"was created from a different spec ({what}" in proc.stderr, proc.stderr
+    assert command(["report", "spec.yaml"], project).returncode == 0  # the spec it was made from reads
+
+
 @pytest.mark.slow
 def test_plots_that_cannot_be_written_are_one_line_and_leave_no_half_written_file(project: Path,
                                                                                    tmp_path: Path) -> None:
@@ -531,6 +551,30 @@ def test_errors_and_timeouts_alone_say_what_runs_them_again(tmp_path: Path) -> N
     report = command(["report", str(spec)], tmp_path)
     assert "1 trial(s) interrupted, running, repeated or ended 'error' are shown above" in report.stdout, report.stdout
     assert "(a configuration whose trial ended 'error' runs again on the next run)" in report.stdout
+
+
+def test_report_json_is_strict_json_where_a_trial_diverged(tmp_path: Path) -> None:
+    """A report tour: a diverged trial's loss came out as ``"loss": NaN``, which JavaScript's
+    ``JSON.parse`` and any strict parser refuse. Not a number is null."""
+    import optuna
+
+    spec = write_spec(tmp_path, SPEC)
+    (tmp_path / "mlruns").mkdir()
+    study = optuna.create_study(study_name="tiny_report", storage=f"sqlite:///{tmp_path}/mlruns/optuna.db",
+                                directions=["maximize"])
+    diverged = fake(1, 64, "float32", "diverged")
+    diverged.user_attrs["metrics"] = {"loss": float("nan"), "samples_per_s": float("inf")}
+    for t in (fake(0, 8, "float32", "ok", 100.0), diverged):
+        study.add_trial(t)
+    proc = command(["report", str(spec), "--format", "json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in the JSON")
+
+    doc = json.loads(proc.stdout, parse_constant=refuse)
+    (row,) = [r for r in doc["trials"] if r["number"] == 1]
+    assert row["status"] == "diverged" and row["metrics"]["loss"] is None, row
 
 
 def test_a_front_s_one_best_is_the_same_in_the_sweep_s_summary_mlflow_and_report(tmp_path: Path) -> None:
