@@ -200,6 +200,8 @@ def placement() -> dict[str, Any]:
                            if k in os.environ}
     if hasattr(os, "sched_getaffinity"):
         out["cpu_cores"] = len(os.sched_getaffinity(0))
+    if "torch" in sys.modules:  # what ran, beside what the environment asked (a script may set it)
+        out["threads"] = sys.modules["torch"].get_num_threads()
     return out
 
 

@@ -124,6 +124,8 @@ class Meter:
         self.cpu_start = hostcpu.CpuSample(None, None, 0.0)  # read as the window opens (_open)
         self.abort = abort
         """Ends the process on ``Unmeasurable`` (``run``'s ``abort``); None: raised into the script."""
+        self.thread_env = {name: os.environ.get(name) for name in THREAD_VARS}
+        """The thread counts' variables before the script ran (``follow_threads``)."""
 
     # -- the two counters ----------------------------------------------------------------------
     def on_batch(self, batch: object, expected: int | None = None, source: int = 0, fetched: int | None = None) -> None:
@@ -163,6 +165,8 @@ class Meter:
 
     def on_step(self, *_: object) -> None:
         self.steps += 1
+        if self.steps == 1:
+            follow_threads(self.thread_env)
         self.progress.step = self.steps
         if not self.window_open:
             if self.steps >= self.trial.warmup_steps:
@@ -277,6 +281,21 @@ class Meter:
         if swap.swapped(swapping) and not self.allow_swap:
             out.update(status="swapped", detail=swap.describe(swapping, result_metrics[M.SAMPLES_PER_S]))
         return out
+
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def follow_threads(before: dict[str, str | None]) -> None:
+    """A script that sets ``OMP_NUM_THREADS`` (or MKL's) at its top, before importing torch, runs
+    with that many threads as ``python train.py``: torch reads it as it loads. Here torch was
+    loaded before the script ran (the fork server's import, the harness's own), so at the first
+    step the count is set as the script asked (a tour: 2 threads where the script set 1)."""
+    for name in THREAD_VARS:
+        value = os.environ.get(name, "")
+        if value != (before.get(name) or "") and value.isdigit() and int(value) > 0:
+            torch.set_num_threads(int(value))
+            return
 
 
 def check_device(device: str) -> None:

@@ -394,3 +394,25 @@ def test_a_compiled_optimizer_step_does_not_trace_the_harness_s_step_hook(tmp_pa
     log = (tmp_path / "trial.log").read_text()
     assert result["status"] == "ok" and result["info"]["samples_per_step"] == 8.0, result
     assert "hooks traced: []" in log and "recompile" not in log.lower(), log
+
+
+def test_a_thread_count_the_script_sets_before_importing_torch_is_the_one_it_runs_with(tmp_path: Path) -> None:
+    """A script tour: ``os.environ["OMP_NUM_THREADS"] = "1"`` before ``import torch`` (as many
+    scripts start) gave 1 thread as ``python train.py`` and 2 in the trial, whose torch was
+    imported before the script ran; its record said the variable's 1. (The tests' own processes
+    run with 1: here the script asks for 2.)"""
+    source = """
+        import os
+        os.environ["OMP_NUM_THREADS"] = "2"
+        import torch
+        w = torch.nn.Parameter(torch.zeros(4))
+        opt = torch.optim.SGD([w], lr=0.1)
+        while True:
+            (w.sum() ** 2).backward()
+            opt.step()
+            print("threads", torch.get_num_threads(), flush=True)
+    """
+    proc, result = run_trial(tmp_path, source, [], TrialSteps(1, 5, 0.0), per_step=4.0)
+    assert result["status"] == "ok", result
+    assert result["placement"]["threads"] == 2 and result["placement"]["OMP_NUM_THREADS"] == "2", result["placement"]
+    assert "threads 1" not in (tmp_path / "trial.log").read_text()
