@@ -100,7 +100,8 @@ class Probe:
                 self.close()
                 said = f"; the last line it printed: {last[:200]!r}" if last else "; it printed nothing"
                 raise self.spec.error(self._field, f"{what} took more than {timeout_s:g} s" + (
-                    " without an optimizer step (does the script call optimizer.step()?)" if self.spec.script is not None
+                    " without an optimizer step in the script's own process (does it call optimizer.step(), "
+                    "or train in processes it starts, as torch.multiprocessing.spawn does, which cannot be measured?)" if self.spec.script is not None
                     and name == "smoke" else "") + said)
             fd = self._status_fd()
             if fd is None:  # the server's pipe closed: it is gone (reaped on the next look)

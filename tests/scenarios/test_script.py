@@ -190,7 +190,9 @@ def test_a_script_that_never_steps_is_said_so_on_its_own_field(tmp_path: Path) -
     assert proc.returncode == 2 and not proc.stdout, proc.stderr
     assert proc.stderr == ("spec.yaml:2: script: the smoke step (the script run at the smallest batch until its first "
                            "optimizer step, before any trial; skip it with --no-check) took more than 2 s without an "
-                           "optimizer step (does the script call optimizer.step()?); the last line it printed: "
+                           "optimizer step in the script's own process (does it call optimizer.step(), or train in "
+                           "processes it starts, as torch.multiprocessing.spawn does, which cannot be measured?); "
+                           "the last line it printed: "
                            "'epoch'\n"), proc.stderr
     assert not (tmp_path / "mlruns" / "optuna.db").exists() and left_behind(tmp_path) == []
 
