@@ -58,3 +58,12 @@ def command(*args: object) -> str:
     """An ``orchestrate`` command line a user can paste: the executable as invoked, then every
     part shell-quoted."""
     return shlex.join([*program(), *map(str, args)])
+
+
+def command_in(folder: str, *args: object) -> str:
+    """``command`` run in another folder (``cd FOLDER && orchestrate ...``), the program typed by a
+    relative path made absolute, so that it still names it there."""
+    first, *rest = program()
+    if os.sep in first and not os.path.isabs(first):
+        first = os.path.abspath(first)
+    return f"cd {shlex.quote(folder)} && " + shlex.join([first, *rest, *map(str, args)])

@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
         from orchestrator.report.closing import check_store_files
 
         repair = check_store_files(spec, origins)
-        study = open_study(spec)
+        study = open_study(spec, "check")
         if args.repair:
             restored: list[str] = []
             repaired = _repair(spec, restored)
@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
                   "orchestrate check: MLflow held every trial's records: none written")
             for line in restored:
                 print(f"orchestrate check: {line}")
-            study = open_study(spec)
+            study = open_study(spec, "check")
         head, found = inspect(spec, study)
         print("\n".join(head))
         for line in _lines(found):
@@ -94,7 +94,7 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
     client, experiment, parent, runs = _mlflow(spec, uid)
     root = _folder_root(study, spec.name, uid)
     folders = {n: p for p in (root.iterdir() if root.is_dir() else []) if (n := trialdir.number_of(p)) is not None}
-    study = open_study(spec)
+    study = open_study(spec, "check")
     live, in_flight = _live(spec, study)
     moved = _moved(spec, experiment)
     found = compare(study.trials, runs, lambda n: trialdir.folder(root, n), in_flight, folders,

@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     args = _parser(command).parse_args(rest)
     try:
         spec, _ = load_guarded(args.spec, args.storage, args.tracking_uri)
-        study = open_study(spec)
+        study = open_study(spec, command)
         refuse_edited(spec, study)
         if command == "best":
             text, summary = best_yaml(spec, study)
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
         return 0
 
 
-def open_study(spec: SweepSpec) -> StoredStudy:
+def open_study(spec: SweepSpec, *command: str) -> StoredStudy:
     """The spec's study, read once; a one-line error where there is none (nothing is created)."""
     from orchestrator.store.study import check_file
 
@@ -89,11 +89,15 @@ def open_study(spec: SweepSpec) -> StoredStudy:
         lost = lost_study(spec)  # the study file lost or emptied, its runs left: the sweep's line
         study = read_study(url, spec.name) if lost is None else None  # or made meanwhile, by a sweep starting
         if study is None:
-            raise lost or StudyError(f"no study {spec.name!r} in {shown(url)}; run `{paste_command(spec)}` first")
+            from orchestrator.store.studyread import beside_spec
+
+            there = beside_spec(spec, *command)
+            raise lost or StudyError(f"no study {spec.name!r} in {shown(url)}; " + (
+                f"run `{paste_command(spec)}` first" if there is None else there))
     return study
 
 
-def finite(value: Any) -> Any:
+def finite(value: object) -> object:
     """``value`` with every NaN or infinite number as None: JSON has no NaN (a diverged trial's loss),
     and strict parsers (JavaScript's ``JSON.parse``) refuse the ``NaN`` Python would write."""
     if isinstance(value, float) and not math.isfinite(value):

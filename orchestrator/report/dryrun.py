@@ -148,7 +148,10 @@ def _progress(spec: SweepSpec, plan: Plan | None = None) -> str:
         return ""
     n = sum(count for state, count in counts.items() if state != "WAITING")
     if not n:
-        return "; the study does not exist yet"
+        from orchestrator.store.studyread import beside_spec
+
+        there = beside_spec(spec)
+        return "; the study does not exist yet" + ("" if there is None else f" here, but {there}")
     trials = f"{n} trial{'' if n == 1 else 's'}"
     if plan is None:
         return f"; the study exists with {trials}: a run resumes it"

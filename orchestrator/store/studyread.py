@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,6 +41,8 @@ from orchestrator.urls import sqlite_path, sqlite_url
 
 if TYPE_CHECKING:
     from optuna import Study
+
+    from orchestrator.spec.model import SweepSpec
 
 CONSTRAINTS_KEY = "constraints"  # optuna.study._constrained_optimization._CONSTRAINTS_KEY
 INT_DISTRIBUTIONS = ("IntDistribution", "IntUniformDistribution", "IntLogUniformDistribution")
@@ -100,6 +103,33 @@ class StoredStudy:
     def get_trials(self, deepcopy: bool = False) -> list[Any]:
         """The trials, as ``optuna.Study.get_trials`` gives them (for code written against a study)."""
         return list(self.trials)
+
+
+def beside_spec(spec: SweepSpec, *words: str) -> str | None:
+    """Where a command runs outside its spec's folder with the default SQLite study, which is
+    found from the folder a command runs in (``./mlruns/``), and the spec's own folder holds a
+    study of its name: what to run there instead (``orchestrate WORDS SPEC``), else None. A tour:
+    ``orchestrate report tour/one.yaml`` from the folder above said "run `orchestrate
+    tour/one.yaml` first", which starts the sweep over in a new study."""
+    from orchestrator.invocation import command_in
+    from orchestrator.urls import DEFAULT_STORAGE
+
+    if spec.storage != DEFAULT_STORAGE:
+        return None
+    folder = Path(spec.path).resolve().parent
+    db = folder / "mlruns" / "optuna.db"
+    if folder == Path.cwd().resolve() or not db.is_file():
+        return None
+    try:
+        study = read_study(f"sqlite:///{db}", spec.name)
+    except StudyError:
+        return None
+    if study is None or not study.trials:
+        return None
+    n, where = len(study.trials), os.path.relpath(folder)
+    return (f"the spec's own folder holds study {spec.name!r} with {n} trial{'' if n == 1 else 's'} "
+            f"({os.path.join(where, 'mlruns', '')}); the stores (./mlruns/) are found from the folder a command "
+            f"runs in: {command_in(where, *words, Path(spec.path).name)}")
 
 
 def read_study(url: str, name: str) -> StoredStudy | None:

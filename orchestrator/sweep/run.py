@@ -236,6 +236,8 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
           + "".join(f"; {a}" for a in again), flush=True)
     if r.elsewhere:
         print(r.elsewhere)
+    if r.beside:
+        print(f"  a new study in ./mlruns/, but {r.beside} (resumes that one)")
     if r.shared and is_sqlite(spec.tracking_uri):  # the PostgreSQL tour: each host's runs in its own file
         print(f"  the study is shared through {shown(spec.storage)}, but this orchestrator's MLflow runs go to "
               f"{shown(absolute_uri(spec.tracking_uri))}, on this host: each host's MLflow holds its own trials "

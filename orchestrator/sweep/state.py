@@ -58,3 +58,5 @@ class Run:
     heartbeat: Heartbeat | None = None
     elsewhere: str | None = None
     """A line: the study's earlier trials ran on other devices (``stores.elsewhere``)."""
+    beside: str | None = None
+    """A new study, where the spec's own folder holds one of its name (``studyread.beside_spec``)."""

@@ -277,3 +277,32 @@ def test_a_working_folder_deleted_or_not_utf8_is_one_line(tmp_path: Path) -> Non
         "has a name that is not UTF-8, which MLflow cannot record in its paths; run from a folder whose name is "
         "UTF-8\n"), proc.stderr
     assert os.listdir(latin) == []
+
+
+def test_a_sweep_run_from_above_its_spec_s_folder_says_where_its_study_is(tmp_path: Path) -> None:
+    """The spec's folder holds its study (run there before); the same spec run from the folder
+    above starts a new study in that folder's ./mlruns/, as the stores are found from the folder a
+    command runs in. It says so, and what resumes the other one, in its header."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    write_spec(sub, """
+        name: above
+        experiment: experiments.mlp
+        device: cpu
+        fixed: {hidden_size: 8, batch_size: 8}
+        trial: {warmup_steps: 1, measure_steps: 2, min_measure_s: 0.05}
+    """)
+    (sub / "mlruns").mkdir()
+    study = optuna.create_study(study_name="above", storage=f"sqlite:///{sub}/mlruns/optuna.db")
+    study.add_trial(create_trial(params={"x": 1}, distributions={"x": CategoricalDistribution([1])}, value=1.0))
+    proc = orchestrate(["sub/spec.yaml", "--no-check"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ("  a new study in ./mlruns/, but the spec's own folder holds study 'above' with 1 trial (sub/mlruns/); the "
+            "stores (./mlruns/) are found from the folder a command runs in: cd sub && orchestrate spec.yaml "
+            "(resumes that one)\n") in proc.stdout, proc.stdout
+    again = orchestrate(["sub/spec.yaml"], tmp_path)  # resumed here: the line is for a new study only
+    assert again.returncode == 0 and "a new study" not in again.stdout, again.stdout
