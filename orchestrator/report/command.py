@@ -209,7 +209,7 @@ def plot_context(spec: SweepSpec, rep: dict[str, Any], prov: dict[str, Any]) -> 
     where = f"{device} ({rep['device_name']})" if rep["device_name"] else device
     subtitle = (f"{spec.name}: {spec.workload_name}" + (f" model {model}" if model else "") + f" on {where}"
                 + (f", torch {rep['torch_version']}" if rep["torch_version"] else "")
-                + f"; {rep['results']} trials")
+                + f"; {rep['results']} trial{'' if rep['results'] == 1 else 's'}")
     budget = next((c.max for c in spec.objective.constraints if c.metric == M.PEAK_MEMORY_GIB and c.max), None)
     limit = None
     if device == "cpu" and spec.fixed.get("cpu_memory_limit_gib"):

@@ -186,7 +186,7 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
     slots = {r["slot"] for r in rows if r.get("slot")}
     slot_w = max(map(len, slots | {"slot"})) if len(slots) > 1 else 0  # a column where trials ran on several slots
     head = f"{'#':>4s}  {'status':<11s} " + " ".join(f"{k:{align[k]}{width[k]}s}" for k in names) + \
-        f" {'samples/s':>10s} {'+-95%':>6s} {'peak GiB':>8s} {'time s':>7s}" + \
+        f" {'samples/s':>10s} {'+-95%':>7s} {'peak GiB':>8s} {'time s':>7s}" + \
         (f"  {'slot':<{slot_w}s}" if slot_w else "") + "  note"
     where = rep["device"] + (f" ({rep['device_name']})" if rep["device_name"] else "")
     lines = [f"{spec.name}: {rep['results']} of {rep['target'] or '?'} trials have a result; on {where}"
@@ -207,7 +207,7 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
         m = r["metrics"]
         lines.append(f"{r['number']:>4d}  {r['status']:<11s} " + " ".join(
             f"{str(r['params'].get(k, '-')):{align[k]}{width[k]}s}" for k in names) +
-            f" {fmt_num(m.get(M.SAMPLES_PER_S)):>10s} {spread_text(m):>6s} {fmt_num(m.get(M.PEAK_MEMORY_GIB), digits=2):>8s}"
+            f" {fmt_num(m.get(M.SAMPLES_PER_S)):>10s} {spread_text(m):>7s} {fmt_num(m.get(M.PEAK_MEMORY_GIB), digits=2):>8s}"
             f" {fmt_num(r['duration_s']):>7s}" + (f"  {r.get('slot') or '-':<{slot_w}s}" if slot_w else "")
             + f"  {note}".rstrip())
     if not rows:

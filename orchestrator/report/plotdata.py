@@ -9,18 +9,29 @@ the same rules without drawing anything. Drawing is ``plots``' job.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from orchestrator import metrics as M
 from orchestrator.outcome import NOT_FITTING, Status
 from orchestrator.store.record import HasAttrs, TrialRecord, status_of
 from orchestrator.store.records import is_feasible
 
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
+
 MAX_LINES = 8
 PRIORITY = NOT_FITTING + (Status.CRASHED, Status.TIMEOUT, Status.ERROR, Status.DIVERGED)  # a cell's failure, worst first
 MEMORY_FAILURES = NOT_FITTING  # what the boundary map marks as not fitting
 NOTES: dict[str, str] = {Status.OOM: "OOM", Status.SWAPPED: "swaps", Status.SKIPPED: "skipped"}
+MAX_TICKS = 12
+"""An axis with more values than this (a ranged knob's samples) gets matplotlib's ticks on the line
+plots, and ``BINS`` ranges on the boundary map, not a tick or a column per value."""
+BINS = 8
+CLIP = 24  # a value in a legend or on a tick, cut beyond this many characters
+LEGEND_CHARS = 45  # a legend entry longer than this gives the names once, in the legend's title
+T = TypeVar("T", bound=HasAttrs)
 
 
 @dataclass(frozen=True)
@@ -40,7 +51,7 @@ def status(t: HasAttrs) -> str:
     return s.value if s is not None else "?"
 
 
-def metric_of(t: HasAttrs, name: str) -> Any:
+def metric_of(t: HasAttrs, name: str) -> float | None:
     return TrialRecord.of(t).metrics.get(name)
 
 
@@ -64,16 +75,45 @@ def choose_layout(trials: list[Any]) -> Layout:
     return Layout(x, tuple(groups), tuple(k for k in others if k not in groups), rows)
 
 
+def shown(value: object) -> str:
+    """A value as a plot labels it: a float to 4 significant digits (``0.06392``), else as it is."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def tick_text(value: float, _: int | None = None) -> str:
+    """A tick matplotlib placed, as ``shown``: ``96``, ``0.001``."""
+    return shown(int(value)) if float(value).is_integer() else shown(float(value))
+
+
+def clip(text: str, n: int = CLIP) -> str:
+    return text if len(text) <= n else text[:n - 1] + "\u2026"
+
+
 def label(params: dict[str, Any], knobs: tuple[str, ...]) -> str:
     """``bfloat16, grad_accum_steps=2``: a dtype reads by itself, other knobs as name=value."""
     return ", ".join(str(params.get(k)) if k == "dtype" else f"{k}={params.get(k)}" for k in knobs) or "all"
 
 
-def pick(cell: list[Any]) -> Any:
+def legend_labels(trials: list[Any], layout: Layout) -> tuple[dict[str, str], str]:
+    """Each line's legend text by its key (``label``), and the legend's title. As ``label``, floats
+    to 4 digits; where an entry would be longer than ``LEGEND_CHARS``, the values alone, each cut at
+    ``CLIP`` characters, and the knobs' names once, as the title (``""``: no title)."""
+    params = {label(t.params, layout.groups): t.params for t in trials}
+    full = {key: ", ".join(shown(p.get(k)) if k == "dtype" else f"{k}={shown(p.get(k))}" for k in layout.groups)
+            or "all" for key, p in params.items()}
+    if max(map(len, full.values()), default=0) <= LEGEND_CHARS:
+        return full, ""
+    short = {key: ", ".join(clip(shown(p.get(k))) for k in layout.groups) for key, p in params.items()}
+    if len(set(short.values())) < len(short):  # values alike in their first characters: numbered
+        short = {key: f"{i}: {text}" for i, (key, text) in enumerate(short.items(), 1)}
+    return short, ", ".join(layout.groups)
+
+
+def pick(cell: list[T]) -> T:
     """The trial a point stands for: the fastest ok one, else the worst failure."""
     ok = [t for t in cell if status(t) == Status.OK and metric_of(t, M.SAMPLES_PER_S) is not None]
     if ok:
-        return max(ok, key=lambda t: metric_of(t, M.SAMPLES_PER_S))
+        return max(ok, key=lambda t: metric_of(t, M.SAMPLES_PER_S) or 0.0)
     return min(cell, key=lambda t: PRIORITY.index(status(t)) if status(t) in PRIORITY else len(PRIORITY))
 
 
@@ -121,29 +161,76 @@ def memory_series(trials: list[Any], layout: Layout | None = None) -> dict[str, 
     return metric_series(trials, M.PEAK_MEMORY_GIB, layout)
 
 
-def oom_grid(trials: list[Any], layout: Layout | None = None) -> dict[str, Any]:
+def numeric(values: list[Any]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _axis(values: list[Any]) -> tuple[list[Any], list[str], Callable[[Any], int]] | None:
+    """One axis of the boundary map: (its columns, their labels, a value's column). A column per
+    value (sorted where all are numbers, else in the order tried); over ``MAX_TICKS`` numbers,
+    ``BINS`` ranges (log-spaced over a wide positive range), each ``(low, high)``; None where over
+    ``MAX_TICKS`` values are not numbers."""
+    distinct = list(dict.fromkeys(values))
+    if numeric(distinct):
+        distinct.sort()
+    if len(distinct) <= MAX_TICKS:
+        where = {v: i for i, v in enumerate(distinct)}
+        return distinct, [clip(shown(v)) for v in distinct], where.__getitem__
+    if not numeric(distinct):
+        return None
+    lo, hi = distinct[0], distinct[-1]
+    log = lo > 0 and hi / lo >= 8
+    edges = [lo * (hi / lo) ** (i / BINS) if log else lo + (hi - lo) * i / BINS for i in range(BINS + 1)]
+    whole = all(isinstance(v, int) for v in distinct)
+    if whole:  # integer ranges: 8-12, 13-22, ..., 304-512
+        edges = sorted({round(e) for e in edges})
+    bins = list(zip(edges, edges[1:]))
+    last = len(bins) - 1
+    tops = [b - (whole and i < last) for i, (_, b) in enumerate(bins)]  # whole numbers: the bin's last one
+    labels = [str(a) if a == b else f"{a}\u2013{b}" if whole else f"{a:.3g}\u2013{b:.3g}" for (a, _), b in zip(bins, tops)]
+    return bins, labels, lambda v: min(bisect_right(edges, v) - 1, last)
+
+
+def oom_grid(trials: list[Any], layout: Layout | None = None, best: int | None = None) -> dict[str, Any] | None:
     """The boundary map: ``xs`` x ``rows``; ``values[r][c]`` the best samples/s (None when
     nothing fitted) and ``notes[r][c]`` "" / "OOM" / "swaps" / "1/2 OOM" / "skipped" / "failed" / "not run"
-    (a cell that fits only by swapping is on the wrong side of the boundary, as an OOM is)."""
+    (a cell that fits only by swapping is on the wrong side of the boundary, as an OOM is).
+    ``x_labels`` and ``rows`` label the columns and rows (``_axis``: a ranged knob's samples in
+    ranges); ``best`` is the cell (r, c) of trial number ``best`` (None: none). None where a knob has
+    too many values that are not numbers to map."""
     layout = layout or choose_layout(trials)
-    xs = sorted({t.params[layout.x] for t in trials if layout.x in t.params}) if layout.x else []
-    rows = list(dict.fromkeys(str(t.params.get(layout.rows)) for t in trials)) if layout.rows else ["all"]
-    values = [[None] * len(xs) for _ in rows]
+    placed = [t for t in trials if layout.x in t.params] if layout.x else []
+    x_axis = _axis([t.params[layout.x] for t in placed])
+    row_axis = _axis([t.params.get(layout.rows) for t in trials]) if layout.rows else ([None], ["all"], lambda _: 0)
+    if x_axis is None or row_axis is None:
+        return None
+    (xs, x_labels, col), (_, rows, row) = x_axis, row_axis
+    cells: dict[tuple[int, int], list[Any]] = {}
+    for t in placed:
+        cells.setdefault((row(t.params.get(layout.rows)), col(t.params[layout.x])), []).append(t)
+    values: list[list[Any]] = [[None] * len(xs) for _ in rows]
     notes = [["not run"] * len(xs) for _ in rows]
-    for r, row in enumerate(rows):
-        for c, x in enumerate(xs):
-            cell = [t for t in trials if t.params.get(layout.x) == x
-                    and (layout.rows is None or str(t.params.get(layout.rows)) == row)]
-            if not cell:
-                continue
-            best = pick(cell)
-            bad = [t for t in cell if status(t) in MEMORY_FAILURES]
-            if status(best) == Status.OK:
-                values[r][c] = metric_of(best, M.SAMPLES_PER_S)
-                notes[r][c] = f"{len(bad)}/{len(cell)} OOM" if bad else ""
-            else:
-                notes[r][c] = NOTES.get(status(best), "failed")
-    return {"x": layout.x, "rows_knob": layout.rows, "xs": xs, "rows": rows, "values": values, "notes": notes}
+    for (r, c), cell in cells.items():
+        top = pick(cell)
+        bad = [t for t in cell if status(t) in MEMORY_FAILURES]
+        if status(top) == Status.OK:
+            values[r][c] = metric_of(top, M.SAMPLES_PER_S)
+            notes[r][c] = f"{len(bad)}/{len(cell)} OOM" if bad else ""
+        else:
+            notes[r][c] = NOTES.get(status(top), "failed")
+    at = next(((r, c) for (r, c), cell in cells.items() if best in {t.number for t in cell}), None)
+    return {"x": layout.x, "rows_knob": layout.rows, "xs": xs, "x_labels": x_labels, "rows": rows,
+            "values": values, "notes": notes, "best": at}
+
+
+def best_trial(trials: list[Any], direction: str, front: tuple[int, ...] = ()) -> FrozenTrial | None:
+    """The configuration the report calls best: the feasible measured trial best on the first
+    objective, among the Pareto front where there is one (a ``FrozenTrial`` or, as ``is_feasible``
+    reads it, a ``StoredTrial``); None where none."""
+    fits = [t for t in trials if t.values and is_feasible(t) and (not front or t.number in front)]
+    if not fits:
+        return None
+    return (max if direction == "maximize" else min)(fits, key=lambda t: t.values[0])
 
 
 def history_series(trials: list[Any], direction: str) -> list[tuple[int, float | None, float | None, str]]:

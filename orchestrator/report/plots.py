@@ -5,14 +5,16 @@ matplotlib is imported only inside the drawing functions; the data (``plotdata``
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
 from orchestrator.outcome import Status
-from orchestrator.report.plotdata import (MEMORY_FAILURES, NOTES, choose_layout, history_series, metric_series, oom_grid,
-                                   pareto_points, throughput_intervals)
+from orchestrator.report.plotdata import (MAX_TICKS, MEMORY_FAILURES, NOTES, best_trial, choose_layout, history_series,
+                                          legend_labels, metric_of, metric_series, oom_grid, pareto_points, shown,
+                                          throughput_intervals, tick_text)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -28,6 +30,8 @@ AXIS = {"batch_size": "micro-batch size (samples)", "grad_accum_steps": "gradien
         M.PEAK_MEMORY_GIB: "peak memory (GiB)", M.STEP_TIME_MS_P50: "step time, median (ms)",
         M.STEP_TIME_MS_P90: "step time, 90th percentile (ms)", M.DURATION_S: "trial duration (s)",
         M.LOSS: "training loss"}
+OFF_SCALE = 4.0  # the device's memory, over this many times the highest peak, is said, not drawn
+BEST = {"marker": "*", "s": 320, "color": "gold", "edgecolors": "black", "linewidths": 1.2, "zorder": 6}
 
 
 @dataclass(frozen=True)
@@ -73,64 +77,83 @@ def _save(fig: Figure, path: Path) -> Path:
 
 def _folded(ax: Axes, ctx: PlotContext, knobs: tuple[str, ...], what: str) -> None:
     if knobs:
-        ax.set_title(f"{ctx.subtitle}\neach {what}: the fastest over {', '.join(knobs)}", fontsize=10, color="0.3")
+        ax.set_title(f"{ax.get_title()}\neach {what}: the fastest over {', '.join(knobs)}", fontsize=10, color="0.3")
 
 
 def _x_axis(ax: Axes, xs: list[Any], name: str) -> bool:
-    """Label the x axis with the values tried; base-2 log scale for wide ranges (returns whether)."""
+    """Label the x axis with the values tried (over ``MAX_TICKS``, a ranged knob's samples:
+    matplotlib's ticks); base-2 log scale for wide ranges (returns whether)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
     ax.set_xlabel(AXIS.get(name, name))
     log = bool(xs) and min(xs) > 0 and max(xs) / min(xs) >= 8
     if log:
         ax.set_xscale("log", base=2)
-    ax.set_xticks(xs, [f"{x:g}" for x in xs])
+    if len(xs) <= MAX_TICKS:
+        ax.set_xticks(xs, [shown(x) for x in xs])
+    elif log:  # 64, 96, 128, 192, ... over a few octaves
+        ax.xaxis.set_major_locator(LogLocator(base=2, subs=(1.0, 1.5) if max(xs) / min(xs) <= 64 else (1.0,),
+                                              numticks=MAX_TICKS))
+    if len(xs) > MAX_TICKS:
+        ax.xaxis.set_major_formatter(FuncFormatter(tick_text))
     ax.minorticks_off()
     return log
 
 
-def _failures(ax: Axes, pts: list[tuple[Any, str]], y: float, edge: str) -> set[str]:
-    """Failed points as markers on the line ``y`` (the axis floor or the memory limit); the marker
-    says what failed, its edge which line it belongs to. Returns the kinds drawn."""
+def _failures(ax: Axes, pts: list[tuple[Any, str]], y: float, edge: str, failed_y: float | None = None) -> set[str]:
+    """Failed points as markers on the line ``y`` (the axis floor or the memory limit; the failures
+    that are not about memory at ``failed_y``, where given); the marker says what failed, its edge
+    which line it belongs to (gid ``failed:KIND``). Returns the kinds drawn."""
     kinds = set()
     for kind, (shape, colour, _) in MARKS.items():
         xs = [x for x, s in pts if (s if s in MEMORY_FAILURES else "failed") == kind]
         if xs:
-            ax.scatter(xs, [y] * len(xs), marker=shape, s=120, color=colour, edgecolors=edge, linewidths=1.8,
-                       zorder=5)
+            at = y if kind != "failed" or failed_y is None else failed_y
+            ax.scatter(xs, [at] * len(xs), marker=shape, s=120, color=colour, edgecolors=edge, linewidths=1.8,
+                       zorder=5, gid=f"failed:{kind}")
             kinds.add(kind)
     return kinds
 
 
-def _failure_legend(ax: Axes, kinds: set[str], where: str = "") -> None:
+def _failure_legend(ax: Axes, kinds: set[str], where: dict[str, str] | None = None) -> None:
     for kind in (k for k in MARKS if k in kinds):
         shape, colour, text = MARKS[kind]
-        ax.scatter([], [], marker=shape, s=120, color=colour, edgecolors="black", linewidths=1, label=text + where)
+        ax.scatter([], [], marker=shape, s=120, color=colour, edgecolors="black", linewidths=1,
+                   label=text + (where or {}).get(kind, ""))
 
 
 def plot_lines(trials: list[Any], ctx: PlotContext, path: Path, metric: str) -> Path:
-    """Throughput (or peak memory) against the x knob, one line per group; failed configurations
-    are marked on the floor (throughput) or on the memory limit (peak memory)."""
+    """Throughput (or peak memory) against the x knob, one line per group, the best configuration a
+    star; failed configurations are marked on the floor, and on the memory plot those that did not
+    fit on the memory limit (above the measurements where it is off the scale)."""
     layout = choose_layout(trials)
     assert layout.x is not None  # write_plots draws line plots only when there is an x knob
     series = metric_series(trials, metric, layout)
+    names, legend_title = legend_labels(trials, layout)
     memory = metric == M.PEAK_MEMORY_GIB
     fig, ax = _figure(f"{'Peak memory' if memory else 'Throughput'} against {AXIS.get(layout.x, layout.x).split(' (')[0]}", ctx)
     _folded(ax, ctx, layout.folded, "point")
+    measured = [v for pts in series.values() for _, v, _ in pts if v is not None]
     limits = []  # (GiB, legend text, line style, colour)
     if memory and ctx.budget_gib:
         limits.append((ctx.budget_gib, f"memory budget (constraint): {ctx.budget_gib:g} GiB", "--", "0.3"))
-    if memory and ctx.limit:
-        limits.append((ctx.limit[0], ctx.limit[1], "-", "tab:red"))
-    top = max([v for pts in series.values() for _, v, _ in pts if v is not None] + [v for v, *_ in limits], default=1.0)
+    limit = ctx.limit if memory else None
+    off = (limit is not None and bool(measured) and limit[0] > OFF_SCALE * max(measured)
+           and "cpu_memory_limit_gib" not in limit[1])  # the limit a spec sets is drawn
+    if limit and not off:
+        limits.append((limit[0], limit[1], "-", "tab:red"))
+    top = max(measured + [v for v, *_ in limits], default=1.0)
     xs = sorted({x for pts in series.values() for x, _, _ in pts})
     log = _x_axis(ax, xs, layout.x)
-    floor = (ctx.limit[0] if ctx.limit else top * 1.05) if memory else 0.0
+    on_limit = (limit[0] if limit and not off else top * 1.05) if memory else 0.0
     kinds: set[str] = set()
     bars = {} if memory else throughput_intervals(trials, layout)
     if any(bars.values()):  # room for the bars, up to twice the fastest point (a wider one runs off the top)
         top = min(2 * top, max([top] + [hi for pts in bars.values() for _, _, hi in pts]))
     for i, (name, pts) in enumerate(series.items()):
         ok = [(x, v) for x, v, _ in pts if v is not None]
-        (line,) = ax.plot([x for x, _ in ok], [v for _, v in ok], marker="o", linewidth=2, label=name)
+        (line,) = ax.plot([x for x, _ in ok], [v for _, v in ok], marker="o", linewidth=2,
+                          label=names.get(name, name) if ok else "_nolegend_")
         values = dict(ok)
         shift = i - (len(series) - 1) / 2  # side by side, so that failures at one x do not hide each other
         drawn = [(x, lo, hi) for x, lo, hi in bars.get(name, ()) if x in values]
@@ -141,35 +164,51 @@ def plot_lines(trials: list[Any], ctx: PlotContext, path: Path, metric: str) -> 
                         fmt="none", ecolor=line.get_color(), elinewidth=1.2, capsize=4, alpha=0.8)
         bad = [(x * 2 ** (0.15 * shift) if log else x + shift * 0.025 * ((xs[-1] - xs[0]) or 1), s)
                for x, v, s in pts if v is None]
-        kinds |= _failures(ax, bad, floor, line.get_color())
+        kinds |= _failures(ax, bad, on_limit, line.get_color(), 0.0)
     for value, text, style, colour in limits:
         ax.axhline(value, linestyle=style, color=colour, linewidth=1.5, label=text)
-    _failure_legend(ax, kinds, " (drawn on the limit)" if memory and ctx.limit else "")
+    if limit and off:
+        ax.plot([], [], " ", label=f"{limit[1]} ({limit[0] / max(measured):.0f}x the highest peak: not drawn)")
+    best = best_trial(trials, ctx.objective[0][1], ctx.front)
+    if best is not None and layout.x in best.params and isinstance(v := metric_of(best, metric), (int, float)):
+        ax.scatter([best.params[layout.x]], [v], label=f"best: trial {best.number}", gid="best", **BEST)
+    where = " (drawn on the limit)" if limit and not off else " (drawn above the measurements)"
+    _failure_legend(ax, kinds, {k: where for k in MEMORY_FAILURES} | {"failed": " (drawn at 0)"} if memory else {})
     ax.set_ylabel(AXIS[metric] + (" (bars: 95% interval)" if any(bars.values()) else ""))
-    ax.set_ylim(0 if memory else -0.04 * top, top * 1.12)  # failures on the floor stay clear of the x labels
-    ax.legend(loc="best", fontsize=9, framealpha=0.9)
+    ax.set_ylim(-0.04 * top, top * 1.12)  # failures on the floor stay clear of the x labels
+    if not measured:  # the failures' markers alone: no scale to read
+        ax.set_yticks([])
+    ax.legend(loc="best", fontsize=9, framealpha=0.9, title=textwrap.fill(legend_title, 60) or None, title_fontsize=8)
     return _save(fig, path)
 
 
-def plot_oom_map(trials: list[Any], ctx: PlotContext, path: Path) -> Path:
+def plot_oom_map(trials: list[Any], ctx: PlotContext, path: Path) -> Path | None:
+    """The boundary map (``plotdata.oom_grid``), the best configuration's cell outlined; None (not
+    drawn) where a knob has too many values that are not numbers to map."""
     import matplotlib
     import numpy as np
+    from matplotlib.patches import Rectangle
 
     layout = choose_layout(trials)
-    grid = oom_grid(trials, layout)
+    best = best_trial(trials, ctx.objective[0][1], ctx.front)
+    grid = oom_grid(trials, layout, best.number if best is not None else None)
+    if grid is None:
+        return None
     fig, ax = _figure("Out-of-memory boundary: where each configuration fits", ctx)
     _folded(ax, ctx, tuple(k for k in layout.groups + layout.folded if k != layout.rows), "cell")
     data = np.array([[np.nan if v is None else v for v in row] for row in grid["values"]], dtype=float)
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="0.92")
     image = ax.imshow(np.ma.masked_invalid(data), cmap=cmap, aspect="auto")
-    fig.colorbar(image, ax=ax, label="best throughput (samples/s)")
     finite = data[np.isfinite(data)]
+    if finite.size:  # nothing measured: no scale to show
+        fig.colorbar(image, ax=ax, label="best throughput (samples/s)")
     mid = (finite.min() + finite.max()) / 2 if finite.size else 0
+    size = 11 if data.size <= 36 else 8
     for r in range(len(grid["rows"])):
         for c in range(len(grid["xs"])):
             v, note = grid["values"][r][c], grid["notes"][r][c]
             if v is None:
-                ax.text(c, r, note, ha="center", va="center", fontsize=11 if note == "not run" else 13,
+                ax.text(c, r, note, ha="center", va="center", fontsize=size if note == "not run" else size + 2,
                         fontweight="normal" if note == "not run" else "bold",
                         color={"OOM": "tab:red", "swaps": "tab:orange"}.get(note, "0.3"))
                 if note in ("OOM", "swaps", "skipped"):
@@ -177,28 +216,57 @@ def plot_oom_map(trials: list[Any], ctx: PlotContext, path: Path) -> Path:
                             color="tab:red", alpha=0.35, linewidth=1)
             else:
                 ax.text(c, r, f"{v:,.0f}" + (f"\n({note})" if note else ""), ha="center", va="center",
-                        fontsize=11, color="white" if v < mid else "black")
-    ax.set_xticks(range(len(grid["xs"])), [f"{x:g}" for x in grid["xs"]])
+                        fontsize=size, color="white" if v < mid else "black")
+    xlabel = AXIS.get(grid["x"] or "", grid["x"] or "")
+    if grid["best"] is not None and best is not None:
+        r, c = grid["best"]
+        ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="tab:red", linewidth=4, zorder=6,
+                               gid="best"))
+        xlabel += f"; outlined in red: the best, trial {best.number}"
+    ax.set_xticks(range(len(grid["xs"])), grid["x_labels"])
     ax.set_yticks(range(len(grid["rows"])), grid["rows"])
-    ax.set_xlabel(AXIS.get(grid["x"] or "", grid["x"] or ""))
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(grid["rows_knob"] or "")
     ax.grid(False)
     return _save(fig, path)
 
 
 def plot_history(trials: list[Any], ctx: PlotContext, path: Path) -> Path:
+    """Each trial's objective and the best so far, the best configuration a star; trials without a
+    value are marked where the worst would be: at 0 where higher is better, above the highest
+    where lower is."""
+    from matplotlib.ticker import MaxNLocator
+
     metric, direction = ctx.objective[0]
     data = history_series(trials, direction)
     fig, ax = _figure(f"Optimisation history: best {AXIS.get(metric, metric).split(' (')[0]} so far", ctx)
     measured = [(n, v) for n, v, _, s in data if v is not None]
-    ax.scatter([n for n, _ in measured], [v for _, v in measured], color="tab:blue", s=40, label="measured trial", zorder=4)
+    if measured:
+        ax.scatter([n for n, _ in measured], [v for _, v in measured], color="tab:blue", s=40, label="measured trial",
+                   zorder=4)
     best = [(n, b) for n, _, b, _ in data if b is not None]
-    ax.step([n for n, _ in best], [b for _, b in best], where="post", color="tab:green", linewidth=2.2,
-            label=f"best so far ({direction})")
-    _failure_legend(ax, _failures(ax, [(n, s) for n, v, _, s in data if v is None], 0.0, "black"))
+    if best:
+        ax.step([n for n, _ in best], [b for _, b in best], where="post", color="tab:green", linewidth=2.2,
+                label=f"best so far ({direction})")
+    top = max([v for _, v in measured] or [1.0])
+    above = direction == "minimize" and bool(measured)
+    kinds = _failures(ax, [(n, s) for n, v, _, s in data if v is None], top * 1.08 if above else 0.0, "black")
+    _failure_legend(ax, kinds, dict.fromkeys(MARKS, " (no value: drawn above)") if above else None)
+    chosen = best_trial(trials, ctx.objective[0][1], ctx.front)
+    if chosen is not None:
+        ax.scatter([chosen.number], [chosen.values[0]], label=f"best: trial {chosen.number}", gid="best", **BEST)
     ax.set_xlabel("trial number")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    numbers = [n for n, *_ in data]
+    if numbers and min(numbers) == max(numbers):  # one trial: one tick (MaxNLocator needs two integers in view)
+        ax.set_xlim(numbers[0] - 0.5, numbers[0] + 0.5)
+        ax.set_xticks([numbers[0]])
     ax.set_ylabel(AXIS.get(metric, metric))
-    ax.set_ylim(bottom=-0.04 * max([v for _, v in measured] or [1.0]))
+    if measured:
+        ax.set_ylim(bottom=-0.04 * top)
+    else:  # the failures' markers alone: no scale to read
+        ax.set_ylim(-1, 1)
+        ax.set_yticks([])
     ax.legend(loc="best", fontsize=9)
     return _save(fig, path)
 
@@ -312,7 +380,8 @@ def write_plots(trials: list[Any], ctx: PlotContext, out: Path, comp: dict[str, 
     if choose_layout(trials).x is not None:
         paths.append(plot_lines(trials, ctx, out / "throughput.png", M.SAMPLES_PER_S))
         paths.append(plot_lines(trials, ctx, out / "memory.png", M.PEAK_MEMORY_GIB))
-        paths.append(plot_oom_map(trials, ctx, out / "oom_map.png"))
+        if (drawn := plot_oom_map(trials, ctx, out / "oom_map.png")) is not None:
+            paths.append(drawn)
     if trials:
         paths.append(plot_history(trials, ctx, out / "history.png"))
     if len(ctx.objective) >= 2 and trials:

@@ -77,15 +77,15 @@ def best_table(spec: SweepSpec, best: list[Any], limit: int = 5) -> list[str]:
     if not best:
         return ["No configuration has a feasible measured result yet."]
     names = [m for m, _ in spec.objective.metrics]
-    rows = []
-    header = (f"  {'rank':>4s} {'trial':>5s}  {'parameters':<60s} " + " ".join(f"{n:>16s}" for n in names)
-              + f" {'+-95%':>7s} {'peak GiB':>9s}")
-    rows.append(header)
-    for i, t in enumerate(best[:limit], 1):
+    shown = best[:limit]
+    width = max([len("parameters")] + [len(fmt_params(t.params)) for t in shown])  # the figures in one column
+    rows = [f"  {'rank':>4s} {'trial':>5s}  {'parameters':<{width}s} " + " ".join(f"{n:>16s}" for n in names)
+            + f" {'+-95%':>7s} {'peak GiB':>9s}"]
+    for i, t in enumerate(shown, 1):
         metrics = TrialRecord.of(t).metrics
         vals = " ".join(f"{fmt_num(v, digits=2):>16s}" for v in t.values)
         ci = metrics.get(M.THROUGHPUT_CI95)
-        rows.append(f"  {i:>4d} {t.number:>5d}  {fmt_params(t.params):<60s} {vals} "
+        rows.append(f"  {i:>4d} {t.number:>5d}  {fmt_params(t.params):<{width}s} {vals} "
                     f"{spread.shown(ci, table=True) if isinstance(ci, (int, float)) else '-':>7s} "
                     f"{fmt_num(metrics.get(M.PEAK_MEMORY_GIB), digits=2):>9s}")
     return rows

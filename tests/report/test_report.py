@@ -553,6 +553,26 @@ def test_errors_and_timeouts_alone_say_what_runs_them_again(tmp_path: Path) -> N
     assert "(a configuration whose trial ended 'error' runs again on the next run)" in report.stdout
 
 
+def test_commands_run_outside_the_spec_s_folder_name_the_study_beside_it(project: Path) -> None:
+    """A report tour: ``orchestrate report tour17/one.yaml`` from the folder above said "run
+    `orchestrate tour17/one.yaml` first", which starts a new study there (the stores are found from
+    the folder a command runs in). report, best, check and the plan now say where the study is,
+    and the command that reads it; nothing is created."""
+    above = project.parent
+    for words in (["report"], ["best"], ["check"]):
+        proc = command([*words, f"{project.name}/spec.yaml"], above)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stdout + proc.stderr
+        assert (f"no study 'tiny_report' in sqlite:///{above}/mlruns/optuna.db; the spec's own folder holds study "
+                f"'tiny_report' with ") in proc.stderr, proc.stderr
+        assert proc.stderr.rstrip().endswith(f"trials ({project.name}/mlruns/); the stores (./mlruns/) are found from "
+                                             f"the folder a command runs in: cd {project.name} && orchestrate "
+                                             f"{words[0]} spec.yaml"), proc.stderr
+    dry = orchestrate([f"{project.name}/spec.yaml", "--dry-run"], above)
+    assert dry.returncode == 0 and "the study does not exist yet here, but the spec's own folder holds study" in \
+        dry.stdout and f"cd {project.name} && orchestrate spec.yaml" in dry.stdout, dry.stdout + dry.stderr
+    assert not (above / "mlruns").exists()
+
+
 def test_report_json_is_strict_json_where_a_trial_diverged(tmp_path: Path) -> None:
     """A report tour: a diverged trial's loss came out as ``"loss": NaN``, which JavaScript's
     ``JSON.parse`` and any strict parser refuse. Not a number is null."""
@@ -689,3 +709,194 @@ def test_the_report_says_why_the_last_run_stopped(project: Path, tmp_path: Path)
     study.set_user_attr("orchestrate.load", [*runs[:-1], {**runs[-1], "stopped": stopped}])
     proc = command(["report", "spec.yaml"], tmp_path)
     assert proc.returncode == 0 and f"Stopped (the last run): {stopped}." in proc.stdout, proc.stdout + proc.stderr
+
+
+# -- the plots' figures, on studies made in-process: what each draws, read from its artists --------
+
+def made(number: int, params: dict[str, Any], status: str, sps: float | None = None, mem: float = 1.0,
+         value: float | None = None) -> Any:
+    """A result trial with any parameters; ``value`` the objective where it is not the throughput."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from orchestrator.outcome import INFEASIBLE
+
+    dists = {k: CategoricalDistribution([v]) for k, v in params.items()}
+    attrs = {"status": status, "metrics": {"samples_per_s": sps, "peak_memory_gib": mem} if sps is not None else {}}
+    if sps is not None:
+        t = create_trial(params=params, distributions=dists, value=sps if value is None else value, user_attrs=attrs)
+    else:
+        t = create_trial(params=params, distributions=dists, user_attrs=attrs,
+                         state=TrialState.PRUNED if status in INFEASIBLE else TrialState.FAIL)
+    t.number = number
+    return t
+
+
+def context(objective: tuple = (("samples_per_s", "maximize"),), limit: tuple | None = None,
+            subtitle: str = "t: experiments.mlp on cpu; 4 trials") -> Any:
+    from orchestrator.report.plots import PlotContext
+
+    return PlotContext(subtitle, objective, None, limit)
+
+
+@pytest.fixture
+def figures(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Each plot's figure by file name, laid out and drawn as ``_save`` would, but kept, not saved."""
+    import matplotlib.pyplot as plt
+
+    from orchestrator.report import plots
+
+    kept: dict[str, Any] = {}
+
+    def keep(fig: Any, path: Path) -> Path:
+        fig.tight_layout()
+        fig.canvas.draw()
+        kept[path.name] = fig
+        return path
+
+    monkeypatch.setattr(plots, "_save", keep)
+    yield kept
+    plt.close("all")
+
+
+def marks(ax: Any, what: str) -> list[tuple[float, float]]:
+    """The (x, y) of the failures' markers (``failed``: those of 120 points) or the best's star (gid ``best``)."""
+    return [tuple(xy) for c in ax.collections for xy in c.get_offsets()
+            if (c.get_gid() == "best" if what == "best" else list(c.get_sizes()[:1]) == [120])]
+
+
+def legend(ax: Any) -> list[str]:
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def ticks(ax: Any) -> list[str]:
+    lo, hi = sorted(ax.get_xlim())
+    return [t.get_text() for t in ax.get_xticklabels() if lo <= t.get_position()[0] <= hi]
+
+
+def test_a_ranged_space_s_plots_bin_the_boundary_map_and_leave_the_ticks_to_matplotlib(figures: dict,
+                                                                                         tmp_path: Path) -> None:
+    """The tour's cont25 (lr log 0.001-0.1, batch_size 8-512, 25 random trials): the boundary map
+    was 25 x 25 cells of "not run" under 17-digit lr labels, unsorted, and throughput.png had a tick
+    at each batch size sampled, run together."""
+    import random
+
+    from orchestrator.report.plotdata import oom_grid
+    from orchestrator.report.plots import write_plots
+
+    rng = random.Random(3)
+    trials = [made(i, {"lr": 10 ** rng.uniform(-3, -1), "batch_size": rng.randint(8, 512)}, "ok", 1000.0 + i)
+              for i in range(25)]
+    grid = oom_grid(trials)
+    assert grid is not None and len(grid["xs"]) <= 12 and len(grid["rows"]) <= 12
+    assert all(len(text) <= 16 for text in grid["rows"] + grid["x_labels"]), grid["rows"]  # 0.00112–0.00193
+    assert [lo for lo, _ in grid["xs"]] == sorted(lo for lo, _ in grid["xs"])
+    assert [float(r.split("\u2013")[0]) for r in grid["rows"]] == sorted(float(r.split("\u2013")[0]) for r in grid["rows"])
+    assert sum(v is not None for row in grid["values"] for v in row) <= 25
+    write_plots(trials, context(), tmp_path)
+    shown = ticks(figures["throughput.png"].axes[0])
+    assert 2 <= len(shown) <= 12 and all(len(t) <= 6 for t in shown), shown
+    # a knob of more than 12 values that are not numbers cannot be binned: no map, and none said drawn
+    named = [made(i, {"batch_size": 8 * (1 + i % 2), "model": f"m{i}"}, "ok", 100.0 + i) for i in range(14)]
+    assert oom_grid(named) is None
+    assert [p.name for p in write_plots(named, context(), tmp_path)] == ["throughput.png", "memory.png", "history.png"]
+
+
+def test_history_of_a_minimized_objective_marks_trials_without_a_value_above_the_measured(figures: dict,
+                                                                                           tmp_path: Path) -> None:
+    """The tour's minim (step_time_ms_p50, minimize): out-of-memory, crashed and skipped trials
+    were drawn at 0, below every measured step time, where the best would be."""
+    from orchestrator.report.plots import plot_history
+
+    trials = [made(0, {"batch_size": 8}, "ok", 100.0, value=0.35), made(1, {"batch_size": 64}, "oom"),
+              made(2, {"batch_size": 512}, "crashed"), made(3, {"batch_size": 16}, "ok", 50.0, value=0.6)]
+    plot_history(trials, context((("step_time_ms_p50", "minimize"),)), tmp_path / "history.png")
+    ax = figures["history.png"].axes[0]
+    failed = marks(ax, "failed")
+    assert len(failed) == 2 and all(y > 0.6 for _, y in failed), failed
+    assert marks(ax, "best") == [(0.0, 0.35)] and "best: trial 0" in legend(ax)
+    plot_history(trials, context(), tmp_path / "maximized.png")  # higher is better: on the floor
+    assert all(y == 0 for _, y in marks(figures["maximized.png"].axes[0], "failed"))
+
+
+def test_the_memory_plot_puts_only_what_did_not_fit_on_the_limit_and_says_a_limit_far_above(figures: dict,
+                                                                                             tmp_path: Path) -> None:
+    """The tour's mixed and minim: crashes and timeouts sat on the memory limit as if they had
+    reached it; four: on the CPU, "device memory: 23.5 GiB" set the scale and every measured line lay
+    flat at 0.24 GiB."""
+    from orchestrator.report.plots import plot_lines
+
+    trials = [made(0, {"batch_size": 8}, "ok", 100.0, mem=0.5), made(1, {"batch_size": 64}, "ok", 150.0, mem=1.0),
+              made(2, {"batch_size": 512}, "oom"), made(3, {"batch_size": 256}, "crashed")]
+    plot_lines(trials, context(limit=(2.0, "limit: cpu_memory_limit_gib 2 GiB (RLIMIT_DATA)")), tmp_path / "set.png",
+               "peak_memory_gib")
+    ax = figures["set.png"].axes[0]
+    assert sorted(marks(ax, "failed")) == [(256.0, 0.0), (512.0, 2.0)]  # crashed on the floor, OOM on the limit
+    assert any(list(line.get_ydata()) == [2.0, 2.0] for line in ax.lines)  # the limit a spec sets is drawn
+    plot_lines(trials, context(limit=(23.5, "device memory: 23.5 GiB")), tmp_path / "device.png", "peak_memory_gib")
+    ax = figures["device.png"].axes[0]
+    assert ax.get_ylim()[1] < 2 and not any(23.5 in list(line.get_ydata()) for line in ax.lines)
+    assert "device memory: 23.5 GiB (24x the highest peak: not drawn)" in legend(ax)
+    assert all(y < 2 for _, y in marks(ax, "failed"))
+
+
+def test_one_trial_and_all_failed_studies_draw_no_empty_scale_or_legend_entry(figures: dict, tmp_path: Path) -> None:
+    """The tour's one (one trial): the history's x axis ran -0.04..0.04, the best-so-far step was
+    invisible and the subtitle said "1 trials"; allfail and alloom: the history's y axis ran
+    -0.04..0.04, the legend listed "measured trial" and "best so far" with nothing drawn, the map's
+    colour bar ran -0.1..0.1 samples/s, and a group with no measured point had a legend line."""
+    from orchestrator.report.plots import plot_history, plot_lines, plot_oom_map
+
+    from orchestrator.report.command import plot_context
+    from orchestrator.spec.load import load_spec
+
+    rep = {"device": "cpu", "device_name": None, "torch_version": None, "results": 1, "pareto": None}
+    assert plot_context(load_spec(write_spec(tmp_path, SPEC)), rep, {}).subtitle.endswith(" on cpu; 1 trial")
+    one = [made(0, {"batch_size": 16}, "ok", 2400.0)]
+    plot_history(one, context(), tmp_path / "one.png")
+    ax = figures["one.png"].axes[0]
+    assert ticks(ax) == ["0"] and marks(ax, "best") == [(0.0, 2400.0)]
+    failed = [made(0, {"batch_size": 8, "fault": "oom_cpu"}, "oom"), made(1, {"batch_size": 8, "fault": "segfault"}, "crashed"),
+              made(2, {"batch_size": 16, "fault": "oom_cpu"}, "skipped"), made(3, {"batch_size": 16, "fault": "none"}, "ok", 50.0)]
+    plot_history(failed[:3], context(), tmp_path / "history.png")
+    ax = figures["history.png"].axes[0]
+    assert not {"measured trial", "best so far (maximize)"} & set(legend(ax)) and list(ax.get_yticks()) == []
+    plot_oom_map(failed[:3], context(), tmp_path / "oom_map.png")
+    assert len(figures["oom_map.png"].axes) == 1  # no colour bar
+    plot_lines(failed, context(), tmp_path / "throughput.png", "samples_per_s")
+    assert [t for t in legend(figures["throughput.png"].axes[0]) if t.startswith("fault=")] == ["fault=none"]
+
+
+def test_the_best_configuration_is_a_star_on_the_throughput_plot_and_an_outlined_cell_on_the_map(
+        figures: dict, tmp_path: Path) -> None:
+    """No plot said which configuration the report calls best."""
+    from orchestrator.report.plotdata import oom_grid
+    from orchestrator.report.plots import write_plots
+
+    trials = [fake(0, 8, "float32", "ok", 100.0), fake(1, 64, "float32", "ok", 300.0), fake(2, 8, "bfloat16", "ok", 150.0),
+              fake(3, 64, "bfloat16", "ok", 250.0), fake(4, 512, "float32", "oom")]
+    assert oom_grid(trials, best=1)["best"] == (0, 1)  # float32 (first row), batch 64 (second column)
+    write_plots(trials, context(), tmp_path)
+    ax = figures["throughput.png"].axes[0]
+    assert marks(ax, "best") == [(64.0, 300.0)] and "best: trial 1" in legend(ax)
+    (outline,) = [p for p in figures["oom_map.png"].axes[0].patches if p.get_gid() == "best"]
+    assert outline.get_xy() == (0.5, -0.5) and "the best, trial 1" in figures["oom_map.png"].axes[0].get_xlabel()
+
+
+def test_long_parameter_names_and_values_keep_the_legend_on_the_image(figures: dict, tmp_path: Path) -> None:
+    """The tour's script/long.yaml: legend entries of 130 characters ran off the image's left edge
+    (throughput) and right edge (memory)."""
+    from orchestrator.report.plots import write_plots
+
+    width, augment = "network_hidden_layer_width_in_units_for_the_student_model", "data_augmentation_pipeline_variant_identifier"
+    values = ["random-resized-crop-then-horizontal-flip-then-colour-jitter-strong", "none"]
+    trials = [made(i, {"batch_size": b, width: w, augment: a}, "ok", 1000.0 * (i + 1), mem=0.25)
+              for i, (b, w, a) in enumerate((b, w, a) for b in (32, 256) for w in (8, 16) for a in values)]
+    write_plots(trials, context(limit=(23.5, "device memory: 23.5 GiB")), tmp_path)
+    for name in ("throughput.png", "memory.png"):
+        fig = figures[name]
+        box = fig.axes[0].get_legend().get_window_extent()
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1, (name, box, fig.bbox)
+        texts = legend(fig.axes[0])
+        assert "8, random-resized-crop-the\u2026" in texts and "16, none" in texts, texts
+        assert width in fig.axes[0].get_legend().get_title().get_text().replace("\n", " ")

@@ -10,3 +10,30 @@ def test_a_compiled_trial_s_line_says_how_long_it_compiled_apart_from_its_figure
     line = trial_line(3, {"batch_size": 64, "compile": True}, "ok", metrics, 35.2)
     assert line.endswith("(compiled in 28.1 s)"), line
     assert "compiled" not in trial_line(4, {"batch_size": 64}, "ok", {"samples_per_s": 1.0}, 3.0)
+
+
+def test_the_best_table_s_figures_line_up_however_long_the_parameters() -> None:
+    """The tour's four (five knobs) and script/long.yaml: the parameters column was 60 wide, and
+    the figures after a longer parameter list moved right, row by row."""
+    from types import SimpleNamespace
+
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    from orchestrator.report.summary import best_table
+
+    def trial(number: int, params: dict, sps: float) -> object:
+        t = create_trial(params=params, distributions={k: CategoricalDistribution([v]) for k, v in params.items()},
+                         value=sps, user_attrs={"status": "ok", "metrics": {"samples_per_s": sps, "peak_memory_gib": 0.24,
+                                                                             "throughput_ci95": 0.9}})
+        t.number = number
+        return t
+
+    best = [trial(33, {"batch_size": 256, "dtype": "float32", "hidden_size": 32, "num_layers": 1, "optimizer": "adamw"}, 273782.19),
+            trial(32, {"batch_size": 256, "dtype": "float32", "hidden_size": 32, "num_layers": 1, "optimizer": "sgd"}, 266400.48),
+            trial(5, {"batch_size": 256, "data_augmentation_pipeline_variant_identifier": "none"}, 27466.9),
+            trial(6, {"batch_size": 8}, 13990.43)]
+    spec = SimpleNamespace(objective=SimpleNamespace(metrics=[("samples_per_s", "maximize")]))
+    rows = best_table(spec, best)  # type: ignore[arg-type]
+    assert len({len(row) for row in rows}) == 1, "\n".join(rows)  # every column at the same place in each row
+    assert all(row.rstrip().endswith(("x/2.5      0.24", "peak GiB")) for row in rows), "\n".join(rows)
