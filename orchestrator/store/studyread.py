@@ -121,7 +121,7 @@ def beside_spec(spec: SweepSpec, *words: str) -> str | None:
     if folder == Path.cwd().resolve() or not db.is_file():
         return None
     try:
-        study = read_study(f"sqlite:///{db}", spec.name)
+        study = read_study(sqlite_url(db), spec.name)
     except StudyError:
         return None
     if study is None or not study.trials:
