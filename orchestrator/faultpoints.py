@@ -4,6 +4,9 @@
 ``after_tell``. Points, in trial order: ``after_ask``, ``after_run_start``, ``trial_running``,
 ``after_tell``, ``after_finish``.
 
+``ORCHESTRATE_STOP_AT=after_tell:1`` stops this process (SIGSTOP) there instead: a test changes the
+stores meanwhile (deletes the study, say), then sends SIGCONT.
+
 ``ORCHESTRATE_FAIL_AT=mlflow_write:5`` makes the 5th write to the MLflow store, and every one
 after it, fail as SQLite fails on a full disk (``sqlite3.OperationalError: database or disk is
 full``), until the process ends: a disk that filled up mid-sweep, where a test cannot mount a
@@ -32,12 +35,13 @@ def _nth(variable: str, point: str) -> int | None:
 
 
 def reached(point: str) -> None:
-    nth = _nth("ORCHESTRATE_KILL_AT", point)
-    if nth is None:
-        return
-    _seen[point] = _seen.get(point, 0) + 1
-    if _seen[point] == nth:
-        os.kill(os.getpid(), signal.SIGKILL)
+    for variable, sig in (("ORCHESTRATE_KILL_AT", signal.SIGKILL), ("ORCHESTRATE_STOP_AT", signal.SIGSTOP)):
+        nth = _nth(variable, point)
+        if nth is None:
+            continue
+        _seen[variable + point] = _seen.get(variable + point, 0) + 1
+        if _seen[variable + point] == nth:
+            os.kill(os.getpid(), sig)
 
 
 def failing(point: str) -> None:

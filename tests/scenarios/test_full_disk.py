@@ -34,7 +34,7 @@ REPAIRED = re.compile(r"MLflow: (\d+) trial\(s\)' records repaired from the stud
 MISSING = re.compile(r"MLflow: (\d+) trial\(s\)' records missing \(([^)]*)\)")
 
 
-def spec(directory: Path, name: str, n: int = 4) -> Path:
+def spec(directory: Path, name: str, n: int = 4, min_measure_s: float = 0.05) -> Path:
     sizes = ", ".join(str(8 * (i + 1)) for i in range(n))
     return write_spec(directory, f"""
         name: {name}
@@ -44,7 +44,7 @@ def spec(directory: Path, name: str, n: int = 4) -> Path:
         space:
           hidden_size: [{sizes}]
         search: {{sampler: grid}}
-        trial: {{warmup_steps: 1, measure_steps: 2, min_measure_s: 0.05, timeout_s: 60}}
+        trial: {{warmup_steps: 1, measure_steps: 2, min_measure_s: {min_measure_s:g}, timeout_s: 60}}
         """)
 
 
@@ -184,7 +184,9 @@ def test_mlflow_store_on_a_full_disk_then_freed_converges(project: Path, small_d
 
 
 def test_study_on_a_full_disk_stops_at_once_then_resumes(project: Path, small_disk: Path) -> None:
-    path = spec(project, "studyfull", 3)
+    # 1-s windows: the disk fills after the first result, while the second trial runs (with 0.05-s
+    # windows, on a loaded CI machine, all 3 had ended before the filler's poll saw the first)
+    path = spec(project, "studyfull", 3, min_measure_s=1.0)
     storage = f"sqlite:///{small_disk}/optuna.db"
     flags = ["--storage", storage]
     fill(small_disk)

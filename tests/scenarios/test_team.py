@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -58,6 +59,14 @@ def start(folder: Path, text: str, *args: str, env: dict[str, str] | None = None
     import optuna  # noqa: F401  - before the sweep starts: a first import under load (seconds) delays
     import psycopg2  # noqa: F401  - the polls (wait_for_results) that must act while it runs
     return orchestrate_popen([str(spec), "--no-check", *args], folder, {"PYTHONUNBUFFERED": "1", **(env or {})})
+
+
+def stat_state(pid: int) -> str:
+    """A process's state letter (``T``: stopped), or "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def results(storage: str) -> list:
@@ -255,12 +264,17 @@ def test_a_study_deleted_under_a_running_sweep_is_one_line(tmp_path: Path, pg: P
     import optuna
 
     storage, tracking = pg.database_for(ROLE, "study"), pg.database_for(ROLE, "runs")
-    # 40 trials of 1.5 s, deleted after the first: the sweep stops at its next write, and a machine
-    # slow to answer the poll (the clean-clone CI's, once) still deletes it mid-sweep (8 trials had ended first)
-    text = spec_text(storage, tracking, min_measure_s=1.5, hidden=[8 + 4 * i for i in range(40)])
-    proc = start(tmp_path / "a", text, env={"PGPASSWORD": PG_SECRET})
-    wait_for_results(storage, 1)
+    # Deleted while the sweep stands still after telling its first result (ORCHESTRATE_STOP_AT), then
+    # let go: its next write finds the study gone. A poll of the database for that first result (as
+    # before) answered in the clean-clone CI only after every trial had ended, twice.
+    text = spec_text(storage, tracking, min_measure_s=0.4)
+    proc = start(tmp_path / "a", text, env={"PGPASSWORD": PG_SECRET, "ORCHESTRATE_STOP_AT": "after_tell:1"})
+    deadline = time.monotonic() + 180
+    while stat_state(proc.pid) != "T":  # stopped at the point
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=60)
+        time.sleep(0.05)
     optuna.delete_study(study_name="team", storage=with_password(storage))
+    os.kill(proc.pid, signal.SIGCONT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "Traceback" not in err, out + err
     assert err.strip().splitlines()[-1].startswith("orchestrate: study 'team' in postgresql+psycopg2://"), out + err
