@@ -283,6 +283,14 @@ class Meter:
         return out
 
 
+def on_every_step(hook: Callable[..., None]) -> Any:
+    """``hook`` after every optimizer step of the process (the script's, the smoke step's), and its
+    handle (``remove()``). Not traced: a script's ``torch.compile(optimizer.step)`` runs the hook in
+    its graph, and each step's new marks recompiled it (40 ms a step for 0.6 ms, until Dynamo's
+    recompile limit)."""
+    return register_optimizer_step_post_hook(torch.compiler.disable(hook))
+
+
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -356,9 +364,7 @@ def run(config: TrialConfig, progress: Progress, finish: Callable[[dict[str, Any
         finish(out)
 
     meter = Meter(config, device, progress, started, done, swap_start, abort)
-    # not traced: a script's torch.compile(optimizer.step) runs the hook in its graph, and each step's
-    # new marks recompiled it (40 ms a step for 0.6 ms, until Dynamo's recompile limit)
-    handle = register_optimizer_step_post_hook(torch.compiler.disable(meter.on_step))
+    handle = on_every_step(meter.on_step)
     undo = counting_batches(meter)
     try:
         code = run_script(script)

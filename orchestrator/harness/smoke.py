@@ -83,9 +83,8 @@ def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
     At that step ``ok(answer)`` is called and the process exits; so this returns only the answer
     of a script that never got there: it exited (an argparse error, say), or raised."""
     from orchestrator.harness import backend
-    from orchestrator.harness.script import ScriptEnded, run_script
+    from orchestrator.harness.script import ScriptEnded, on_every_step, run_script
     from orchestrator.harness.scriptfile import describe_failure
-    from torch.optim.optimizer import register_optimizer_step_post_hook
 
     started = time.perf_counter()
     backend.init_device(backend.resolve(device))
@@ -99,9 +98,7 @@ def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
         end_descendants()  # what the script started ends with it, setsid or not
         os._exit(0)
 
-    import torch
-
-    handle = register_optimizer_step_post_hook(torch.compiler.disable(stepped))  # as script.run's: not traced
+    handle = on_every_step(stepped)
     try:
         code = run_script(call)
         exc: BaseException = ScriptEnded(code, 0, 0, "")

@@ -30,7 +30,7 @@ def show(value: object, spelled: str | None = None) -> str:
     if value is None:
         return "nothing (an empty value)" if not spelled or spelled == "null" else f"{spelled} (null)"
     if isinstance(value, str):
-        if _NUMBER.fullmatch(value.strip()):
+        if quoted_number(value):
             if "e" in value.lower():
                 return f"'{value}' (text, not a number: YAML reads only forms like 1.0e+3 as numbers)"
             return f"'{value}' (text, not a number: remove the quotes)"
@@ -45,6 +45,11 @@ def show(value: object, spelled: str | None = None) -> str:
 T = TypeVar("T")
 F = TypeVar("F")
 _NUMBER = re.compile(r"[-+]?(\d[\d_]*\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def quoted_number(value: object) -> bool:
+    """A string that reads as a number (``'64'``, ``' 1e-3'``): a number the user quoted."""
+    return isinstance(value, str) and _NUMBER.fullmatch(value.strip()) is not None
 
 
 class Checker:

@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.spec import knobs
 from orchestrator.spec.model import MAX_CONFIGURATIONS, Choice, Dimension, Range, SweepSpec
-from orchestrator.spec.rules import Checker
+from orchestrator.spec.rules import Checker, quoted_number
 
 RANGE_KEYS = ("low", "high", "step", "log")
 """The keys of a range in ``space:``; ``low`` and ``high`` are required."""
@@ -32,13 +32,6 @@ def check_value(c: Checker, path: tuple, name: str, value: Any) -> Any:
     if not isinstance(value, (str, int, float, bool)):
         raise c.fail(path, "experiment parameters must be a string, number or boolean", value)
     return value
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def _same_key(value: object) -> Any:
@@ -65,7 +58,7 @@ def check_dimension(c: Checker, path: tuple, name: str, value: object) -> Dimens
             seen.add(_same_key(item))
         if any(knobs.is_number(v) for v in value):  # 64 and '64' reach a module as two types
             for i, item in enumerate(value):
-                if isinstance(item, str) and knobs.is_number(_number(item)):
+                if quoted_number(item):
                     raise c.fail(path + (i,), "a quoted number among numbers reaches the trial as a string", item)
         return Choice(tuple(values))
     if not isinstance(value, dict):
