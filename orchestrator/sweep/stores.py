@@ -103,10 +103,10 @@ def open_stores(r: Run, new_study: bool) -> None:
         worker = os.getpid() if r.shared else 0
         r.study = study = open_study(spec, spec.storage, fingerprint(spec, plan), lambda n: make_sampler(spec, n, worker),
                                      outage=r.db, absent=None if new_study else _not_replaced(spec, r.sync))
-        if not study.get_trials(deepcopy=False):  # new here: the spec's folder may hold the one meant
-            from orchestrator.store.studyread import beside_spec
+        from orchestrator.store.studyread import beside_spec
 
-            r.beside = beside_spec(spec)
+        if (beside := beside_spec(spec)) is not None and not study.get_trials(deepcopy=False):  # new here
+            r.beside = beside
         recorded = StudyRecord.of(study)  # one read of the study's attributes
         r.limit_gib, r.native = memory_limit(spec, plan, r.found), native_half_of(plan)  # read once
         now = {**facts(plan.devices), "slots": [s.name for s in r.slots]}  # read once, for both
