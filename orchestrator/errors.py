@@ -63,6 +63,13 @@ class StudyError(OrchestratorError):
     """The study's storage cannot be used as asked (locked, corrupt, created by another spec)."""
 
 
+class NothingFeasible(StudyError):
+    """``best`` (and a sweep's ``--export``): the study has no feasible measured trial to write; exit
+    3, as a sweep whose trials left no feasible result, not 2 (nothing in the spec or flags is wrong)."""
+
+    exit_code = exits.FAILED
+
+
 class FailureBudgetExceeded(OrchestratorError):
     """More trials failed (other than by running out of memory) than ``search.max_failures``."""
 

@@ -12,7 +12,8 @@ INTERNAL = 1
 USAGE = 2
 """An invalid spec, flag, experiment or study (one line on stderr, naming the file and line)."""
 FAILED = 3
-"""Trials failed: more than ``search.max_failures``, or no feasible result because they failed."""
+"""Trials failed: more than ``search.max_failures``, or no feasible result because they failed;
+``orchestrate best``: the study has no feasible result to write."""
 STORE_DOWN = 75
 """A store failed, and the study is incomplete until the same command runs again: the study's
 database or the tracking server stayed unreachable for ``search.outage_s``, or a store refused a
@@ -51,5 +52,5 @@ HELP = (f"Exit codes: {OK} finished or stopped itself (OOM trials are results; s
         f"missing records the study holds: the same command resumes and repairs, "
         f"{INTERRUPTED} interrupted ({TERMINATED} on SIGTERM, {HUNG_UP} on SIGHUP, {BROKEN_PIPE} when the reader of "
         f"the output left): the trials in flight are recorded as interrupted. `check` exits {DIFFERS} where "
-        f"the study, MLflow and the trial folders differ; `doctor --check` {NOT_HONOURED} where a memory knob "
-        f"is not honoured.")
+        f"the study, MLflow and the trial folders differ; `best` {FAILED} where the study has no feasible result; "
+        f"`doctor --check` {NOT_HONOURED} where a memory knob is not honoured.")

@@ -217,10 +217,10 @@ def _folder_root(study: Study, name: str, uid: str) -> Path:
 
 def _repair(spec: SweepSpec, restored: list[str]) -> int:
     from orchestrator.report.closing import parent_close, target_of
-    from orchestrator.search.space import guess_device, make_plan
+    from orchestrator.search.space import make_plan, plan_device
     from orchestrator.store.repair import repair
 
-    device = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else guess_device()
+    device = plan_device(spec)
     _, target = target_of(spec, make_plan(spec, device))
 
     def close(study: Study) -> tuple[str, str, dict[str, float]]:

@@ -16,7 +16,7 @@ from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.record import TrialRecord, has_status, status_of
 from orchestrator.urls import Origins, command_flags, from_environment, is_tracking_server
-from orchestrator.report.summary import fmt_params, status_counts
+from orchestrator.report.summary import fmt_params, fmt_seconds, status_counts
 
 if TYPE_CHECKING:
     from orchestrator.search.space import Plan
@@ -50,7 +50,7 @@ def description(spec: SweepSpec, results: list[Any], best: list[Any], target: in
                 stopped_because: str | None) -> str:
     """The study's MLflow parent run's description (markdown)."""
     out = [f"**{spec.name}**: {len(results)} of {target} trials ({status_counts(results)}); "
-           f"{spent_s / 60:.1f} min of trial time."]
+           f"{fmt_seconds(spent_s)} of trial time."]
     if stopped_because:
         out.append(f"Stopped: {stopped_because}.")
     from orchestrator.report.document import pick_best
@@ -100,7 +100,7 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
 
     failed = f"; {errors} ended 'error' (not results: they run again on the next run)" if errors else ""
     lines = ["", f"{spec.name}: {len(results)} of {target} trials have a result ({status_counts(results)}){failed}; "
-             f"trial time {spent_s:.0f} s, this run {elapsed_s:.0f} s."]
+             f"trial time {fmt_seconds(spent_s)}, this run {fmt_seconds(elapsed_s)}."]
     stores = store_flags(spec, origins)
     if stopped_because:
         lines.append(f"Stopped: {stopped_because}.")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
 from orchestrator.report.compare import compare_knob, comparison, device_advice, reference_for
-from orchestrator.errors import OrchestratorError, StudyError, UsageParser, print_error, silence_stdout
+from orchestrator.errors import NothingFeasible, OrchestratorError, StudyError, UsageParser, print_error, silence_stdout
 from orchestrator.store.record import TrialRecord
 from orchestrator.store.records import rank, results_of
 from orchestrator.redact import shown
@@ -29,7 +29,7 @@ from orchestrator.report.summary import fmt_num
 from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri
 
 if TYPE_CHECKING:
-    from orchestrator.report.plots import PlotContext
+    from orchestrator.report.plotdata import PlotContext
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
@@ -114,15 +114,15 @@ def refuse_edited(spec: SweepSpec, study: StoredStudy) -> None:
     results: its objective, fixed values or space read against trials made from another spec give
     a wrong ranking and a best the trials never ran. The device is the study's own where the spec
     leaves it to ``auto``: the plan is made for it without probing anything."""
-    from orchestrator.search.space import fingerprint, make_plan
+    from orchestrator.search.space import fingerprint, make_plan, plan_device
     from orchestrator.store.fingerprint import as_stored, changed
     from orchestrator.store.studyrecord import StudyRecord
 
     stored = StudyRecord.of(study).fingerprint
     if stored is None:
         return
-    device = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else stored.get("device")
-    changed(spec, spec.storage, stored, as_stored(fingerprint(spec, make_plan(spec, str(device)))), study.trials)
+    device = plan_device(spec, stored.get("device"))
+    changed(spec, spec.storage, stored, as_stored(fingerprint(spec, make_plan(spec, device))), study.trials)
 
 
 def lost_study(spec: SweepSpec) -> StudyError | None:
@@ -181,8 +181,10 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
         from orchestrator.report.plots import write_plots
 
         folder = (out or Path("mlruns") / "reports" / spec.name).resolve()
+        chosen = pick_best(spec, best)
         try:
-            paths = write_plots(results, plot_context(spec, rep, prov), folder, comp)
+            paths = write_plots(results, plot_context(spec, rep, prov, None if chosen is None else chosen.number),
+                                folder, comp)
         except OSError as exc:  # a read-only folder, a path under a file, a full disk: one line
             raise unwritable_plots(folder, exc) from None
         rep.update(plots=[str(p) for p in paths], plots_dir=str(folder),
@@ -200,9 +202,10 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
     return 0
 
 
-def plot_context(spec: SweepSpec, rep: dict[str, Any], prov: dict[str, Any]) -> PlotContext:
-    """The plots' subtitle (what ran where) and memory lines (the budget, the device's memory)."""
-    from orchestrator.report.plots import PlotContext
+def plot_context(spec: SweepSpec, rep: dict[str, Any], prov: dict[str, Any], best: int | None = None) -> PlotContext:
+    """The plots' subtitle (what ran where), memory lines (the budget, the device's memory) and
+    the number of the best trial (``pick_best``'s, as the text says it)."""
+    from orchestrator.report.plotdata import MemoryLimit, PlotContext
 
     device = rep["device"]
     model = spec.fixed.get("model")
@@ -214,11 +217,11 @@ def plot_context(spec: SweepSpec, rep: dict[str, Any], prov: dict[str, Any]) -> 
     limit = None
     if device == "cpu" and spec.fixed.get("cpu_memory_limit_gib"):
         gib = spec.fixed["cpu_memory_limit_gib"]
-        limit = (gib, f"limit: cpu_memory_limit_gib {gib:g} GiB (RLIMIT_DATA)")
+        limit = MemoryLimit(gib, f"limit: cpu_memory_limit_gib {gib:g} GiB (RLIMIT_DATA)", set=True)
     elif prov.get("total_memory_gib"):
-        limit = (prov["total_memory_gib"], f"device memory: {prov['total_memory_gib']:.1f} GiB")
+        limit = MemoryLimit(prov["total_memory_gib"], f"device memory: {prov['total_memory_gib']:.1f} GiB")
     front = tuple(r["number"] for r in rep["pareto"] or ())
-    return PlotContext(subtitle, spec.objective.metrics, budget, limit, front)
+    return PlotContext(subtitle, spec.objective.metrics, budget, limit, front, best)
 
 
 # -- the best configuration -----------------------------------------------------------------------
@@ -238,7 +241,7 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
 
         again = sorted({Status(s).value for t in results if (s := status_of(t)) in (Status.TIMEOUT, Status.CRASHED, Status.DIVERGED)})
         run = paste_command(spec) + (f" --retry {','.join(again)}" if again else "")  # else it has nothing to run
-        raise StudyError(f"study {spec.name!r} has no feasible measured trial yet; "
+        raise NothingFeasible(f"study {spec.name!r} has no feasible measured trial yet; "
                          f"run `{run}` (or see `{paste_command(spec, 'report')}`)")
     t = pick_best(spec, best)
     device = device_of(spec, study, t)

@@ -21,7 +21,7 @@ from orchestrator.harness import spread, swap
 from orchestrator.outcome import RESULT_STATUSES, VERDICT_DETAIL, Status
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
-from orchestrator.report.summary import best_table, fmt_num, fmt_params
+from orchestrator.report.summary import best_table, fmt_num, fmt_params, fmt_seconds
 from orchestrator.store.record import HasAttrs, TrialRecord, status_of
 from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.urls import absolute_uri
@@ -213,7 +213,7 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
     if not rows:
         lines.append("  (no trials yet)")
     counts = ", ".join(f"{n} {s}" for s, n in rep["counts"].items() if n) or "none yet"
-    lines += ["", f"Results: {counts}; trial time {rep['total_time_s']:.0f} s ({rep['total_time_s'] / 60:.1f} min)"]
+    lines += ["", f"Results: {counts}; trial time {fmt_seconds(rep['total_time_s'])}"]
     if stopped := ((rep.get("load") or [{}])[-1] or {}).get("stopped"):
         lines.append(f"Stopped (the last run): {stopped}.")
     if rep["not_results"]:

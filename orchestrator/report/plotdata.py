@@ -3,23 +3,21 @@
 Every ``*_series``/``*_grid`` function takes result trials (Optuna ``FrozenTrial``s, or
 ``studyread.StoredTrial``s, with the ``status`` and ``metrics`` user attributes the sweep sets) and
 returns plain values, so a test can check a plot's data against the study and ``compare`` can use
-the same rules without drawing anything. Drawing is ``plots``' job.
+the same rules without drawing anything; ``PlotContext`` is what the plots say besides the trials.
+Drawing is ``plots``' job.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, TypeVar
 
 from orchestrator import metrics as M
 from orchestrator.outcome import NOT_FITTING, Status
 from orchestrator.store.record import HasAttrs, TrialRecord, status_of
 from orchestrator.store.records import is_feasible
-
-if TYPE_CHECKING:
-    from optuna.trial import FrozenTrial
 
 MAX_LINES = 8
 PRIORITY = NOT_FITTING + (Status.CRASHED, Status.TIMEOUT, Status.ERROR, Status.DIVERGED)  # a cell's failure, worst first
@@ -32,6 +30,14 @@ BINS = 8
 CLIP = 24  # a value in a legend or on a tick, cut beyond this many characters
 LEGEND_CHARS = 45  # a legend entry longer than this gives the names once, in the legend's title
 T = TypeVar("T", bound=HasAttrs)
+
+
+class Numbered(Protocol):
+    @property
+    def number(self) -> int: ...
+
+
+N = TypeVar("N", bound=Numbered)
 
 
 @dataclass(frozen=True)
@@ -223,16 +229,6 @@ def oom_grid(trials: list[Any], layout: Layout | None = None, best: int | None =
             "values": values, "notes": notes, "best": at}
 
 
-def best_trial(trials: list[Any], direction: str, front: tuple[int, ...] = ()) -> FrozenTrial | None:
-    """The configuration the report calls best: the feasible measured trial best on the first
-    objective, among the Pareto front where there is one (a ``FrozenTrial`` or, as ``is_feasible``
-    reads it, a ``StoredTrial``); None where none."""
-    fits = [t for t in trials if t.values and is_feasible(t) and (not front or t.number in front)]
-    if not fits:
-        return None
-    return (max if direction == "maximize" else min)(fits, key=lambda t: t.values[0])
-
-
 def history_series(trials: list[Any], direction: str) -> list[tuple[int, float | None, float | None, str]]:
     """[(trial number, its objective value or None, best feasible so far or None, status)]."""
     out, best = [], None
@@ -249,3 +245,30 @@ def pareto_points(trials: list[Any], front: tuple[int, ...]) -> list[tuple[int, 
     """[(trial number, first objective, second objective, on the front)] for measured trials."""
     return [(t.number, t.values[0], t.values[1], t.number in front) for t in sorted(trials, key=lambda t: t.number)
             if t.state.name == "COMPLETE" and t.values and len(t.values) >= 2]
+
+
+@dataclass(frozen=True)
+class PlotContext:
+    """What the plots say besides the trials: subtitle, objective, and memory lines."""
+
+    subtitle: str
+    objective: tuple[tuple[str, str], ...]
+    budget_gib: float | None = None
+    limit: MemoryLimit | None = None
+    front: tuple[int, ...] = field(default_factory=tuple)
+    best: int | None = None
+    """The number of the trial the report calls best (``document.pick_best``): starred, outlined."""
+
+    def best_of(self, trials: list[N]) -> N | None:
+        """The report's best among ``trials``, or None."""
+        return next((t for t in trials if t.number == self.best), None)
+
+
+@dataclass(frozen=True)
+class MemoryLimit:
+    """A memory line on the memory plot: the device's memory (said, not drawn, where it is far
+    above every peak) or the limit the spec sets (``set``: always drawn)."""
+
+    gib: float
+    label: str
+    set: bool = False

@@ -6,13 +6,12 @@ matplotlib is imported only inside the drawing functions; the data (``plotdata``
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
 from orchestrator.outcome import Status
-from orchestrator.report.plotdata import (MAX_TICKS, MEMORY_FAILURES, NOTES, best_trial, choose_layout, history_series,
+from orchestrator.report.plotdata import (MAX_TICKS, PlotContext, MEMORY_FAILURES, NOTES, choose_layout, history_series,
                                           legend_labels, metric_of, metric_series, oom_grid, pareto_points, shown,
                                           throughput_intervals, tick_text)
 
@@ -32,17 +31,6 @@ AXIS = {"batch_size": "micro-batch size (samples)", "grad_accum_steps": "gradien
         M.LOSS: "training loss"}
 OFF_SCALE = 4.0  # the device's memory, over this many times the highest peak, is said, not drawn
 BEST = {"marker": "*", "s": 320, "color": "gold", "edgecolors": "black", "linewidths": 1.2, "zorder": 6}
-
-
-@dataclass(frozen=True)
-class PlotContext:
-    """What the plots say besides the trials: subtitle, objective, and memory lines."""
-
-    subtitle: str
-    objective: tuple[tuple[str, str], ...]
-    budget_gib: float | None = None
-    limit: tuple[float, str] | None = None
-    front: tuple[int, ...] = field(default_factory=tuple)
 
 
 # -- drawing -------------------------------------------------------------------------------------
@@ -138,14 +126,13 @@ def plot_lines(trials: list[Any], ctx: PlotContext, path: Path, metric: str) -> 
     if memory and ctx.budget_gib:
         limits.append((ctx.budget_gib, f"memory budget (constraint): {ctx.budget_gib:g} GiB", "--", "0.3"))
     limit = ctx.limit if memory else None
-    off = (limit is not None and bool(measured) and limit[0] > OFF_SCALE * max(measured)
-           and "cpu_memory_limit_gib" not in limit[1])  # the limit a spec sets is drawn
+    off = limit is not None and bool(measured) and limit.gib > OFF_SCALE * max(measured) and not limit.set
     if limit and not off:
-        limits.append((limit[0], limit[1], "-", "tab:red"))
+        limits.append((limit.gib, limit.label, "-", "tab:red"))
     top = max(measured + [v for v, *_ in limits], default=1.0)
     xs = sorted({x for pts in series.values() for x, _, _ in pts})
     log = _x_axis(ax, xs, layout.x)
-    on_limit = (limit[0] if limit and not off else top * 1.05) if memory else 0.0
+    on_limit = (limit.gib if limit and not off else top * 1.05) if memory else 0.0
     kinds: set[str] = set()
     bars = {} if memory else throughput_intervals(trials, layout)
     if any(bars.values()):  # room for the bars, up to twice the fastest point (a wider one runs off the top)
@@ -168,8 +155,8 @@ def plot_lines(trials: list[Any], ctx: PlotContext, path: Path, metric: str) -> 
     for value, text, style, colour in limits:
         ax.axhline(value, linestyle=style, color=colour, linewidth=1.5, label=text)
     if limit and off:
-        ax.plot([], [], " ", label=f"{limit[1]} ({limit[0] / max(measured):.0f}x the highest peak: not drawn)")
-    best = best_trial(trials, ctx.objective[0][1], ctx.front)
+        ax.plot([], [], " ", label=f"{limit.label} ({limit.gib / max(measured):.0f}x the highest peak: not drawn)")
+    best = ctx.best_of(trials)
     if best is not None and layout.x in best.params and isinstance(v := metric_of(best, metric), (int, float)):
         ax.scatter([best.params[layout.x]], [v], label=f"best: trial {best.number}", gid="best", **BEST)
     where = " (drawn on the limit)" if limit and not off else " (drawn above the measurements)"
@@ -190,7 +177,7 @@ def plot_oom_map(trials: list[Any], ctx: PlotContext, path: Path) -> Path | None
     from matplotlib.patches import Rectangle
 
     layout = choose_layout(trials)
-    best = best_trial(trials, ctx.objective[0][1], ctx.front)
+    best = ctx.best_of(trials)
     grid = oom_grid(trials, layout, best.number if best is not None else None)
     if grid is None:
         return None
@@ -252,7 +239,7 @@ def plot_history(trials: list[Any], ctx: PlotContext, path: Path) -> Path:
     above = direction == "minimize" and bool(measured)
     kinds = _failures(ax, [(n, s) for n, v, _, s in data if v is None], top * 1.08 if above else 0.0, "black")
     _failure_legend(ax, kinds, dict.fromkeys(MARKS, " (no value: drawn above)") if above else None)
-    chosen = best_trial(trials, ctx.objective[0][1], ctx.front)
+    chosen = ctx.best_of(trials)
     if chosen is not None:
         ax.scatter([chosen.number], [chosen.values[0]], label=f"best: trial {chosen.number}", gid="best", **BEST)
     ax.set_xlabel("trial number")

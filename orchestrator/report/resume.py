@@ -36,7 +36,7 @@ def finished(spec: SweepSpec, origins: Origins) -> tuple[list[str], StoredStudy]
     from orchestrator.store.agreement import recorded
     from orchestrator.store.record import TrialRecord, is_attempt, status_of
     from orchestrator.store.records import rank, results_of
-    from orchestrator.search.space import config_key, fingerprint, guess_device, make_plan
+    from orchestrator.search.space import config_key, fingerprint, make_plan, plan_device
     from orchestrator.store.fingerprint import as_stored, changed
     from orchestrator.urls import sqlite_path
     from orchestrator.store.studyrecord import StudyRecord
@@ -51,7 +51,7 @@ def finished(spec: SweepSpec, origins: Origins) -> tuple[list[str], StoredStudy]
         return None  # unreadable: the whole way says why, and what to do
     if study is None:
         return None
-    device = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else guess_device()
+    device = plan_device(spec)
     plan = make_plan(spec, device)
     attrs = StudyRecord.of(study)
     stored = attrs.fingerprint

@@ -27,6 +27,13 @@ def fmt_num(value: object, unit: str = "", digits: int = 1) -> str:
     return f"{value:,.{digits}f}{unit}"
 
 
+def fmt_seconds(seconds: float) -> str:
+    """A duration as a person reads it: ``8.4 s``, ``44 s``, ``312 s (5.2 min)`` (minutes from two on)."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    return f"{seconds:.0f} s" + (f" ({seconds / 60:.1f} min)" if seconds >= 120 else "")
+
+
 def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[str, float],
                duration_s: float | None, detail: str | None = None, repeats: int = 1,
                neighbour_of: int | None = None, slot: str | None = None, retry_of: int | None = None,
@@ -77,15 +84,16 @@ def best_table(spec: SweepSpec, best: list[Any], limit: int = 5) -> list[str]:
     if not best:
         return ["No configuration has a feasible measured result yet."]
     names = [m for m, _ in spec.objective.metrics]
+    memory = M.PEAK_MEMORY_GIB not in names  # its own column, unless it is an objective's (a Pareto front's)
     shown = best[:limit]
     width = max([len("parameters")] + [len(fmt_params(t.params)) for t in shown])  # the figures in one column
     rows = [f"  {'rank':>4s} {'trial':>5s}  {'parameters':<{width}s} " + " ".join(f"{n:>16s}" for n in names)
-            + f" {'+-95%':>7s} {'peak GiB':>9s}"]
+            + f" {'+-95%':>7s}" + (f" {'peak GiB':>9s}" if memory else "")]
     for i, t in enumerate(shown, 1):
         metrics = TrialRecord.of(t).metrics
-        vals = " ".join(f"{fmt_num(v, digits=2):>16s}" for v in t.values)
+        vals = " ".join(f"{fmt_num(v, digits=1 if n == M.SAMPLES_PER_S else 2):>16s}" for n, v in zip(names, t.values))
         ci = metrics.get(M.THROUGHPUT_CI95)
         rows.append(f"  {i:>4d} {t.number:>5d}  {fmt_params(t.params):<{width}s} {vals} "
-                    f"{spread.shown(ci, table=True) if isinstance(ci, (int, float)) else '-':>7s} "
-                    f"{fmt_num(metrics.get(M.PEAK_MEMORY_GIB), digits=2):>9s}")
+                    f"{spread.shown(ci, table=True) if isinstance(ci, (int, float)) else '-':>7s}"
+                    + (f" {fmt_num(metrics.get(M.PEAK_MEMORY_GIB), digits=2):>9s}" if memory else ""))
     return rows

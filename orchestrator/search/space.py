@@ -50,6 +50,17 @@ def guess_device() -> str:
     return "cpu"
 
 
+def plan_device(spec: SweepSpec, auto: str | None = None) -> str:
+    """The device a plan is made for before anything starts: the CPU where the device is swept (the
+    parent plans there; each trial names its own), the device the spec names, else for ``auto``
+    the one given (a study's recorded device) or ``guess_device``'s."""
+    if "device" in spec.space:
+        return "cpu"
+    if spec.device != "auto":
+        return spec.device
+    return auto or guess_device()
+
+
 def make_plan(spec: SweepSpec, device: str) -> Plan:
     """Drop swept knobs that ``device`` does not read; note every knob that is not applied."""
     not_applied: dict[str, str] = {}

@@ -110,11 +110,11 @@ def finished_already(spec: SweepSpec, origins: Origins,
 def start_probe(r: Run, check: bool) -> Startup:
     """The probe of the experiment on the guessed device, with the smoke step unless ``--no-check``
     (or the study already holds a measured result), and the slots' fork servers (``startup``)."""
-    from orchestrator.search.space import guess_device, make_plan
+    from orchestrator.search.space import make_plan, plan_device
     from orchestrator.sweep import checks
 
     spec = r.spec
-    guess = "cpu" if "device" in spec.space else spec.device if spec.device != "auto" else guess_device()
+    guess = plan_device(spec)
     guessed = make_plan(spec, guess)
     smoke = checks.smoke_params(spec, guessed) if check and (r.shared or not _has_ok_result(spec)) else None
     r.plan = guessed

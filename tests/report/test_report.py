@@ -431,6 +431,13 @@ def test_interrupted_and_repeated_trials_are_shown_but_not_counted(tmp_path: Pat
     assert sorted(p.name for p in (tmp_path / "mlruns" / "reports" / "tiny_report").iterdir()) == sorted(PLOTS)
 
 
+def test_durations_read_as_seconds_and_minutes_only_from_two_minutes_on() -> None:
+    """The report said "trial time 0 s (0.0 min)" and "44 s (0.7 min)"."""
+    from orchestrator.report.summary import fmt_seconds
+
+    assert [fmt_seconds(s) for s in (0, 3.14, 44.4, 119.6, 312)] == ["0.0 s", "3.1 s", "44 s", "120 s", "312 s (5.2 min)"]
+
+
 @pytest.mark.contract
 def test_contract_swapped_and_fallback_trials_show_their_figures(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
@@ -536,8 +543,9 @@ def test_a_compiled_trial_s_row_shows_its_compile_time_apart_from_its_start_up_a
 
 def test_errors_and_timeouts_alone_say_what_runs_them_again(tmp_path: Path) -> None:
     """The tour's study of timeouts only: `best` said to run the sweep's command, which had nothing
-    to run (a timeout is a result); it names `--retry timeout` now. A study of errors only: the
-    report's count said "interrupted, running or repeated" of them."""
+    to run (a timeout is a result); it names `--retry timeout` now, and exits 3, not the 2 of a
+    mistyped command. A study of errors only: the report's count said "interrupted, running or
+    repeated" of them."""
     import optuna
 
     spec = write_spec(tmp_path, SPEC)
@@ -546,9 +554,13 @@ def test_errors_and_timeouts_alone_say_what_runs_them_again(tmp_path: Path) -> N
                                 directions=["maximize"])
     for t in (fake(0, 8, "float32", "timeout"), fake(1, 64, "float32", "error")):
         study.add_trial(t)
-    best = command(["best", str(spec)], tmp_path)
-    assert best.returncode == 2 and f"{spec} --retry timeout`" in best.stderr, best.stderr
+    best = command(["best", str(spec)], tmp_path)  # exit 3, as a sweep that left nothing feasible (2: a bad spec)
+    assert best.returncode == 3 and best.stdout == "", best.stdout + best.stderr
+    assert best.stderr.splitlines() == [
+        f"orchestrate: study 'tiny_report' has no feasible measured trial yet; run `orchestrate {spec} --retry timeout` "
+        f"(or see `orchestrate report {spec}`)"], best.stderr
     report = command(["report", str(spec)], tmp_path)
+    assert "Results: 1 timeout; trial time " in report.stdout, report.stdout
     assert "1 trial(s) interrupted, running, repeated or ended 'error' are shown above" in report.stdout, report.stdout
     assert "(a configuration whose trial ended 'error' runs again on the next run)" in report.stdout
 
@@ -732,11 +744,11 @@ def made(number: int, params: dict[str, Any], status: str, sps: float | None = N
     return t
 
 
-def context(objective: tuple = (("samples_per_s", "maximize"),), limit: tuple | None = None,
-            subtitle: str = "t: experiments.mlp on cpu; 4 trials") -> Any:
-    from orchestrator.report.plots import PlotContext
+def context(objective: tuple = (("samples_per_s", "maximize"),), limit: Any = None,
+            subtitle: str = "t: experiments.mlp on cpu; 4 trials", best: int | None = None) -> Any:
+    from orchestrator.report.plotdata import PlotContext
 
-    return PlotContext(subtitle, objective, None, limit)
+    return PlotContext(subtitle, objective, None, limit, best=best)
 
 
 @pytest.fixture
@@ -810,7 +822,7 @@ def test_history_of_a_minimized_objective_marks_trials_without_a_value_above_the
 
     trials = [made(0, {"batch_size": 8}, "ok", 100.0, value=0.35), made(1, {"batch_size": 64}, "oom"),
               made(2, {"batch_size": 512}, "crashed"), made(3, {"batch_size": 16}, "ok", 50.0, value=0.6)]
-    plot_history(trials, context((("step_time_ms_p50", "minimize"),)), tmp_path / "history.png")
+    plot_history(trials, context((("step_time_ms_p50", "minimize"),), best=0), tmp_path / "history.png")
     ax = figures["history.png"].axes[0]
     failed = marks(ax, "failed")
     assert len(failed) == 2 and all(y > 0.6 for _, y in failed), failed
@@ -824,16 +836,18 @@ def test_the_memory_plot_puts_only_what_did_not_fit_on_the_limit_and_says_a_limi
     """The tour's mixed and minim: crashes and timeouts sat on the memory limit as if they had
     reached it; four: on the CPU, "device memory: 23.5 GiB" set the scale and every measured line lay
     flat at 0.24 GiB."""
+    from orchestrator.report.plotdata import MemoryLimit
     from orchestrator.report.plots import plot_lines
 
     trials = [made(0, {"batch_size": 8}, "ok", 100.0, mem=0.5), made(1, {"batch_size": 64}, "ok", 150.0, mem=1.0),
               made(2, {"batch_size": 512}, "oom"), made(3, {"batch_size": 256}, "crashed")]
-    plot_lines(trials, context(limit=(2.0, "limit: cpu_memory_limit_gib 2 GiB (RLIMIT_DATA)")), tmp_path / "set.png",
-               "peak_memory_gib")
+    plot_lines(trials, context(limit=MemoryLimit(2.0, "limit: cpu_memory_limit_gib 2 GiB (RLIMIT_DATA)", set=True)),
+               tmp_path / "set.png", "peak_memory_gib")
     ax = figures["set.png"].axes[0]
     assert sorted(marks(ax, "failed")) == [(256.0, 0.0), (512.0, 2.0)]  # crashed on the floor, OOM on the limit
     assert any(list(line.get_ydata()) == [2.0, 2.0] for line in ax.lines)  # the limit a spec sets is drawn
-    plot_lines(trials, context(limit=(23.5, "device memory: 23.5 GiB")), tmp_path / "device.png", "peak_memory_gib")
+    plot_lines(trials, context(limit=MemoryLimit(23.5, "device memory: 23.5 GiB")), tmp_path / "device.png",
+               "peak_memory_gib")
     ax = figures["device.png"].axes[0]
     assert ax.get_ylim()[1] < 2 and not any(23.5 in list(line.get_ydata()) for line in ax.lines)
     assert "device memory: 23.5 GiB (24x the highest peak: not drawn)" in legend(ax)
@@ -853,7 +867,7 @@ def test_one_trial_and_all_failed_studies_draw_no_empty_scale_or_legend_entry(fi
     rep = {"device": "cpu", "device_name": None, "torch_version": None, "results": 1, "pareto": None}
     assert plot_context(load_spec(write_spec(tmp_path, SPEC)), rep, {}).subtitle.endswith(" on cpu; 1 trial")
     one = [made(0, {"batch_size": 16}, "ok", 2400.0)]
-    plot_history(one, context(), tmp_path / "one.png")
+    plot_history(one, context(best=0), tmp_path / "one.png")
     ax = figures["one.png"].axes[0]
     assert ticks(ax) == ["0"] and marks(ax, "best") == [(0.0, 2400.0)]
     failed = [made(0, {"batch_size": 8, "fault": "oom_cpu"}, "oom"), made(1, {"batch_size": 8, "fault": "segfault"}, "crashed"),
@@ -869,14 +883,23 @@ def test_one_trial_and_all_failed_studies_draw_no_empty_scale_or_legend_entry(fi
 
 def test_the_best_configuration_is_a_star_on_the_throughput_plot_and_an_outlined_cell_on_the_map(
         figures: dict, tmp_path: Path) -> None:
-    """No plot said which configuration the report calls best."""
+    """No plot said which configuration the report calls best; the plots then picked it again
+    themselves: they star the report's pick (``document.pick_best``)."""
+    from orchestrator.report.command import plot_context
+    from orchestrator.report.document import pick_best
     from orchestrator.report.plotdata import oom_grid
     from orchestrator.report.plots import write_plots
+    from orchestrator.spec.load import load_spec
+    from orchestrator.store.records import rank
 
     trials = [fake(0, 8, "float32", "ok", 100.0), fake(1, 64, "float32", "ok", 300.0), fake(2, 8, "bfloat16", "ok", 150.0),
               fake(3, 64, "bfloat16", "ok", 250.0), fake(4, 512, "float32", "oom")]
     assert oom_grid(trials, best=1)["best"] == (0, 1)  # float32 (first row), batch 64 (second column)
-    write_plots(trials, context(), tmp_path)
+    spec = load_spec(write_spec(tmp_path, SPEC))
+    rep = {"device": "cpu", "device_name": None, "torch_version": None, "results": 5, "pareto": None}
+    ctx = plot_context(spec, rep, {}, pick_best(spec, rank(trials, spec)).number)  # the report's own pick
+    assert ctx.best == 1
+    write_plots(trials, ctx, tmp_path)
     ax = figures["throughput.png"].axes[0]
     assert marks(ax, "best") == [(64.0, 300.0)] and "best: trial 1" in legend(ax)
     (outline,) = [p for p in figures["oom_map.png"].axes[0].patches if p.get_gid() == "best"]
@@ -886,13 +909,14 @@ def test_the_best_configuration_is_a_star_on_the_throughput_plot_and_an_outlined
 def test_long_parameter_names_and_values_keep_the_legend_on_the_image(figures: dict, tmp_path: Path) -> None:
     """The tour's script/long.yaml: legend entries of 130 characters ran off the image's left edge
     (throughput) and right edge (memory)."""
+    from orchestrator.report.plotdata import MemoryLimit
     from orchestrator.report.plots import write_plots
 
     width, augment = "network_hidden_layer_width_in_units_for_the_student_model", "data_augmentation_pipeline_variant_identifier"
     values = ["random-resized-crop-then-horizontal-flip-then-colour-jitter-strong", "none"]
     trials = [made(i, {"batch_size": b, width: w, augment: a}, "ok", 1000.0 * (i + 1), mem=0.25)
               for i, (b, w, a) in enumerate((b, w, a) for b in (32, 256) for w in (8, 16) for a in values)]
-    write_plots(trials, context(limit=(23.5, "device memory: 23.5 GiB")), tmp_path)
+    write_plots(trials, context(limit=MemoryLimit(23.5, "device memory: 23.5 GiB")), tmp_path)
     for name in ("throughput.png", "memory.png"):
         fig = figures[name]
         box = fig.axes[0].get_legend().get_window_extent()

@@ -37,3 +37,22 @@ def test_the_best_table_s_figures_line_up_however_long_the_parameters() -> None:
     rows = best_table(spec, best)  # type: ignore[arg-type]
     assert len({len(row) for row in rows}) == 1, "\n".join(rows)  # every column at the same place in each row
     assert all(row.rstrip().endswith(("x/2.5      0.24", "peak GiB")) for row in rows), "\n".join(rows)
+
+
+def test_a_pareto_table_shows_peak_memory_once_and_throughput_to_one_decimal() -> None:
+    """The tour's multi (samples_per_s up, peak_memory_gib down): the front's table printed the
+    peak twice (as the objective and again as its own column) and the throughput to 2 decimals."""
+    from types import SimpleNamespace
+
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    from orchestrator.report.summary import best_table
+
+    t = create_trial(params={"batch_size": 64}, distributions={"batch_size": CategoricalDistribution([64])},
+                     values=[1234.567, 0.4567], user_attrs={"status": "ok", "metrics": {
+                         "samples_per_s": 1234.567, "peak_memory_gib": 0.4567}})
+    spec = SimpleNamespace(objective=SimpleNamespace(metrics=[("samples_per_s", "maximize"), ("peak_memory_gib", "minimize")]))
+    header, row = best_table(spec, [t])  # type: ignore[arg-type]
+    assert header.split()[-3:] == ["samples_per_s", "peak_memory_gib", "+-95%"], header
+    assert row.split()[-3:] == ["1,234.6", "0.46", "-"], row
