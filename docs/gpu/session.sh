@@ -135,6 +135,9 @@
 #   bash docs/gpu/session.sh workers  a script's DataLoader workers and its own child, on CUDA, under each way a
 #                                 trial ends, then SIGTERM mid-trial and the same command again
 #                                 (docs/gpu/workers/run.sh), with the fork server and with ORCHESTRATE_FORK=0
+#   bash docs/gpu/session.sh script_tour  the script tour's fixes on CUDA: three batch layouts and
+#                                 torch.compile(optimizer.step), each trial against the script's own
+#                                 count (docs/gpu/script_tour/run.sh)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -430,6 +433,10 @@ l41c)  # the three batch-64 rows l41b's grid had no time for (its 290 s ran out 
       sweeps/landscape_hf_llama_compile_cuda.yaml > sweeps/landscape_hf_llama_compile_b64_cuda.yaml
   LT=200 landscape hf_llama_compile_b64 hf_llama_compile_h100_cap010_b64
   rm -f sweeps/landscape_hf_llama_compile_b64_cuda.yaml
+  ;;
+script_tour)
+  python3 -c "import torch, optuna, mlflow; torch.zeros(1, device='cuda')" >/dev/null 2>&1
+  step "script tour"; bash docs/gpu/script_tour/run.sh > "$OUT/script_tour.log" 2>&1
   ;;
 workers)
   python3 -c "import torch, optuna, mlflow; torch.zeros(1, device='cuda')" >/dev/null 2>&1
