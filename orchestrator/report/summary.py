@@ -34,11 +34,21 @@ def fmt_seconds(seconds: float) -> str:
     return f"{seconds:.0f} s" + (f" ({seconds / 60:.1f} min)" if seconds >= 120 else "")
 
 
+def params_width(searched: dict[str, Choice | Range]) -> int:
+    """The width of a trial line's parameters (``fmt_params``) for a space's longest
+    configuration: each choice's longest ``name=value``, a range's bounds (a sampled float: 12
+    characters); between 10 and 100, so that the figures after them line up in the sweep's lines."""
+    widths = [max(len(f"{name}={v}") for v in dim.values) if isinstance(dim, Choice) else
+              len(name) + 1 + max(len(str(dim.low)), len(str(dim.high)), 0 if dim.integer else 12)
+              for name, dim in searched.items()]
+    return min(100, max(10, sum(widths) + len(widths) - 1))
+
+
 def trial_line(number: int, params: dict[str, Any], status: str, metrics: dict[str, float],
                duration_s: float | None, detail: str | None = None, repeats: int = 1,
                neighbour_of: int | None = None, slot: str | None = None, retry_of: int | None = None,
-               remeasure_of: int | None = None) -> str:
-    line = (f"#{number:<3d} {fmt_params(params):<60s} {status:<8s} "
+               remeasure_of: int | None = None, width: int = 60) -> str:
+    line = (f"#{number:<3d} {fmt_params(params):<{width}s} {status:<8s} "
             f"{fmt_num(metrics.get(M.SAMPLES_PER_S)):>10s} samples/s "
             f"{fmt_num(metrics.get(M.PEAK_MEMORY_GIB), ' GiB', 2):>10s} "
             f"{fmt_num(duration_s, ' s'):>8s}")

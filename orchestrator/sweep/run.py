@@ -214,7 +214,7 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
     from orchestrator.outcome import RUN_AGAIN, Status
     from orchestrator.store.record import TrialRecord
     from orchestrator.store.records import result_trials
-    from orchestrator.report.summary import trial_line
+    from orchestrator.report.summary import params_width, trial_line
 
     spec, probe, slots, load, queued, interrupted = r.spec, r.found, r.slots, r.load, r.queued, r.interrupted
     done = len(result_trials(r.study)) - sum(n for s, n in queued.items() if s not in RUN_AGAIN)  # type: ignore[arg-type]  # the study: opened before
@@ -258,6 +258,7 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
     from orchestrator.sweep.batchflag import BatchFlag
 
     batches = BatchFlag(spec.script is not None, sweep.plan.searched)
+    width = params_width(sweep.plan.searched)
 
     def on_result(trial: FrozenTrial, outcome: Outcome, _now: float) -> None:
         # the live trial carries what was just told: no re-read of the whole study
@@ -266,7 +267,7 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
         bar.write(trial_line(trial.number, trial.params, outcome.status, outcome.metrics,
                              rec.duration_s, outcome.detail, rec.process_count,
                              rec.neighbour_of, rec.slot if len(slots) > 1 else None, rec.retry_of,
-                             rec.remeasure_of),
+                             rec.remeasure_of, width),
                   file=sys.stdout)
         if outcome.status in (Status.REPEAT, Status.DEFERRED, Status.INTERRUPTED):
             return

@@ -56,3 +56,20 @@ def test_a_pareto_table_shows_peak_memory_once_and_throughput_to_one_decimal() -
     header, row = best_table(spec, [t])  # type: ignore[arg-type]
     assert header.split()[-3:] == ["samples_per_s", "peak_memory_gib", "+-95%"], header
     assert row.split()[-3:] == ["1,234.6", "0.46", "-"], row
+
+
+def test_a_sweep_s_lines_are_as_wide_as_its_longest_configuration() -> None:
+    """A tour: every trial line left 60 characters for its parameters, so two short knobs stood
+    34 spaces from their status, and longer ones pushed the figures out of line."""
+    from orchestrator.report.summary import params_width
+    from orchestrator.spec.model import Choice, Range
+
+    space = {"batch_size": Choice((8, 128)), "dtype": Choice(("float32", "bfloat16"))}
+    width = params_width(space)
+    assert width == len("batch_size=128 dtype=bfloat16")
+    lines = [trial_line(n, {"batch_size": b, "dtype": d}, "ok", {"samples_per_s": 10.0}, 1.0, width=width)
+             for n, (b, d) in enumerate([(8, "float32"), (128, "bfloat16")])]
+    assert lines[1].startswith("#1   batch_size=128 dtype=bfloat16 ok ")
+    assert len({line.index(" ok ") for line in lines}) == 1  # the figures line up
+    assert params_width({"lr": Range(1e-5, 1e-2, log=True)}) == len("lr=") + 12
+    assert params_width({"layers": Range(1, 48, integer=True)}) == 10  # at least 10
