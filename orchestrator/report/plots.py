@@ -299,6 +299,11 @@ def tick_labels(rows: list[dict[str, Any]]) -> tuple[list[str], str]:
             f": {', '.join(names)}, top to bottom")
 
 
+def speedup_text(speedup: float) -> str:
+    """``40.0x``, ``1.25x``, ``0.0042x``: two significant figures at least (a tour's 0.00x)."""
+    return f"{speedup:.1f}x" if speedup >= 10 else f"{speedup:.2f}x" if speedup >= 0.1 else f"{speedup:.2g}x"
+
+
 def plot_comparison(comp: dict[str, Any], ctx: PlotContext, path: Path) -> Path:
     """Grouped bars: per configuration of the other parameters, each value's samples/s, with its
     speedup over the reference above the bar; a configuration that failed on a value gets the
@@ -310,6 +315,7 @@ def plot_comparison(comp: dict[str, Any], ctx: PlotContext, path: Path) -> Path:
     named = ("CPU" if ref == "cpu" else ref) if knob == "device" else f"{knob} {ref}"
     fig, ax = _figure(f"{named} against {', '.join(map(str, values[1:]))}: throughput per configuration", ctx)
     crowded = len(rows) * len(values) > 8  # a note above each bar would run into its neighbour's
+    many = len(rows) * (len(values) - 1) > 16  # so would the speedups, side by side
     if comp["folded"]:
         _folded(ax, ctx, tuple(comp["folded"]), "bar")
     width = 0.8 / len(values)
@@ -338,18 +344,18 @@ def plot_comparison(comp: dict[str, Any], ctx: PlotContext, path: Path) -> Path:
                             xytext=(0, 9), ha="center", fontsize=8, rotation=90 if crowded else 0,
                             va="bottom")
                 kinds.add(kind)
-            elif v != ref and cell["speedup"] is not None:
-                digits = 1 if cell["speedup"] >= 10 else 2
-                ax.annotate(f"{cell['speedup']:.{digits}f}x", (x, bar.get_height()), textcoords="offset points",
-                            xytext=(0, 3), ha="center", fontsize=9, fontweight="bold")
+            elif v != ref and cell["speedup"] is not None:  # upright where a row's notes would touch
+                ax.annotate(speedup_text(cell["speedup"]), (x, bar.get_height()), textcoords="offset points",
+                            xytext=(0, 3), ha="center", va="bottom", fontsize=8 if many else 9, fontweight="bold",
+                            rotation=90 if many else 0)
     labels, names = tick_labels(rows)
     ax.set_xticks(range(len(rows)), labels, fontsize=8 if len(rows) > 6 else 9)
     ax.set_xlabel(f"configuration of the other parameters{names} (speedup over {what} {ref} above each bar)")
     ax.set_ylabel(AXIS[M.SAMPLES_PER_S] + (", log scale" if log else ""))
-    if log:
-        ax.set_ylim(floor, top * 3)
+    if log:  # room above the tallest bar for its speedup, upright where there are many
+        ax.set_ylim(floor, top * (10 if many else 3))
     else:
-        ax.set_ylim(0, top * 1.15)
+        ax.set_ylim(0, top * (1.3 if many else 1.15))
     _failure_legend(ax, kinds)
     ax.legend(loc="upper left", fontsize=9, framealpha=0.9)
     ax.grid(True, axis="y", alpha=0.3)

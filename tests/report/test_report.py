@@ -924,3 +924,29 @@ def test_long_parameter_names_and_values_keep_the_legend_on_the_image(figures: d
         texts = legend(fig.axes[0])
         assert "8, random-resized-crop-the\u2026" in texts and "16, none" in texts, texts
         assert width in fig.axes[0].get_legend().get_title().get_text().replace("\n", " ")
+
+
+def test_a_comparison_of_many_configurations_keeps_each_speedup_readable(figures: dict, tmp_path: Path) -> None:
+    """A tour's ``--compare`` of 24 configurations: the speedups above neighbouring bars ran into each
+    other, the tallest ran off the top, and a speedup of 0.0042 read "0.00x"."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    from orchestrator.report.compare import comparison
+    from orchestrator.report.plots import plot_comparison, speedup_text
+
+    assert [speedup_text(s) for s in (40.04, 1.254, 0.168, 0.0042)] == ["40.0x", "1.25x", "0.17x", "0.0042x"]
+    trials = []
+    for params in ({"device": d, "batch_size": b, "hidden_size": h} for b in (8, 16, 32, 64, 128, 256)
+                   for h in (64, 128, 256, 512) for d in ("cpu", "cuda")):
+        sps = params["batch_size"] * params["hidden_size"] / 10 * (40 if params["device"] == "cuda" else 1)
+        t = create_trial(params=params, distributions={k: CategoricalDistribution([v]) for k, v in params.items()},
+                         value=sps, user_attrs={"status": "ok", "metrics": {"samples_per_s": sps}})
+        t.number = len(trials)
+        trials.append(t)
+    plot_comparison(comparison(trials, "device", "cpu"), context(), tmp_path / "devices.png")
+    ax = figures["devices.png"].axes[0]
+    notes = [t for t in ax.texts if t.get_text().endswith("x")]
+    assert len(notes) == 24 and {t.get_rotation() for t in notes} == {90.0}
+    top = max(t.xy[1] for t in notes)
+    assert ax.get_ylim()[1] >= 10 * top * 0.99  # room above the tallest bar for its upright note
