@@ -242,7 +242,7 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
         again = sorted({Status(s).value for t in results if (s := status_of(t)) in (Status.TIMEOUT, Status.CRASHED, Status.DIVERGED)})
         run = paste_command(spec) + (f" --retry {','.join(again)}" if again else "")  # else it has nothing to run
         raise NothingFeasible(f"study {spec.name!r} has no feasible measured trial yet; "
-                         f"run `{run}` (or see `{paste_command(spec, 'report')}`)")
+                              f"run `{run}` (or see `{paste_command(spec, 'report')}`)")
     t = pick_best(spec, best)
     device = device_of(spec, study, t)
     params = trial_params(make_plan(spec, device), t.params)

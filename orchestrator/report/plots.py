@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
 from orchestrator.outcome import Status
-from orchestrator.report.plotdata import (MAX_TICKS, PlotContext, MEMORY_FAILURES, NOTES, choose_layout, history_series,
+from orchestrator.report.plotdata import (MAX_TICKS, MEMORY_FAILURES, NOTES, PlotContext, choose_layout, history_series,
                                           legend_labels, metric_of, metric_series, oom_grid, pareto_points, shown,
                                           throughput_intervals, tick_text)
 
