@@ -298,6 +298,32 @@ def left_behind(folder: Path, wait_s: float = 10.0) -> list[str]:
         time.sleep(0.1)
 
 
+def stat_state(pid: int) -> str:
+    """A process's state letter (``T``: stopped), or "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def until_stopped(*procs: Any, timeout_s: float = 180) -> None:
+    """Wait until each sweep stands still at its ``ORCHESTRATE_STOP_AT`` point (SIGSTOP): mid-sweep
+    for certain when the test changes a store. A poll of the database for the first results instead
+    answered in the clean-clone CI only after every trial had ended (then the fault came after the
+    sweep, and a test of it could pass without testing anything)."""
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        while stat_state(proc.pid) != "T":
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=60)
+            time.sleep(0.05)
+
+
+def go_on(*procs: Any) -> None:
+    """SIGCONT to each sweep that ``until_stopped`` saw stand still."""
+    for proc in procs:
+        os.kill(proc.pid, signal.SIGCONT)
+
+
 def wait_for_trial(project: Path, timeout_s: float = 30) -> bool:
     """Wait until the sweep in ``project`` has given a trial its folder (its process is then being
     started). Not its processes: the slots' fork servers start before the study is open."""

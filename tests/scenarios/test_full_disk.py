@@ -17,16 +17,14 @@ import errno
 import io
 import os
 import re
-import sqlite3
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import check_records, child_runs, left_behind, orchestrate, write_spec
+from conftest import check_records, child_runs, go_on, left_behind, orchestrate, orchestrate_popen, until_stopped, write_spec
 from orchestrator.cli import main
 
 pytestmark = pytest.mark.slow
@@ -105,27 +103,17 @@ def read_only(folder: Path) -> None:
     subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True, timeout=30)
 
 
-def when_results(study_db: Path, n: int, action, *args) -> threading.Thread:  # noqa: ANN001
-    """Run ``action(*args)`` once the SQLite study at ``study_db`` holds ``n`` finished trials."""
-    def watch() -> None:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            try:
-                con = sqlite3.connect(f"file:{study_db}?mode=ro", uri=True, timeout=1)
-                try:
-                    (done,) = con.execute("SELECT count(*) FROM trials WHERE state IN ('COMPLETE', 'PRUNED', 'FAIL')"
-                                          ).fetchone()
-                finally:
-                    con.close()
-                if done >= n:
-                    action(*args)
-                    return
-            except sqlite3.Error:
-                pass
-            time.sleep(0.05)
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
+def mid_sweep(args: list[str], cwd: Path, action, *more, at: str = "after_tell:1") -> subprocess.CompletedProcess[str]:  # noqa: ANN001
+    """``orchestrate ARGS``, with ``action(*more)`` done while it stands still at ``at`` (after its
+    first result; ``ORCHESTRATE_STOP_AT``). A poll of the study for that result instead came, on a
+    loaded CI machine, after all 3 trials of 0.05 s had ended (then with 1-s windows, slower and
+    still timed)."""
+    proc = orchestrate_popen(args, cwd, {"ORCHESTRATE_STOP_AT": at})
+    until_stopped(proc)
+    action(*more)
+    go_on(proc)
+    out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def one_line(stderr: str, *words: str) -> str:
@@ -166,9 +154,7 @@ def test_mlflow_store_on_a_full_disk_then_freed_converges(project: Path, small_d
     assert not list(project.glob("mlruns/.trials/*/trial-*")) and not list(small_disk.glob(".mlflow.db.init-*"))
 
     free(small_disk)  # mid-sweep: full once a trial has its result; the sweep goes on
-    filler = when_results(project / "mlruns" / "optuna.db", 1, fill, small_disk)
-    mid = orchestrate([str(path), *flags], project)
-    filler.join(timeout=30)
+    mid = mid_sweep([str(path), *flags], project, fill, small_disk)
     assert mid.returncode == 75, mid.stdout + mid.stderr
     one_line(mid.stderr, f"MLflow's store {tracking}", "the disk is full", "the sweep goes on")
     assert "mlfull: 3 of 3 trials have a result" in mid.stdout
@@ -184,9 +170,7 @@ def test_mlflow_store_on_a_full_disk_then_freed_converges(project: Path, small_d
 
 
 def test_study_on_a_full_disk_stops_at_once_then_resumes(project: Path, small_disk: Path) -> None:
-    # 1-s windows: the disk fills after the first result, while the second trial runs (with 0.05-s
-    # windows, on a loaded CI machine, all 3 had ended before the filler's poll saw the first)
-    path = spec(project, "studyfull", 3, min_measure_s=1.0)
+    path = spec(project, "studyfull", 3)
     storage = f"sqlite:///{small_disk}/optuna.db"
     flags = ["--storage", storage]
     fill(small_disk)
@@ -196,9 +180,7 @@ def test_study_on_a_full_disk_stops_at_once_then_resumes(project: Path, small_di
     assert not list(project.glob("mlruns/.trials/*/trial-*"))
 
     free(small_disk)
-    filler = when_results(small_disk / "optuna.db", 1, fill, small_disk)
-    mid = orchestrate([str(path), *flags], project)
-    filler.join(timeout=30)
+    mid = mid_sweep([str(path), *flags], project, fill, small_disk)
     assert mid.returncode == 75, mid.stdout + mid.stderr
     one_line(mid.stderr, f"the study's store {storage}", "the disk is full", "the sweep stopped")
     import optuna
@@ -224,13 +206,8 @@ def test_a_study_file_moved_mid_sweep_says_so_then_put_back_resumes(project: Pat
     path = spec(project, "moved", 3)
     path.write_text(path.read_text().replace("min_measure_s: 0.05", "min_measure_s: 0.6"))  # moved while one runs
     study = project / "mlruns" / "optuna.db"
-    def move() -> None:  # inside the next trial's window (0.6 s): its run is open when its result cannot be told
-        time.sleep(0.3)
-        os.rename(study, project / "optuna.db.moved")
-
-    mover = when_results(study, 1, move)
-    run = orchestrate([str(path)], project)
-    mover.join(timeout=30)
+    # once the second trial runs (its window 0.6 s): its run is open when its result cannot be told
+    run = mid_sweep([str(path)], project, os.rename, study, project / "optuna.db.moved", at="trial_running:2")
     assert run.returncode == 75, run.stdout + run.stderr
     one_line(run.stderr, "the study's store sqlite:///", "its file was deleted, moved or replaced while the sweep ran",
              "put it back and run the same command", "--new-study")
@@ -245,16 +222,13 @@ def test_a_study_file_moved_mid_sweep_says_so_then_put_back_resumes(project: Pat
 
 
 def test_a_read_only_mlflow_store_mid_sweep_then_writable_converges(project: Path, small_disk: Path) -> None:
-    # 6 configurations: the bind mount goes read-only after the first result, and must come before
-    # the last trial's MLflow writes; with 2 and then 3 (0.1 s trials) the last trial's writes came
-    # first on the loaded 2-core machine (exit 0: nothing was refused), once with the remount
-    # refused as busy (a write open through the new mount: ``read_only`` retries it)
-    path = spec(project, "mlro", 6)
+    # the bind mount goes read-only after the first result, while the sweep stands still there (a
+    # poll, with 2 and 3 configurations, came after the last trial's MLflow writes on the loaded
+    # 2-core machine: exit 0, nothing refused); ``read_only`` retries a remount refused as busy
+    path = spec(project, "mlro", 3)
     tracking = f"sqlite:///{small_disk}/mlflow.db"
     flags = ["--tracking-uri", tracking]
-    made_ro = when_results(project / "mlruns" / "optuna.db", 1, read_only, small_disk)
-    run = orchestrate([str(path), *flags], project)
-    made_ro.join(timeout=30)
+    run = mid_sweep([str(path), *flags], project, read_only, small_disk)
     assert run.returncode == 75, run.stdout + run.stderr
     one_line(run.stderr, f"MLflow's store {tracking}", "the store is read-only", "the sweep goes on")
     assert (missing := MISSING.search(run.stdout)) and missing[2] == "the store is read-only", run.stdout
@@ -262,7 +236,7 @@ def test_a_read_only_mlflow_store_mid_sweep_then_writable_converges(project: Pat
     again = orchestrate([str(path), *flags], project)
     assert again.returncode == 0, again.stdout + again.stderr
     assert REPAIRED.search(again.stdout), again.stdout
-    converged(project, path, "mlro", 6, flags, tracking=tracking)
+    converged(project, path, "mlro", 3, flags, tracking=tracking)
 
 
 def test_both_stores_refusing_writes_are_two_lines_then_the_resume_converges(seeded_project: Path) -> None:
@@ -301,13 +275,10 @@ def test_trial_folders_on_a_full_disk_stop_the_sweep_in_one_line_then_it_resumes
     assert [t.user_attrs["status"] for t in trials] == ["interrupted"]
     assert left_behind(project) == []
 
-    free(trials_disk)  # the next trial fills the disk while it measures: it cannot write its result
+    free(trials_disk)  # the disk fills once the third trial runs (a 1.5-s window): it cannot write its result
     slow = path.read_text().replace("min_measure_s: 0.05", "min_measure_s: 1.5")
     path.write_text(slow)
-    watcher = threading.Thread(target=_fill_during, args=(trials_disk,), daemon=True)
-    watcher.start()
-    mid = orchestrate([str(path)], project)
-    watcher.join(timeout=60)
+    mid = mid_sweep([str(path)], project, fill, trials_disk, at="trial_running:3")
     assert mid.returncode == 75, mid.stdout + mid.stderr
     one_line(mid.stderr, f"the trial folders {trials_disk}", "the disk is full", "could not write its result")
     records = check_records(project, "trialsfull")
@@ -351,19 +322,6 @@ def test_a_file_where_the_stores_folders_belong_is_named_with_its_remedy(project
     resumed = orchestrate([str(path)], project)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     converged(project, path, "inway", 2, [])
-
-
-def _fill_during(trials: Path) -> None:
-    """Fill ``trials`` once the sweep's second measured trial has its configuration (it is then
-    setting up or measuring: 1.5 s), before it writes its result."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        configs = sorted(trials.glob("*/trial-*/config.json"))
-        if len(configs) >= 3:  # trials 1 and 2 measured, 3 measuring (trial 0 was cut off before its configuration)
-            time.sleep(0.5)
-            fill(trials)
-            return
-        time.sleep(0.02)
 
 
 def test_a_read_only_working_folder_without_mlruns_is_one_line_for_the_run_and_its_dry_run(small_disk: Path) -> None:

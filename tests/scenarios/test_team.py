@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE, left_behind, orchestrate_popen, write_spec
+from conftest import ORCHESTRATE, go_on, left_behind, orchestrate_popen, until_stopped, write_spec
 from servers import MlflowServer, PostgresServer, start_postgres
 
 pytestmark = pytest.mark.slow
@@ -56,17 +56,7 @@ def spec_text(storage: str | None, tracking: str, outage_s: float = 300, min_mea
 def start(folder: Path, text: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     folder.mkdir(exist_ok=True)
     spec = write_spec(folder, text)
-    import optuna  # noqa: F401  - before the sweep starts: a first import under load (seconds) delays
-    import psycopg2  # noqa: F401  - the polls (wait_for_results) that must act while it runs
     return orchestrate_popen([str(spec), "--no-check", *args], folder, {"PYTHONUNBUFFERED": "1", **(env or {})})
-
-
-def stat_state(pid: int) -> str:
-    """A process's state letter (``T``: stopped), or "" once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
 
 
 def results(storage: str) -> list:
@@ -88,18 +78,6 @@ def measured_once(trials: list) -> dict[int, int]:
         if status_of(t) is Status.OK and is_attempt(t):
             out[t.params["hidden_size"]] = out.get(t.params["hidden_size"], 0) + 1
     return out
-
-
-def wait_for_results(storage: str, n: int, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if sum(t.state.is_finished() for t in results(storage)) >= n:
-                return
-        except Exception:  # noqa: BLE001 - the study may not exist yet
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"fewer than {n} results after {timeout_s} s")
 
 
 def dump(url: str) -> str:
@@ -182,13 +160,15 @@ def test_a_database_restart_and_a_20_s_stop_cost_nothing(tmp_path: Path, pg: Pos
     stops for 20 s (5 grace periods). Both finish: exit 0, no traceback, every configuration
     measured exactly once, no live trial failed for its missed heartbeats, none left RUNNING."""
     storage, tracking = pg.database_for(ROLE, "study"), pg.database_for(ROLE, "runs")
-    env = {"PGPASSWORD": PG_SECRET}
+    env = {"PGPASSWORD": PG_SECRET, "ORCHESTRATE_STOP_AT": "after_tell:1,after_tell:2"}
     text = spec_text(storage, tracking)
     procs = [start(tmp_path / f"o{i}", text, env=env) for i in range(2)]
-    wait_for_results(storage, 2)
+    until_stopped(*procs)  # each has told its first result (2 of 8)
     pg.restart()
-    wait_for_results(storage, 4)
+    go_on(*procs)
+    until_stopped(*procs)  # and its second (4 of 8)
     pg.stop()
+    go_on(*procs)
     time.sleep(20)
     pg.start()
     outs = [p.communicate(timeout=300) for p in procs]
@@ -205,9 +185,10 @@ def test_a_database_down_longer_than_outage_s_exits_75_and_resumes(tmp_path: Pat
     storage, tracking = pg.database_for(ROLE, "study"), pg.database_for(ROLE, "runs")
     env = {"PGPASSWORD": PG_SECRET}
     text = spec_text(storage, tracking, outage_s=3)
-    proc = start(tmp_path / "a", text, env=env)
-    wait_for_results(storage, 2)
+    proc = start(tmp_path / "a", text, env={**env, "ORCHESTRATE_STOP_AT": "after_tell:2"})
+    until_stopped(proc)
     pg.stop()
+    go_on(proc)
     try:
         out, err = proc.communicate(timeout=120)
     finally:
@@ -269,12 +250,9 @@ def test_a_study_deleted_under_a_running_sweep_is_one_line(tmp_path: Path, pg: P
     # before) answered in the clean-clone CI only after every trial had ended, twice.
     text = spec_text(storage, tracking, min_measure_s=0.4)
     proc = start(tmp_path / "a", text, env={"PGPASSWORD": PG_SECRET, "ORCHESTRATE_STOP_AT": "after_tell:1"})
-    deadline = time.monotonic() + 180
-    while stat_state(proc.pid) != "T":  # stopped at the point
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=60)
-        time.sleep(0.05)
+    until_stopped(proc)
     optuna.delete_study(study_name="team", storage=with_password(storage))
-    os.kill(proc.pid, signal.SIGCONT)
+    go_on(proc)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "Traceback" not in err, out + err
     assert err.strip().splitlines()[-1].startswith("orchestrate: study 'team' in postgresql+psycopg2://"), out + err
@@ -295,9 +273,11 @@ def test_a_tracking_server_restart_costs_nothing(tmp_path: Path, pg: PostgresSer
     server = MlflowServer(with_password(backend), tmp_path / "mlflow")
     tracking = server.start()
     try:
-        proc = start(tmp_path / "a", spec_text(storage, tracking), env={"PGPASSWORD": PG_SECRET})
-        wait_for_results(storage, 2)
+        proc = start(tmp_path / "a", spec_text(storage, tracking),
+                     env={"PGPASSWORD": PG_SECRET, "ORCHESTRATE_STOP_AT": "after_tell:2"})
+        until_stopped(proc)
         server.kill()
+        go_on(proc)
         time.sleep(3)
         server.start()
         out, err = proc.communicate(timeout=300)
@@ -363,7 +343,6 @@ def test_a_lock_held_by_a_frozen_orchestrator_is_freed_by_the_server(pg: Postgre
     in the frozen case of test_distributed.py). The server now ends the lock's session once it has
     been idle for ``idle_s`` (PostgreSQL 14+'s idle_session_timeout), and the others go on; a live
     holder that sat idle so long finds the lock gone and takes it again (``confirm``)."""
-    import signal
     import sys
 
     from orchestrator.store.coordination import StudyLock
