@@ -314,6 +314,8 @@ def test_plots_that_cannot_be_written_are_one_line_and_leave_no_half_written_fil
     finally:
         for m in mounts:
             subprocess.run(["umount", "-l", str(m)], capture_output=True)
+    if len(cases) < 3:  # said, not passed in silence: only the path under a file ran
+        pytest.skip("cannot mount here (needs root or CAP_SYS_ADMIN): the read-only and full-disk cases did not run")
 
 
 def test_report_usage_error_is_one_line(tmp_path: Path) -> None:

@@ -246,6 +246,7 @@ def test_orchestrators_closing_their_shared_parent_run_at_once_all_succeed(
             thread.start()
         for thread in threads:
             thread.join(60)
+        assert not any(thread.is_alive() for thread in threads), f"a close_parent still blocked in round {round_}"
         if round_ < 2:  # resumed: the next round's note finds this one's
             trackers[0].client.update_run(trackers[0].parent_id, status="RUNNING")
     assert not errors, errors[0]

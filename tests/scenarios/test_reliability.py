@@ -315,7 +315,7 @@ def _group_members(pgid: int) -> list[int]:
 
 
 def test_a_trials_own_child_processes_die_with_a_killed_orchestrator(project: Path) -> None:
-    spec = fault_spec(project, ["grandchild"])
+    spec = fault_spec(project, ["grandchild"], timeout_s=120)  # not ended by its timeout before the kill
     proc = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 90  # a loaded CI machine: start-up alone can take 20 s
@@ -330,8 +330,10 @@ def test_a_trials_own_child_processes_die_with_a_killed_orchestrator(project: Pa
                 continue
         time.sleep(0.1)
     assert pgid is not None, "the trial never started its child process"
+    assert proc.poll() is None, proc.communicate()  # the kill lands on a running sweep, its trial in flight
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
     deadline = time.monotonic() + 5
     while _group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.1)

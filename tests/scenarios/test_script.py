@@ -21,7 +21,13 @@ SCRIPTS = ROOT / "examples" / "scripts"
 
 
 def processes_under(folder: Path) -> list[str]:
-    """Command lines of live processes that mention ``folder`` (a trial's, its children's)."""
+    """Live processes that mention ``folder`` on their command line or work in it (``left_behind``,
+    which waits up to 10 s for them to end): a trial's, its children's, and what the script started
+    itself (``sleep 600`` names no folder: only its working folder says whose it is)."""
+    return sorted(set(_named_under(folder)) | set(left_behind(folder)))
+
+
+def _named_under(folder: Path) -> list[str]:
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == os.getpid():
@@ -32,7 +38,7 @@ def processes_under(folder: Path) -> list[str]:
         except OSError:
             continue
         if str(folder) in cmdline and state != "Z":
-            found.append(f"{pid}: {cmdline}")
+            found.append(f"{pid} {cmdline.strip()}")
     return found
 
 
