@@ -178,13 +178,15 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
     rep = build_report(spec, study, snapshot, results, best, comp, prov)
     rep.update(plots=[], plots_dir=None, mlflow=None)
     if tracking is not None:
-        from orchestrator.report.plots import write_plots
+        from orchestrator.report.plots import remove_stale, write_plots
 
         folder = (out or Path("mlruns") / "reports" / spec.name).resolve()
         chosen = pick_best(spec, best)
         try:
             paths = write_plots(results, plot_context(spec, rep, prov, None if chosen is None else chosen.number),
                                 folder, comp)
+            if out is None:  # the report's own folder (a folder given with --out is the user's)
+                remove_stale(folder, paths)
         except OSError as exc:  # a read-only folder, a path under a file, a full disk: one line
             raise unwritable_plots(folder, exc) from None
         rep.update(plots=[str(p) for p in paths], plots_dir=str(folder),

@@ -363,6 +363,19 @@ def plot_comparison(comp: dict[str, Any], ctx: PlotContext, path: Path) -> Path:
     return _save(fig, path)
 
 
+DRAWN = ("throughput.png", "memory.png", "oom_map.png", "history.png", "pareto.png", "devices.png")
+"""The files ``write_plots`` may draw, besides ``compare_KNOB.png``."""
+
+
+def remove_stale(folder: Path, drawn: list[Path]) -> None:
+    """The plots in ``folder`` that an earlier report drew and this one did not (another
+    ``--compare``, a map of too many values to draw): removed, not left to be taken for this
+    study's. Only the files ``write_plots`` draws."""
+    for path in folder.glob("*.png"):
+        if (path.name in DRAWN or path.name.startswith("compare_")) and path not in drawn:
+            path.unlink()
+
+
 def write_plots(trials: list[Any], ctx: PlotContext, out: Path, comp: dict[str, Any] | None = None) -> list[Path]:
     """Every plot that fits the study, as PNG files in ``out``; returns their paths. ``comp``
     (``compare.comparison``) adds its bar chart."""

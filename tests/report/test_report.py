@@ -418,6 +418,13 @@ def test_interrupted_and_repeated_trials_are_shown_but_not_counted(tmp_path: Pat
               fake(4, 512, "float32", "oom")):
         study.add_trial(t)
     assert [t.state for t in study.trials][1] == TrialState.FAIL
+    # an earlier report's plots that this one does not draw (another --compare, a device comparison) are
+    # removed from the report's own folder; a file it never draws is left, and so is a folder given by --out
+    own, given = tmp_path / "mlruns" / "reports" / "tiny_report", tmp_path / "given"
+    for folder in (own, given):
+        folder.mkdir(parents=True)
+        for name in ("compare_dtype.png", "devices.png", "mine.png"):
+            (folder / name).write_bytes(b"\x89PNG")
 
     proc = command(["report", str(spec), "--plots"], tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -430,7 +437,9 @@ def test_interrupted_and_repeated_trials_are_shown_but_not_counted(tmp_path: Pat
     assert "Best: trial 3: batch_size=64 dtype=float32 -> 80.0 samples/s" in proc.stdout
     assert f"MLflow:  no MLflow store at sqlite:///{tmp_path}/mlruns/mlflow.db; plots not logged" in proc.stdout
     assert not (tmp_path / "mlruns" / "mlflow.db").exists()
-    assert sorted(p.name for p in (tmp_path / "mlruns" / "reports" / "tiny_report").iterdir()) == sorted(PLOTS)
+    assert sorted(p.name for p in own.iterdir()) == sorted(PLOTS + ["mine.png"])
+    assert command(["report", str(spec), "--out", str(given)], tmp_path).returncode == 0
+    assert sorted(p.name for p in given.iterdir()) == sorted(PLOTS + ["compare_dtype.png", "devices.png", "mine.png"])
 
 
 def test_durations_read_as_seconds_and_minutes_only_from_two_minutes_on() -> None:
