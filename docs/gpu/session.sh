@@ -135,6 +135,7 @@
 #   bash docs/gpu/session.sh workers  a script's DataLoader workers and its own child, on CUDA, under each way a
 #                                 trial ends, then SIGTERM mid-trial and the same command again
 #                                 (docs/gpu/workers/run.sh), with the fork server and with ORCHESTRATE_FORK=0
+#   bash docs/gpu/session.sh headline  the headline from an empty folder, then report --plots, best and check
 #   bash docs/gpu/session.sh script_tour  the script tour's fixes on CUDA: three batch layouts and
 #                                 torch.compile(optimizer.step), each trial against the script's own
 #                                 count (docs/gpu/script_tour/run.sh)
@@ -433,6 +434,15 @@ l41c)  # the three batch-64 rows l41b's grid had no time for (its 290 s ran out 
       sweeps/landscape_hf_llama_compile_cuda.yaml > sweeps/landscape_hf_llama_compile_b64_cuda.yaml
   LT=200 landscape hf_llama_compile_b64 hf_llama_compile_h100_cap010_b64
   rm -f sweeps/landscape_hf_llama_compile_b64_cuda.yaml
+  ;;
+headline)
+  R=$PWD; d=$(mktemp -d); cd "$d"
+  step "headline from an empty folder"
+  { time timeout 280 $ORCH "$R/sweeps/bert_memory.yaml"; } > "$OUT/headline.log" 2>&1
+  step "report, best, check"
+  { $ORCH report "$R/sweeps/bert_memory.yaml" --plots; echo "exit $?"; $ORCH best "$R/sweeps/bert_memory.yaml"; echo "exit $?";
+    $ORCH check "$R/sweeps/bert_memory.yaml"; echo "exit $?"; } > "$OUT/headline_report.log" 2>&1
+  mkdir -p "$OUT/plots"; cp mlruns/reports/*/*.png "$OUT/plots/" 2>/dev/null; cd "$R"
   ;;
 script_tour)
   python3 -c "import torch, optuna, mlflow; torch.zeros(1, device='cuda')" >/dev/null 2>&1
