@@ -3,6 +3,7 @@ through Optuna's and MLflow's own APIs."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +178,6 @@ def command(args: list[str], cwd: Path, answer: str = "") -> subprocess.Complete
     about the process: the worker has MLflow imported already, and an interpreter's start costs
     about 2.4 s of CPU on the 2-core machine (its imports, MLflow's most). A sweep runs as the
     installed command (``orchestrate``), never here."""
-    import contextlib
     import io
     from unittest import mock
 
@@ -306,22 +307,24 @@ def stat_state(pid: int) -> str:
         return ""
 
 
-def until_stopped(*procs: Any, timeout_s: float = 180) -> None:
-    """Wait until each sweep stands still at its ``ORCHESTRATE_STOP_AT`` point (SIGSTOP): mid-sweep
-    for certain when the test changes a store. A poll of the database for the first results instead
+@contextlib.contextmanager
+def standing_still(*procs: Any, timeout_s: float = 180) -> Iterator[None]:
+    """Wait until each sweep stands still at its ``ORCHESTRATE_STOP_AT`` point (SIGSTOP), for the
+    block to change a store mid-sweep for certain; then SIGCONT, however the block ended (a sweep
+    left stopped would outlive the test). A poll of the database for the first results instead
     answered in the clean-clone CI only after every trial had ended (then the fault came after the
     sweep, and a test of it could pass without testing anything)."""
     deadline = time.monotonic() + timeout_s
-    for proc in procs:
-        while stat_state(proc.pid) != "T":
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=60)
-            time.sleep(0.05)
-
-
-def go_on(*procs: Any) -> None:
-    """SIGCONT to each sweep that ``until_stopped`` saw stand still."""
-    for proc in procs:
-        os.kill(proc.pid, signal.SIGCONT)
+    try:
+        for proc in procs:
+            while stat_state(proc.pid) != "T":
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=60)
+                time.sleep(0.05)
+        yield
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
 
 
 def wait_for_trial(project: Path, timeout_s: float = 30) -> bool:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_records, child_runs, go_on, left_behind, orchestrate, orchestrate_popen, until_stopped, write_spec
+from conftest import check_records, child_runs, left_behind, orchestrate, orchestrate_popen, standing_still, write_spec
 from orchestrator.cli import main
 
 pytestmark = pytest.mark.slow
@@ -109,9 +109,8 @@ def mid_sweep(args: list[str], cwd: Path, action, *more, at: str = "after_tell:1
     loaded CI machine, after all 3 trials of 0.05 s had ended (then with 1-s windows, slower and
     still timed)."""
     proc = orchestrate_popen(args, cwd, {"ORCHESTRATE_STOP_AT": at})
-    until_stopped(proc)
-    action(*more)
-    go_on(proc)
+    with standing_still(proc):
+        action(*more)
     out, err = proc.communicate(timeout=300)
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE, go_on, left_behind, orchestrate_popen, until_stopped, write_spec
+from conftest import ORCHESTRATE, left_behind, orchestrate_popen, standing_still, write_spec
 from servers import MlflowServer, PostgresServer, start_postgres
 
 pytestmark = pytest.mark.slow
@@ -163,12 +163,10 @@ def test_a_database_restart_and_a_20_s_stop_cost_nothing(tmp_path: Path, pg: Pos
     env = {"PGPASSWORD": PG_SECRET, "ORCHESTRATE_STOP_AT": "after_tell:1,after_tell:2"}
     text = spec_text(storage, tracking)
     procs = [start(tmp_path / f"o{i}", text, env=env) for i in range(2)]
-    until_stopped(*procs)  # each has told its first result (2 of 8)
-    pg.restart()
-    go_on(*procs)
-    until_stopped(*procs)  # and its second (4 of 8)
-    pg.stop()
-    go_on(*procs)
+    with standing_still(*procs):  # each has told its first result (2 of 8)
+        pg.restart()
+    with standing_still(*procs):  # and its second (4 of 8)
+        pg.stop()
     time.sleep(20)
     pg.start()
     outs = [p.communicate(timeout=300) for p in procs]
@@ -186,9 +184,8 @@ def test_a_database_down_longer_than_outage_s_exits_75_and_resumes(tmp_path: Pat
     env = {"PGPASSWORD": PG_SECRET}
     text = spec_text(storage, tracking, outage_s=3)
     proc = start(tmp_path / "a", text, env={**env, "ORCHESTRATE_STOP_AT": "after_tell:2"})
-    until_stopped(proc)
-    pg.stop()
-    go_on(proc)
+    with standing_still(proc):
+        pg.stop()
     try:
         out, err = proc.communicate(timeout=120)
     finally:
@@ -250,9 +247,8 @@ def test_a_study_deleted_under_a_running_sweep_is_one_line(tmp_path: Path, pg: P
     # before) answered in the clean-clone CI only after every trial had ended, twice.
     text = spec_text(storage, tracking, min_measure_s=0.4)
     proc = start(tmp_path / "a", text, env={"PGPASSWORD": PG_SECRET, "ORCHESTRATE_STOP_AT": "after_tell:1"})
-    until_stopped(proc)
-    optuna.delete_study(study_name="team", storage=with_password(storage))
-    go_on(proc)
+    with standing_still(proc):
+        optuna.delete_study(study_name="team", storage=with_password(storage))
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "Traceback" not in err, out + err
     assert err.strip().splitlines()[-1].startswith("orchestrate: study 'team' in postgresql+psycopg2://"), out + err
@@ -275,9 +271,8 @@ def test_a_tracking_server_restart_costs_nothing(tmp_path: Path, pg: PostgresSer
     try:
         proc = start(tmp_path / "a", spec_text(storage, tracking),
                      env={"PGPASSWORD": PG_SECRET, "ORCHESTRATE_STOP_AT": "after_tell:2"})
-        until_stopped(proc)
-        server.kill()
-        go_on(proc)
+        with standing_still(proc):
+            server.kill()
         time.sleep(3)
         server.start()
         out, err = proc.communicate(timeout=300)
