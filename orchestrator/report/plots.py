@@ -278,8 +278,13 @@ def plot_pareto(trials: list[Any], ctx: PlotContext, path: Path) -> Path:
     return _save(fig, path)
 
 
+DRAWN = ("throughput.png", "memory.png", "oom_map.png", "history.png", "pareto.png", "devices.png")
+"""The files ``write_plots`` may draw, besides ``compare_KNOB.png`` (``remove_stale`` removes no other)."""
+THROUGHPUT, MEMORY, OOM_MAP, HISTORY, PARETO, DEVICES = DRAWN
+
+
 def comparison_file(knob: str) -> str:
-    return "devices.png" if knob == "device" else f"compare_{knob}.png"
+    return DEVICES if knob == "device" else f"compare_{knob}.png"
 
 
 TICK_CHARS = 110
@@ -363,10 +368,6 @@ def plot_comparison(comp: dict[str, Any], ctx: PlotContext, path: Path) -> Path:
     return _save(fig, path)
 
 
-DRAWN = ("throughput.png", "memory.png", "oom_map.png", "history.png", "pareto.png", "devices.png")
-"""The files ``write_plots`` may draw, besides ``compare_KNOB.png``."""
-
-
 def remove_stale(folder: Path, drawn: list[Path]) -> None:
     """The plots in ``folder`` that an earlier report drew and this one did not (another
     ``--compare``, a map of too many values to draw): removed, not left to be taken for this
@@ -384,12 +385,12 @@ def write_plots(trials: list[Any], ctx: PlotContext, out: Path, comp: dict[str, 
     if comp is not None:
         paths.append(plot_comparison(comp, ctx, out / comparison_file(comp["knob"])))
     if choose_layout(trials).x is not None:
-        paths.append(plot_lines(trials, ctx, out / "throughput.png", M.SAMPLES_PER_S))
-        paths.append(plot_lines(trials, ctx, out / "memory.png", M.PEAK_MEMORY_GIB))
-        if (drawn := plot_oom_map(trials, ctx, out / "oom_map.png")) is not None:
+        paths.append(plot_lines(trials, ctx, out / THROUGHPUT, M.SAMPLES_PER_S))
+        paths.append(plot_lines(trials, ctx, out / MEMORY, M.PEAK_MEMORY_GIB))
+        if (drawn := plot_oom_map(trials, ctx, out / OOM_MAP)) is not None:
             paths.append(drawn)
     if trials:
-        paths.append(plot_history(trials, ctx, out / "history.png"))
+        paths.append(plot_history(trials, ctx, out / HISTORY))
     if len(ctx.objective) >= 2 and trials:
-        paths.append(plot_pareto(trials, ctx, out / "pareto.png"))
+        paths.append(plot_pareto(trials, ctx, out / PARETO))
     return paths
