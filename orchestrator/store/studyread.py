@@ -112,21 +112,18 @@ def beside_spec(spec: SweepSpec, *words: str) -> str | None:
     ``orchestrate report tour/one.yaml`` from the folder above said "run `orchestrate
     tour/one.yaml` first", which starts the sweep over in a new study."""
     from orchestrator.invocation import command_in
+    from orchestrator.store.optuna_sql import trial_counts
     from orchestrator.urls import DEFAULT_STORAGE
 
     if spec.storage != DEFAULT_STORAGE:
         return None
     folder = Path(spec.path).resolve().parent
-    db = folder / "mlruns" / "optuna.db"
-    if folder == Path.cwd().resolve() or not db.is_file():
+    if folder == Path.cwd().resolve():
         return None
-    try:
-        study = read_study(sqlite_url(db), spec.name)
-    except StudyError:
+    n = sum((trial_counts(folder / "mlruns" / "optuna.db", spec.name) or {}).values())  # counted, not read
+    if not n:
         return None
-    if study is None or not study.trials:
-        return None
-    n, where = len(study.trials), os.path.relpath(folder)
+    where = os.path.relpath(folder)
     return (f"the spec's own folder holds study {spec.name!r} with {n} trial{'' if n == 1 else 's'} "
             f"({os.path.join(where, 'mlruns', '')}); the stores (./mlruns/) are found from the folder a command "
             f"runs in: {command_in(where, *words, Path(spec.path).name)}")
