@@ -36,13 +36,19 @@ os.environ.pop("PYTHONUNBUFFERED", None)
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def ctrl_c_as_in_a_terminal() -> None:
-    """``preexec_fn`` for a command a test presses Ctrl-C on: it gets SIGINT as a shell's foreground
-    command does, its default action and not blocked. A sweep keeps a signal its caller ignores
-    ignored (``nohup``, a script's ``cmd &``), and a CI runner started in the background hands
-    every process under it SIGINT ignored (a clean clone's CI run: both Ctrl-C tests found it so)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+
+
+def signals_as_in_a_terminal() -> None:
+    """``preexec_fn`` for a command a test sends Ctrl-C, a hang-up or SIGTERM: it gets them as a
+    shell's foreground command does, their default action and not blocked. A sweep keeps a signal
+    its caller ignores ignored (``nohup``, a script's ``cmd &``), and a test run started in the
+    background hands every process under it SIGINT ignored (a clean clone's CI run: both Ctrl-C
+    tests found it so), under ``nohup`` SIGHUP too (a SIGHUP test then waited for its trial's
+    timeout, or failed)."""
+    for signum in TERMINAL_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(TERMINAL_SIGNALS))
 
 SLOW_MODULES = frozenset({
     # Besides the modules marked `pytestmark = pytest.mark.slow` themselves (real sweeps end to

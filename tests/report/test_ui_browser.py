@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from browser import CHROMIUM, SCREEN, Browser, free_port, read_table, stop_group, wait_for_page
-from conftest import ORCHESTRATE, child_runs, orchestrate
+from conftest import ORCHESTRATE, child_runs, orchestrate, signals_as_in_a_terminal
 from report.test_report import finished_sweep, png_size
 
 
@@ -29,10 +29,14 @@ def start_ui(project: Path, tmp_path: Path, sigint_ignored: bool = False) -> tup
     ignored, as a shell's background job is (CI's own runs)."""
     port = free_port()
     log = tmp_path / "ui.log"
-    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
+    def signals() -> None:
+        signals_as_in_a_terminal()
+        if sigint_ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     with open(log, "w") as out:
         ui = subprocess.Popen([ORCHESTRATE, "ui", "--port", str(port)], cwd=project, stdout=out,
-                              stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=ignore)
+                              stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=signals)
     return ui, port, log
 
 

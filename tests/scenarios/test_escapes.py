@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ORCHESTRATE, check_records, command, ctrl_c_as_in_a_terminal, left_behind, orchestrate, write_spec
+from conftest import ORCHESTRATE, check_records, command, left_behind, orchestrate, signals_as_in_a_terminal, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -94,7 +94,7 @@ def test_a_closed_terminal_stops_the_sweep_as_sigterm_does(seeded_project: Path)
     path = spec(project, "hangup", ["none", "hang"], timeout_s=60)
     master, slave = os.openpty()
     proc = subprocess.Popen([ORCHESTRATE, str(path)], cwd=project, stdin=slave, stdout=slave, stderr=slave,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=signals_as_in_a_terminal)
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + 120
@@ -197,8 +197,16 @@ def test_ctrl_c_during_check_and_repair_is_one_line_and_repair_converges_after_i
     interrupted, seen = 0, []
     for args, share in ((["check", str(path)], 0.1), (["check", str(path), "--repair"], 0.3),
                         (["check", str(path), "--repair"], 0.6)):
+        events = project.parent / f"{project.name}_events_{len(seen)}.jsonl"
         proc = subprocess.Popen([ORCHESTRATE, *args], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, preexec_fn=ctrl_c_as_in_a_terminal)
+                                text=True, preexec_fn=signals_as_in_a_terminal,
+                                env={**os.environ, "ORCHESTRATE_TIMELINE": str(events)})
+        # Python's own start-up (site, the console script's import) answers a Ctrl-C with its
+        # KeyboardInterrupt traceback, as any Python command does: the signal waits for the
+        # command's code ("cli_start"), which a loaded machine reached after the fixed share
+        deadline = time.monotonic() + 60
+        while not (events.exists() and "cli_start" in events.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.01)
         time.sleep(share * whole)  # fixed 1-2 s came after a repair's end on a loaded machine
         masks = _signal_masks(proc.pid)
         proc.send_signal(signal.SIGINT)
@@ -253,7 +261,7 @@ def test_sigterm_or_sighup_before_the_sweep_starts_is_one_line_and_leaves_nothin
         marker = project / "importing"
         marker.unlink(missing_ok=True)
         proc = subprocess.Popen([ORCHESTRATE, str(path)], cwd=project, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=signals_as_in_a_terminal)
         deadline = time.monotonic() + 60
         while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)

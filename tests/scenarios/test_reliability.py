@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (ORCHESTRATE, check_records, command, ctrl_c_as_in_a_terminal, load_study, orchestrate,
-                      orchestrate_popen, trial_processes, wait_for_trial, write_spec)
+from conftest import (ORCHESTRATE, check_records, command, load_study, orchestrate, orchestrate_popen,
+                      signals_as_in_a_terminal, trial_processes, wait_for_trial, write_spec)
 
 pytestmark = pytest.mark.slow
 
@@ -259,7 +259,7 @@ def test_a_trial_whose_fork_server_is_killed_is_interrupted_and_measured_again(p
 def test_ctrl_c_and_sigterm_kill_the_trial_and_record_it_interrupted(project: Path, signum: int, code: int) -> None:
     spec = fault_spec(project, ["hang", "none"])
     proc = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_in_a_terminal)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=signals_as_in_a_terminal)
     assert wait_for_trial(project)
     time.sleep(1.0)
     proc.send_signal(signum)
@@ -283,7 +283,7 @@ def test_ctrl_c_and_sigterm_kill_the_trial_and_record_it_interrupted(project: Pa
 def test_a_second_orchestrator_on_the_same_study_refuses_naming_the_lock(project: Path) -> None:
     spec = fault_spec(project, ["hang", "none"], timeout_s=120)  # the first is still on it when the second asks
     first = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_in_a_terminal)
+                             stderr=subprocess.PIPE, text=True, preexec_fn=signals_as_in_a_terminal)
     try:
         assert wait_for_trial(project)
         events = project.parent / f"{project.name}-second.jsonl"
