@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from procs import processes, state_of
 from zygote import Zygote
 
 pytest_plugins = ["servers"]  # tests/servers.py: real PostgreSQL and mlflow server fixtures
@@ -265,19 +266,8 @@ def check_records(cwd: Path, name: str, n_results: int | None = None, storage: s
 
 
 def trial_processes(marker: str, *more: str) -> list[int]:
-    """PIDs of live processes whose command line mentions ``marker`` and ``more`` (Linux /proc)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = next((ln for ln in (entry / "status").read_text().splitlines() if ln.startswith("State:")), "")
-        except OSError:
-            continue
-        if marker in cmd and all(m in cmd for m in more) and "Z" not in state.split()[1:2]:
-            pids.append(int(entry.name))
-    return pids
+    """PIDs of live processes whose command line mentions ``marker`` and ``more``."""
+    return [p.pid for p in processes() if marker in p.cmdline and all(m in p.cmdline for m in more)]
 
 
 def left_behind(folder: Path, wait_s: float = 10.0) -> list[str]:
@@ -288,29 +278,11 @@ def left_behind(folder: Path, wait_s: float = 10.0) -> list[str]:
     mine = {os.getpid(), os.getppid()}
     deadline = time.monotonic() + wait_s
     while True:
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) in mine:
-                continue
-            try:
-                cwd = os.readlink(entry / "cwd")
-                state = (entry / "stat").read_text().rsplit(") ", 1)[-1][:1]
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if state != "Z" and (cwd == root or cwd.startswith(root + "/")):
-                found.append(f"{entry.name} {cmd.strip()}")
+        found = [f"{p.pid} {p.cmdline}" for p in processes()
+                 if p.pid not in mine and (cwd := p.cwd()) is not None and (cwd == root or cwd.startswith(root + "/"))]
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.1)
-
-
-def stat_state(pid: int) -> str:
-    """A process's state letter (``T``: stopped), or "" once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
 
 
 @contextlib.contextmanager
@@ -323,7 +295,7 @@ def standing_still(*procs: Any, timeout_s: float = 180) -> Iterator[None]:
     deadline = time.monotonic() + timeout_s
     try:
         for proc in procs:
-            while stat_state(proc.pid) != "T":
+            while state_of(proc.pid) != "T":
                 assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=60)
                 time.sleep(0.05)
         yield

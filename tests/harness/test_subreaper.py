@@ -15,6 +15,7 @@ import pytest
 
 from orchestrator.harness import subreaper
 from orchestrator.launch.process import is_alive
+from procs import process
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER is Linux's")
 
@@ -45,7 +46,9 @@ def _orphan(tmp_path: Path, mode: str, report: str = "-") -> tuple[subprocess.Po
 
 
 def _parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    proc = process(pid)
+    assert proc is not None, f"{pid} has ended"
+    return proc.ppid
 
 
 def test_an_orphan_that_called_setsid_stays_in_a_subreaper_s_tree_and_ends_with_it(tmp_path: Path) -> None:

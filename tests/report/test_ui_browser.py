@@ -19,6 +19,7 @@ import pytest
 
 from browser import CHROMIUM, SCREEN, Browser, free_port, read_table, stop_group, wait_for_page
 from conftest import ORCHESTRATE, child_runs, orchestrate, signals_as_in_a_terminal
+from procs import alive, descendants, process
 from report.test_report import finished_sweep, png_size
 
 
@@ -56,7 +57,7 @@ def test_mlflow_ui_answers_on_the_first_screen(tmp_path_factory: pytest.TempPath
         url = wait_for_page(ui, log, port)
         assert url.endswith("/runs?workflowType=machine_learning&viewStateShareKey=orchestrate")
         # read while they run (an ended process's command line is empty)
-        commands = [line for pid in descendants(ui.pid) if (line := command_line(pid))]
+        commands = [p.cmdline for pid in descendants(ui.pid) if (p := process(pid)) and p.cmdline]
         browser = Browser(tmp_path / "chromium")
         try:
             browser.open(url, *SCREEN)
@@ -68,9 +69,9 @@ def test_mlflow_ui_answers_on_the_first_screen(tmp_path_factory: pytest.TempPath
     finally:
         stop_group(ui)
 
-    commands = [c for c in commands if b"orchestrator.report.uiguard" not in c]  # the server's guard (uiguard)
+    commands = [c for c in commands if "orchestrator.report.uiguard" not in c]  # the server's guard (uiguard)
     assert len(commands) <= 2, commands  # `mlflow ui` and its uvicorn: no job runner, no huey consumers
-    assert not any(b"huey" in c or b"_job_runner" in c for c in commands), commands
+    assert not any("huey" in c or "_job_runner" in c for c in commands), commands
     runs = {r.info.run_name: r for r in child_runs(project, "tiny_report")}
     assert (table["width"], table["height"]) == SCREEN
     rows = {row["attributes.`Run Name`"]["text"]: row for row in table["rows"]}
@@ -184,39 +185,6 @@ def test_server_env_holds_the_store_and_no_other_credential(uri: str, environ: d
     assert uri not in mlflow_command(5000)
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, exited but not yet reaped by its parent, does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def command_line(pid: int) -> bytes:
-    """Process ``pid``'s command line, its arguments joined by spaces (empty once it has ended)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-    except OSError:
-        return b""
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process started (directly or not) by ``pid`` (Linux /proc)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = [], [pid]
-    while frontier:
-        children = [p for p, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
 def test_ui_keeps_the_stores_password_off_every_command_line(tmp_path: Path, postgres: Any) -> None:
@@ -250,13 +218,10 @@ def test_ui_keeps_the_stores_password_off_every_command_line(tmp_path: Path, pos
         started = descendants(ui.pid)
         assert started
         for pid in started:
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                environ = Path(f"/proc/{pid}/environ").read_bytes()
-            except OSError:  # gone since
+            if (proc := process(pid)) is None or (environ := proc.environ()) is None:  # gone since
                 continue
-            assert password.encode() not in cmdline, cmdline
-            assert b"token-4f9a" not in environ and b"pgpassword-7c1e" not in environ, pid
+            assert password not in proc.cmdline, proc.cmdline
+            assert not any(b"token-4f9a" in e or b"pgpassword-7c1e" in e for e in environ), pid
     finally:
         stop_group(ui)
     printed = log.read_text()
@@ -289,7 +254,7 @@ def test_ui_stops_quietly_and_its_server_with_it(how: str, tmp_path_factory: pyt
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 server = descendants(ui.pid)
-                if any(b"mlflow" in command_line(pid) for pid in server):
+                if any("mlflow" in (p.cmdline if (p := process(pid)) else "") for pid in server):
                     break
                 time.sleep(0.02)
             os.killpg(ui.pid, signal.SIGINT)
@@ -307,7 +272,7 @@ def test_ui_stops_quietly_and_its_server_with_it(how: str, tmp_path_factory: pyt
             if how == "ctrl-c":
                 os.killpg(ui.pid, signal.SIGINT)  # as the terminal sends it: to every process of the group
             elif how == "server-killed":
-                (mlflow,) = [pid for pid in server if b"mlflow ui" in command_line(pid)]
+                (mlflow,) = [pid for pid in server if (p := process(pid)) and "mlflow ui" in p.cmdline]
                 os.kill(mlflow, signal.SIGKILL)
             else:
                 os.kill(ui.pid, signal.SIGHUP if how == "sighup" else signal.SIGKILL)

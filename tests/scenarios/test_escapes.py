@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ORCHESTRATE, check_records, command, left_behind, orchestrate, signals_as_in_a_terminal, write_spec
+from procs import processes
 
 pytestmark = pytest.mark.slow
 
@@ -41,15 +42,7 @@ def spec(project: Path, name: str, faults: list[str], timeout_s: float = 3, min_
 def sleepers(project: Path) -> list[int]:
     """The ``daemon`` faults' grandchildren now running (they work in the project's folder)."""
     root = str(project.resolve())
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and os.readlink(entry / "cwd").startswith(root) and \
-                    (entry / "cmdline").read_bytes() == b"sleep\x00600\x00":
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+    return [p.pid for p in processes() if p.cmdline == "sleep 600" and (p.cwd() or "").startswith(root)]
 
 
 @pytest.mark.parametrize("fork", ["1", pytest.param("0", marks=pytest.mark.long)],

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ORCHESTRATE, write_spec
+from procs import processes
 
 pytestmark = pytest.mark.slow
 
@@ -40,20 +41,8 @@ from experiments.faults import build, validate_params  # noqa: E402, F401
 def started_by(marker: str, folder: Path) -> dict[int, str]:
     """Live processes (zombies are dead) carrying ``MARK=marker`` in their environment or
     ``folder`` on their command line: {pid: command line} (Linux ``/proc``)."""
-    found = {}
     wanted = f"{MARK}={marker}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            state = (entry / "stat").read_text().rsplit(") ", 1)[1][:1]
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except (OSError, IndexError):
-            continue
-        if state != "Z" and (wanted in environ or str(folder) in cmd):
-            found[int(entry.name)] = cmd
-    return found
+    return {p.pid: p.cmdline for p in processes() if wanted in (p.environ() or []) or str(folder) in p.cmdline}
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import (ORCHESTRATE, check_records, command, load_study, orchestrate, orchestrate_popen,
                       signals_as_in_a_terminal, trial_processes, wait_for_trial, write_spec)
+from procs import processes
 
 pytestmark = pytest.mark.slow
 
@@ -237,8 +238,8 @@ def test_a_trial_whose_fork_server_is_killed_is_interrupted_and_measured_again(p
     while '"event": "go"' not in (events.read_text() if events.exists() else "") and proc.poll() is None:
         assert time.monotonic() < deadline, "the trial never opened its window"
         time.sleep(0.02)
-    servers = [pid for pid in trial_processes(str(project / "mlruns"), "--fork-server")
-               if Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1] == str(proc.pid)]
+    servers = [p.pid for p in processes() if p.ppid == proc.pid and str(project / "mlruns") in p.cmdline
+               and "--fork-server" in p.cmdline]
     assert len(servers) == 1, servers
     os.kill(servers[0], signal.SIGKILL)
     out, err = proc.communicate(timeout=120)
@@ -302,16 +303,7 @@ def test_a_second_orchestrator_on_the_same_study_refuses_naming_the_lock(project
 
 
 def _group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
-                members.append(int(entry.name))
-    return members
+    return [p.pid for p in processes() if p.pgid == pgid]
 
 
 def test_a_trials_own_child_processes_die_with_a_killed_orchestrator(project: Path) -> None:

@@ -6,7 +6,6 @@ and never-stepping script each with its line; no process left behind; the best a
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import textwrap
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, child_runs, command, left_behind, load_study, orchestrate, write_spec
+from procs import processes
 
 pytestmark = pytest.mark.slow
 SCRIPTS = ROOT / "examples" / "scripts"
@@ -28,18 +28,7 @@ def processes_under(folder: Path) -> list[str]:
 
 
 def _named_under(folder: Path) -> list[str]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if str(folder) in cmdline and state != "Z":
-            found.append(f"{pid} {cmdline.strip()}")
-    return found
+    return [f"{p.pid} {p.cmdline}" for p in processes() if str(folder) in p.cmdline]
 
 
 def copy_example(tmp_path: Path, *names: str) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ORCHESTRATE, left_behind, orchestrate_popen, standing_still, write_spec
+from procs import processes
 from servers import MlflowServer, PostgresServer, start_postgres
 
 pytestmark = pytest.mark.slow
@@ -118,13 +119,9 @@ def test_secrets_appear_nowhere(tmp_path: Path, pg: PostgresServer) -> None:
         seen_envs = []
         while run.poll() is None:  # the trial processes' environments, while they run (each lives past
             # its window of min_measure_s=0.4, twice this loop's pause)
-            for pid in os.listdir("/proc"):
-                try:
-                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    if b"orchestrator.harness" in cmd and str(tmp_path).encode() in cmd:
-                        seen_envs.append(Path(f"/proc/{pid}/environ").read_bytes())
-                except OSError:
-                    continue
+            seen_envs += [b"\0".join(environ) for p in processes()
+                          if "orchestrator.harness" in p.cmdline and str(tmp_path) in p.cmdline
+                          and (environ := p.environ()) is not None]
             time.sleep(0.2)
         out, err = run.communicate()
         assert run.returncode == 0, out + err
