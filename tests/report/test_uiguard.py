@@ -44,7 +44,10 @@ def test_guard_stops_the_group_only_when_its_pipe_closes_without_done(said: byte
 
 def test_a_group_deaf_to_sigterm_is_killed_after_the_grace() -> None:
     server = group(TRAP)
-    time.sleep(0.3)  # the trap is set
+    deadline = time.monotonic() + 20
+    while not signal_mask(server.pid, "SigIgn", signal.SIGTERM):  # the trap is set
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     started = time.monotonic()
     uiguard.stop_group(server.pid, grace_s=0.5)
     assert server.wait(timeout=10) == -signal.SIGKILL
@@ -71,8 +74,14 @@ def test_sigterm_to_the_guard_stops_the_group_before_it_leaves() -> None:
 
 
 def catches(pid: int, signum: int) -> bool:
-    """Whether process ``pid`` has a handler for ``signum`` (Linux: SigCgt in /proc/PID/status)."""
+    """Whether process ``pid`` has a handler for ``signum``."""
+    return signal_mask(pid, "SigCgt", signum)
+
+
+def signal_mask(pid: int, mask: str, signum: int) -> bool:
+    """Whether ``signum`` is in process ``pid``'s ``mask`` (Linux /proc/PID/status: ``SigCgt``
+    caught, ``SigIgn`` ignored, ``SigBlk`` blocked)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigCgt:"):
+        if line.startswith(f"{mask}:"):
             return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
     return False

@@ -86,8 +86,10 @@ def test_a_closed_terminal_stops_the_sweep_as_sigterm_does(seeded_project: Path)
     project = seeded_project
     path = spec(project, "hangup", ["none", "hang"], timeout_s=60)
     master, slave = os.openpty()
+    events = project / "events.jsonl"
     proc = subprocess.Popen([ORCHESTRATE, str(path)], cwd=project, stdin=slave, stdout=slave, stderr=slave,
-                            start_new_session=True, preexec_fn=signals_as_in_a_terminal)
+                            start_new_session=True, preexec_fn=signals_as_in_a_terminal,
+                            env={**os.environ, "ORCHESTRATE_TIMELINE": str(events)})
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + 120
@@ -96,7 +98,9 @@ def test_a_closed_terminal_stops_the_sweep_as_sigterm_does(seeded_project: Path)
             seen += os.read(master, 4096)
         except OSError:
             break
-    time.sleep(0.5)  # trial 1 (hang) is running
+    while '"event": "start", "trial": 1' not in (events.read_text() if events.exists() else ""):
+        assert proc.poll() is None and time.monotonic() < deadline, "trial 1 (hang) never started"
+        time.sleep(0.02)
     os.close(master)
     proc.send_signal(signal.SIGHUP)
     assert proc.wait(timeout=60) == 129

@@ -261,7 +261,7 @@ def test_ctrl_c_and_sigterm_kill_the_trial_and_record_it_interrupted(project: Pa
     spec = fault_spec(project, ["hang", "none"])
     proc = subprocess.Popen([ORCHESTRATE, str(spec)], cwd=project, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=signals_as_in_a_terminal)
-    assert wait_for_trial(project)
+    assert wait_for_trial(project, 120)  # a new process, not forked: its start-up alone took 20 s in CI
     time.sleep(1.0)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)

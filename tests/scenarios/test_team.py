@@ -342,12 +342,15 @@ def test_a_lock_held_by_a_frozen_orchestrator_is_freed_by_the_server(pg: Postgre
     url = with_password(pg.database_for(ROLE, "frozen"))
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\nfrom orchestrator.store.coordination import StudyLock\n"
-        f"lock = StudyLock({url!r}, 'team', idle_s=2)\nlock.__enter__()\nprint('held', flush=True)\ntime.sleep(600)\n")],
+        f"lock = StudyLock({url!r}, 'team', idle_s=2)\nlock.__enter__()\nprint('held', time.monotonic(), flush=True)\ntime.sleep(600)\n")],
         stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert holder.stdout is not None
+        said, held_at = holder.stdout.readline().split()
+        assert said == "held"
         holder.send_signal(signal.SIGSTOP)
-        started = time.monotonic()
+        started = float(held_at)  # the holder's own clock (CLOCK_MONOTONIC is the machine's): a test
+        # stalled between its line and here would otherwise shorten the wait it measures
         other = StudyLock(url, "team", idle_s=2)
         with other:  # waits until the server ends the frozen holder's idle session
             waited = time.monotonic() - started
