@@ -127,32 +127,34 @@ class Planner:
                     seen.add_processes(process_values(record.get("repeat_metrics"), self.metric))
         return memory, idx, y
 
-    def decide(self, results: dict[str, Any], in_flight: set[str], stop: bool = True, running: int | None = None) -> Decision:
+    def decide(self, results: dict[str, Any], in_flight: set[str], stop: bool = True, running: int | None = None,
+               failed: frozenset[str] | set[str] = frozenset()) -> Decision:
         """The next configuration to measure and the verdict; None when nothing is left that could fit
-        or, with ``stop``, when the verdict is done. ``running``: how many of ``in_flight`` run now."""
+        or, with ``stop``, when the verdict is done. ``running``: how many of ``in_flight`` run now.
+        ``failed``: failed in this run, so not run again in it, but no look at its values either."""
         self._running = len(in_flight) if running is None else running
         from threadpoolctl import threadpool_limits
 
         # The matrices are small (a few hundred rows at most): BLAS's threads only cost here, up to
         # 300x on a busy 2-core machine (a 120x120 solve: 77 ms against 0.25 ms on one thread).
         with threadpool_limits(1):
-            return self._decide(results, in_flight, stop)
+            return self._decide(results, in_flight, set(failed), stop)
 
-    def _decide(self, results: dict[str, Any], in_flight: set[str], stop: bool) -> Decision:
+    def _decide(self, results: dict[str, Any], in_flight: set[str], failed: set[str], stop: bool) -> Decision:
         memory, idx, y = self._observations(results)
         p_fit = np.array(fit_probabilities(self.configs, memory, self.order, self.scaling, self.cap_gib,
                                            self.fit_index))
-        left = [i for i, k in enumerate(self.keys) if k not in results and k not in in_flight]
+        left = [i for i, k in enumerate(self.keys) if k not in results and k not in in_flight and k not in failed]
         open_ = [i for i in left if p_fit[i] > 0.0]
         too_large = sum(1 for i in left if p_fit[i] < 0.05)
-        probe = self.boundary.probe(p_fit, results, in_flight) if open_ else None
+        probe = self.boundary.probe(p_fit, results, in_flight | failed) if open_ else None  # failed: not again
         measured = self._model(idx, y) if open_ or stop else None
         model = self._believed(measured, in_flight, p_fit)
         rivals = self._rivals(model, in_flight) if stop else []
         if not open_ and not rivals:
-            failed = sum(1 for t in results.values() if status_of(t) not in NOT_FITTING + (Status.OK,))
+            errors = len(failed - results.keys()) + sum(status_of(t) not in NOT_FITTING + (Status.OK,) for t in results.values())
             return Decision(None, Verdict(True, 0.0, len(left), too_large,
-                                          reason(0.0, len(left), too_large, self.band, nothing_left=True, failed=failed)))
+                                          reason(0.0, len(left), too_large, self.band, nothing_left=True, failed=errors)))
         verdict = self._verdict(model, open_, rivals, p_fit, len(left), too_large, bisecting=probe is not None)
         if probe is not None:
             return Decision(self.configs[probe], verdict, "boundary")

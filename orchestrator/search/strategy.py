@@ -131,8 +131,8 @@ class Planned(Strategy):
         self.verdict = None
 
     def next(self, view: View) -> Proposal | Wait | Done:
-        decision = self.planner.decide(view.results, set(view.in_flight) | view.failed, stop=self.stop,
-                                       running=len(view.in_flight))
+        decision = self.planner.decide(view.results, set(view.in_flight), stop=self.stop, running=len(view.in_flight),
+                                       failed=view.failed)
         self.verdict = decision.verdict
         if decision.config is None:
             if view.waiting and not (decision.verdict.ends_running and not view.strays):

@@ -192,6 +192,45 @@ def test_a_script_that_never_steps_is_said_so_on_its_own_field(tmp_path: Path) -
     assert not (tmp_path / "mlruns" / "optuna.db").exists() and left_behind(tmp_path) == []
 
 
+def test_a_value_whose_only_trial_ended_early_is_measured_elsewhere_before_the_stop(tmp_path: Path) -> None:
+    """A script tour: a script that ends before its window closes at most configurations ('error').
+    The auto search counted a configuration that failed in this run as a look in flight at its
+    values, so ``amp: "off"``, whose first trial had failed, was never tried at another batch: the
+    sweep ended after 7 of 9 trials, exit 0, and said nothing of why. Now it runs the other two and
+    says that it ended on failures."""
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import argparse, sys
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        p = argparse.ArgumentParser()
+        p.add_argument("--bs", type=int); p.add_argument("--amp")
+        a = p.parse_args()
+        model = torch.nn.Linear(8, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(TensorDataset(torch.randn(3 * a.bs, 8)), batch_size=a.bs)
+        for _ in range(10**6 if (a.bs, a.amp) == (64, "fp16") else 1):  # the others end before the window
+            for (x,) in loader:
+                model(x).sum().backward()
+                opt.step(); opt.zero_grad()
+        sys.exit(0)
+    """))
+    write_spec(tmp_path, """
+        name: early
+        script: train.py
+        args: ["--bs", "{batch_size}", "--amp", "{amp}"]
+        device: cpu
+        space: {batch_size: [64, 256, 1024], amp: ["off", bf16, fp16]}
+        search: {memory_order: {amp: {"off": 2, bf16: 1, fp16: 1}}}
+        trial: {warmup_steps: 3, measure_steps: 10, min_measure_s: 0.3}
+    """)
+    proc = orchestrate(["spec.yaml"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trials = load_study(tmp_path, "early").get_trials()
+    statuses = sorted(t.user_attrs["status"] for t in trials)
+    assert statuses == ["error"] * 8 + ["ok"], [(t.params, t.user_attrs["status"]) for t in trials]
+    assert "Stopped: every configuration has a result or failed (8 failed)." in proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("example, name, accumulate", [
     ("hf_trainer.yaml", "hf_trainer_script", "accum"),
     ("lightning.yaml", "lightning_script", "accumulate"),

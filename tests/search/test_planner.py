@@ -343,3 +343,28 @@ def test_a_looks_cost_is_predicted_at_the_low_end_of_an_unmeasured_values_throug
             for (b, d, a), v, peak, s in logged}
     d = Planner(space, {}, "samples_per_s", "maximize", "cuda", dict(DEFAULT_ORDER), cap_gib=79.18).decide(seen, set())
     assert d.why == "coverage" and d.config["dtype"] == "float32" and d.config["grad_accum_steps"] < 4
+
+
+def test_a_value_whose_only_look_failed_in_this_run_is_looked_at_elsewhere() -> None:
+    """A script tour: the only trial of ``float32`` ended 'error' (the script stopped before its
+    window closed) and the rest of the run was errors but one. The failed trial was counted as a
+    look in flight, so ``float32``'s other batches waited for a result that never came, and the
+    sweep ended with nothing said and ``float32`` never measured. A failure in this run is not run
+    again in it, but it is no look at its values."""
+    space = configs(batch_size=(64, 256, 1024), dtype=("float32", "bfloat16"))
+    p = planner(space, "cpu")
+    results = {config_key({"batch_size": 64, "dtype": "bfloat16"}): result("ok", 1000.0, 0.2, 0.3)}
+    failed = {config_key({"batch_size": 64, "dtype": "float32"}), config_key({"batch_size": 256, "dtype": "bfloat16"})}
+    proposed = []
+    while (decision := p.decide(results, set(), failed=failed)).config is not None and len(proposed) < 6:
+        proposed.append(decision.config)
+        if decision.config["dtype"] == "float32":
+            break
+        results[config_key(decision.config)] = result("ok", 1100.0, 0.3, 0.4)  # bfloat16 at another batch
+    assert proposed and proposed[-1]["dtype"] == "float32", (proposed, decision)
+    assert not {config_key(c) for c in proposed} & failed  # not run again in this run
+    one = {k: t for k, t in results.items() if t.user_attrs["metrics"]["samples_per_s"] == 1000.0}
+    everything_else = {config_key(c) for c in space} - one.keys()
+    ended = p.decide(one, set(), failed=everything_else)  # nothing left to run: said, with the failures counted
+    assert ended.config is None and ended.verdict.done
+    assert ended.verdict.reason == "every configuration has a result or failed (5 failed)", ended.verdict.reason
