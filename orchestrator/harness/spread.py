@@ -38,21 +38,28 @@ EARLY_STEPS = SUBWINDOWS
 
 
 def subwindow_rates(step_s: Sequence[float], parts: int = SUBWINDOWS) -> list[float]:
-    """Throughput (steps per second) of ``parts`` consecutive groups of equal steps; steps left
-    over at the end are not counted. Fewer than two steps: none."""
-    return rates_from_totals(list(itertools.accumulate(step_s, initial=0.0)), parts)
+    """Throughput (steps per second) of ``parts`` consecutive groups of equal steps, the steps left
+    over counted in the last group: a window ends at the step that closed it, and a stall there (a
+    script recompiled for its short last batch: one 2.5-s step among 2.9-ms ones) was in the
+    throughput but outside its spread. Fewer than two steps: none."""
+    return rates_from_totals(list(itertools.accumulate(step_s, initial=0.0)), parts, leftover=True)
 
 
-def rates_from_totals(totals: Sequence[float], parts: int = SUBWINDOWS) -> list[float]:
+def rates_from_totals(totals: Sequence[float], parts: int = SUBWINDOWS, leftover: bool = False) -> list[float]:
     """``subwindow_rates`` from the running totals of the step times (``[0, t1, t1 + t2, ...]``):
-    a few subtractions however long the window, so a window may ask at every step."""
+    a few subtractions however long the window, so a window may ask at every step. Without
+    ``leftover`` the steps after the last whole group are not counted: the precision rule
+    (``known_within``) is asked once each group holds one more step, and closes a window there."""
     steps = len(totals) - 1
     n = min(parts, steps)
     if n < 2:
         return []
     size = steps // n
-    sums = [totals[(i + 1) * size] - totals[i * size] for i in range(n)]
-    return [size / s for s in sums] if all(s > 0 for s in sums) else []
+    bounds = [i * size for i in range(n + 1)]
+    if leftover:
+        bounds[-1] = steps
+    sums = [totals[b] - totals[a] for a, b in zip(bounds, bounds[1:])]
+    return [(b - a) / s for a, b, s in zip(bounds, bounds[1:], sums)] if all(s > 0 for s in sums) else []
 
 
 def window_spread(step_s: Sequence[float], parts: int = SUBWINDOWS) -> tuple[float | None, float | None]:

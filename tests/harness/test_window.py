@@ -4,6 +4,8 @@ on the device. Real trials closing early: ``test_harness``, ``test_script``."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from orchestrator.harness import spread
@@ -76,7 +78,7 @@ def test_asking_once_a_part_grows_closes_where_asking_at_every_step_would() -> N
         for k in range(1, len(step_s) + 1):
             known = step_s[:max(0, k - lag)]
             if k >= trial.measure_steps or k >= 5 and len(known) >= 5 and \
-                    1.96 * (spread.window_spread(known)[1] or 0.0) <= (trial.precision or 0.0):
+                    spread.known_within(list(itertools.accumulate(known, initial=0.0)), trial.precision or 0.0):
                 return k
         return -1
 
