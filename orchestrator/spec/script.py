@@ -105,12 +105,16 @@ def command_line(script: str, argv: list[str], python: str = "python") -> str:
 def pasteable(spec: Any, params: dict[str, Any], python: str = "python") -> str:
     """A script spec's trial as a command to paste in the working directory: the script's path
     relative to it where the script is under it (else absolute), its arguments for ``params``."""
+    return command_line(shown_script(spec), script_argv(spec.args, params), python)
+
+
+def shown_script(spec: Any) -> str:
+    """The script's path as a command pasted in the working directory finds it."""
     path = Path(spec.script_file or spec.script)
     try:
-        shown = str(path.resolve().relative_to(Path.cwd().resolve()))
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
-        shown = str(path.resolve()) if path.is_absolute() or spec.script_file else str(path)
-    return command_line(shown, script_argv(spec.args, params), python)
+        return str(path.resolve()) if path.is_absolute() or spec.script_file else str(path)
 
 
 _SYMBOLS = {ast.Pow: "**", ast.Mod: "%", ast.USub: "unary -", ast.MatMult: "@", ast.LShift: "<<", ast.RShift: ">>",

@@ -193,9 +193,10 @@ def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None, call: dict[str,
     where = answer.get("where")
     error = answer.get("error") or "failed"
     if spec.script is not None:
-        from orchestrator.spec.script import command_line
+        from orchestrator.invocation import tool
+        from orchestrator.spec.script import command_line, shown_script
 
-        ran = f"`{command_line(spec.script, call['argv'])}`, " if call else ""
+        ran = f"`{command_line(shown_script(spec), call['argv'], tool('python'))}`, " if call else ""
         raise spec.error(("script",), f"{spec.script} failed its smoke step ({ran}run with the smallest batch "
                          f"until its first optimizer step, before any trial): {error} (fix the script or its "
                          "args, or skip this check with --no-check)")

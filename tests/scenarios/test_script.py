@@ -166,6 +166,11 @@ def test_a_script_broken_before_its_first_step_stops_the_sweep_in_one_line(tmp_p
                                   "2) before its first optimizer step; it printed: ")
     assert "error: unrecognized arguments: --bs 8" in proc.stderr and proc.stderr.count("\n") == 1  # the smallest swept
     assert not (tmp_path / "mlruns" / "optuna.db").exists()  # nothing was created
+    # from the folder above, the command names the script as it is found from there (a tour pasted
+    # `python train.py --bs 8` from there, which is not the script it ran)
+    shutil.copytree(tmp_path, tmp_path / "sub", ignore=shutil.ignore_patterns("sub", "mlruns"))
+    above = orchestrate(["sub/spec.yaml"], tmp_path)
+    assert above.returncode == 2 and "(`python sub/train.py --bs 8`, run" in above.stderr, above.stderr
 
 
 def test_a_script_that_never_steps_is_said_so_on_its_own_field(tmp_path: Path) -> None:
