@@ -63,7 +63,9 @@ def watch_parent(interval_s: float = 0.5, thread: bool = True) -> None:
 
 def end_all() -> None:
     """This process, its process group and every descendant that left it, those first
-    (``subreaper.end_outside_group``: its DataLoader's workers die with it, not before it)."""
+    (``subreaper.end_outside_group``: its DataLoader's workers die with it, not before it), its
+    named semaphores unlinked."""
+    subreaper.unlink_semaphores()
     subreaper.end_outside_group(os.getpid(), os.getpgrp())
     os.killpg(os.getpgrp(), signal.SIGKILL)
 

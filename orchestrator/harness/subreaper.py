@@ -17,6 +17,10 @@ subreaper can see and kill it. Here:
   which kills every child it did not fork itself as soon as one of its trials has exited
   (``adopted``).
 
+Nor do the named semaphores of its multiprocessing (``unlink_semaphores``): a trial ends by
+``os._exit`` with its descendants killed, its resource tracker among them, so neither its own
+finalizers nor the tracker unlink them.
+
 macOS has no subreaper. There the same walks run over ``ps``'s process table: a trial ends its
 descendants when it ends, and the launcher ends them before it kills a trial's group. What it
 cannot reach is a descendant re-parented to ``launchd`` before that walk: one whose own parent
@@ -136,6 +140,8 @@ def end_descendants(pid: int | None = None, rounds: int = 20) -> int:
     signal", its answer ok; a trial's ok result was overwritten with that error)."""
     me = os.getpid()
     pid = me if pid is None else pid
+    if pid == me:
+        unlink_semaphores()
     if pid == me and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     killed = 0
@@ -175,6 +181,28 @@ def end_outside_group(pid: int, pgid: int, rounds: int = 20) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.01)
+
+
+def unlink_semaphores() -> int:
+    """Unlinks the named semaphores this process's ``multiprocessing`` made and has not unlinked
+    (a ``spawn`` or ``forkserver`` DataLoader's queues: their names live until the maker's
+    finalizers, or its resource tracker, unlink them; ``fork`` unlinks them at once), before the
+    process ends without running either: a script tour's trials left 14 ``/dev/shm/sem.mp-*`` each,
+    and on macOS, where ``spawn`` is the default, named semaphores are a system-wide resource. Open
+    handles stay valid (workers may still wait on them). How many; 0 where ``multiprocessing``'s
+    locks were never imported. Reads ``multiprocessing.util._finalizer_registry``."""
+    util, synchronize = sys.modules.get("multiprocessing.util"), sys.modules.get("multiprocessing.synchronize")
+    if util is None or synchronize is None:
+        return 0
+    unlinked = 0
+    for final in list(getattr(util, "_finalizer_registry", {}).values()):
+        if getattr(final, "_callback", None) is synchronize.SemLock._cleanup and getattr(final, "_args", None):
+            try:
+                synchronize.sem_unlink(final._args[0])  # _multiprocessing's, as SemLock._cleanup calls it
+                unlinked += 1
+            except OSError:  # unlinked already
+                pass
+    return unlinked
 
 
 def _group(pid: int) -> int | None:

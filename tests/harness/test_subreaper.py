@@ -125,3 +125,36 @@ def test_a_group_s_killing_ends_what_left_it_first_and_stops_nothing() -> None:
         assert not is_alive(inside)
     finally:
         leader.kill()
+
+
+ENDING = """
+import multiprocessing, os, signal, sys
+from orchestrator.harness import subreaper
+lock = multiprocessing.get_context("spawn").Lock()
+print(lock._semlock.name, flush=True)
+if sys.argv[1] == "trial":
+    subreaper.end_descendants()  # as a trial ends once its window is over
+else:  # as it ended before: its descendants (the resource tracker) killed, nothing unlinked
+    for pid in subreaper.descendants(os.getpid()):
+        os.kill(pid, signal.SIGKILL)
+os._exit(0)
+"""
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="named semaphores are files in /dev/shm on Linux")
+def test_a_trial_s_spawn_semaphores_are_unlinked_as_it_ends() -> None:
+    """A ``spawn`` (or ``forkserver``) context's lock keeps its name until its maker's finalizers
+    or its resource tracker unlink it; a trial ends by ``os._exit`` with its descendants (the
+    tracker among them) killed, and left 14 a trial with a spawn DataLoader. Ended as a trial
+    ends, the process unlinks them; ended by ``os._exit`` alone, the name stays (the control)."""
+    import _multiprocessing
+
+    left = {}
+    for how in ("trial", "control"):
+        out = subprocess.run([sys.executable, "-c", ENDING, how], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        name = out.stdout.strip()
+        left[how] = (Path("/dev/shm") / f"sem.{name.lstrip('/')}").exists()
+        if left[how]:
+            _multiprocessing.sem_unlink(name)
+    assert left == {"trial": False, "control": True}
