@@ -92,15 +92,19 @@ def closed_with(spec: SweepSpec, results: list[Any], best: list[Any], spent_s: f
 
 def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, spent_s: float,
             elapsed_s: float, stopped_because: str | None, stopped_by_search: bool, origins: Origins,
-            load: dict[str, Any] | None = None, errors: int = 0) -> list[str]:
+            load: dict[str, Any] | None = None, errors: int = 0, first_error: tuple[str, str] | None = None) -> list[str]:
     """The end-of-sweep lines: results, why it stopped (and how to go on), the best, the stores and
     the commands to resume, browse and report. ``errors``: trials that ended ``error``, which are
-    no result (their configurations run again), said beside the results as ``report`` says them."""
+    no result (their configurations run again), said beside the results as ``report`` says them;
+    ``first_error``: this run's first one, (its whole detail, its log), which a trial's line cuts
+    short (a script tour: the advice, "let it train for longer", was after the cut)."""
     from orchestrator.urls import absolute_uri
 
     failed = f"; {errors} ended 'error' (not results: they run again on the next run)" if errors else ""
     lines = ["", f"{spec.name}: {len(results)} of {target} trials have a result ({status_counts(results)}){failed}; "
              f"trial time {fmt_seconds(spent_s)}, this run {fmt_seconds(elapsed_s)}."]
+    if errors and first_error is not None:
+        lines.append(f"First error: {first_error[0]}" + (f"; its log: {first_error[1]}" if first_error[1] else ""))
     stores = store_flags(spec, origins)
     if stopped_because:
         lines.append(f"Stopped: {stopped_because}.")

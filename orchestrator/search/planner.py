@@ -153,8 +153,8 @@ class Planner:
         rivals = self._rivals(model, in_flight) if stop else []
         if not open_ and not rivals:
             errors = len(failed - results.keys()) + sum(status_of(t) not in NOT_FITTING + (Status.OK,) for t in results.values())
-            return Decision(None, Verdict(True, 0.0, len(left), too_large,
-                                          reason(0.0, len(left), too_large, self.band, nothing_left=True, failed=errors)))
+            return Decision(None, Verdict(True, 0.0, len(left), too_large, reason(
+                0.0, len(left), too_large, self.band, nothing_left=True, failed=errors), exhausted=True))
         verdict = self._verdict(model, open_, rivals, p_fit, len(left), too_large, bisecting=probe is not None)
         if probe is not None:
             return Decision(self.configs[probe], verdict, "boundary")

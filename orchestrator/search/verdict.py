@@ -31,6 +31,8 @@ class Verdict:
     (``remeasure``); ``reason`` says which, and what would tell them apart."""
     ends_running: bool = False
     """Done, and the trials in flight cannot change it either (``flight``): the sweep stops them."""
+    exhausted: bool = False
+    """Done because nothing left could fit or run in this run: ``--stop budget`` would run no more."""
 
 
 @dataclass

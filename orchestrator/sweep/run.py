@@ -332,11 +332,12 @@ def summarize(r: Run, sweep: Sweep, result: SweepResult) -> int:
         if records.lines():
             print("\n".join(records.lines()), file=sys.stderr)
         return code
-    by_search = result.verdict is not None and result.verdict.done
+    by_search = result.verdict is not None and result.verdict.done and not result.verdict.exhausted  # go on: more
     answered = {config_key(t.params) for t in results}  # an error measured again since is no longer open
     errors = sum(1 for t in trials if TrialRecord.of(t).status == Status.ERROR and config_key(t.params) not in answered)
+    first = result.failures.examples.get(Status.ERROR) if result.code == exits.OK else None  # else said below
     print("\n".join(summary(spec, results, best, sweep.target, spent, result.elapsed_s, result.stopped_because,
-                            by_search, origins, loaded, errors) + records.lines()))
+                            by_search, origins, loaded, errors, first) + records.lines()))
     if result.code == exits.FAILED:
         from orchestrator.sweep.notices import failure_line
 
