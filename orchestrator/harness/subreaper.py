@@ -189,19 +189,26 @@ def unlink_semaphores() -> int:
     finalizers, or its resource tracker, unlink them; ``fork`` unlinks them at once), before the
     process ends without running either: a script tour's trials left 14 ``/dev/shm/sem.mp-*`` each,
     and on macOS, where ``spawn`` is the default, named semaphores are a system-wide resource. Open
-    handles stay valid (workers may still wait on them). How many; 0 where ``multiprocessing``'s
-    locks were never imported. Reads ``multiprocessing.util._finalizer_registry``."""
+    handles stay valid (workers may still wait on them). Only this process's own: a forked trial
+    inherits its server's finalizers, which are not its to run (``Finalize`` checks its ``_pid``
+    too). How many; 0 where ``multiprocessing``'s locks were never imported, or anything went wrong
+    (it runs on the way out, before the kills that must follow). Reads
+    ``multiprocessing.util._finalizer_registry``."""
     util, synchronize = sys.modules.get("multiprocessing.util"), sys.modules.get("multiprocessing.synchronize")
     if util is None or synchronize is None:
         return 0
-    unlinked = 0
-    for final in list(getattr(util, "_finalizer_registry", {}).values()):
-        if getattr(final, "_callback", None) is synchronize.SemLock._cleanup and getattr(final, "_args", None):
-            try:
-                synchronize.sem_unlink(final._args[0])  # _multiprocessing's, as SemLock._cleanup calls it
-                unlinked += 1
-            except OSError:  # unlinked already
-                pass
+    unlinked, me = 0, os.getpid()
+    try:
+        for final in list(getattr(util, "_finalizer_registry", {}).values()):
+            if getattr(final, "_callback", None) is synchronize.SemLock._cleanup and getattr(final, "_args", None) \
+                    and getattr(final, "_pid", None) == me:
+                try:
+                    synchronize.sem_unlink(final._args[0])  # _multiprocessing's, as SemLock._cleanup calls it
+                    unlinked += 1
+                except OSError:  # unlinked already
+                    pass
+    except Exception:  # noqa: BLE001 - the process ends next, and its descendants must still be killed
+        pass
     return unlinked
 
 

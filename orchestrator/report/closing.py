@@ -94,10 +94,11 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
             elapsed_s: float, stopped_because: str | None, stopped_by_search: bool, origins: Origins,
             load: dict[str, Any] | None = None, errors: int = 0, first_error: tuple[str, str] | None = None) -> list[str]:
     """The end-of-sweep lines: results, why it stopped (and how to go on), the best, the stores and
-    the commands to resume, browse and report. ``errors``: trials that ended ``error``, which are
-    no result (their configurations run again), said beside the results as ``report`` says them;
-    ``first_error``: this run's first one, (its whole detail, its log), which a trial's line cuts
-    short (a script tour: the advice, "let it train for longer", was after the cut)."""
+    the commands to resume, browse and report. ``errors``: configurations whose trials ended
+    ``error`` (each once, however many runs it failed in), which are no result (they run again),
+    said beside the results;
+    ``first_error``: the first of them, (``trial #N: its whole note``, its log), which a trial's
+    line cuts short (a script tour: the advice, "let it train for longer", was after the cut)."""
     from orchestrator.urls import absolute_uri
 
     failed = f"; {errors} ended 'error' (not results: they run again on the next run)" if errors else ""

@@ -150,7 +150,7 @@ class Planner:
         probe = self.boundary.probe(p_fit, results, in_flight | failed) if open_ else None  # failed: not again
         measured = self._model(idx, y) if open_ or stop else None
         model = self._believed(measured, in_flight, p_fit)
-        rivals = self._rivals(model, in_flight) if stop else []
+        rivals = self._rivals(model, in_flight | failed) if stop else []  # failed: not measured again here
         if not open_ and not rivals:
             errors = len(failed - results.keys()) + sum(status_of(t) not in NOT_FITTING + (Status.OK,) for t in results.values())
             return Decision(None, Verdict(True, 0.0, len(left), too_large, reason(
@@ -174,7 +174,7 @@ class Planner:
         if stop and verdict.done:
             verdict.reason += self._unmeasured_note(model, idx, p_fit)
             verdict.ends_running = self._ends(measured, open_, idx, in_flight, p_fit)
-            if not verdict.ends_running and self.again and self._running and measured is not None and (spare := self._seen.spare(measured.incumbent, self._busy(in_flight))) is not None:  # rather than wait
+            if not verdict.ends_running and self.again and self._running and measured is not None and (spare := self._seen.spare(measured.incumbent, self._busy(in_flight | failed))) is not None:  # rather than wait
                 return Decision(self.configs[spare], Verdict(False, verdict.chance, verdict.left, verdict.too_large), "remeasure")
             return Decision(None, verdict)
         if not choices and not rivals:  # each one left waits for a look in flight
@@ -188,7 +188,7 @@ class Planner:
         if pick not in rivals:
             return Decision(self.configs[pick], verdict, "improvement")
         assert model is not None
-        again = self._again(model, pick, in_flight)  # the likeliest to change the answer was measured
+        again = self._again(model, pick, in_flight | failed)  # the likeliest to change the answer was measured
         if again is not None:
             return Decision(self.configs[again], verdict, "remeasure")
         if open_ and not (stop and self._verdict(model, open_, [], p_fit, len(left), too_large, False).done):

@@ -297,6 +297,16 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
     return result
 
 
+def _first_error(trial: FrozenTrial) -> tuple[str, str]:
+    """(``trial #N: its note``, its log) for the summary's ``First error:`` line: the note whole
+    (a trial's line and the failure line cut it short)."""
+    from orchestrator.store.record import TrialRecord
+    from orchestrator.trialdir import LOG
+
+    rec = TrialRecord.of(trial)
+    return f"trial #{trial.number}: {rec.detail or 'no note'}", str(Path(rec.trial_dir) / LOG) if rec.trial_dir else ""
+
+
 def summarize(r: Run, sweep: Sweep, result: SweepResult) -> int:
     """The summary, once MLflow has what it can take (``converge.settle``); the exit code: 75
     when MLflow still lacks records (nothing ends with 0 while a result is missing from a store)."""
@@ -334,10 +344,11 @@ def summarize(r: Run, sweep: Sweep, result: SweepResult) -> int:
         return code
     by_search = result.verdict is not None and result.verdict.done and not result.verdict.exhausted  # go on: more
     answered = {config_key(t.params) for t in results}  # an error measured again since is no longer open
-    errors = sum(1 for t in trials if TrialRecord.of(t).status == Status.ERROR and config_key(t.params) not in answered)
-    first = result.failures.examples.get(Status.ERROR) if result.code == exits.OK else None  # else said below
+    open_errors = [t for t in trials if TrialRecord.of(t).status == Status.ERROR and config_key(t.params) not in answered]
+    first = _first_error(open_errors[0]) if open_errors and result.code == exits.OK else None  # else said below
     print("\n".join(summary(spec, results, best, sweep.target, spent, result.elapsed_s, result.stopped_because,
-                            by_search, origins, loaded, errors, first) + records.lines()))
+                            by_search, origins, loaded, len({config_key(t.params) for t in open_errors}), first)
+                     + records.lines()))
     if result.code == exits.FAILED:
         from orchestrator.sweep.notices import failure_line
 

@@ -134,6 +134,12 @@ lock = multiprocessing.get_context("spawn").Lock()
 print(lock._semlock.name, flush=True)
 if sys.argv[1] == "trial":
     subreaper.end_descendants()  # as a trial ends once its window is over
+elif sys.argv[1] == "forked":  # a trial forked from a server that made it: not the trial's to unlink
+    child = os.fork()
+    if child == 0:
+        os._exit(subreaper.unlink_semaphores())
+    print(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]), flush=True)
+    sys.exit(0)  # its own finalizer unlinks it
 else:  # as it ended before: its descendants (the resource tracker) killed, nothing unlinked
     for pid in subreaper.descendants(os.getpid()):
         os.kill(pid, signal.SIGKILL)
@@ -158,3 +164,6 @@ def test_a_trial_s_spawn_semaphores_are_unlinked_as_it_ends() -> None:
         if left[how]:
             _multiprocessing.sem_unlink(name)
     assert left == {"trial": False, "control": True}
+    forked = subprocess.run([sys.executable, "-c", ENDING, "forked"], capture_output=True, text=True, timeout=60)
+    assert forked.returncode == 0 and forked.stdout.split()[1:] == ["0"], forked.stdout + forked.stderr  # unlinked none
+    assert "Traceback" not in forked.stderr and "leaked" not in forked.stderr, forked.stderr  # its own exit unlinked it

@@ -69,7 +69,7 @@ def test_on_cuda_only_the_events_reached_are_read_and_the_rest_later() -> None:
 
 
 def test_asking_once_a_part_grows_closes_where_asking_at_every_step_would() -> None:
-    """The rule asked at every step over every step known (the plain reading of ``precision``),
+    """The rule (``spread.known_within``: whole parts) asked at every step over every step known,
     against ``StepTimes``'s asking once a part grows: the same closing step on 500 random windows
     (noise, precision, cap, and how many steps the GPU lags behind the host drawn)."""
     import random

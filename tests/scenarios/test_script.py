@@ -236,8 +236,10 @@ def test_a_value_whose_only_trial_ended_early_is_measured_elsewhere_before_the_s
     assert "Stopped: every configuration has a result or failed (8 failed)." in proc.stdout
     assert "Go on anyway" not in proc.stdout  # --stop budget would run nothing more
     # each trial's line cuts its note short; the advice is in the first one's whole
-    assert "\nFirst error: the script ended (exit code 0) after 3 optimizer step(s), before its window closed " \
-           "(3 warm-up + 10 measured steps and 0.3 s): let it train for longer (more epochs or steps); its log: " in proc.stdout
+    first = next(ln for ln in proc.stdout.splitlines() if ln.startswith("First error: trial #"))
+    assert ": the script ended (exit code 0) after 3 optimizer step(s), before its window closed (3 warm-up + 10 " \
+           "measured steps and 0.3 s): let it train for longer (more epochs or steps); its log: " in first, first
+    assert first.endswith("/trial.log") and Path(first.split("; its log: ")[1]).is_file(), first
 
 
 @pytest.mark.parametrize("example, name, accumulate", [

@@ -247,3 +247,39 @@ def test_an_unsure_verdict_ends_what_is_measured_again_in_flight_but_not_a_new_o
     new = config_key({"batch_size": 64, "dtype": "bfloat16"})           # no result: it may win
     d = planner(again=False).decide(every_configuration(close, ci=0.196), {new})
     assert d.config is None and d.verdict.done and d.verdict.unsure and not d.verdict.ends_running
+
+
+def test_a_measurement_again_that_fails_is_not_asked_for_again_in_that_run(tmp_path: Any) -> None:
+    """A review of a change: a configuration whose trial failed in this run was no longer counted
+    as in flight, and where that trial was a measurement again of a leader (it has a result), the
+    planner asked for the same one again; the sweep answered each ask 'failed earlier in this run'
+    (40 deferred trials) and ended with no stop said. A failed measurement again is not repeated:
+    the search stops with its reason."""
+    import collections
+
+    from orchestrator.launch import Launched
+    from orchestrator.outcome import Outcome, Status
+    from orchestrator.protocol import TrialResult
+    from orchestrator.replay.strategies import ReplayLauncher
+
+    rows = ["batch_size,dtype,status,samples_per_s,peak_memory_gib,duration_s"]
+    rows += [f"{b},{d},ok,{FLAT[(b, d)]},{0.1 * b},1.0" for b, d in FLAT]
+    (tmp_path / "flat.csv").write_text("\n".join(rows) + "\n")
+    land = load_landscape(tmp_path / "flat.csv")
+
+    class FailingAgain(ReplayLauncher):
+        seen: collections.Counter[str] = collections.Counter()
+
+        def __call__(self, config: Any, trial_dir: Any, env: Any, timeout_s: Any, stop: Any = None) -> Any:
+            key = config_key({c: config.params[c] for c in land.columns})
+            self.seen[key] += 1
+            if self.seen[key] >= 2:  # every measurement again fails
+                return Launched(Outcome(Status.ERROR, "boom", TrialResult("error")), 1, 1.0, None, trial_dir / "log")
+            return super().__call__(config, trial_dir, env, timeout_s, stop)
+
+    run = replay_run({**landscape_spec(land), "search": {}}, land, seed=3, skip=True,
+                     launcher=FailingAgain(land, Noise(0.10), 3))
+    statuses = collections.Counter(str(r.status.value) for r in run.records)
+    assert statuses["error"] >= 1 and set(statuses) <= {"ok", "error"}, statuses  # a measurement again ran, and failed
+    assert len(run.records) <= len(FLAT) + 2, statuses
+    assert run.stopped_because and run.stopped_because.startswith("no configuration left is likely"), run.stopped_because
