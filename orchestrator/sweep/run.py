@@ -298,13 +298,15 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
 
 
 def _first_error(trial: FrozenTrial) -> tuple[str, str]:
-    """(``trial #N: its note``, its log) for the summary's ``First error:`` line: the note whole
-    (a trial's line and the failure line cut it short)."""
+    """(``trial #N: its note``, its log) for the summary's ``First error:`` line: the note's first
+    line whole (a trial's line and the failure line cut it short; what the script printed after it
+    is in the log)."""
     from orchestrator.store.record import TrialRecord
     from orchestrator.trialdir import LOG
 
     rec = TrialRecord.of(trial)
-    return f"trial #{trial.number}: {rec.detail or 'no note'}", str(Path(rec.trial_dir) / LOG) if rec.trial_dir else ""
+    note = (rec.detail or "").strip().splitlines()[:1] or ["no note"]
+    return f"trial #{trial.number}: {note[0]}", str(Path(rec.trial_dir) / LOG) if rec.trial_dir else ""
 
 
 def summarize(r: Run, sweep: Sweep, result: SweepResult) -> int:
