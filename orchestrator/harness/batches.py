@@ -2,13 +2,23 @@
 language model's ``input_ids``, its tokens. A DataLoader that batches by ``batch_size`` fetched
 that many examples (``fetched``), whatever its collate made of them; any other batch is read by
 its shape (``first_dimension``). ``harness/script.py``'s meter counts them where every DataLoader
-yields."""
+yields (``counting_batches``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import torch
+
+
+class Meter(Protocol):
+    """What ``counting_batches`` tells (``harness/script.py``'s ``Meter``)."""
+
+    def on_pass(self, iterator: int, source: int, ended: bool) -> None: ...
+
+    def on_batch(self, batch: object, expected: int | None = None, source: int = 0,
+                 fetched: int | None = None) -> None: ...
 
 
 def first_dimension(batch: object, expected: int | None = None) -> tuple[int | None, int | None]:
@@ -74,3 +84,28 @@ def fetched(loader_iter: object) -> int | None:
     except TypeError:
         return size
     return size if getattr(loader_iter, "_num_yielded", 0) < batches else total - size * (batches - 1)
+
+
+def counting_batches(meter: Meter) -> Callable[[], None]:
+    """Every batch a DataLoader's iterator yields goes through ``meter.on_batch``; returns the undo."""
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    inner = _BaseDataLoaderIter.__next__
+
+    def __next__(self: Any) -> Any:
+        source = id(getattr(self, "_dataset", None))
+        try:
+            batch = inner(self)
+        except StopIteration:
+            meter.on_pass(id(self), source, ended=True)
+            raise
+        meter.on_pass(id(self), source, ended=False)
+        sampler = getattr(self, "_index_sampler", None) if getattr(self, "_auto_collation", False) else None
+        meter.on_batch(batch, getattr(sampler, "batch_size", None), source, fetched(self))
+        return batch
+
+    _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]  # the one place every loader yields
+
+    def undo() -> None:
+        _BaseDataLoaderIter.__next__ = inner  # type: ignore[method-assign]  # the original put back
+    return undo

@@ -17,8 +17,8 @@ workers and children end with it (the launcher kills the trial's process group).
   that iterates the user's loader (Accelerate's ``DataLoaderShard``, Lightning's fetchers) is
   counted once; tokens: the elements of a mapping's ``input_ids``. Only the training loaders' batches count (``Meter.counted``: drawn from in
   most of the window's steps, or last before a quarter of them); an evaluation loader's batches
-  (drawn with gradients off, as Lightning's, or every N steps and never last before a step, as
-  the ``Trainer``'s) are left out, and said (``info["other_batches"]``). ``samples_per_step``
+  (drawn with gradients off, as Lightning's, or iterated whole between two steps and never last
+  before one, as the ``Trainer``'s, however often) are left out, and said (``info["other_batches"]``). ``samples_per_step``
   from the spec replaces the count where the script draws no batch from a DataLoader.
 - **The window**: the first ``warmup_steps`` steps are not measured; the device is synchronized
   at the window's edges only (``# sync point``), then the launcher's gate is waited at, as for a
@@ -44,7 +44,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from orchestrator import metrics as M
 from orchestrator.harness import backend, hostcpu, swap
-from orchestrator.harness.batches import fetched, first_dimension
+from orchestrator.harness.batches import counting_batches, first_dimension
 from orchestrator.harness.window import StepTimes, closes
 from orchestrator.harness import marks as MK
 from orchestrator.protocol import ScriptCall, TrialConfig
@@ -114,6 +114,12 @@ class Meter:
         self.present: dict[int, int] = {}
         """Per dataset: in how many of the window's steps it was drawn from (a training loader's: nearly
         all; an evaluation every N steps: 1 in N)."""
+        self.opened: dict[int, int] = {}
+        """Per iterator (its ``id``) still yielding: ``steps`` at its first batch."""
+        self.passes: dict[int, list[int]] = {}
+        """Per dataset: [passes with no optimizer step from first batch to end, passes with one]: an
+        evaluation's loader is iterated whole between two steps; a training loader's pass holds its
+        steps (where the loader is not last before a step, this tells the two apart)."""
         self.window_open = False
         self.t0 = 0.0
         self.marks: list[Any] = []
@@ -128,6 +134,13 @@ class Meter:
         """The thread counts' variables before the script ran (``follow_threads``)."""
 
     # -- the two counters ----------------------------------------------------------------------
+    def on_pass(self, iterator: int, source: int, ended: bool) -> None:
+        """An iterator of ``source``'s loader yielded a batch, or (``ended``) is exhausted."""
+        if not ended:
+            self.opened.setdefault(iterator, self.steps)
+        elif (first := self.opened.pop(iterator, None)) is not None:
+            self.passes.setdefault(source, [0, 0])[first != self.steps] += 1
+
     def on_batch(self, batch: object, expected: int | None = None, source: int = 0, fetched: int | None = None) -> None:
         """``expected``: the yielding DataLoader's batch size, where it batches (``first_dimension``);
         ``source``: its dataset's ``id``; ``fetched``: the examples it fetched for this batch, where
@@ -157,10 +170,15 @@ class Meter:
         return samples, tokens, sum(d[0] for k, d in self.drawn.items() if k not in train)
 
     def training(self) -> set[int]:
-        """The training loaders' datasets (``counted``)."""
+        """The training loaders' datasets (``counted``). A loader never last before a step whose every
+        finished pass held no step is an evaluation's, however often it runs: a tour's ``Trainer``
+        with ``eval_steps`` 1, its loader iterated with gradients on, was counted (80 samples a
+        step for a batch of 16)."""
         steps = max(1, self.steps - self.trial.warmup_steps)
-        return {k for k in self.drawn if k >= 0 and (2 * self.present.get(k, 0) > steps or
-                                                     4 * self.lasts.get(k, 0) >= steps)} or \
+        evaluations = {k for k, (stepless, stepped) in self.passes.items() if stepless and not stepped
+                       and not self.lasts.get(k)}
+        return {k for k in self.drawn if k >= 0 and k not in evaluations and (
+            2 * self.present.get(k, 0) > steps or 4 * self.lasts.get(k, 0) >= steps)} or \
             {k for k in self.drawn if k >= 0}
 
     def on_step(self, *_: object) -> None:
@@ -315,25 +333,6 @@ def check_device(device: str) -> None:
     if device == "cuda" and not torch.cuda.max_memory_allocated():
         raise Unmeasurable("the spec's device is cuda but the script put nothing on the GPU: pass the device "
                            "to it (e.g. \"--device\", \"{device}\" in args), or set device: cpu")
-
-
-def counting_batches(meter: Meter) -> Callable[[], None]:
-    """Every batch a DataLoader's iterator yields goes through ``meter.on_batch``; returns the undo."""
-    from torch.utils.data.dataloader import _BaseDataLoaderIter
-
-    inner = _BaseDataLoaderIter.__next__
-
-    def __next__(self: Any) -> Any:
-        batch = inner(self)
-        sampler = getattr(self, "_index_sampler", None) if getattr(self, "_auto_collation", False) else None
-        meter.on_batch(batch, getattr(sampler, "batch_size", None), id(getattr(self, "_dataset", None)), fetched(self))
-        return batch
-
-    _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]  # the one place every loader yields
-
-    def undo() -> None:
-        _BaseDataLoaderIter.__next__ = inner  # type: ignore[method-assign]  # the original put back
-    return undo
 
 
 def run(config: TrialConfig, progress: Progress, finish: Callable[[dict[str, Any]], None],

@@ -216,12 +216,14 @@ def test_a_script_that_fails_before_stepping_is_not_told_it_never_steps() -> Non
     assert str(ScriptEnded(None, 0, 0, "")).startswith("the script exited without stepping an optimizer")
 
 
-def test_an_evaluation_loader_between_steps_is_not_counted(tmp_path: Path) -> None:
-    """An evaluation every 2 steps, iterated with gradients on (the ``Trainer``'s loop turns them
-    off only around the forward): its batches of 50 are another dataset's, drawn between two
-    steps, never last before one; the training loader's count stays 4 a step."""
-    source = LOOP.replace("""                opt.zero_grad()""", """                opt.zero_grad()
-                if i % 4 == 3:
+@pytest.mark.parametrize("every", [1, 2])
+def test_an_evaluation_loader_between_steps_is_not_counted(tmp_path: Path, every: int) -> None:
+    """An evaluation every step or every 2 steps, iterated with gradients on (the ``Trainer``'s loop
+    turns them off only around the forward): its batches of 50 are another dataset's, drawn
+    whole between two steps, never last before one; the training loader's count stays 8 a step (2 x 4).
+    Every step (a tour's ``Trainer`` with ``eval_steps`` 1) it was counted as training: 5x."""
+    source = LOOP.replace("""                opt.zero_grad()""", f"""                opt.zero_grad()
+                if i % {2 * every} == {2 * every - 1}:
                     for xe, _ in evaluation:
                         with torch.no_grad():
                             model(xe)""").replace("""    for epoch""", """    evaluation = DataLoader(TensorDataset(torch.randn(100, 8), torch.zeros(100)), batch_size=50)
