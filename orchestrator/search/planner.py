@@ -129,9 +129,8 @@ class Planner:
 
     def decide(self, results: dict[str, Any], in_flight: set[str], stop: bool = True, running: int | None = None,
                failed: frozenset[str] | set[str] = frozenset()) -> Decision:
-        """The next configuration to measure and the verdict; None when nothing is left that could fit
-        or, with ``stop``, when the verdict is done. ``running``: how many of ``in_flight`` run now.
-        ``failed``: failed in this run, so not run again in it, but no look at its values either."""
+        """The next configuration and the verdict; None when nothing left could fit or (``stop``) the verdict
+        is done. ``running``: how many of ``in_flight`` run now; ``failed``: failed in this run (``taken``)."""
         self._running = len(in_flight) if running is None else running
         from threadpoolctl import threadpool_limits
 
@@ -144,13 +143,14 @@ class Planner:
         memory, idx, y = self._observations(results)
         p_fit = np.array(fit_probabilities(self.configs, memory, self.order, self.scaling, self.cap_gib,
                                            self.fit_index))
-        left = [i for i, k in enumerate(self.keys) if k not in results and k not in in_flight and k not in failed]
+        taken = in_flight | failed  # not to be run again now (a failure is no look at its values, though)
+        left = [i for i, k in enumerate(self.keys) if k not in results and k not in taken]
         open_ = [i for i in left if p_fit[i] > 0.0]
         too_large = sum(1 for i in left if p_fit[i] < 0.05)
-        probe = self.boundary.probe(p_fit, results, in_flight | failed) if open_ else None  # failed: not again
+        probe = self.boundary.probe(p_fit, results, taken) if open_ else None
         measured = self._model(idx, y) if open_ or stop else None
         model = self._believed(measured, in_flight, p_fit)
-        rivals = self._rivals(model, in_flight | failed) if stop else []  # failed: not measured again here
+        rivals = self._rivals(model, taken) if stop else []
         if not open_ and not rivals:
             errors = len(failed - results.keys()) + sum(status_of(t) not in NOT_FITTING + (Status.OK,) for t in results.values())
             return Decision(None, Verdict(True, 0.0, len(left), too_large, reason(
@@ -174,7 +174,7 @@ class Planner:
         if stop and verdict.done:
             verdict.reason += self._unmeasured_note(model, idx, p_fit)
             verdict.ends_running = self._ends(measured, open_, idx, in_flight, p_fit)
-            if not verdict.ends_running and self.again and self._running and measured is not None and (spare := self._seen.spare(measured.incumbent, self._busy(in_flight | failed))) is not None:  # rather than wait
+            if not verdict.ends_running and self.again and self._running and measured is not None and (spare := self._seen.spare(measured.incumbent, self._busy(taken))) is not None:  # rather than wait
                 return Decision(self.configs[spare], Verdict(False, verdict.chance, verdict.left, verdict.too_large), "remeasure")
             return Decision(None, verdict)
         if not choices and not rivals:  # each one left waits for a look in flight
@@ -188,7 +188,7 @@ class Planner:
         if pick not in rivals:
             return Decision(self.configs[pick], verdict, "improvement")
         assert model is not None
-        again = self._again(model, pick, in_flight | failed)  # the likeliest to change the answer was measured
+        again = self._again(model, pick, taken)  # the likeliest to change the answer was measured
         if again is not None:
             return Decision(self.configs[again], verdict, "remeasure")
         if open_ and not (stop and self._verdict(model, open_, [], p_fit, len(left), too_large, False).done):
