@@ -24,8 +24,8 @@ workers and children end with it (the launcher kills the trial's process group).
   at the window's edges only (``# sync point``), then the launcher's gate is waited at, as for a
   module (``Progress.before_window``); it closes as a module's does (``harness/window.py``): after
   ``measure_steps`` steps and ``min_measure_s`` seconds, or sooner with ``precision``. Work
-  between two steps (data loading, logging, evaluation) is part of the step it precedes: the
-  harness sees only the steps.
+  between two steps (data loading, logging, evaluation, a checkpoint's save: said, ``saves``) is
+  part of the step it precedes: the harness sees only the steps.
 
 A script that exits, or raises, before its window closes ends as ``ScriptEnded`` / its exception,
 which ``child.run_config`` records with the last lines the script printed (``scriptfile``).
@@ -43,7 +43,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from orchestrator import metrics as M
-from orchestrator.harness import backend, hostcpu, swap
+from orchestrator.harness import backend, hostcpu, saves, swap
 from orchestrator.harness.batches import counting_batches, first_dimension
 from orchestrator.harness.window import StepTimes, closes
 from orchestrator.harness import marks as MK
@@ -120,6 +120,8 @@ class Meter:
         """Per dataset: [passes with no optimizer step from first batch to end, passes with one]: an
         evaluation's loader is iterated whole between two steps; a training loader's pass holds its
         steps (where the loader is not last before a step, this tells the two apart)."""
+        self.saved: set[int] = set()
+        """The window's steps (their index in ``marks``' intervals) that held a ``torch.save`` (``harness/saves.py``)."""
         self.window_open = False
         self.t0 = 0.0
         self.marks: list[Any] = []
@@ -180,6 +182,10 @@ class Meter:
         return {k for k in self.drawn if k >= 0 and k not in evaluations and (
             2 * self.present.get(k, 0) > steps or 4 * self.lasts.get(k, 0) >= steps)} or \
             {k for k in self.drawn if k >= 0}
+
+    def on_save(self) -> None:
+        if self.window_open:
+            self.saved.add(len(self.marks) - 1)  # the step in progress
 
     def on_step(self, *_: object) -> None:
         self.steps += 1
@@ -293,6 +299,7 @@ class Meter:
                 "samples_per_step": samples / steps}
         if others and self.per_step is None:
             info["other_batches"] = others
+        info.update(saves.figures(self.saved, step_ms))
         if self.per_step is not None and drawn:  # both counts: the sweep says where they differ (batchflag)
             info["dataloader_samples_per_step"] = drawn / steps
         out: dict[str, Any] = {"finite": True, "metrics": result_metrics, "device": self.device, "info": info}
@@ -364,12 +371,13 @@ def run(config: TrialConfig, progress: Progress, finish: Callable[[dict[str, Any
 
     meter = Meter(config, device, progress, started, done, swap_start, abort)
     handle = on_every_step(meter.on_step)
-    undo = counting_batches(meter)
+    undo, undo_saves = counting_batches(meter), saves.counting_saves(meter.on_save)
     try:
         code = run_script(script)
     finally:
         handle.remove()
         undo()
+        undo_saves()
     t = config.trial
     raise ScriptEnded(code, meter.steps, meter.counted()[0],
                       f"{t.warmup_steps} warm-up + {t.measure_steps} measured steps and {t.min_measure_s:g} s")

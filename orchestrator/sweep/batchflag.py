@@ -1,6 +1,7 @@
 """What a script sweep's DataLoader counts show, each said once, as soon as it shows: a swept batch
 size that does not reach the script, an evaluation loop inside the timed windows, and a
-``samples_per_step`` the DataLoader's own count contradicts.
+``samples_per_step`` the DataLoader's own count contradicts; also checkpoints saved inside the
+windows (``result.info["saves"]``, ``harness/saves.py``), whose time counts as training.
 
 A script takes its parameters through its flags (``args``); one that ignores the batch-size flag
 (a hard-coded ``batch_size=16`` in its DataLoader) trains the same batch in every trial, and the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator import metrics as M
 from orchestrator.outcome import Outcome, Status
 
 SAME = 0.01
@@ -32,6 +34,8 @@ class BatchFlag:
         self.active = script and "batch_size" in searched
         self.evaluation = script
         """The evaluation-inside-the-window line is still to say."""
+        self.saving = script
+        """The checkpoints-inside-the-window line is still to say."""
         self.given = script
         """The line on a ``samples_per_step`` the DataLoader's count contradicts is still to say."""
         self.seen: dict[tuple, dict[Any, tuple[float, int]]] = {}
@@ -47,6 +51,15 @@ class BatchFlag:
             said.append(f"orchestrate: trial #{number} drew {info['other_batches']} batches from another DataLoader "
                         "inside its timed window (an evaluation loop?): their samples are not counted, their time "
                         "is; set the script's evaluation interval beyond the window to measure training alone")
+        if self.saving and outcome.status == Status.OK and info.get("saves"):
+            self.saving = False
+            metrics = (outcome.result.metrics if outcome.result is not None else None) or {}
+            steps, window = metrics.get(M.MEASURE_STEPS), metrics.get(M.MEASURE_S)
+            of = f" of its window's {steps:.0f}" if isinstance(steps, (int, float)) else ""
+            spent = f" of its {window:.2f}-s window" if isinstance(window, (int, float)) else ""
+            said.append(f"orchestrate: trial #{number} saved checkpoints in {info['saves']:.0f}{of} steps, which "
+                        f"took {info.get('save_s', 0):.2f} s{spent} beyond its median step: their time counts as "
+                        "training; set the script's save interval beyond the window to measure training alone")
         loader, given = info.get("dataloader_samples_per_step"), info.get("samples_per_step")
         if self.given and outcome.status == Status.OK and isinstance(loader, (int, float)) \
                 and isinstance(given, (int, float)) and abs(loader - given) > SAME * given:

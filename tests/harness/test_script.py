@@ -235,6 +235,22 @@ def test_an_evaluation_loader_between_steps_is_not_counted(tmp_path: Path, every
     assert result["metrics"]["samples_per_s"] == pytest.approx(8 * 8 / result["metrics"]["measure_s"])
 
 
+
+def test_checkpoints_saved_inside_the_window_are_counted_and_timed(tmp_path: Path) -> None:
+    """A checkpoint every 3 steps (``torch.save``, as a ``Trainer``'s ``save_steps`` writes its
+    optimizer): its time is the window's, so the result says in how many steps and how long;
+    those before the window are not counted, and a script that saves nothing says nothing
+    (``test_samples_per_step_from_the_spec_replaces_the_count``'s whole ``info``)."""
+    source = LOOP.replace("""                opt.zero_grad()""", """                opt.zero_grad()
+                saves += 1
+                if saves % 3 == 0:
+                    torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, "ckpt.pt")""").replace(
+        "    for epoch", "    saves = 0\n    for epoch")
+    proc, result = run_trial(tmp_path, source, ["4", "1"], TrialSteps(4, 12, 0.0))
+    assert proc.returncode == 0 and result["status"] == "ok", result
+    # saves after steps 6, 9, 12 and 15 fall in the window (steps 4-16); after step 3 before it
+    assert result["info"]["saves"] == 4 and 0 < result["info"]["save_s"] < result["metrics"]["measure_s"], result["info"]
+    assert (tmp_path / "ckpt.pt").exists() and result["info"]["samples_per_step"] == 4.0
 TWO_LOADERS = """
     import sys
     import torch

@@ -70,3 +70,21 @@ def test_a_samples_per_step_the_dataloader_contradicts_is_said_once() -> None:
                     "DataLoader yielded 32 a step: samples_per_s uses the spec's figure; remove samples_per_step "
                     "to count the DataLoader's batches"), line
     assert flag.line(2, {"batch_size": 64}, given(1000.0, 64.0)) is None  # once
+
+
+def test_checkpoints_saved_inside_a_window_are_said_once_with_their_time() -> None:
+    """A tour's ``Trainer`` saved every 5 steps inside its windows, its time counted as training,
+    and nothing said (``harness/saves.py``)."""
+    def saved(count: int, per_step: float) -> Outcome:
+        return Outcome(Status.OK, result=TrialResult("ok", metrics={"measure_s": 2.08, "measure_steps_done": 20.0},
+                                                     info={"samples_counted": "dataloader", "samples_per_step": per_step,
+                                                           "saves": count, "save_s": 0.851}))
+
+    flag = BatchFlag(True, {"batch_size": None})
+    assert flag.line(0, {"batch_size": 8}, ok(8.0)) is None
+    assert flag.line(1, {"batch_size": 16}, Outcome(Status.OOM, result=saved(4, 16.0).result)) is None  # not measured
+    assert flag.line(2, {"batch_size": 16}, saved(4, 16.0)) == (
+        "orchestrate: trial #2 saved checkpoints in 4 of its window's 20 steps, which took 0.85 s of its 2.08-s "
+        "window beyond its median step: their time counts as training; set the script's save interval beyond the "
+        "window to measure training alone")
+    assert flag.line(3, {"batch_size": 32}, saved(3, 32.0)) is None  # once
