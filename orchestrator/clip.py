@@ -26,7 +26,29 @@ def clip(text: str, width: int) -> str:
     return cut.rstrip(" ,;:(-") + ELLIPSIS
 
 
+PRINTED = "; it printed: "
+"""Between a script's failure and the last lines it printed (``harness/scriptfile.describe_failure``)."""
+
+
 def short_detail(detail: str, width: int) -> str:
     """A trial's failure for a line: without the CPU allocator's boilerplate, which would push its
-    message ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ...") out."""
-    return clip(CPU_ALLOCATOR_NOISE.sub("", detail), width)
+    message ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ...") out. Where a
+    script's failure is followed by what it printed last, the end of that is kept, its last line
+    whole where it fits (argparse's usage lines come before its ``error: ...``), and at least a
+    third of the line for the failure's first words before it."""
+    text = clip(CPU_ALLOCATOR_NOISE.sub("", detail), len(detail) + 1)  # the first line, whole
+    head, said, tail = text.partition(PRINTED)
+    if not said or len(text) <= width:
+        return clip(text, width)
+    last = tail.rsplit(" | ", 1)[-1]  # scriptfile.last_lines joins the lines with " | "
+    room = min(max(width - len(head) - len(PRINTED), len(last) + 1), width - len(PRINTED) - width // 3)
+    head = clip(head, width - len(PRINTED) - min(room, len(tail)))
+    return head + PRINTED + clip_start(tail, width - len(head) - len(PRINTED))
+
+
+def clip_start(text: str, width: int) -> str:
+    """``text`` whole if it fits in ``width``, else its end from a whole word, after "…"."""
+    if len(text) <= width:
+        return text
+    start = text.find(" ", len(text) - width + 1)
+    return ELLIPSIS + (text[start + 1:] if start >= 0 else text[len(text) - width + 1:])

@@ -48,3 +48,23 @@ def test_the_live_oom_line_says_what_was_tried_whole() -> None:
     line = trial_line(4, {"batch_size": 4096, "dtype": "float32"}, "oom", {}, 7.5, CPU_OOM)
     assert line.endswith("(RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate "
                          "2147483648 bytes. Error code 12…)"), line  # the aside it cannot close is left out
+
+
+USAGE = ("the script exited (exit code 2) before its first optimizer step; it printed: usage: train.py [-h] "
+         "[--batch-size BATCH_SIZE] | [--grad-accum GRAD_ACCUM] [--lr LR] | train.py: error: argument "
+         "--precision: invalid choice: 'fp8' (choose from no, fp16, bf16)")
+
+
+@pytest.mark.parametrize("width", range(60, 200, 9))
+def test_a_script_s_failure_keeps_the_end_of_what_it_printed(width: int) -> None:
+    """A tour: argparse's refusal of ``fp8`` is its last line, after the usage lines; the trial's
+    line kept the failure and the usage's first words, and cut the refusal off."""
+    out = short_detail(USAGE, width)
+    head, said, tail = out.partition("; it printed: ")
+    assert len(out) <= width and said, out
+    assert head.startswith("the script exited") and USAGE.startswith(head.removesuffix("…"))
+    assert tail.endswith("fp16, bf16)") and USAGE.endswith(tail.removeprefix("…"))
+    assert tail.removeprefix("…")[0] != " " and (tail[0] != "…" or USAGE[USAGE.index(tail[1:]) - 1] == " ")
+    if width >= 110:
+        assert "invalid choice: 'fp8'" in tail, out
+    assert short_detail(USAGE, len(USAGE)) == USAGE

@@ -110,9 +110,7 @@ def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
         handle.remove()
     from orchestrator.harness.oom import is_oom_exception
 
-    code = f" (exit code {exc.code})" if isinstance(exc, ScriptEnded) and exc.code is not None else ""
-    what = (f"the script exited{code} before its first optimizer step"
-            if isinstance(exc, ScriptEnded) else first_line(exc))
+    what = str(exc) if isinstance(exc, ScriptEnded) else first_line(exc)  # an exit 0 never stepped: a launcher?
     error = describe_failure(exc, call.path, log_path, what)  # its output's tail, before the traceback below
     if not isinstance(exc, ScriptEnded):
         traceback.print_exception(exc)

@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from orchestrator.spec.rules import Checker
 
-LOOP_KNOBS = ("dtype", "grad_accum_steps", "effective_batch_size", "activation_checkpointing", "compile",
-              "optimizer", "zero_grad", "empty_cache_every")
+LOOP_KNOBS = {"dtype": "precision", "grad_accum_steps": "accum", "effective_batch_size": "global_batch",
+              "activation_checkpointing": "checkpointing", "compile": "compiled", "optimizer": "optim",
+              "zero_grad": "set_to_none", "empty_cache_every": "empty_cache"}
 """Knobs only the harness's training loop can apply (a module's workload): a script runs its own
-loop, so these must reach it as its own flags."""
+loop, so these must reach it as its own flags; each with a name of the user's own for the example."""
 
 _OPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -207,6 +208,28 @@ def find_script(given: str, spec_folder: Path, cwd: Path | None = None) -> Path 
     return None
 
 
+LAUNCHERS = ("accelerate", "torchrun", "deepspeed", "python", "python3", "mpirun", "srun")
+"""Commands that start a training script rather than being one."""
+
+
+def launched(given: str) -> str | None:
+    """The launcher ``script`` names (``accelerate launch train.py``, ``/venv/bin/torchrun``), if any."""
+    words = given.split()
+    name = Path(words[0]).name if words else ""
+    return name if name in LAUNCHERS or (name.startswith("python3.") and name[8:].isdigit()) else None
+
+
+def launcher_rule(launcher: str, given: str, args: object) -> str:
+    """Why a launcher is refused, and the script it starts (the first ``.py`` after it), as the fix."""
+    words = given.split()[1:] + ([str(a) for a in args] if isinstance(args, list) else [])
+    script = next((w for w in words if w.endswith(".py")), "train.py")
+    starts = "starts the training script in processes of its own" if not launcher.startswith("python") else \
+        "runs the training script"
+    return (f"{launcher} is a launcher: it {starts}, and a trial runs the script itself, as `python SCRIPT "
+            f"ARGS` in one process measured from its optimizer steps; name the script (script: {script}) and "
+            "put only its own flags in args")
+
+
 def missing(given: str, spec_folder: Path, cwd: Path | None = None) -> str:
     """Where a script that ``find_script`` did not find was looked for, as a rule."""
     here = (cwd or Path.cwd()).resolve()
@@ -228,11 +251,11 @@ def refuse_loop_knobs(c: Checker, top: dict[str, Any], fixed: object, space: obj
     if "script" not in top:
         return
     for section, values in (("fixed", fixed), ("space", space)):
-        for name in LOOP_KNOBS:
+        for name, own in LOOP_KNOBS.items():
             if isinstance(values, dict) and name in values:
                 c.refuse_whole(c.fail((section, name), f"{name} is applied by the harness's own training loop, which a "
                              f"script does not run; pass it to the script through args instead, under a name "
-                              f"of your own (e.g. precision: [...] and \"--precision\", \"{{precision}}\")",
+                              f"of your own (e.g. {own}: [...] and \"--{own.replace('_', '-')}\", \"{{{own}}}\")",
                               show_value=False))
 
 
@@ -253,6 +276,8 @@ def check_script(c: Checker, top: dict[str, Any], fixed: dict[str, Any], space: 
                      "script (a training script), not both", show_value=False)
     if not isinstance(given, str) or not given.strip():
         raise c.fail(("script",), "script must be the path of a Python file, such as train.py", given)
+    if (launcher := launched(given)) is not None:
+        raise c.fail(("script",), launcher_rule(launcher, given, top.get("args")), given)
     names = set(fixed) | set(space) | {"device"}
     raw_args = top.get("args", [])
     if raw_args is None:

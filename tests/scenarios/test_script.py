@@ -171,6 +171,15 @@ def test_a_script_broken_before_its_first_step_stops_the_sweep_in_one_line(tmp_p
     shutil.copytree(tmp_path, tmp_path / "sub", ignore=shutil.ignore_patterns("sub", "mlruns"))
     above = orchestrate(["sub/spec.yaml"], tmp_path)
     assert above.returncode == 2 and "(`python sub/train.py --bs 8`, run" in above.stderr, above.stderr
+    # a script that trains in processes it starts (a tour's `accelerate launch ...`) exits 0 stepping none here:
+    # it was said to have exited "before its first optimizer step", with two epochs of its output after it
+    (tmp_path / "train.py").write_text("import sys\nprint('epoch 0 loss 0.25')\nsys.exit(0)\n")
+    elsewhere = orchestrate(["spec.yaml"], tmp_path)
+    assert elsewhere.returncode == 2 and elsewhere.stderr.count("\n") == 1, elsewhere.stderr
+    assert ("before any trial): the script exited (exit code 0) without stepping an optimizer (the harness counts "
+            "torch.optim.Optimizer.step calls in the script's own process: one that never calls one, or trains in "
+            "processes it starts (torch.multiprocessing.spawn, a launcher), cannot be measured); it printed: "
+            "epoch 0 loss 0.25 (fix the script") in elsewhere.stderr, elsewhere.stderr
 
 
 def test_a_script_that_never_steps_is_said_so_on_its_own_field(tmp_path: Path) -> None:

@@ -158,6 +158,23 @@ BAD = [
     # the tour's script named its own flag compile: one line saying to rename it, not its value's type besides
     ("script: train.py\nargs: ['{compile}']\nspace: {compile: [0, 1]}\n",
      "space.compile: compile is applied by the harness's own training loop, which a script does not run"),
+    # a tour: `accelerate launch` as the script was "no file accelerate launch acc_plain.py", and the launcher's
+    # path with `launch ...` in args failed its smoke step saying it exited "before its first optimizer step"
+    ("script: accelerate launch fit.py\nargs: ['{b}']\nspace: {b: [1]}\n",
+     "script: accelerate is a launcher: it starts the training script in processes of its own, and a trial runs "
+     "the script itself, as `python SCRIPT ARGS` in one process measured from its optimizer steps; name the script "
+     "(script: fit.py) and put only its own flags in args, got 'accelerate launch fit.py'"),
+    ("script: /venv/bin/torchrun\nargs: [--nproc_per_node, '2', fit.py, '{b}']\nspace: {b: [1]}\n",
+     "script: torchrun is a launcher: it starts the training script in processes of its own, and a trial runs the "
+     "script itself, as `python SCRIPT ARGS` in one process measured from its optimizer steps; name the script "
+     "(script: fit.py)"),
+    ("script: python3.11\nargs: [fit.py, '{b}']\nspace: {b: [1]}\n",
+     "script: python3.11 is a launcher: it runs the training script, and a trial runs the script itself"),
+    # the tour: the example said "precision" for every knob
+    ("script: train.py\nargs: ['{b}']\nspace: {b: [1], grad_accum_steps: [1, 4]}\n",
+     "space.grad_accum_steps: grad_accum_steps is applied by the harness's own training loop, which a script does "
+     "not run; pass it to the script through args instead, under a name of your own (e.g. accum: [...] and "
+     "\"--accum\", \"{accum}\")"),
     ("script: train.py\nargs: ['{b}']\nspace: {b: [1]}\nsamples_per_step: 0\n",
      "samples_per_step: samples_per_step must be positive, got 0"),
     ("script: train.py\nargs: ['{b}']\nspace: {b: [1]}\nsamples_per_step: true\n",
