@@ -139,6 +139,8 @@
 #   bash docs/gpu/session.sh script_tour  the script tour's fixes on CUDA: three batch layouts and
 #                                 torch.compile(optimizer.step), each trial against the script's own
 #                                 count (docs/gpu/script_tour/run.sh)
+#   bash docs/gpu/session.sh trainer_tour  a Hugging Face Trainer and an Accelerate loop with evaluations and
+#                                 checkpoints inside their windows, against their own count (docs/gpu/trainer_tour/run.sh)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
@@ -447,6 +449,10 @@ headline)
 script_tour)
   python3 -c "import torch, optuna, mlflow; torch.zeros(1, device='cuda')" >/dev/null 2>&1
   step "script tour"; bash docs/gpu/script_tour/run.sh > "$OUT/script_tour.log" 2>&1
+  ;;
+trainer_tour)
+  python3 -c "import torch, optuna, mlflow; torch.zeros(1, device='cuda')" >/dev/null 2>&1
+  step "trainer tour"; bash docs/gpu/trainer_tour/run.sh > "$OUT/trainer_tour.log" 2>&1
   ;;
 workers)
   python3 -c "import torch, optuna, mlflow; torch.zeros(1, device='cuda')" >/dev/null 2>&1
