@@ -172,6 +172,27 @@ def suggest(trial: Any, plan: Plan) -> dict[str, Any]:
     return params
 
 
+def contains(plan: Plan, params: dict[str, Any]) -> bool:
+    """Whether ``params``, a trial's sampled values, is a configuration of ``plan``: the names its
+    device reads, each value one ``suggest`` could give (a list's, by Optuna's equality; within a
+    range, on its step). A study with no result takes an edited spec, and a configuration queued
+    to run again that the edit removed could not be told to Optuna (``recovery.retry_queue``)."""
+    device = params.get("device", plan.device)
+    if set(params) != set(applicable(plan, device)) or (
+            "device" in plan.searched and device not in plan.searched["device"].values):  # type: ignore[union-attr]  # a Choice
+        return False
+    for name in set(params) - {"device"}:
+        dim, value = plan.searched[name], params[name]
+        if isinstance(dim, Choice):
+            if value not in dim.values:
+                return False
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not dim.low <= value <= dim.high:
+            return False
+        elif dim.step and abs((value - dim.low) / dim.step - round((value - dim.low) / dim.step)) > 1e-6:
+            return False
+    return True
+
+
 def trial_params(plan: Plan, sampled: dict[str, Any]) -> dict[str, Any]:
     """Everything the trial process receives: fixed values, sampled values, derived values."""
     device = sampled.get("device", plan.device)

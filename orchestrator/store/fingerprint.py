@@ -29,12 +29,49 @@ def as_stored(fingerprint: dict[str, Any]) -> dict[str, Any]:
 
 def changed(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dict[str, Any], trials: Iterable[Any]) -> str | None:
     """None where the study's spec is the spec now; else what differs, where the study takes the
-    spec as it is now (no result yet); ``spec_mismatch`` raised where it holds results."""
+    spec as it is now (no result yet); ``spec_mismatch`` raised where it holds results, or where
+    Optuna would refuse the spec's values (``conflict``)."""
     if stored == wanted:
         return None
+    trials = list(trials)
     if holds_results(trials):
         raise spec_mismatch(spec, url, stored, wanted)
+    if (why := conflict(wanted, trials)) is not None:
+        raise mismatch(spec, url, f"{differences(stored, wanted)}; {why}")
     return differences(stored, wanted)
+
+
+def conflict(wanted: dict[str, Any], trials: list[Any]) -> str | None:
+    """A parameter a trial was given whose values the spec now gives otherwise than Optuna allows
+    within one study (a list's values changed, a range's ``log``, a list made a range): Optuna
+    keeps a parameter's distribution for the study's life, so the run would fail at its first
+    trial (a tour: an interrupted first trial, then a batch size dropped from the list). None
+    where there is none."""
+    from orchestrator.store.studyread import parse_distribution
+
+    space = wanted.get("space") or {}
+    for t in trials:
+        for name, dist in getattr(t, "distributions", {}).items():
+            if name not in space:
+                continue
+            kind, choices, log = parse_distribution(dist if isinstance(dist, str) else _as_json(dist))
+            now = space[name]
+            if isinstance(now, list):
+                same = kind == "categorical" and choices == tuple(now)
+            else:
+                integer = isinstance(now.get("low"), int) and isinstance(now.get("high"), int)
+                same = kind == ("int" if integer else "float") and log == bool(now.get("log"))
+            if not same:
+                given = list(choices) if choices is not None else f"a{' log' if log else 'n'} {kind} range"
+                return (f"trial {t.number} was given {name} from {json.dumps(given)}, and Optuna keeps a "
+                        "parameter's values for the study's life")
+    return None
+
+
+def _as_json(distribution: Any) -> str:
+    from optuna.distributions import distribution_to_json
+
+    return distribution_to_json(distribution)
 
 
 def spec_mismatch(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dict[str, Any]) -> StudyError:

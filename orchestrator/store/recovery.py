@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from orchestrator import trialdir
 from orchestrator.outcome import DIED_DETAIL, RUN_AGAIN, VERDICT_DETAIL, Status
@@ -46,12 +46,16 @@ STALE_DETAIL = ("its orchestrator stopped sending heartbeats (search.grace_perio
 
 class Recovery:
     def __init__(self, study: Study, tracker: Tracker, work_dir: Path, shared: bool, grace_s: float,
-                 outage: Outage | None = None) -> None:
+                 outage: Outage | None = None, fits: Callable[[dict[str, Any]], bool] | None = None) -> None:
         """``tracker``: the synchronous ``tracking.Tracker`` (recovery runs before the loop, and
         between its trials from the main thread); ``outage``: the study database's
-        ``outage.Outage`` guard (an outage excuses missed heartbeats, ``fail_stale``)."""
+        ``outage.Outage`` guard (an outage excuses missed heartbeats, ``fail_stale``); ``fits``:
+        whether a configuration is one of the spec's (``space.contains``), else all are."""
         self.study, self.tracker, self.work_dir = study, tracker, work_dir
         self.shared, self.grace_s, self.outage = shared, grace_s, outage
+        self.fits = fits
+        self.left: list[dict[str, Any]] = []
+        """Configurations that would run again but are no longer in the spec (``retry_queue``)."""
         self._silent: dict[int, float] = {}
         """RUNNING trials seen without any heartbeat, and when (``_orphans``)."""
         self.repaired = 0
@@ -213,6 +217,10 @@ class Recovery:
             elif status not in RUN_AGAIN or TrialRecord.of(t).detail == VERDICT_DETAIL:
                 continue  # a final result, or stopped by a verdict (the planner asks for it if it must)
             params = t.params or t.system_attrs.get("fixed_params")
+            if self.fits is not None and not self.fits(params):  # an edited spec of a study with no result
+                self.left.append(params)
+                busy.add(key)
+                continue
             neighbour_of = TrialRecord.of(t).neighbour_of
             values: RecordValues = {"retry_of": t.number, "retry_reason": status}
             if neighbour_of is not None:

@@ -24,6 +24,7 @@ empty study.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import os
@@ -78,6 +79,8 @@ class StoredTrial:
     system_attrs: dict[str, Any]
     datetime_start: datetime | None = None
     datetime_complete: datetime | None = None
+    distributions: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Each parameter's distribution as Optuna stored it (JSON): ``parse_distribution`` reads it."""
 
     @property
     def constraints(self) -> dict[str, float]:
@@ -211,9 +214,11 @@ def _trials(con: sqlite3.Connection, study_id: int) -> list[StoredTrial]:
     values: dict[int, dict[int, float]] = {}
     user: dict[int, dict[str, Any]] = {r[0]: {} for r in rows}
     system: dict[int, dict[str, Any]] = {r[0]: {} for r in rows}
+    dists: dict[int, dict[str, str]] = {r[0]: {} for r in rows}
     decode = _Decoder()
     for trial_id, name, value, dist in sql.trial_params(con, study_id):
         params[trial_id][name] = decode(value, dist)
+        dists[trial_id][name] = dist
     for trial_id, objective, stored, kind in sql.trial_values(con, study_id):
         values.setdefault(trial_id, {})[objective] = _value(stored, kind)
     for read, into in ((sql.trial_user_attributes, user), (sql.trial_system_attributes, system)):
@@ -221,7 +226,7 @@ def _trials(con: sqlite3.Connection, study_id: int) -> list[StoredTrial]:
             into[trial_id][key] = json.loads(value_json)
     return [StoredTrial(number, TrialState[state], params[tid],
                         [v for _, v in sorted(values[tid].items())] if tid in values else None,
-                        user[tid], system[tid], _when(start), _when(end))
+                        user[tid], system[tid], _when(start), _when(end), dists[tid])
             for tid, number, state, start, end in rows]
 
 
@@ -232,21 +237,26 @@ class _Decoder:
         self.seen: dict[str, tuple[str, tuple[Any, ...] | None]] = {}
 
     def __call__(self, value: float, distribution_json: str) -> object:
-        kind, choices = self.seen.get(distribution_json) or self._parse(distribution_json)
+        if distribution_json not in self.seen:
+            self.seen[distribution_json] = parse_distribution(distribution_json)[:2]
+        kind, choices = self.seen[distribution_json]
         if kind == "categorical":
             return choices[int(value)]  # type: ignore[index]  # a categorical distribution lists its choices
         return int(value) if kind == "int" else value
 
-    def _parse(self, text: str) -> tuple[str, tuple[Any, ...] | None]:
-        d = json.loads(text)
-        if "name" in d:  # {"name": "IntDistribution", "attributes": {...}} (what Optuna writes)
-            kind = ("categorical" if d["name"] == "CategoricalDistribution" else
-                    "int" if d["name"] in INT_DISTRIBUTIONS else "float")
-            choices = d["attributes"].get("choices")
-        else:  # the abbreviated form: {"type": "categorical", "choices": [...]}
-            kind, choices = d["type"], d.get("choices")
-        self.seen[text] = parsed = (kind, tuple(choices) if choices is not None else None)
-        return parsed
+
+def parse_distribution(text: str) -> tuple[str, tuple[Any, ...] | None, bool]:
+    """A stored distribution's kind (``categorical``, ``int``, ``float``), choices and ``log``."""
+    d = json.loads(text)
+    if "name" in d:  # {"name": "IntDistribution", "attributes": {...}} (what Optuna writes)
+        kind = ("categorical" if d["name"] == "CategoricalDistribution" else
+                "int" if d["name"] in INT_DISTRIBUTIONS else "float")
+        attributes = d["attributes"]
+    else:  # the abbreviated form: {"type": "categorical", "choices": [...]}
+        kind, attributes = d["type"], d
+    choices = attributes.get("choices")
+    log = attributes.get("log", "LogUniform" in d.get("name", ""))  # Optuna 2's LogUniformDistribution
+    return kind, tuple(choices) if choices is not None else None, bool(log)
 
 
 def _value(value: float | None, kind: str) -> float:

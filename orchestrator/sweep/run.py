@@ -217,15 +217,15 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
     from orchestrator.store.records import result_trials
     from orchestrator.report.summary import params_width, trial_line
 
-    spec, probe, slots, load, queued, interrupted = r.spec, r.found, r.slots, r.load, r.queued, r.interrupted
+    spec, probe, slots, load, queued = r.spec, r.found, r.slots, r.load, r.queued
     done = len(result_trials(r.study)) - sum(n for s, n in queued.items() if s not in RUN_AGAIN)  # type: ignore[arg-type]  # the study: opened before
     n = len(sweep.configs) if sweep.configs is not None else None
     where = f"{probe['device']} ({probe.get('device_name')})"
     if len(slots) > 1:
         where = f"{len(slots)} {probe['device']} slots ({', '.join(s.name for s in slots)}; {probe.get('device_name')})"
     again = []
-    if interrupted:
-        again.append(f"{interrupted} interrupted trial(s) will run again")
+    if queued.get(Status.INTERRUPTED):  # cut off by a kill (repaired: ``interrupted``) or by Ctrl-C
+        again.append(f"{queued[Status.INTERRUPTED]} interrupted trial(s) will run again")
     if queued.get(Status.ERROR):
         again.append(f"{queued[Status.ERROR]} configuration(s) whose last trial ended '{Status.ERROR}' will run again")
     for status, count in queued.items():
@@ -235,6 +235,13 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
           f"{n if n is not None else 'continuous'} configuration{'' if n == 1 else 's'}, {sweep.proposer.strategy.label}; "
           f"{done} of {sweep.target} trials done"
           + "".join(f"; {a}" for a in again), flush=True)
+    if r.recovery is not None and r.recovery.left:  # an edited spec of a study with no result
+        from orchestrator.report.summary import fmt_params
+
+        left = r.recovery.left
+        print(f"  not run again: {'; '.join(fmt_params(p) for p in left[:3])}{' ...' if len(left) > 3 else ''} "
+              f"({len(left)} configuration{'' if len(left) == 1 else 's'} cut off or failed before the spec's edit, "
+              "which the spec no longer holds)")
     if r.elsewhere:
         print(r.elsewhere)
     if r.beside:
@@ -346,7 +353,9 @@ def summarize(r: Run, sweep: Sweep, result: SweepResult) -> int:
         return code
     by_search = result.verdict is not None and result.verdict.done and not result.verdict.exhausted  # go on: more
     answered = {config_key(t.params) for t in results}  # an error measured again since is no longer open
-    open_errors = [t for t in trials if TrialRecord.of(t).status == Status.ERROR and config_key(t.params) not in answered]
+    fits = r.recovery.fits or (lambda _: True)  # an error of a configuration the edited spec dropped runs no more
+    open_errors = [t for t in trials if TrialRecord.of(t).status == Status.ERROR and config_key(t.params) not in answered
+                   and fits(t.params)]
     first = _first_error(open_errors[0]) if open_errors and result.code == exits.OK else None  # else said below
     print("\n".join(summary(spec, results, best, sweep.target, spent, result.elapsed_s, result.stopped_because,
                             by_search, origins, loaded, len({config_key(t.params) for t in open_errors}), first)

@@ -128,7 +128,12 @@ def recover(r: Run, retry: tuple[str, ...]) -> None:
     from orchestrator.store.tracking import AsyncTracker
 
     assert r.study is not None and r.sync is not None and r.lock is not None and r.work_dir is not None
-    r.recovery = Recovery(r.study, r.sync, r.work_dir, r.shared, r.spec.search.grace_period_s, r.db)
+    from orchestrator.search.space import contains
+
+    plan = r.plan
+    assert plan is not None
+    r.recovery = Recovery(r.study, r.sync, r.work_dir, r.shared, r.spec.search.grace_period_s, r.db,
+                          lambda params: contains(plan, params))
     with r.lock:
         r.interrupted = r.recovery.recover()
         r.queued, r.superseded = r.recovery.retry_queue(retry)

@@ -65,6 +65,36 @@ def test_a_study_with_no_result_yet_takes_the_spec_as_it_is_now(project: Path) -
     assert "2 of 2 trials have a result (2 ok); trial time" in proc.stdout, proc.stdout  # the errors measured since
 
 
+def test_a_study_with_no_result_refuses_values_optuna_would_refuse_and_runs_no_configuration_the_edit_removed(
+        project: Path) -> None:
+    """A tour: a study whose only trials ended ``error`` (or were cut off), then its spec edited.
+    A list's values changed: the edit was taken, and every run after it ended in Optuna's traceback
+    ("CategoricalDistribution does not support dynamic value space", or "'16' not in (32, 64)" for
+    the configuration queued again), each leaving a trial RUNNING. A dimension made fixed: the
+    configurations queued again named one the spec no longer holds ("runs #0 again")."""
+    spec = write_spec(project, SPEC.replace("fixed: {batch_size: 4}", "fixed: {batch_size: 4, fault: exception}"))
+    assert "0 of 2 trials have a result" in orchestrate([str(spec)], project).stdout
+    original = spec.read_text()
+    spec.write_text(original.replace("hidden_size: [8, 16]", "hidden_size: [16, 32]").replace("exception", "none"))
+    for args in ([str(spec)], [str(spec), "--dry-run"], ["report", str(spec)]):
+        proc = orchestrate(args, project)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert "; space: stored {\"hidden_size\": [8, 16]}, spec {\"hidden_size\": [16, 32]}; trial 0 was given " \
+               "hidden_size from [8, 16], and Optuna keeps a parameter's values for the study's life). To keep both, " \
+               "give this spec a new `name:`" in proc.stderr, (args, proc.stderr)
+    assert [t.state.name for t in load_study(project, "edited").get_trials()] == ["FAIL", "FAIL"]  # untouched
+    spec.write_text(original.replace("fault: exception", "fault: none, hidden_size: 8").replace(
+        "hidden_size: [8, 16]", "lr: [0.001, 0.01]"))
+    proc = orchestrate([str(spec)], project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 of 2 trials done\n  not run again: hidden_size=8; hidden_size=16 (2 configurations cut off or failed " \
+           "before the spec's edit, which the spec no longer holds)" in proc.stdout, proc.stdout
+    assert "edited: 2 of 2 trials have a result (2 ok); trial time" in proc.stdout, proc.stdout  # no "2 ended 'error'"
+    assert "will run again" not in proc.stdout and "runs #" not in proc.stdout, proc.stdout
+    assert sorted(t.params["lr"] for t in load_study(project, "edited").get_trials() if t.state.name == "COMPLETE") \
+        == [0.001, 0.01]
+
+
 def test_a_file_that_is_not_a_database_is_refused_untouched(project: Path) -> None:
     (project / "mlruns").mkdir()
     junk = project / "mlruns" / "optuna.db"
