@@ -278,6 +278,7 @@ def test_ctrl_c_and_sigterm_kill_the_trial_and_record_it_interrupted(project: Pa
     # and the same command resumes: the interrupted configuration runs again (and times out)
     proc2 = orchestrate([str(spec)], project)
     assert proc2.returncode == 0, proc2.stderr
+    assert "; 1 interrupted trial(s) will run again" in proc2.stdout.splitlines()[0], proc2.stdout  # a tour: not said
     check_records(project, "faults", n_results=2)
 
 
