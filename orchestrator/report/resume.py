@@ -37,7 +37,7 @@ def finished(spec: SweepSpec, origins: Origins) -> tuple[list[str], StoredStudy]
     from orchestrator.store.record import TrialRecord, is_attempt, status_of
     from orchestrator.store.records import rank, results_of
     from orchestrator.search.space import config_key, fingerprint, make_plan, plan_device
-    from orchestrator.store.fingerprint import as_stored, changed
+    from orchestrator.store.fingerprint import as_stored, changed, comparable
     from orchestrator.urls import sqlite_path
     from orchestrator.store.studyrecord import StudyRecord
     from orchestrator.store.studyread import read_study
@@ -56,7 +56,7 @@ def finished(spec: SweepSpec, origins: Origins) -> tuple[list[str], StoredStudy]
     attrs = StudyRecord.of(study)
     stored = attrs.fingerprint
     wanted = as_stored(fingerprint(spec, plan))
-    if stored is None or stored != wanted:
+    if stored is None or stored != comparable(stored, wanted):
         # An edited spec is refused here, before the probe (seconds of start-up), where the device
         # is the study's own: named in the spec, or guessed as the study recorded it; one the study
         # takes (no result yet) is taken by the whole way's open_study.

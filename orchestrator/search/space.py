@@ -217,6 +217,8 @@ def fingerprint(spec: SweepSpec, plan: Plan) -> dict[str, Any]:
         "fixed": {k: plan.fixed[k] for k in sorted(plan.fixed)},
         "space": {k: dim(v) for k, v in plan.searched.items()},
         "objective": [list(m) for m in spec.objective.metrics],
+        "constraints": {c.metric: {k: v for k, v in (("max", c.max), ("min", c.min)) if v is not None}
+                        for c in spec.objective.constraints},  # each trial's feasibility is told with its result
     }
 
 

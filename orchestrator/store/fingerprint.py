@@ -22,6 +22,13 @@ def holds_results(trials: Iterable[Any]) -> bool:
     return any(t.state.name in HOLDING for t in trials)  # Optuna's trials and ``studyread``'s alike
 
 
+def comparable(stored: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
+    """``wanted`` without the parts a study made by an earlier version did not store (its
+    ``constraints``: a tour added a memory budget to a started study, the old trials kept their
+    feasibility and the best reported broke the budget; such a study keeps that behaviour)."""
+    return {k: v for k, v in wanted.items() if k in stored or k != "constraints"}
+
+
 def as_stored(fingerprint: dict[str, Any]) -> dict[str, Any]:
     """A fingerprint as the storage gives it back (tuples as lists), to compare with a stored one."""
     return json.loads(json.dumps(fingerprint))
@@ -31,6 +38,7 @@ def changed(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dict[str,
     """None where the study's spec is the spec now; else what differs, where the study takes the
     spec as it is now (no result yet); ``spec_mismatch`` raised where it holds results, or where
     Optuna would refuse the spec's values (``conflict``)."""
+    wanted = comparable(stored, wanted)
     if stored == wanted:
         return None
     trials = list(trials)
@@ -62,9 +70,10 @@ def conflict(wanted: dict[str, Any], trials: list[Any]) -> str | None:
                 integer = isinstance(now.get("low"), int) and isinstance(now.get("high"), int)
                 same = kind == ("int" if integer else "float") and log == bool(now.get("log"))
             if not same:
-                given = list(choices) if choices is not None else f"a{' log' if log else 'n'} {kind} range"
-                return (f"trial {t.number} was given {name} from {json.dumps(given)}, and Optuna keeps a "
-                        "parameter's values for the study's life")
+                words = ("log-scale " if log else "") + ("integer" if kind == "int" else "float") + " range"
+                given = f"from {json.dumps(list(choices))}" if choices is not None else \
+                    f"from {'an' if words[0] in 'aeiou' else 'a'} {words}"
+                return f"trial {t.number} was given {name} {given}, and Optuna keeps a parameter's values for the study's life"
     return None
 
 

@@ -28,6 +28,10 @@ EDITS = [
     (("fixed: {batch_size: 4}", "fixed: {batch_size: 8}"), "fixed: stored"),
     (("search: {sampler: grid}", "search: {sampler: grid}\nobjective: {metric: samples_per_s, direction: minimize}"),
      "objective"),  # "objective: stored ..." before the probe; "objective directions" after it
+    # a tour: a memory budget added to a started study was taken; the old trials kept their feasibility and
+    # the best reported broke the budget
+    (("search: {sampler: grid}", "search: {sampler: grid}\nobjective: {metric: samples_per_s, constraints: "
+      "{peak_memory_gib: {max: 0.01}}}"), "constraints: stored {}, spec {\"peak_memory_gib\": {\"max\": 0.01}}"),
 ]
 
 
