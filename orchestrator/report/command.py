@@ -19,7 +19,7 @@ from orchestrator import metrics as M
 from orchestrator.report.compare import compare_knob, comparison, device_advice, reference_for
 from orchestrator.errors import NothingFeasible, OrchestratorError, StudyError, UsageParser, print_error, silence_stdout
 from orchestrator.store.record import TrialRecord
-from orchestrator.store.records import rank, results_of
+from orchestrator.store.records import measurements, rank, results_of
 from orchestrator.redact import shown
 from orchestrator.report.document import (best_lines, build_report, device_of, paste_command, pick_best, provenance,
                                     render_text, result_file, script_command, top_markdown)
@@ -184,7 +184,7 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
         chosen = pick_best(spec, best)
         try:
             paths = write_plots(results, plot_context(spec, rep, prov, None if chosen is None else chosen.number),
-                                folder, comp)
+                                folder, comp, measurements(snapshot))
             if out is None:  # the report's own folder (a folder given with --out is the user's)
                 remove_stale(folder, paths)
         except OSError as exc:  # a read-only folder, a path under a file, a full disk: one line

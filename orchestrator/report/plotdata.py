@@ -229,15 +229,26 @@ def oom_grid(trials: list[Any], layout: Layout | None = None, best: int | None =
             "values": values, "notes": notes, "best": at}
 
 
-def history_series(trials: list[Any], direction: str) -> list[tuple[int, float | None, float | None, str]]:
-    """[(trial number, its objective value or None, best feasible so far or None, status)]."""
-    out, best = [], None
-    for t in sorted(trials, key=lambda t: t.number):
+def history_series(trials: list[Any], direction: str) -> list[tuple[int, float | None, float | None, str, bool]]:
+    """[(trial number, its objective value or None, best feasible so far or None, status, measured
+    again later)] over every measurement (``measurements``): the best so far is what the study
+    knew after each trial, each configuration by its newest measurement, as the report ranks it
+    (a tour: with only the newest drawn, two configurations measured first were missing and the
+    best so far read 568 where 705.7 had been measured)."""
+    from orchestrator.keys import config_key
+
+    ordered = sorted(trials, key=lambda t: t.number)
+    last = {config_key(t.params): t.number for t in ordered}
+    known: dict[str, float] = {}
+    out = []
+    for t in ordered:
         value = t.values[0] if t.state.name == "COMPLETE" and t.values else None
+        key = config_key(t.params)
+        known.pop(key, None)
         if value is not None and is_feasible(t):
-            better = best is None or (value > best if direction == "maximize" else value < best)
-            best = value if better else best
-        out.append((t.number, value, best, status(t)))
+            known[key] = value
+        best = (max if direction == "maximize" else min)(known.values()) if known else None
+        out.append((t.number, value, best, status(t), last[key] != t.number))
     return out
 
 

@@ -227,17 +227,19 @@ def plot_history(trials: list[Any], ctx: PlotContext, path: Path) -> Path:
     metric, direction = ctx.objective[0]
     data = history_series(trials, direction)
     fig, ax = _figure(f"Optimisation history: best {AXIS.get(metric, metric).split(' (')[0]} so far", ctx)
-    measured = [(n, v) for n, v, _, s in data if v is not None]
-    if measured:
-        ax.scatter([n for n, _ in measured], [v for _, v in measured], color="tab:blue", s=40, label="measured trial",
-                   zorder=4)
-    best = [(n, b) for n, _, b, _ in data if b is not None]
+    measured = [(n, v) for n, v, _, s, _ in data if v is not None]
+    for again, label, face in ((False, "measured trial", "tab:blue"), (True, "measured again later", "none")):
+        points = [(n, v) for n, v, _, _, later in data if v is not None and later == again]
+        if points:
+            ax.scatter([n for n, _ in points], [v for _, v in points], facecolors=face, edgecolors="tab:blue", s=40,
+                       label=label, zorder=4)
+    best = [(n, b) for n, _, b, _, _ in data if b is not None]
     if best:
         ax.step([n for n, _ in best], [b for _, b in best], where="post", color="tab:green", linewidth=2.2,
                 label=f"best so far ({direction})")
     top = max([v for _, v in measured] or [1.0])
     above = direction == "minimize" and bool(measured)
-    kinds = _failures(ax, [(n, s) for n, v, _, s in data if v is None], top * 1.08 if above else 0.0, "black")
+    kinds = _failures(ax, [(n, s) for n, v, _, s, _ in data if v is None], top * 1.08 if above else 0.0, "black")
     _failure_legend(ax, kinds, dict.fromkeys(MARKS, " (no value: drawn above)") if above else None)
     chosen = ctx.best_of(trials)
     if chosen is not None:
@@ -377,9 +379,11 @@ def remove_stale(folder: Path, drawn: list[Path]) -> None:
             path.unlink()
 
 
-def write_plots(trials: list[Any], ctx: PlotContext, out: Path, comp: dict[str, Any] | None = None) -> list[Path]:
+def write_plots(trials: list[Any], ctx: PlotContext, out: Path, comp: dict[str, Any] | None = None,
+                history: list[Any] | None = None) -> list[Path]:
     """Every plot that fits the study, as PNG files in ``out``; returns their paths. ``comp``
-    (``compare.comparison``) adds its bar chart."""
+    (``compare.comparison``) adds its bar chart; ``history``: every measurement in trial order
+    (``records.measurements``), where ``trials`` holds each configuration's newest."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     if comp is not None:
@@ -390,7 +394,7 @@ def write_plots(trials: list[Any], ctx: PlotContext, out: Path, comp: dict[str, 
         if (drawn := plot_oom_map(trials, ctx, out / OOM_MAP)) is not None:
             paths.append(drawn)
     if trials:
-        paths.append(plot_history(trials, ctx, out / HISTORY))
+        paths.append(plot_history(trials if history is None else history, ctx, out / HISTORY))
     if len(ctx.objective) >= 2 and trials:
         paths.append(plot_pareto(trials, ctx, out / PARETO))
     return paths

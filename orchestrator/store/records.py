@@ -37,6 +37,13 @@ def results_of(trials: list[Any]) -> list[Any]:
     return sorted(newest.values(), key=lambda t: t.number)
 
 
+def measurements(trials: list[Any]) -> list[Any]:
+    """Every trial that counted as a result when it ended, in trial order: ``results_of``' newest
+    and those a later trial of their configuration superseded (measured again, ``--retry``)."""
+    return [t for t in sorted(trials, key=lambda t: t.number)
+            if status_of(t) in RESULT_STATUSES and t.state.is_finished() and is_attempt(t)]
+
+
 def result_trials(study: Study) -> list[Any]:
     """``results_of`` the study's trials."""
     return results_of(study.get_trials(deepcopy=False))

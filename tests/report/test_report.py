@@ -170,9 +170,9 @@ def test_the_data_behind_each_plot_is_the_study(project: Path) -> None:
     history = history_series(trials, "maximize")
     assert [n for n, *_ in history] == sorted(t.number for t in trials)
     running = None
-    for number, value, best, status in history:
+    for number, value, best, status, again in history:
         t = next(t for t in trials if t.number == number)
-        assert value == (t.values[0] if t.values else None) and status == t.user_attrs["status"]
+        assert value == (t.values[0] if t.values else None) and status == t.user_attrs["status"] and not again
         if value is not None:
             running = value if running is None else max(running, value)
         assert best == running
@@ -840,6 +840,25 @@ def test_history_of_a_minimized_objective_marks_trials_without_a_value_above_the
     assert marks(ax, "best") == [(0.0, 0.35)] and "best: trial 0" in legend(ax)
     plot_history(trials, context(), tmp_path / "maximized.png")  # higher is better: on the floor
     assert all(y == 0 for _, y in marks(figures["maximized.png"].axes[0], "failed"))
+
+
+def test_history_draws_every_measurement_and_the_best_as_known_after_each_trial(figures: dict,
+                                                                                 tmp_path: Path) -> None:
+    """A tour: the auto search measured trials 0 (705.7) and 3 (755.3) again later; the history,
+    drawn from each configuration's newest trial, left them out and its best so far read 568
+    through trials 1-4. Every measurement is drawn (one measured again later hollow), and the best
+    so far is each configuration's newest value known then."""
+    from orchestrator.report.plotdata import history_series
+    from orchestrator.report.plots import plot_history
+
+    trials = [made(0, {"batch_size": 8}, "ok", 705.7), made(1, {"batch_size": 16}, "ok", 568.0),
+              made(2, {"batch_size": 64}, "oom"), made(3, {"batch_size": 32}, "ok", 755.3),
+              made(4, {"batch_size": 32}, "ok", 700.0), made(5, {"batch_size": 8}, "ok", 690.0)]
+    assert [(n, b, again) for n, _, b, _, again in history_series(trials, "maximize")] == [
+        (0, 705.7, True), (1, 705.7, False), (2, 705.7, False), (3, 755.3, True), (4, 705.7, False), (5, 700.0, False)]
+    plot_history(trials, context(best=4), tmp_path / "history.png")
+    ax = figures["history.png"].axes[0]
+    assert "measured again later" in legend(ax) and "measured trial" in legend(ax)
 
 
 def test_the_memory_plot_puts_only_what_did_not_fit_on_the_limit_and_says_a_limit_far_above(figures: dict,
