@@ -165,6 +165,13 @@ def _live(spec: SweepSpec, study: Study) -> tuple[str | None, set[int]]:
     return (f"{len(alive)} trial(s) are running now" if alive else None), alive | _told_within(study, grace)
 
 
+def cut_off(spec: SweepSpec, study: Any) -> set[int]:
+    """The RUNNING trials no orchestrator runs now (``_live``): a killed sweep's, which the next
+    run records interrupted (a tour: ``report`` said "running" where ``check`` said "cut off")."""
+    running = {t.number for t in study.trials if t.state.name == "RUNNING"}
+    return running - _live(spec, study)[1] if running else set()
+
+
 def _told_within(study: Study, grace: datetime.timedelta) -> set[int]:
     """Trials told less than ``grace`` ago (by this clock, as Optuna's times): their
     orchestrator's writer thread may still be writing their runs."""

@@ -177,6 +177,12 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
             prov = tracking.child_tags()
     rep = build_report(spec, study, snapshot, results, best, comp, prov)
     rep.update(plots=[], plots_dir=None, mlflow=None)
+    from orchestrator.report.check import cut_off
+
+    cut = cut_off(spec, study)  # RUNNING, but no orchestrator runs them: said, as check says it
+    for row in rep["trials"]:
+        if row["number"] in cut:
+            row["cut_off"] = True
     if tracking is not None:
         from orchestrator.report.plots import remove_stale, write_plots
 

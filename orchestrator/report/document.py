@@ -195,7 +195,10 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
     for r in rows:
         note = f"repeat of #{r['repeat_of']}, not a result" if r["repeat_of"] is not None else \
             "stopped by the search's verdict; not a result" if r["detail"] == VERDICT_DETAIL else \
-            "not a result; its configuration runs again" if r["status"] == Status.INTERRUPTED else \
+            "cut off: no orchestrator is running it; the next run records it interrupted and runs it again" \
+            if r.get("cut_off") else \
+            "not a result" + ("" if r.get("retried_as") is not None else "; its configuration runs again") \
+            if r["status"] == Status.INTERRUPTED else \
             swap_note(r["metrics"]) or _short(r["detail"] or "") if r["status"] == Status.SWAPPED else \
             _short(r["detail"] or "") if r["status"] != Status.OK else _ok_note(r)
         history = retry_note(r)

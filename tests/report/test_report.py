@@ -402,6 +402,32 @@ def test_boundary_map_cell_notes(statuses: list[str], note: str) -> None:
         assert grid["values"][0][1] is None
 
 
+def test_a_running_trial_no_sweep_runs_is_said_cut_off_as_check_says(tmp_path: Path) -> None:
+    """A tour: after a SIGKILL, ``report`` said "running" with no note, where ``check`` said "RUNNING
+    in the study, but no orchestrator is running it (cut off)": a user reads a sweep still going."""
+    import fcntl
+
+    import optuna
+
+    spec = write_spec(tmp_path, SPEC)
+    (tmp_path / "mlruns").mkdir()
+    study = optuna.create_study(study_name="tiny_report", storage=f"sqlite:///{tmp_path}/mlruns/optuna.db",
+                                directions=["maximize"])
+    study.add_trial(fake(0, 8, "float32", "ok", 50.0))
+    study.ask()  # trial 1: RUNNING, its orchestrator killed
+    proc = command(["report", str(spec)], tmp_path)
+    row = next(ln for ln in proc.stdout.splitlines() if re.match(r"^\s+1  running", ln))
+    assert row.endswith("cut off: no orchestrator is running it; the next run records it interrupted and runs it "
+                        "again"), row
+    from orchestrator.store.study import _lock_path
+
+    with open(_lock_path(tmp_path / "mlruns" / "optuna.db", "tiny_report"), "w") as held:  # a sweep runs it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = command(["report", str(spec)], tmp_path)
+    row = next(ln for ln in proc.stdout.splitlines() if re.match(r"^\s+1  running", ln))
+    assert "cut off" not in row, row
+
+
 def test_interrupted_and_repeated_trials_are_shown_but_not_counted(tmp_path: Path) -> None:
     """A study as a killed and resumed sweep leaves it, read without an MLflow store."""
     import optuna
@@ -414,8 +440,9 @@ def test_interrupted_and_repeated_trials_are_shown_but_not_counted(tmp_path: Pat
     lost = fake(1, 64, "float32", "interrupted")
     repeat = fake(2, 8, "float32", "ok", 50.0)
     repeat.user_attrs["repeat_of"] = 0
-    for t in (fake(0, 8, "float32", "ok", 50.0), lost, repeat, fake(3, 64, "float32", "ok", 80.0),
-              fake(4, 512, "float32", "oom")):
+    retried = fake(3, 64, "float32", "ok", 80.0)
+    retried.user_attrs.update(retry_of=1, retry_reason="interrupted")
+    for t in (fake(0, 8, "float32", "ok", 50.0), lost, repeat, retried, fake(4, 512, "float32", "oom")):
         study.add_trial(t)
     assert [t.state for t in study.trials][1] == TrialState.FAIL
     # an earlier report's plots that this one does not draw (another --compare, a device comparison) are
@@ -430,7 +457,9 @@ def test_interrupted_and_repeated_trials_are_shown_but_not_counted(tmp_path: Pat
     assert proc.returncode == 0, proc.stderr
     rows = {int(ln.split()[0]): ln for ln in proc.stdout.splitlines() if re.match(r"^\s+\d+  [a-z]", ln)}
     assert sorted(rows) == [0, 1, 2, 3, 4]
-    assert "interrupted" in rows[1] and "not a result; its configuration runs again" in rows[1]
+    # a tour: "run again as #3; not a result; its configuration runs again", where it had run again
+    assert "interrupted" in rows[1] and rows[1].endswith("run again as #3; not a result"), rows[1]
+    assert "retry of #1 (it ended interrupted)" in rows[3]
     assert "repeat of #0, not a result" in rows[2]
     assert "Results: 2 ok, 1 oom;" in proc.stdout
     assert "2 trial(s) interrupted, running or repeated are shown above but are not results" in proc.stdout
