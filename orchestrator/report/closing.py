@@ -115,7 +115,7 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
                          "(or search.stop: budget in the spec)")
     from orchestrator.report.document import best_lines
 
-    lines += best_lines(spec, best, "Best configurations:")
+    lines += best_lines(spec, best, "Best configurations:", results)
     if not best and results and all(status_of(t) in NOT_FITTING for t in results):
         caps = [f"{k}: {spec.fixed[k]}" for k in ("cpu_memory_limit_gib", "memory_fraction") if k in spec.fixed]
         lines.append("Nothing fit: every configuration ran out of memory (or swapped, or was predicted to). "

@@ -206,7 +206,7 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
     else:
         tail = [f"Plots:   drawn in mlruns/reports/{spec.name}/ and logged on the study's MLflow parent run by: "
                 f"{paste_command(spec, 'report')} --plots"]
-    print("\n".join([render_text(spec, rep), ""] + best_lines(spec, best) + [""] + tail))
+    print("\n".join([render_text(spec, rep), ""] + best_lines(spec, best, results=results) + [""] + tail))
     return 0
 
 
@@ -249,6 +249,11 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
 
         again = sorted({Status(s).value for t in results if (s := status_of(t)) in (Status.TIMEOUT, Status.CRASHED, Status.DIVERGED)})
         run = paste_command(spec) + (f" --retry {','.join(again)}" if again else "")  # else it has nothing to run
+        from orchestrator.store.records import constraints_missed
+
+        if (missed := constraints_missed(spec, results)) is not None:  # running it again changes nothing
+            raise NothingFeasible(f"study {spec.name!r}: {missed}; the constraints are the study's: measure "
+                                  f"under others with a new `name:` (see `{paste_command(spec, 'report')}`)")
         raise NothingFeasible(f"study {spec.name!r} has no feasible measured trial yet; "
                               f"run `{run}` (or see `{paste_command(spec, 'report')}`)")
     t = pick_best(spec, best)

@@ -308,11 +308,16 @@ def pick_best(spec: SweepSpec, best: list[Any]) -> Any:
     return min(best, key=lambda t: sign * t.values[0])
 
 
-def best_lines(spec: SweepSpec, best: list[Any], header: str = "Best feasible configurations:") -> list[str]:
+def best_lines(spec: SweepSpec, best: list[Any], header: str = "Best feasible configurations:",
+               results: list[Any] | None = None) -> list[str]:
     """The ranked table and the one best (``pick_best``: on a front, the member best on the first
-    objective) with its command: the same in ``report`` and in a sweep's own summary."""
+    objective) with its command: the same in ``report`` and in a sweep's own summary; with no
+    best, why (``results``: the constraints each result broke)."""
+    from orchestrator.store.records import constraints_missed
+
     multi = len(spec.objective.metrics) > 1
-    out = ["Pareto front:" if multi else header] + best_table(spec, best)
+    missed = constraints_missed(spec, results) if results and not best else None
+    out = ["Pareto front:" if multi else header] + best_table(spec, best, missed=missed)
     b = pick_best(spec, best)
     if b is not None:
         m = TrialRecord.of(b).metrics

@@ -90,9 +90,10 @@ def status_counts(trials: list[Any]) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s)) or "none yet"
 
 
-def best_table(spec: SweepSpec, best: list[Any], limit: int = 5) -> list[str]:
+def best_table(spec: SweepSpec, best: list[Any], limit: int = 5, missed: str | None = None) -> list[str]:
+    """The ranked table; none yet, or (``missed``: ``records.constraints_missed``) why none is feasible."""
     if not best:
-        return ["No configuration has a feasible measured result yet."]
+        return [f"None: {missed}." if missed else "No configuration has a feasible measured result yet."]
     names = [m for m, _ in spec.objective.metrics]
     memory = M.PEAK_MEMORY_GIB not in names  # its own column, unless it is an objective's (a Pareto front's)
     shown = best[:limit]

@@ -1009,3 +1009,33 @@ def test_a_comparison_of_many_configurations_keeps_each_speedup_readable(figures
     assert len(notes) == 24 and {t.get_rotation() for t in notes} == {90.0}
     top = max(t.xy[1] for t in notes)
     assert ax.get_ylim()[1] >= 10 * top * 0.99  # room above the tallest bar for its upright note
+
+
+def test_no_feasible_result_because_of_a_constraint_says_which_and_how_near(tmp_path: Path) -> None:
+    """A tour: a 0.1-GiB budget over trials that peaked at 0.24 GiB read "No configuration has a
+    feasible measured result yet", and ``best`` said to run the finished sweep again."""
+    from types import SimpleNamespace
+
+    from optuna.trial import TrialState
+
+    from orchestrator.report.document import best_lines
+    from orchestrator.spec.load import load_spec
+    from orchestrator.store.records import constraints_missed
+
+    spec = load_spec(write_spec(tmp_path, SPEC.rstrip() + "\n    objective:\n      metric: samples_per_s\n"
+                                "      constraints:\n        peak_memory_gib: {max: 0.1}\n        samples_per_s: {min: 10}\n"))
+
+    def trial(number: int, peak: float, violations: dict[str, float]) -> Any:
+        return SimpleNamespace(number=number, state=TrialState.COMPLETE, values=[100.0 + number],
+                               params={"batch_size": 8 * (number + 1)}, constraints=violations,
+                               user_attrs={"status": "ok", "metrics": {"peak_memory_gib": peak, "samples_per_s": 100.0 + number}})
+
+    results = [trial(0, 0.31, {"fits": -1.0, "peak_memory_gib": 0.21, "samples_per_s": -90.0}),
+               trial(1, 0.237, {"fits": -1.0, "peak_memory_gib": 0.137, "samples_per_s": -91.0})]
+    missed = constraints_missed(spec, results)
+    assert missed == ("no measured configuration meets the constraints: peak_memory_gib <= 0.1 (lowest measured "
+                      "0.237, trial 1); samples_per_s >= 10 (highest measured 101, trial 1)"), missed
+    assert best_lines(spec, [], results=results)[1] == f"None: {missed}."
+    results[1].constraints["peak_memory_gib"] = -0.01  # one fits: a best, nothing to say
+    assert constraints_missed(spec, results) is None
+    assert best_lines(spec, [])[1] == "No configuration has a feasible measured result yet."
