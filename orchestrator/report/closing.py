@@ -16,7 +16,7 @@ from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
 from orchestrator.store.record import TrialRecord, has_status, status_of
 from orchestrator.urls import Origins, command_flags, from_environment, is_tracking_server
-from orchestrator.report.summary import fmt_params, fmt_seconds, status_counts
+from orchestrator.report.summary import fmt_params, fmt_seconds, of_target, status_counts
 
 if TYPE_CHECKING:
     from orchestrator.search.space import Plan
@@ -49,7 +49,7 @@ def trial_time_s(trials: list[Any]) -> float:
 def description(spec: SweepSpec, results: list[Any], best: list[Any], target: int, spent_s: float,
                 stopped_because: str | None) -> str:
     """The study's MLflow parent run's description (markdown)."""
-    out = [f"**{spec.name}**: {len(results)} of {target} trials ({status_counts(results)}); "
+    out = [f"**{spec.name}**: {of_target(len(results), target)} trials ({status_counts(results)}); "
            f"{fmt_seconds(spent_s)} of trial time."]
     if stopped_because:
         out.append(f"Stopped: {stopped_because}.")
@@ -102,7 +102,7 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
     from orchestrator.urls import absolute_uri
 
     failed = f"; {errors} ended 'error' (not results: they run again on the next run)" if errors else ""
-    lines = ["", f"{spec.name}: {len(results)} of {target} trials have a result ({status_counts(results)}){failed}; "
+    lines = ["", f"{spec.name}: {of_target(len(results), target)} trials have a result ({status_counts(results)}){failed}; "
              f"trial time {fmt_seconds(spent_s)}, this run {fmt_seconds(elapsed_s)}."]
     if errors and first_error is not None:
         lines.append(f"First error: {first_error[0]}" + (f"; its log: {first_error[1]}" if first_error[1] else ""))

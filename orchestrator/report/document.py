@@ -21,7 +21,7 @@ from orchestrator.harness import spread, swap
 from orchestrator.outcome import RESULT_STATUSES, VERDICT_DETAIL, Status
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
-from orchestrator.report.summary import best_table, fmt_num, fmt_params, fmt_seconds
+from orchestrator.report.summary import best_table, fmt_num, fmt_params, fmt_seconds, of_target
 from orchestrator.store.record import HasAttrs, TrialRecord, status_of
 from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.urls import absolute_uri
@@ -189,7 +189,7 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
         f" {'samples/s':>10s} {'+-95%':>7s} {'peak GiB':>8s} {'time s':>7s}" + \
         (f"  {'slot':<{slot_w}s}" if slot_w else "") + "  note"
     where = rep["device"] + (f" ({rep['device_name']})" if rep["device_name"] else "")
-    lines = [f"{spec.name}: {rep['results']} of {rep['target'] or '?'} trials have a result; on {where}"
+    lines = [f"{spec.name}: {of_target(rep['results'], rep['target'] or '?')} trials have a result; on {where}"
              + (f", torch {rep['torch_version']}" if rep["torch_version"] else ""),
              f"Study: {rep['storage']} (study {spec.name!r})", "", head]
     for r in rows:

@@ -32,6 +32,7 @@ def finished(spec: SweepSpec, origins: Origins) -> tuple[list[str], StoredStudy]
     """The lines to print for a study with nothing to run, and the study as read (``--export``
     writes its best from it), or None (see the module)."""
     from orchestrator.report.closing import parent_close, summary, target_of, trial_time_s
+    from orchestrator.report.summary import of_target
     from orchestrator.machine import facts
     from orchestrator.store.agreement import recorded
     from orchestrator.store.record import TrialRecord, is_attempt, status_of
@@ -98,7 +99,7 @@ def finished(spec: SweepSpec, origins: Origins) -> tuple[list[str], StoredStudy]
                                    "MLflow's missing records once the store can be written") from None
         repaired = Settled(n, 0).lines() + [f"orchestrate: {line}" for line in said]
     first = (f"orchestrate: {spec.name} on {', '.join(plan.devices)} (as recorded with the study: nothing to "
-             f"run, so nothing was started), torch {machine['torch_version']}; {len(results)} of {target} trials done")
+             f"run, so nothing was started), torch {machine['torch_version']}; {of_target(len(results), target)} trials done")
     best = rank(results, spec)
     last_load = attrs.load[-1] if attrs.load else None
     return [first] + summary(spec, results, best, target, trial_time_s(trials), 0.0, stopped,

@@ -83,6 +83,12 @@ def describe_dim(dim: object) -> str:
     return f"{dim.low}..{dim.high}{extra}"
 
 
+def of_target(done: int, target: int | str) -> str:
+    """``3 of 6``; a study that holds more than ``search.n_trials`` asks for now (lowered after it
+    ran: a tour read "6 of 3 trials done") is ``6 (search.n_trials: 3)``."""
+    return f"{done} (search.n_trials: {target})" if isinstance(target, int) and done > target else f"{done} of {target}"
+
+
 def status_counts(trials: list[Any]) -> str:
     counts = Counter(status_of(t) or "?" for t in trials)
     order = [Status.OK, Status.OOM, Status.SWAPPED, Status.SKIPPED, Status.TIMEOUT, Status.CRASHED, Status.ERROR,

@@ -215,7 +215,7 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
     from orchestrator.outcome import RUN_AGAIN, Status
     from orchestrator.store.record import TrialRecord
     from orchestrator.store.records import result_trials
-    from orchestrator.report.summary import params_width, trial_line
+    from orchestrator.report.summary import of_target, params_width, trial_line
 
     spec, probe, slots, load, queued = r.spec, r.found, r.slots, r.load, r.queued
     done = len(result_trials(r.study)) - sum(n for s, n in queued.items() if s not in RUN_AGAIN)  # type: ignore[arg-type]  # the study: opened before
@@ -233,7 +233,7 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
             again.append(f"{count} '{status}' result(s) will run again (--retry)")
     print(f"orchestrate: {spec.name} on {where}, torch {probe.get('torch_version')}; "
           f"{n if n is not None else 'continuous'} configuration{'' if n == 1 else 's'}, {sweep.proposer.strategy.label}; "
-          f"{done} of {sweep.target} trials done"
+          f"{of_target(done, sweep.target)} trials done"
           + "".join(f"; {a}" for a in again), flush=True)
     if r.recovery is not None and r.recovery.left:  # an edited spec of a study with no result
         from orchestrator.report.summary import fmt_params

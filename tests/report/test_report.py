@@ -1039,3 +1039,11 @@ def test_no_feasible_result_because_of_a_constraint_says_which_and_how_near(tmp_
     results[1].constraints["peak_memory_gib"] = -0.01  # one fits: a best, nothing to say
     assert constraints_missed(spec, results) is None
     assert best_lines(spec, [])[1] == "No configuration has a feasible measured result yet."
+
+
+def test_a_study_holding_more_than_n_trials_asks_says_so() -> None:
+    """A tour lowered ``search.n_trials`` to 3 on a study of 6 results: "6 of 3 trials done"."""
+    from orchestrator.report.summary import of_target
+
+    assert [of_target(6, 3), of_target(3, 6), of_target(6, 6), of_target(2, "?")] == [
+        "6 (search.n_trials: 3)", "3 of 6", "6 of 6", "2 of ?"]
