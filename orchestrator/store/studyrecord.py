@@ -27,8 +27,11 @@ LOAD_ATTR = "orchestrate.load"
 """``[{"at", "cores", "before", "during": {"min", "median", "max"}, "readings", "steal", "stopped"}, ...]``: the
 machine's load before and during each run of the sweep (``machineload``), the last ten."""
 
+SCRIPT_ATTR = "orchestrate.script"
+"""``{"path", "sha256"}``: a script spec's file as the study's last run read it (``stores.script_changed``)."""
+
 KEYS = {"fingerprint": FINGERPRINT_ATTR, "uid": UID_ATTR, "machine": MACHINE_ATTR, "recorded": RECORDED_ATTR,
-        "parent_run_id": PARENT_RUN_ATTR, "load": LOAD_ATTR}
+        "parent_run_id": PARENT_RUN_ATTR, "load": LOAD_ATTR, "script": SCRIPT_ATTR}
 """Each field of ``StudyRecord`` and the attribute that stores it."""
 
 
@@ -48,6 +51,8 @@ class StudyRecord:
     """The study's MLflow parent run."""
     load: list[dict[str, Any]] | None = None
     """The machine's load before and during each run of the sweep (``machineload.LoadLog.summary``)."""
+    script: dict[str, Any] | None = None
+    """A script spec's file as the last run read it: ``{"path", "sha256"}``."""
 
     @classmethod
     def of(cls, study: Study | StoredStudy) -> StudyRecord:

@@ -112,11 +112,33 @@ def open_stores(r: Run, new_study: bool) -> None:
         now = {**facts(plan.devices), "slots": [s.name for s in r.slots]}  # read once, for both
         r.elsewhere = elsewhere(recorded.machine, study, now)
         record_machine(study, now, r.limit_gib, r.native, recorded.machine)
+        r.script_changed = script_changed(spec, study, recorded.script)
         parent = r.sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, recorded.uid)  # type: ignore[arg-type]  # open_study wrote the uid
         if recorded.parent_run_id != parent:
             write_study(study, parent_run_id=parent)
     event("stores_opened")
     r.work_dir = trialdir.root(spec.name, recorded.uid)  # type: ignore[arg-type]  # open_study wrote the uid
+
+
+def script_changed(spec: SweepSpec, study: Any, before: dict[str, Any] | None) -> str | None:
+    """A script spec's code as this run reads it, kept with the study; a line where it changed
+    since the study's last run and the study holds results, which are then ranked with results of
+    other code (a tour edited the script between two runs: the new trials ran 5x slower and the
+    old ones led the table, with nothing said)."""
+    from orchestrator.scriptsource import digest
+    from orchestrator.store.fingerprint import holds_results
+    from orchestrator.store.studyrecord import write_study
+
+    if spec.script_file is None or (now := digest(str(spec.script_file))) is None:
+        return None
+    if before is not None and before.get("sha256") == now:
+        return None
+    write_study(study, script={"path": str(spec.script_file), "sha256": now})
+    if before is None or not holds_results(study.get_trials(deepcopy=False)):
+        return None
+    return (f"  {spec.script} changed since this study's last run (sha256 {before.get('sha256', '?')[:8]} -> "
+            f"{now[:8]}): the results measured with the code before are ranked with those measured now; give "
+            "the spec a new `name:` to measure the new code apart")
 
 
 def recover(r: Run, retry: tuple[str, ...]) -> None:

@@ -64,6 +64,12 @@ def test_a_plain_script_is_measured_its_oom_recorded_and_its_best_is_a_command(t
     assert best.stdout.rstrip().endswith("--width 4 --device cpu")
     dry = orchestrate(["spec.yaml", "--dry-run"], tmp_path)
     assert "python train.py --batch-size 131072 --precision bf16 --width 4 --device cpu" in dry.stdout
+    # the script's code edited, then run again: said once (a tour's new trials ran 5x slower, ranked with the old)
+    (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text() + "\n# tuned\n")
+    again = orchestrate(["spec.yaml", "--retry", "oom"], tmp_path)
+    assert again.returncode == 0 and again.stdout.count(" changed since this study's last run") == 1, again.stdout
+    assert "\n  train.py changed since this study's last run (sha256 " in again.stdout, again.stdout
+    assert " changed since" not in orchestrate(["spec.yaml", "--retry", "oom"], tmp_path).stdout
     assert not processes_under(tmp_path)
 
 
