@@ -235,7 +235,7 @@ def _repair(spec: SweepSpec, restored: list[str]) -> int:
 
         done = len(result_trials(study)) >= target
         return parent_close(spec, study.get_trials(deepcopy=False), target, status="FINISHED" if done else "KILLED")
-    return repair(spec, close, files=True, restored=restored)
+    return repair(spec, close, files=True, restored=restored, alone="check --repair")
 
 
 if __name__ == "__main__":

@@ -195,7 +195,7 @@ def refuse_if_running(spec: SweepSpec, study: object) -> None:
     from orchestrator.urls import sqlite_path
 
     if sqlite_path(spec.storage) is not None:
-        check_not_locked(spec.storage, spec.name)  # one line naming the holder's pid
+        check_not_locked(spec.storage, spec.name, "delete")  # one line naming the holder's pid
         return
     from orchestrator.store.optuna_sql import live_trials
 

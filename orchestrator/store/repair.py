@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, float]]], files: bool = False,
-           restored: list[str] | None = None) -> int:
+           restored: list[str] | None = None, alone: str | None = None) -> int:
     """Repair the spec's study's MLflow records; returns how many trials' records were written.
     ``close(study)``: the parent run's status, description and metrics; ``files``: compare each
     run's files too (a call to MLflow per run and folder), and write back each trial folder gone
@@ -42,7 +42,7 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
     from orchestrator.urls import absolute_uri
 
     shared = is_shared(spec.storage)
-    with study_lock(spec.storage, spec.name):
+    with study_lock(spec.storage, spec.name, alone):  # alone: the command to name where a sweep holds it
         study = load_study(spec.storage, spec.name, spec.search.grace_period_s)
         tracker = Tracker(spec.tracking_uri, spec.name, _outage(spec), swept=tuple(spec.space))
         if restored is not None:

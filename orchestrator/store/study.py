@@ -137,7 +137,7 @@ def _alive(pid: str) -> bool:
 
 
 @contextmanager
-def study_lock(url: str, name: str) -> Iterator[None]:
+def study_lock(url: str, name: str, alone: str | None = None) -> Iterator[None]:
     """One orchestrator per SQLite study: SQLite cannot coordinate workers safely (notes).
     ``flock`` is released by the OS when the holder dies, even by SIGKILL. The lock file is removed
     when the run ends, still locked (a file left by a killed run goes at the next run's end): an
@@ -158,7 +158,7 @@ def study_lock(url: str, name: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            held = _held(fd, name, lock_path)
+            held = _held(fd, name, lock_path, alone)
             os.close(fd)
             raise held from None
         if _is_at(fd, lock_path):
@@ -189,7 +189,7 @@ def _is_at(fd: int, path: Path) -> bool:
     return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
 
 
-def check_not_locked(url: str, name: str) -> None:
+def check_not_locked(url: str, name: str, alone: str | None = None) -> None:
     """Refuse at once, before the probe imports torch beside the running sweep's trials, when
     another orchestrator holds the SQLite study's lock (creates nothing; ``study_lock`` still
     decides a race). A lock file nobody holds, left by a killed run, is removed."""
@@ -206,7 +206,7 @@ def check_not_locked(url: str, name: str) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise _held(fd, name, lock_path) from None
+        raise _held(fd, name, lock_path, alone) from None
     else:
         if _is_at(fd, lock_path):  # left by a run that was killed: removed, still locked (study_lock)
             try:
@@ -221,12 +221,14 @@ def _lock_path(db: Path, name: str) -> Path:
     return db.with_name(f"{db.name}.{name}.lock")
 
 
-def _held(fd: int, name: str, lock_path: Path) -> StudyError:
+def _held(fd: int, name: str, lock_path: Path, alone: str | None = None) -> StudyError:
+    """``alone``: a command that changes a study no sweep runs (``check --repair``, ``delete``),
+    named in the way forward instead of a sweep's."""
     holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-    return StudyError(f"study {name!r} is being run by another orchestrate (pid {holder}); "
-                      f"lock {lock_path}. SQLite serves one orchestrator per study: wait for it, or "
-                      "run several at once on a PostgreSQL study (--storage postgresql://...; "
-                      "see docs/scale.md)")
+    forward = (f"{alone} changes a study only while no sweep runs it: run it again once that one has ended"
+               if alone else "SQLite serves one orchestrator per study: wait for it, or run several at once on a "
+               "PostgreSQL study (--storage postgresql://...; see docs/scale.md)")
+    return StudyError(f"study {name!r} is being run by another orchestrate (pid {holder}); lock {lock_path}. {forward}")
 
 
 POOL = {"pool_size": 2, "max_overflow": 2}

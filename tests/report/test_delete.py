@@ -138,7 +138,13 @@ def test_a_study_being_run_is_not_deleted(project: Path) -> None:
     optuna.create_study(study_name="gone", storage=storage).set_user_attr("orchestrate.uid", "abc")
     with study_lock(storage, "gone"):
         proc = run(["delete", str(spec), "--yes"], project)
+        repair = run(["check", str(spec), "--repair"], project)
     assert proc.returncode == 2 and "is being run by another orchestrate" in proc.stderr
+    # a tour: the way forward was a sweep's, "or run several at once on a PostgreSQL study"
+    assert proc.stderr.rstrip().endswith("delete changes a study only while no sweep runs it: run it again once "
+                                         "that one has ended"), proc.stderr
+    assert repair.returncode == 2 and repair.stderr.count("\n") == 1 and repair.stderr.rstrip().endswith(
+        "check --repair changes a study only while no sweep runs it: run it again once that one has ended"), repair.stderr
     assert study_names(storage) == ["gone"]
 
 
