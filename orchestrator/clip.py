@@ -33,12 +33,13 @@ PRINTED = "; it printed: "
 def short_detail(detail: str, width: int) -> str:
     """A trial's failure for a line: without the CPU allocator's boilerplate, which would push its
     message ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ...") out. Where a
-    script's failure is followed by what it printed last, the end of that is kept, its last line
-    whole where it fits (argparse's usage lines come before its ``error: ...``), and at least a
-    third of the line for the failure's first words before it."""
+    script exited with no exception of its own (``the script exited ...``), what it printed last
+    says why: the end of that is kept, its last line whole where it fits (argparse's usage lines
+    come before its ``error: ...``), with at least a third of the line for the failure's first
+    words. A script's exception is kept first (after it, Lightning's last line is a tip)."""
     text = clip(CPU_ALLOCATOR_NOISE.sub("", detail), len(detail) + 1)  # the first line, whole
     head, said, tail = text.partition(PRINTED)
-    if not said or len(text) <= width:
+    if not said or len(text) <= width or not head.startswith("the script exited"):
         return clip(text, width)
     last = tail.rsplit(" | ", 1)[-1]  # scriptfile.last_lines joins the lines with " | "
     room = min(max(width - len(head) - len(PRINTED), len(last) + 1), width - len(PRINTED) - width // 3)

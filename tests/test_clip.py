@@ -68,3 +68,14 @@ def test_a_script_s_failure_keeps_the_end_of_what_it_printed(width: int) -> None
     if width >= 110:
         assert "invalid choice: 'fp8'" in tail, out
     assert short_detail(USAGE, len(USAGE)) == USAGE
+
+
+def test_a_script_s_exception_is_kept_before_what_it_printed() -> None:
+    """A Lightning tour: its last printed line is a tip, and the exception was cut to
+    ``RuntimeError: SaveConfigCallback…`` to keep it."""
+    detail = ("RuntimeError: SaveConfigCallback expected /p/config.yaml to NOT exist. Aborting to avoid overwriting "
+              "results of a previous run. at train_cli.py:40; it printed: 💡 Tip: For seamless cloud logging and "
+              "experiment tracking, try installing [litlogger] to enable LitLogger, which logs metrics and "
+              "artifacts automatically to the Lightning Experiments platform.")
+    assert short_detail(detail, 120) == clip(detail, 120)
+    assert short_detail(detail, 120).startswith("RuntimeError: SaveConfigCallback expected /p/config.yaml to NOT exist.")

@@ -43,7 +43,8 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from orchestrator import metrics as M
-from orchestrator.harness import backend, hostcpu, saves, swap
+from orchestrator.harness import backend, hostcpu, saves, scriptenv, swap
+from orchestrator.harness.scriptenv import Unmeasurable
 from orchestrator.harness.batches import counting_batches, first_dimension
 from orchestrator.harness.window import StepTimes, closes
 from orchestrator.harness import marks as MK
@@ -71,13 +72,6 @@ class ScriptEnded(Exception):
             text = (f"the script ended{_code(code)} after {steps} optimizer step(s), before its window closed "
                     f"({needed}): let it train for longer (more epochs or steps)")
         super().__init__(text)
-
-
-class Unmeasurable(Exception):
-    """The harness's own finding that it cannot measure what the script does (no samples counted,
-    the wrong device): said as it is, not as the script's exception at the script's line."""
-
-    ended = True
 
 
 def _code(code: object) -> str:
@@ -132,7 +126,7 @@ class Meter:
         self.cpu_start = hostcpu.CpuSample(None, None, 0.0)  # read as the window opens (_open)
         self.abort = abort
         """Ends the process on ``Unmeasurable`` (``run``'s ``abort``); None: raised into the script."""
-        self.thread_env = {name: os.environ.get(name) for name in THREAD_VARS}
+        self.thread_env = {name: os.environ.get(name) for name in scriptenv.THREAD_VARS}
         """The thread counts' variables before the script ran (``follow_threads``)."""
 
     # -- the two counters ----------------------------------------------------------------------
@@ -190,7 +184,7 @@ class Meter:
     def on_step(self, *_: object) -> None:
         self.steps += 1
         if self.steps == 1:
-            follow_threads(self.thread_env)
+            scriptenv.follow_threads(self.thread_env)
         self.progress.step = self.steps
         if not self.window_open:
             if self.steps >= self.trial.warmup_steps:
@@ -243,7 +237,7 @@ class Meter:
         elapsed = time.perf_counter() - self.t0
         cpu_end = hostcpu.read()
         self.progress.mark(MK.WINDOW_END)
-        check_device(self.device)
+        scriptenv.check_device(self.device)
         out = self.figures(elapsed, swap.read_swap(), cpu_end)
         self.progress.after_window()  # read from the device: the next process may start beside it
         self.finish(out)
@@ -271,6 +265,8 @@ class Meter:
                                "(the script drew no batch from a torch DataLoader, or its batches hold no tensor "
                                "the harness can count, such as a dataclass)")
         tokens = drawn_tokens if self.per_step is None and drawn_tokens else None
+        if (world := scriptenv.world_size()) > 1 and self.per_step is None:  # data parallel: each rank its own batches
+            samples, tokens = samples * world, tokens and tokens * world
         import statistics
 
         result_metrics: dict[str, float | None] = {
@@ -300,6 +296,8 @@ class Meter:
         if others and self.per_step is None:
             info["other_batches"] = others
         info.update(saves.figures(self.saved, step_ms))
+        if world > 1:
+            info["world_size"] = world
         if self.per_step is not None and drawn:  # both counts: the sweep says where they differ (batchflag)
             info["dataloader_samples_per_step"] = drawn / steps
         out: dict[str, Any] = {"finite": True, "metrics": result_metrics, "device": self.device, "info": info}
@@ -314,32 +312,6 @@ def on_every_step(hook: Callable[..., None]) -> Any:
     its graph, and each step's new marks recompiled it (40 ms a step for 0.6 ms, until Dynamo's
     recompile limit)."""
     return register_optimizer_step_post_hook(torch.compiler.disable(hook))
-
-
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def follow_threads(before: dict[str, str | None]) -> None:
-    """A script that sets ``OMP_NUM_THREADS`` (or MKL's) at its top, before importing torch, runs
-    with that many threads as ``python train.py``: torch reads it as it loads. Here torch was
-    loaded before the script ran (the fork server's import, the harness's own), so at the first
-    step the count is set as the script asked (a tour: 2 threads where the script set 1)."""
-    for name in THREAD_VARS:
-        value = os.environ.get(name, "")
-        if value != (before.get(name) or "") and value.isdigit() and int(value) > 0:
-            torch.set_num_threads(int(value))
-            return
-
-
-def check_device(device: str) -> None:
-    """The script trained where the spec says, else the window measured the wrong device (its
-    synchronize and its memory): raised from the step hook, it ends the trial as an error."""
-    if device == "cpu" and torch.cuda.is_initialized():
-        raise Unmeasurable("the spec's device is cpu but the script used CUDA: pass the device to it "
-                           "(e.g. \"--device\", \"{device}\" in args), or set device: cuda")
-    if device == "cuda" and not torch.cuda.max_memory_allocated():
-        raise Unmeasurable("the spec's device is cuda but the script put nothing on the GPU: pass the device "
-                           "to it (e.g. \"--device\", \"{device}\" in args), or set device: cpu")
 
 
 def run(config: TrialConfig, progress: Progress, finish: Callable[[dict[str, Any]], None],

@@ -16,7 +16,6 @@ and tracking servers alike; torch is never imported.
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from orchestrator.errors import OrchestratorError, StudyError, UsageParser, firs
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec, load_guarded
 from orchestrator.store.agreement import Difference, compare
+from orchestrator.report.live import running_now
 from orchestrator.store.record import TrialRecord
 from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri, sqlite_path
 
@@ -95,7 +95,7 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
     root = _folder_root(study, spec.name, uid)
     folders = {n: p for p in (root.iterdir() if root.is_dir() else []) if (n := trialdir.number_of(p)) is not None}
     study = open_study(spec, "check")
-    live, in_flight = _live(spec, study)
+    live, in_flight = running_now(spec, study)
     moved = _moved(spec, experiment)
     found = compare(study.trials, runs, lambda n: trialdir.folder(root, n), in_flight, folders,
                     artifacts(client) if client is not None and moved is None else None)
@@ -143,40 +143,6 @@ def _lines(found: list[Difference]) -> list[str]:
     out += [f"... and {n - SHOWN_PER_KIND} more of this kind ({kind})" for kind, n in per_kind.items()
             if n > SHOWN_PER_KIND]
     return out
-
-
-def _live(spec: SweepSpec, study: Study) -> tuple[str | None, set[int]]:
-    """Whether a sweep runs the study now (what to say, or None), and the trial numbers it has
-    in flight: RUNNING ones, and those told less than a grace period ago."""
-    from orchestrator.store.study import check_not_locked
-    from orchestrator.urls import sqlite_path
-
-    grace = datetime.timedelta(seconds=spec.search.grace_period_s)
-    running = {t.number for t in study.trials if t.state.name == "RUNNING"}
-    if sqlite_path(spec.storage) is not None:
-        try:
-            check_not_locked(spec.storage, spec.name)
-            return None, set()
-        except StudyError:
-            return "a sweep is running this study now", running | _told_within(study, grace)
-    from orchestrator.store.optuna_sql import live_trials
-
-    alive = live_trials(spec.storage, spec.name, grace.total_seconds())
-    return (f"{len(alive)} trial(s) are running now" if alive else None), alive | _told_within(study, grace)
-
-
-def cut_off(spec: SweepSpec, study: Any) -> set[int]:
-    """The RUNNING trials no orchestrator runs now (``_live``): a killed sweep's, which the next
-    run records interrupted (a tour: ``report`` said "running" where ``check`` said "cut off")."""
-    running = {t.number for t in study.trials if t.state.name == "RUNNING"}
-    return running - _live(spec, study)[1] if running else set()
-
-
-def _told_within(study: Study, grace: datetime.timedelta) -> set[int]:
-    """Trials told less than ``grace`` ago (by this clock, as Optuna's times): their
-    orchestrator's writer thread may still be writing their runs."""
-    now = datetime.datetime.now()
-    return {t.number for t in study.trials if t.datetime_complete is not None and now - t.datetime_complete < grace}
 
 
 def _mlflow(spec: SweepSpec, uid: str) -> tuple[Any, Any, Any, dict[int, list[Any]]]:

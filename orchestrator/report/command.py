@@ -177,7 +177,7 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
             prov = tracking.child_tags()
     rep = build_report(spec, study, snapshot, results, best, comp, prov)
     rep.update(plots=[], plots_dir=None, mlflow=None)
-    from orchestrator.report.check import cut_off
+    from orchestrator.report.live import cut_off
 
     cut = cut_off(spec, study)  # RUNNING, but no orchestrator runs them: said, as check says it
     for row in rep["trials"]:

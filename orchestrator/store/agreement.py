@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Iterable
 from orchestrator import metrics as M
 from orchestrator import trialdir
 from orchestrator.protocol import TrialResult, decode_result
+from orchestrator.errors import first_line
 from orchestrator.outcome import Status
 from orchestrator.store.record import TrialRecord
 from orchestrator.store.records import run_metrics, run_tags, trial_trace_tags
@@ -41,6 +42,7 @@ KINDS = {  # kind -> what the line says is wrong, and whether `check --repair` r
     "no_folder": True,  # written back from its run's copies (``repair.restore_folders``)
     "folder_files": True,  # the same, for files gone from a folder that is there
     "lost_folder": False,  # missing, and its run holds no copy to write back
+    "unlisted": False,  # its run's files could not be listed: nothing known to repair (check again)
     "no_study": False,  # runs of a study deleted another way: `orchestrate delete SPEC --leftovers`
     "moved": True,  # MLflow's artifact locations name the folder this one was moved or copied from
 }
@@ -148,17 +150,10 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
                               TrialRecord.of(t).mlflow_run_id, artifacts)
         rec = TrialRecord.of(t)
         ran_in = rec.trial_dir if rec.ran_here else None  # another host's folder is on its disk
-        if folders is not None and ran_in and not Path(ran_in).is_dir():
-            missing = f"trial {t.number}: its folder {ran_in} is missing (its configuration, log and result are gone from disk"
-            if _lacking(artifacts, rec, Path(ran_in)):  # what the run holds, all of it lacking
-                out.append(Difference("no_folder", f"{missing}; its MLflow run keeps the copies it logged, which "
-                                      "--repair writes back)", t.number))
-            else:
-                out.append(Difference("lost_folder", f"{missing}, and its MLflow run holds no copy of them)", t.number))
-        elif folders is not None and ran_in and (lacking := _lacking(artifacts, rec, Path(ran_in))):
-            out.append(Difference("folder_files", f"trial {t.number}: its folder {ran_in} lacks {', '.join(lacking)} "
-                                  "(deleted from disk; its MLflow run keeps the copies it logged, which --repair "
-                                  "writes back)", t.number))
+        try:
+            out += _folder_differences(t.number, rec, ran_in if folders is not None else None, artifacts)
+        except Unlisted as exc:
+            out.append(Difference("unlisted", f"trial {t.number}: {exc}", t.number))
     for number in sorted(set(runs) - numbers):
         ids = ", ".join(r.info.run_id for r in runs[number])
         out.append(Difference("orphan_run", f"MLflow run(s) {ids} tagged trial_number={number}: the study has "
@@ -170,16 +165,42 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
     return out
 
 
+def _folder_differences(number: int, rec: TrialRecord, ran_in: str | None,
+                        artifacts: Callable[[str, str | None], set[str]] | None) -> list[Difference]:
+    """A trial's folder (``ran_in``: where it ran on this host, if folders are compared) gone, or
+    lacking files its MLflow run holds."""
+    if not ran_in:
+        return []
+    if not Path(ran_in).is_dir():
+        missing = f"trial {number}: its folder {ran_in} is missing (its configuration, log and result are gone from disk"
+        if _lacking(artifacts, rec, Path(ran_in)):  # what the run holds, all of it lacking
+            return [Difference("no_folder", f"{missing}; its MLflow run keeps the copies it logged, which --repair "
+                               "writes back)", number)]
+        return [Difference("lost_folder", f"{missing}, and its MLflow run holds no copy of them)", number)]
+    if lacking := _lacking(artifacts, rec, Path(ran_in)):
+        return [Difference("folder_files", f"trial {number}: its folder {ran_in} lacks {', '.join(lacking)} (deleted "
+                           "from disk; its MLflow run keeps the copies it logged, which --repair writes back)", number)]
+    return []
+
+
 def _lacking(artifacts: Callable[[str, str | None], set[str]] | None, record: TrialRecord, folder: Path) -> list[str]:
     """``lacking_files`` of a trial's folder (every copy its run holds, where the folder is gone), where
-    MLflow can be asked (``artifacts`` not given: no MLflow experiment; none where the run is gone)."""
+    MLflow can be asked (``artifacts`` not given: no MLflow experiment; none where the run is gone).
+    Any other failure to list them is raised (``Unlisted``): it was "none lacking", and ``check``
+    could say the stores agree about a folder whose files were deleted."""
     run_id = record.mlflow_run_id
     if artifacts is None or not run_id:
         return []
     try:
         return lacking_files(folder, record.process_count, lambda sub: artifacts(run_id, sub))
-    except Exception:  # noqa: BLE001 - the run itself gone (MLflow's error): nothing to write back
-        return []
+    except Exception as exc:  # noqa: BLE001 - the run itself gone (MLflow's error): nothing to write back
+        if getattr(exc, "error_code", None) == "RESOURCE_DOES_NOT_EXIST":
+            return []
+        raise Unlisted(f"its MLflow run's files could not be listed ({first_line(exc)}); check again") from exc
+
+
+class Unlisted(Exception):
+    """A trial's MLflow run's files could not be listed: a difference of its own (``compare``)."""
 
 
 def keeper(runs: list[Run], run_id: str | None) -> Run:

@@ -7,9 +7,12 @@ as it is now; one with a result, or a trial running, refuses it."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from orchestrator.errors import StudyError
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
 from orchestrator.redact import shown
 from orchestrator.spec.load import SweepSpec
 
@@ -77,7 +80,7 @@ def conflict(wanted: dict[str, Any], trials: list[Any]) -> str | None:
     return None
 
 
-def _as_json(distribution: Any) -> str:
+def _as_json(distribution: BaseDistribution) -> str:
     from optuna.distributions import distribution_to_json
 
     return distribution_to_json(distribution)

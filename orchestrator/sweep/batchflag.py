@@ -1,7 +1,8 @@
 """What a script sweep's DataLoader counts show, each said once, as soon as it shows: a swept batch
 size that does not reach the script, an evaluation loop inside the timed windows, and a
 ``samples_per_step`` the DataLoader's own count contradicts; also checkpoints saved inside the
-windows (``result.info["saves"]``, ``harness/saves.py``), whose time counts as training.
+windows (``result.info["saves"]``, ``harness/saves.py``), whose time counts as training, and a
+script that trained in several processes (``result.info["world_size"]``: rank 0's count scaled).
 
 A script takes its parameters through its flags (``args``); one that ignores the batch-size flag
 (a hard-coded ``batch_size=16`` in its DataLoader) trains the same batch in every trial, and the
@@ -36,6 +37,8 @@ class BatchFlag:
         """The evaluation-inside-the-window line is still to say."""
         self.saving = script
         """The checkpoints-inside-the-window line is still to say."""
+        self.ranks = script
+        """The line on a script that trained in several processes (``info["world_size"]``) is still to say."""
         self.given = script
         """The line on a ``samples_per_step`` the DataLoader's count contradicts is still to say."""
         self.seen: dict[tuple, dict[Any, tuple[float, int]]] = {}
@@ -60,6 +63,11 @@ class BatchFlag:
             said.append(f"orchestrate: trial #{number} saved checkpoints in {info['saves']:.0f}{of} steps, which "
                         f"took {info.get('save_s', 0):.2f} s{spent} beyond its median step: their time counts as "
                         "training; set the script's save interval beyond the window to measure training alone")
+        if self.ranks and outcome.status == Status.OK and (world := info.get("world_size")):
+            self.ranks = False
+            said.append(f"orchestrate: trial #{number} trained in {world} processes (torch.distributed, world size "
+                        f"{world}): the harness saw this process's batches, and counted them {world} times, as data "
+                        "parallelism (DDP, FSDP) gives each rank its own; its peak memory is this process's alone")
         loader, given = info.get("dataloader_samples_per_step"), info.get("samples_per_step")
         if self.given and outcome.status == Status.OK and isinstance(loader, (int, float)) \
                 and isinstance(given, (int, float)) and abs(loader - given) > SAME * given:

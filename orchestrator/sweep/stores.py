@@ -120,7 +120,7 @@ def open_stores(r: Run, new_study: bool) -> None:
     r.work_dir = trialdir.root(spec.name, recorded.uid)  # type: ignore[arg-type]  # open_study wrote the uid
 
 
-def script_changed(spec: SweepSpec, study: Any, before: dict[str, Any] | None) -> str | None:
+def script_changed(spec: SweepSpec, study: "Study", before: dict[str, Any] | None) -> str | None:
     """A script spec's code as this run reads it, kept with the study; a line where it changed
     since the study's last run and the study holds results, which are then ranked with results of
     other code (a tour edited the script between two runs: the new trials ran 5x slower and the

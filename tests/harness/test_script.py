@@ -251,6 +251,41 @@ def test_checkpoints_saved_inside_the_window_are_counted_and_timed(tmp_path: Pat
     # saves after steps 6, 9, 12 and 15 fall in the window (steps 4-16); after step 3 before it
     assert result["info"]["saves"] == 4 and 0 < result["info"]["save_s"] < result["metrics"]["measure_s"], result["info"]
     assert (tmp_path / "ckpt.pt").exists() and result["info"]["samples_per_step"] == 4.0
+
+
+DDP = """
+    import datetime, os, subprocess, sys, tempfile
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:  # as Lightning's strategy="ddp": rank 0 stays, the other ranks are its children
+        os.environ["INIT"] = "file://" + tempfile.mktemp()
+        subprocess.Popen([sys.executable, sys.argv[0]], env={**os.environ, "RANK": "1"})
+    dist.init_process_group("gloo", init_method=os.environ["INIT"], rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=30))
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(4096, 8), torch.zeros(4096, dtype=torch.long))
+    loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data, num_replicas=2, rank=rank))
+    for epoch in range(1000):
+        for x, y in loader:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+"""
+
+
+def test_a_script_that_trains_in_two_ranks_counts_both(tmp_path: Path) -> None:
+    """A Lightning tour: ``strategy="ddp"`` with 2 devices keeps rank 0 in the trial's process and
+    starts rank 1 as its child; the harness saw rank 0's batches alone and recorded half the job's
+    throughput, with nothing said. Each rank trains its own batches: rank 0's count times 2."""
+    proc, result = run_trial(tmp_path, DDP, [], TrialSteps(2, 6, 0.0), timeout=180)
+    assert proc.returncode == 0 and result["status"] == "ok", result
+    assert result["info"]["world_size"] == 2 and result["info"]["samples_per_step"] == 16.0, result["info"]
+    assert result["metrics"]["samples_per_s"] == pytest.approx(6 * 16 / result["metrics"]["measure_s"])
+
+
 TWO_LOADERS = """
     import sys
     import torch

@@ -154,7 +154,8 @@ def test_a_violated_constraint_makes_a_measured_trial_infeasible(project: Path) 
     spec = write_spec(project, MULTI.replace("LIMIT", "0.001"))
     proc = orchestrate([str(spec)], project)
     assert proc.returncode == 0, proc.stderr
-    assert "No configuration has a feasible measured result yet." in proc.stdout
+    assert "None: no measured configuration meets the constraints: peak_memory_gib <= 0.001 (lowest measured " \
+        in proc.stdout, proc.stdout
     for t in check_records(project, "multi", n_results=3)["results"]:
         # measured, so it keeps its real values, and the constraint says by how much it is over
         assert t.state.name == "COMPLETE" and t.constraints["peak_memory_gib"] > 0

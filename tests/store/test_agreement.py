@@ -294,6 +294,14 @@ def test_a_trial_whose_folder_is_missing_is_a_difference_only_where_folders_are_
     assert lost[0].text.endswith("and its MLflow run holds no copy of them)")
     assert compare(trials, runs, lambda n: tmp_path) == []  # the sweep's converge does not look
 
+    def failing(run_id: str, sub: str | None) -> set[str]:
+        raise OSError(5, "Input/output error")
+    unlisted = compare(trials, runs, lambda n: tmp_path / f"trial-{n:04d}", folders={0: tmp_path / "trial-0000"},
+                       artifacts=failing)  # it was "none lacking": check could say the stores agree
+    assert [(d.kind, d.number, d.repairable) for d in unlisted] == [("unlisted", 1, False)]
+    assert unlisted[0].text == "trial 1: its MLflow run's files could not be listed (OSError: [Errno 5] Input/output error); " \
+        "check again", unlisted[0].text
+
 
 def test_a_trial_that_ran_on_another_host_keeps_its_folder_there(tmp_path: Path) -> None:
     """The PostgreSQL tour: check on host B read host A's trial folders (absolute paths on A's disk)
