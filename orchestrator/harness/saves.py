@@ -2,7 +2,7 @@
 so a save between two steps is part of the step after it, and its time counts as training: a
 ``Trainer`` with ``save_steps`` inside the window measures slower than it trains between saves.
 Not left out (a user's run pays for its saves too), but said: the sweep's line names how many of
-the window's steps held a save and the time they took beyond the window's median step
+the window's steps held a save and the time they took beyond the median step without one
 (``sweep/batchflag.py``): the whole save (the ``Trainer``'s weights through safetensors too),
 though not what it slows after it (a disk busy writing back: a tour's 60-MB checkpoint every 5
 steps slowed every step up to 6x on a loaded 2-core machine).
@@ -43,12 +43,15 @@ def then(inner: Callable[P, R], after: Callable[[], None]) -> Callable[P, R]:
     return call
 
 
-def figures(saved: Collection[int], step_ms: Sequence[float]) -> dict[str, float]:
+def figures(saved: Collection[int], step_ms: Sequence[float]) -> dict[str, float | None]:
     """``info``'s ``saves`` (how many of the window's steps, ``saved`` by their index in
-    ``step_ms``, held a save) and ``save_s`` (their time beyond the median step); nothing where no
-    save was in the window."""
+    ``step_ms``, held a save) and ``save_s`` (their time beyond the median step without a save;
+    None where every step held one); nothing where no save was in the window."""
     held = [step_ms[i] for i in saved if 0 <= i < len(step_ms)]
     if not held:
         return {}
-    median = statistics.median(step_ms)
+    free = [ms for i, ms in enumerate(step_ms) if i not in saved]
+    if not free:  # save_steps 1: no step to set them against
+        return {"saves": len(held), "save_s": None}
+    median = statistics.median(free)
     return {"saves": len(held), "save_s": sum(max(0.0, ms - median) for ms in held) / 1000}

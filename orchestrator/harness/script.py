@@ -253,7 +253,9 @@ class Meter:
             step_ms = [(b - a) * 1000 for a, b in zip(self.marks, self.marks[1:])]
         train = self.training()
         drawn, drawn_tokens, others = self.counted(train)
-        samples = self.per_step * steps if self.per_step is not None else float(drawn)
+        world = scriptenv.world_size()  # data parallel: each rank its own batches, rank 0's counted
+        drawn, drawn_tokens = drawn * world, drawn_tokens * world
+        samples = self.per_step * steps if self.per_step is not None else float(drawn)  # the spec's: the job's
         idle = self.steps - max([self.steps - steps, *(self.drawn_at[k] for k in train)])
         if samples and self.per_step is None and steps >= 4 and 2 * idle > steps:
             raise Unmeasurable(f"set samples_per_step in the spec: the script's DataLoader yielded no batch in the "
@@ -265,8 +267,6 @@ class Meter:
                                "(the script drew no batch from a torch DataLoader, or its batches hold no tensor "
                                "the harness can count, such as a dataclass)")
         tokens = drawn_tokens if self.per_step is None and drawn_tokens else None
-        if (world := scriptenv.world_size()) > 1 and self.per_step is None:  # data parallel: each rank its own batches
-            samples, tokens = samples * world, tokens and tokens * world
         import statistics
 
         result_metrics: dict[str, float | None] = {
@@ -291,12 +291,12 @@ class Meter:
             result_metrics[M.PEAK_MEMORY_GIB] = peaks[M.PEAK_RSS_GIB]
         swapping = swap.swap_figures(self.swap_start, self.swap_warmup, self.swap_window, swap_end)
         result_metrics.update(swapping)
-        info = {"samples_counted": "samples_per_step" if self.per_step is not None else "dataloader",
-                "samples_per_step": samples / steps}
+        info: dict[str, object] = {"samples_counted": "samples_per_step" if self.per_step is not None else "dataloader",
+                                   "samples_per_step": samples / steps}
         if others and self.per_step is None:
             info["other_batches"] = others
         info.update(saves.figures(self.saved, step_ms))
-        if world > 1:
+        if world > 1 and self.per_step is None:  # counted world times (said: batchflag)
             info["world_size"] = world
         if self.per_step is not None and drawn:  # both counts: the sweep says where they differ (batchflag)
             info["dataloader_samples_per_step"] = drawn / steps

@@ -251,9 +251,16 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
         run = paste_command(spec) + (f" --retry {','.join(again)}" if again else "")  # else it has nothing to run
         from orchestrator.store.records import constraints_missed
 
-        if (missed := constraints_missed(spec, results)) is not None:  # running it again changes nothing
+        from orchestrator.report.document import study_target
+
+        missed = constraints_missed(spec, results)
+        target = study_target(spec, study)
+        if missed is not None and not again and target is not None and len(results) >= target:  # nothing left to run
             raise NothingFeasible(f"study {spec.name!r}: {missed}; the constraints are the study's: measure "
                                   f"under others with a new `name:` (see `{paste_command(spec, 'report')}`)")
+        if missed is not None:  # a review: 2 of 20 measured, both over the budget, was told to start another study
+            raise NothingFeasible(f"study {spec.name!r}: {missed} yet; run `{run}` to measure the rest (or see "
+                                  f"`{paste_command(spec, 'report')}`)")
         raise NothingFeasible(f"study {spec.name!r} has no feasible measured trial yet; "
                               f"run `{run}` (or see `{paste_command(spec, 'report')}`)")
     t = pick_best(spec, best)

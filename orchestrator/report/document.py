@@ -113,7 +113,7 @@ def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list
     return {
         "study": spec.name, "storage": shown(absolute_uri(spec.storage)),
         "objective": [list(m) for m in spec.objective.metrics],
-        "target": _target(spec, study), "trials": link_retries([trial_row(t) for t in trials]),
+        "target": study_target(spec, study), "trials": link_retries([trial_row(t) for t in trials]),
         "results": len(results), "counts": {s.value: counts.get(s, 0) for s in COUNTED},
         "not_results": len(trials) - len(results),
         "total_time_s": round(sum(TrialRecord.of(t).duration_s or 0 for t in trials), 3),
@@ -152,7 +152,8 @@ def script_command(spec: SweepSpec, study: Any, t: FrozenTrial) -> str | None:
     return pasteable(spec, trial_params(make_plan(spec, device), t.params), tool("python"))
 
 
-def _target(spec: SweepSpec, study: Study) -> int | None:
+def study_target(spec: SweepSpec, study: Study) -> int | None:
+    """How many results the study asks for: ``search.n_trials``, at most every configuration (None: neither)."""
     from orchestrator.search.space import count_configurations, make_plan
 
     n = count_configurations(make_plan(spec, device_of(spec, study)))

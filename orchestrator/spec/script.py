@@ -223,6 +223,8 @@ def launcher_rule(launcher: str, given: str, args: object) -> str:
     """Why a launcher is refused, and the script it starts (the first ``.py`` after it), as the fix."""
     words = given.split()[1:] + ([str(a) for a in args] if isinstance(args, list) else [])
     script = next((w for w in words if w.endswith(".py")), "train.py")
+    if "-m" in words[:-1] and not any(w.endswith(".py") for w in words):  # python -m pkg.train: the module's file
+        script = words[words.index("-m") + 1].replace(".", "/") + ".py"
     starts = "starts the training script in processes of its own" if not launcher.startswith("python") else \
         "runs the training script"
     return (f"{launcher} is a launcher: it {starts}, and a trial runs the script itself, as `python SCRIPT "
@@ -276,7 +278,7 @@ def check_script(c: Checker, top: dict[str, Any], fixed: dict[str, Any], space: 
                      "script (a training script), not both", show_value=False)
     if not isinstance(given, str) or not given.strip():
         raise c.fail(("script",), "script must be the path of a Python file, such as train.py", given)
-    if (launcher := launched(given)) is not None:
+    if find_script(given, spec_folder) is None and (launcher := launched(given)) is not None:  # not a file of that name
         raise c.fail(("script",), launcher_rule(launcher, given, top.get("args")), given)
     names = set(fixed) | set(space) | {"device"}
     raw_args = top.get("args", [])

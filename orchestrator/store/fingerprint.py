@@ -42,9 +42,11 @@ def changed(spec: SweepSpec, url: str, stored: dict[str, Any], wanted: dict[str,
     spec as it is now (no result yet); ``spec_mismatch`` raised where it holds results, or where
     Optuna would refuse the spec's values (``conflict``)."""
     wanted = comparable(stored, wanted)
-    if stored == wanted:
-        return None
     trials = list(trials)
+    if stored == wanted:
+        if not holds_results(trials) and (why := conflict(wanted, trials)) is not None:  # an edit a version before took
+            raise mismatch(spec, url, why)
+        return None
     if holds_results(trials):
         raise spec_mismatch(spec, url, stored, wanted)
     if (why := conflict(wanted, trials)) is not None:

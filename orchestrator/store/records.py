@@ -87,10 +87,11 @@ def constraints_missed(spec: SweepSpec, results: list[Any]) -> str | None:
     parts = []
     for c in spec.objective.constraints:
         seen = [(v, t.number) for t in measured if isinstance(v := TrialRecord.of(t).metrics.get(c.metric), (int, float))]
-        bound = f"{c.metric} <= {c.max:g}" if c.max is not None else f"{c.metric} >= {c.min:g}"
+        bound = f"{c.metric} <= {c.max:,g}" if c.max is not None else f"{c.metric} >= {c.min:,g}"
         if seen:
             value, number = min(seen) if c.max is not None else max(seen)
-            bound += f" ({'lowest' if c.max is not None else 'highest'} measured {value:.3g}, trial {number})"
+            shown = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"  # 27,712, not 2.77e+04
+            bound += f" ({'lowest' if c.max is not None else 'highest'} measured {shown}, trial {number})"
         parts.append(bound)
     return f"no measured configuration meets the constraints: {'; '.join(parts)}"
 

@@ -213,7 +213,6 @@ class Recovery:
                 if status_of(results[key]) not in retry:
                     continue
                 t, status = results[key], status_of(results[key])  # type: ignore[assignment]  # in retry (above): a status
-                superseded[key] = first_new
             elif status not in RUN_AGAIN or TrialRecord.of(t).detail == VERDICT_DETAIL:
                 continue  # a final result, or stopped by a verdict (the planner asks for it if it must)
             params = t.params or t.system_attrs.get("fixed_params")
@@ -221,6 +220,8 @@ class Recovery:
                 self.left.append(params)
                 busy.add(key)
                 continue
+            if key in results:  # its old result stops counting once the new trial has one
+                superseded[key] = first_new
             neighbour_of = TrialRecord.of(t).neighbour_of
             values: RecordValues = {"retry_of": t.number, "retry_reason": status}
             if neighbour_of is not None:

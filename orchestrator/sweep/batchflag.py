@@ -60,9 +60,11 @@ class BatchFlag:
             steps, window = metrics.get(M.MEASURE_STEPS), metrics.get(M.MEASURE_S)
             of = f" of its window's {steps:.0f}" if isinstance(steps, (int, float)) else ""
             spent = f" of its {window:.2f}-s window" if isinstance(window, (int, float)) else ""
-            said.append(f"orchestrate: trial #{number} saved checkpoints in {info['saves']:.0f}{of} steps, which "
-                        f"took {info.get('save_s', 0):.2f} s{spent} beyond its median step: their time counts as "
-                        "training; set the script's save interval beyond the window to measure training alone")
+            took = f", which took {info['save_s']:.2f} s{spent} beyond its median step" \
+                if isinstance(info.get("save_s"), (int, float)) else ""  # every step saved: none to set against
+            said.append(f"orchestrate: trial #{number} saved checkpoints in {info['saves']:.0f}{of} steps{took}: their "
+                        "time counts as training; set the script's save interval beyond the window to measure "
+                        "training alone")
         if self.ranks and outcome.status == Status.OK and (world := info.get("world_size")):
             self.ranks = False
             said.append(f"orchestrate: trial #{number} trained in {world} processes (torch.distributed, world size "

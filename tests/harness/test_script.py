@@ -253,6 +253,15 @@ def test_checkpoints_saved_inside_the_window_are_counted_and_timed(tmp_path: Pat
     assert (tmp_path / "ckpt.pt").exists() and result["info"]["samples_per_step"] == 4.0
 
 
+def test_a_save_s_time_is_set_against_the_steps_without_one() -> None:
+    """A review: with a save in most steps the median step was a save's, and the time read 0.00 s."""
+    from orchestrator.harness.saves import figures
+
+    assert figures(set(), [5.0, 5.0]) == {}
+    assert figures({0, 1, 2}, [85.0, 90.0, 95.0, 5.0]) == {"saves": 3, "save_s": pytest.approx(0.255)}
+    assert figures({0, 1}, [85.0, 90.0]) == {"saves": 2, "save_s": None}  # save_steps 1: nothing to set against
+
+
 DDP = """
     import datetime, os, subprocess, sys, tempfile
     import torch
@@ -276,14 +285,21 @@ DDP = """
 """
 
 
-def test_a_script_that_trains_in_two_ranks_counts_both(tmp_path: Path) -> None:
+@pytest.mark.parametrize("per_step", [None, 16.0])
+def test_a_script_that_trains_in_two_ranks_counts_both(tmp_path: Path, per_step: float | None) -> None:
     """A Lightning tour: ``strategy="ddp"`` with 2 devices keeps rank 0 in the trial's process and
     starts rank 1 as its child; the harness saw rank 0's batches alone and recorded half the job's
-    throughput, with nothing said. Each rank trains its own batches: rank 0's count times 2."""
-    proc, result = run_trial(tmp_path, DDP, [], TrialSteps(2, 6, 0.0), timeout=180)
+    throughput, with nothing said. Each rank trains its own batches: rank 0's count times 2. A
+    ``samples_per_step`` the spec gives is the job's, taken as it is: nothing scaled, nothing said
+    of ranks, and the DataLoader's count it is checked against is the job's too."""
+    proc, result = run_trial(tmp_path, DDP, [], TrialSteps(2, 6, 0.0), per_step=per_step, timeout=180)
     assert proc.returncode == 0 and result["status"] == "ok", result
-    assert result["info"]["world_size"] == 2 and result["info"]["samples_per_step"] == 16.0, result["info"]
+    assert result["info"]["samples_per_step"] == 16.0, result["info"]
     assert result["metrics"]["samples_per_s"] == pytest.approx(6 * 16 / result["metrics"]["measure_s"])
+    if per_step is None:
+        assert result["info"]["world_size"] == 2, result["info"]
+    else:
+        assert "world_size" not in result["info"] and result["info"]["dataloader_samples_per_step"] == 16.0
 
 
 TWO_LOADERS = """

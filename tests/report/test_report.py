@@ -1036,6 +1036,13 @@ def test_no_feasible_result_because_of_a_constraint_says_which_and_how_near(tmp_
     assert missed == ("no measured configuration meets the constraints: peak_memory_gib <= 0.1 (lowest measured "
                       "0.237, trial 1); samples_per_s >= 10 (highest measured 101, trial 1)"), missed
     assert best_lines(spec, [], results=results)[1] == f"None: {missed}."
+    from orchestrator.errors import NothingFeasible
+    from orchestrator.report.command import best_yaml
+
+    study = SimpleNamespace(get_trials=lambda deepcopy: results, user_attrs={})  # 2 of its 12 configurations
+    with pytest.raises(NothingFeasible) as err:  # a review: told to start another study with 10 left to measure
+        best_yaml(spec, study)
+    assert str(err.value).startswith(f"study 'tiny_report': {missed} yet; run `orchestrate ")
     results[1].constraints["peak_memory_gib"] = -0.01  # one fits: a best, nothing to say
     assert constraints_missed(spec, results) is None
     assert best_lines(spec, [])[1] == "No configuration has a feasible measured result yet."

@@ -170,6 +170,7 @@ BAD = [
      "(script: fit.py)"),
     ("script: python3.11\nargs: [fit.py, '{b}']\nspace: {b: [1]}\n",
      "script: python3.11 is a launcher: it runs the training script, and a trial runs the script itself"),
+    ("script: python -m pkg.fit\nargs: ['{b}']\nspace: {b: [1]}\n", "name the script (script: pkg/fit.py)"),
     # the tour: the example said "precision" for every knob
     ("script: train.py\nargs: ['{b}']\nspace: {b: [1], grad_accum_steps: [1, 4]}\n",
      "space.grad_accum_steps: grad_accum_steps is applied by the harness's own training loop, which a script does "
@@ -251,3 +252,11 @@ def test_the_study_fingerprint_holds_the_script_and_its_args(tmp_path: Path) -> 
     spec = load(tmp_path, HEAD + "args: ['--bs', '{batch_size}']\nspace: {batch_size: [8]}\n")
     fp = fingerprint(spec, make_plan(spec, "cpu"))
     assert fp["script"] == "train.py" and fp["args"] == ["--bs", "{batch_size}"] and "experiment" not in fp
+
+
+def test_a_script_in_a_folder_named_like_a_launcher_is_a_script(tmp_path: Path) -> None:
+    """A review: ``python projects/train.py``, a file, was refused as the launcher ``python``."""
+    (tmp_path / "python projects").mkdir()
+    (tmp_path / "python projects" / "train.py").write_text("print('hi')\n")
+    spec = load(tmp_path, "name: t\nscript: python projects/train.py\nargs: ['{b}']\nspace: {b: [1]}\n", script=False)
+    assert spec.script_file == (tmp_path / "python projects" / "train.py").resolve()

@@ -6,6 +6,7 @@ trial), read from Optuna's trials and from ``studyread``'s alike. Pure: no stora
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -45,3 +46,22 @@ def test_a_range_keeps_its_log_and_may_change_its_bounds() -> None:
         FloatDistribution(0.001, 0.1))))})
     assert conflict(WANTED, [linear]) == "trial 1 was given lr from a float range, and Optuna keeps a " \
         "parameter's values for the study's life"
+
+
+def test_a_study_an_earlier_version_let_take_another_list_is_refused_though_it_stores_the_spec_now(
+        tmp_path: Path) -> None:
+    """A review: the version before took the edit (its fingerprint rewritten to the spec now) and
+    every run then ended in Optuna's traceback; the stored spec equal to the spec now hid it."""
+    from optuna.trial import TrialState
+
+    from orchestrator.errors import StudyError
+    from orchestrator.spec.load import load_spec
+    from orchestrator.store.fingerprint import changed
+
+    (tmp_path / "spec.yaml").write_text("name: t\nexperiment: experiments.mlp\nspace: {batch_size: [16, 64]}\n")
+    spec = load_spec(tmp_path / "spec.yaml")
+    failed = SimpleNamespace(number=0, state=TrialState.FAIL, distributions={"batch_size": CategoricalDistribution([8, 16])})
+    with pytest.raises(StudyError, match=r"trial 0 was given batch_size from \[8, 16\], and Optuna keeps"):
+        changed(spec, "sqlite:///x.db", WANTED, dict(WANTED), [failed])
+    done = SimpleNamespace(number=1, state=TrialState.COMPLETE, distributions={})
+    assert changed(spec, "sqlite:///x.db", WANTED, dict(WANTED), [failed, done]) is None  # results: as Optuna took them

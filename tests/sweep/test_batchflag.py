@@ -88,3 +88,10 @@ def test_checkpoints_saved_inside_a_window_are_said_once_with_their_time() -> No
         "window beyond its median step: their time counts as training; set the script's save interval beyond the "
         "window to measure training alone")
     assert flag.line(3, {"batch_size": 32}, saved(3, 32.0)) is None  # once
+    every = BatchFlag(True, {"batch_size": None})  # save_steps 1: no step without one to set them against
+    outcome = saved(20, 8.0)
+    assert outcome.result is not None and outcome.result.info is not None
+    outcome.result.info["save_s"] = None
+    assert every.line(0, {"batch_size": 8}, outcome) == (
+        "orchestrate: trial #0 saved checkpoints in 20 of its window's 20 steps: their time counts as training; set "
+        "the script's save interval beyond the window to measure training alone")
