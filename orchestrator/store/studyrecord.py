@@ -27,11 +27,12 @@ LOAD_ATTR = "orchestrate.load"
 """``[{"at", "cores", "before", "during": {"min", "median", "max"}, "readings", "steal", "stopped"}, ...]``: the
 machine's load before and during each run of the sweep (``machineload``), the last ten."""
 
-SCRIPT_ATTR = "orchestrate.script"
-"""``{"path", "sha256"}``: a script spec's file as the study's last run read it (``stores.script_changed``)."""
+MEASURED_WITH_ATTR = "orchestrate.measured_with"
+"""``{"trial": {...}, "script_sha256"}``: the trial settings that shape a measurement, and a script
+spec's file's digest, as the study's last run had them (``stores.measured_otherwise``)."""
 
 KEYS = {"fingerprint": FINGERPRINT_ATTR, "uid": UID_ATTR, "machine": MACHINE_ATTR, "recorded": RECORDED_ATTR,
-        "parent_run_id": PARENT_RUN_ATTR, "load": LOAD_ATTR, "script": SCRIPT_ATTR}
+        "parent_run_id": PARENT_RUN_ATTR, "load": LOAD_ATTR, "measured_with": MEASURED_WITH_ATTR}
 """Each field of ``StudyRecord`` and the attribute that stores it."""
 
 
@@ -51,8 +52,8 @@ class StudyRecord:
     """The study's MLflow parent run."""
     load: list[dict[str, Any]] | None = None
     """The machine's load before and during each run of the sweep (``machineload.LoadLog.summary``)."""
-    script: dict[str, Any] | None = None
-    """A script spec's file as the last run read it: ``{"path", "sha256"}``."""
+    measured_with: dict[str, Any] | None = None
+    """What shaped the last run's measurements: its trial settings and script digest."""
 
     @classmethod
     def of(cls, study: Study | StoredStudy) -> StudyRecord:

@@ -244,8 +244,8 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
               "which the spec no longer holds)")
     if r.elsewhere:
         print(r.elsewhere)
-    if r.script_changed:
-        print(r.script_changed)
+    if r.measured_otherwise:
+        print(r.measured_otherwise)
     if r.beside:
         print(f"  a new study in ./mlruns/, but {r.beside} (resumes that one)")
     if r.shared and is_sqlite(spec.tracking_uri):  # the PostgreSQL tour: each host's runs in its own file

@@ -60,5 +60,6 @@ class Run:
     """A line: the study's earlier trials ran on other devices (``stores.elsewhere``)."""
     beside: str | None = None
     """A new study, where the spec's own folder holds one of its name (``studyread.beside_spec``)."""
-    script_changed: str | None = None
-    """A line: the script's code changed since the study's last run (``stores.script_changed``)."""
+    measured_otherwise: str | None = None
+    """A line: the trial settings or the script's code changed since the study's last run
+    (``stores.measured_otherwise``)."""

@@ -112,7 +112,7 @@ def open_stores(r: Run, new_study: bool) -> None:
         now = {**facts(plan.devices), "slots": [s.name for s in r.slots]}  # read once, for both
         r.elsewhere = elsewhere(recorded.machine, study, now)
         record_machine(study, now, r.limit_gib, r.native, recorded.machine)
-        r.script_changed = script_changed(spec, study, recorded.script)
+        r.measured_otherwise = measured_otherwise(spec, study, recorded.measured_with)
         parent = r.sync.open_parent(spec.name, shown(absolute_uri(spec.storage)), spec.path, recorded.uid)  # type: ignore[arg-type]  # open_study wrote the uid
         if recorded.parent_run_id != parent:
             write_study(study, parent_run_id=parent)
@@ -120,25 +120,35 @@ def open_stores(r: Run, new_study: bool) -> None:
     r.work_dir = trialdir.root(spec.name, recorded.uid)  # type: ignore[arg-type]  # open_study wrote the uid
 
 
-def script_changed(spec: SweepSpec, study: "Study", before: dict[str, Any] | None) -> str | None:
-    """A script spec's code as this run reads it, kept with the study; a line where it changed
-    since the study's last run and the study holds results, which are then ranked with results of
-    other code (a tour edited the script between two runs: the new trials ran 5x slower and the
-    old ones led the table, with nothing said)."""
+MEASURING = ("warmup_steps", "measure_steps", "min_measure_s", "precision", "repeats")
+"""The trial settings that shape a measurement (``timeout_s`` only ends one)."""
+
+
+def measured_otherwise(spec: SweepSpec, study: "Study", before: dict[str, Any] | None) -> str | None:
+    """What shapes this run's measurements (``MEASURING``, a script spec's file digest), kept with
+    the study; a line where it changed since the study's last run and the study holds results,
+    which are then ranked with results measured otherwise (a tour: a script slowed 5x between two
+    runs, and windows of 1.5 s and 0.3 s, ranked together with nothing said)."""
     from orchestrator.scriptsource import digest
     from orchestrator.store.fingerprint import holds_results
     from orchestrator.store.studyrecord import write_study
 
-    if spec.script_file is None or (now := digest(str(spec.script_file))) is None:
+    now: dict[str, Any] = {"trial": {k: getattr(spec.trial, k) for k in MEASURING},
+                           "script_sha256": digest(str(spec.script_file)) if spec.script_file is not None else None}
+    if before == now:
         return None
-    if before is not None and before.get("sha256") == now:
-        return None
-    write_study(study, script={"path": str(spec.script_file), "sha256": now})
+    write_study(study, measured_with=now)
     if before is None or not holds_results(study.get_trials(deepcopy=False)):
         return None
-    return (f"  {spec.script} changed since this study's last run (sha256 {before.get('sha256', '?')[:8]} -> "
-            f"{now[:8]}): the results measured with the code before are ranked with those measured now; give "
-            "the spec a new `name:` to measure the new code apart")
+    was = before.get("trial") or {}
+    changes = [f"trial.{k} {was.get(k)} -> {now['trial'][k]}" for k in MEASURING if was.get(k) != now["trial"][k]]
+    old_sha, new_sha = before.get("script_sha256"), now["script_sha256"]
+    if old_sha and new_sha and old_sha != new_sha:
+        changes.append(f"{spec.script} changed (sha256 {old_sha[:8]} -> {new_sha[:8]})")
+    if not changes:
+        return None
+    return (f"  since this study's last run: {'; '.join(changes)}: the results measured before are ranked with "
+            "those measured now; give the spec a new `name:` to measure apart")
 
 
 def recover(r: Run, retry: tuple[str, ...]) -> None:

@@ -64,14 +64,16 @@ def test_a_plain_script_is_measured_its_oom_recorded_and_its_best_is_a_command(t
     assert best.stdout.rstrip().endswith("--width 4 --device cpu")
     dry = orchestrate(["spec.yaml", "--dry-run"], tmp_path)
     assert "python train.py --batch-size 131072 --precision bf16 --width 4 --device cpu" in dry.stdout
-    # the script's code edited, then run again: said once (a tour's new trials ran 5x slower, ranked with the old)
+    # the script's code and the window edited, then run again: said once (a tour's new trials ran 5x slower,
+    # ranked with the old), and kept with the study, so the next run has nothing to say
     (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text() + "\n# tuned\n")
+    (tmp_path / "spec.yaml").write_text((tmp_path / "spec.yaml").read_text().replace("min_measure_s: 0.2", "min_measure_s: 0.1"))
     again = orchestrate(["spec.yaml", "--retry", "oom"], tmp_path)
-    assert again.returncode == 0 and again.stdout.count(" changed since this study's last run") == 1, again.stdout
-    assert "\n  train.py changed since this study's last run (sha256 " in again.stdout, again.stdout
-    import hashlib  # kept with the study: the next run has nothing to say
+    assert again.returncode == 0 and again.stdout.count("since this study's last run") == 1, again.stdout
+    assert "\n  since this study's last run: trial.min_measure_s 0.2 -> 0.1; train.py changed (sha256 " in again.stdout
+    import hashlib
 
-    assert load_study(tmp_path, "plain").user_attrs["orchestrate.script"]["sha256"] == \
+    assert load_study(tmp_path, "plain").user_attrs["orchestrate.measured_with"]["script_sha256"] == \
         hashlib.sha256((tmp_path / "train.py").read_bytes()).hexdigest()
     assert not processes_under(tmp_path)
 
