@@ -1054,3 +1054,16 @@ def test_a_study_holding_more_than_n_trials_asks_says_so() -> None:
 
     assert [of_target(6, 3), of_target(3, 6), of_target(6, 6), of_target(2, "?")] == [
         "6 (search.n_trials: 3)", "3 of 6", "6 of 6", "2 of ?"]
+
+
+def test_series_that_coincide_each_show(figures: dict, tmp_path: Path) -> None:
+    """A tour: three widths of one peak memory drew one visible line for three legend entries."""
+    from orchestrator.report.plots import write_plots
+
+    trials = [made(i, {"batch_size": b, "width": w}, "ok", 100.0 * b, mem=0.24)
+              for i, (b, w) in enumerate((b, w) for w in (8, 32, 128) for b in (16, 64))]
+    write_plots(trials, context(), tmp_path)
+    lines = [ln for ln in figures["memory.png"].axes[0].get_lines() if ln.get_label().startswith("width=")]
+    assert len(lines) == 3 and len({ln.get_marker() for ln in lines}) == 3
+    sizes = [ln.get_markersize() for ln in lines]
+    assert sizes == sorted(sizes, reverse=True) and [ln.get_zorder() for ln in lines] == sorted(ln.get_zorder() for ln in lines)
