@@ -140,7 +140,7 @@ def plot_lines(trials: list[Any], ctx: PlotContext, path: Path, metric: str) -> 
     for i, (name, pts) in enumerate(series.items()):
         ok = [(x, v) for x, v, _ in pts if v is not None]
         (line,) = ax.plot([x for x, _ in ok], [v for _, v in ok], marker="osD^v"[i % 5], markersize=max(4, 9 - 1.5 * i),
-                          linewidth=max(1.2, 2.8 - 0.5 * i), zorder=3 + 0.1 * i,  # series that coincide (every peak
+                          linewidth=2, zorder=3 + 0.1 * i,  # series that coincide (every peak
                           label=names.get(name, name) if ok else "_nolegend_")  # alike) show each: larger under smaller
         values = dict(ok)
         shift = i - (len(series) - 1) / 2  # side by side, so that failures at one x do not hide each other
