@@ -113,7 +113,7 @@ def _failure_legend(ax: Axes, kinds: set[str], where: dict[str, str] | None = No
 def plot_lines(trials: list[Any], ctx: PlotContext, path: Path, metric: str) -> Path:
     """Throughput (or peak memory) against the x knob, one line per group, the best configuration a
     star; failed configurations are marked on the floor, and on the memory plot those that did not
-    fit on the memory limit (above the measurements where it is off the scale)."""
+    fit on the memory limit (above it where off the scale); lines that coincide each show (a marker per line)."""
     layout = choose_layout(trials)
     assert layout.x is not None  # write_plots draws line plots only when there is an x knob
     series = metric_series(trials, metric, layout)
@@ -140,8 +140,7 @@ def plot_lines(trials: list[Any], ctx: PlotContext, path: Path, metric: str) -> 
     for i, (name, pts) in enumerate(series.items()):
         ok = [(x, v) for x, v, _ in pts if v is not None]
         (line,) = ax.plot([x for x, _ in ok], [v for _, v in ok], marker="osD^v"[i % 5], markersize=max(4, 9 - 1.5 * i),
-                          linewidth=2, zorder=3 + 0.1 * i,  # series that coincide (every peak
-                          label=names.get(name, name) if ok else "_nolegend_")  # alike) show each: larger under smaller
+                          linewidth=2, zorder=3 + 0.1 * i, label=names.get(name, name) if ok else "_nolegend_")  # each shows
         values = dict(ok)
         shift = i - (len(series) - 1) / 2  # side by side, so that failures at one x do not hide each other
         drawn = [(x, lo, hi) for x, lo, hi in bars.get(name, ()) if x in values]
