@@ -151,7 +151,8 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
         rec = TrialRecord.of(t)
         ran_in = rec.trial_dir if rec.ran_here else None  # another host's folder is on its disk
         try:
-            out += _folder_differences(t.number, rec, ran_in if folders is not None else None, artifacts)
+            out += _folder_differences(t.number, rec, run_of(rec, runs.get(t.number, [])),
+                                       ran_in if folders is not None else None, artifacts)
         except Unlisted as exc:
             out.append(Difference("unlisted", f"trial {t.number}: {exc}", t.number))
     for number in sorted(set(runs) - numbers):
@@ -165,7 +166,16 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
     return out
 
 
-def _folder_differences(number: int, rec: TrialRecord, ran_in: str | None,
+def run_of(record: TrialRecord, runs: list[Any]) -> str | None:
+    """The id of a trial's MLflow run: the one its record names, else the one of its ``runs`` (by
+    its trial number) to keep. A run the writer thread made after the trial ended is not named (a
+    finished trial's attributes are fixed: ``records.link_run``); on a loaded machine that was
+    every few trials, and ``check`` then said the stores agreed about a folder whose files were
+    deleted, and ``--repair`` did not write them back."""
+    return record.mlflow_run_id or (keeper(runs, None).info.run_id if runs else None)
+
+
+def _folder_differences(number: int, rec: TrialRecord, run_id: str | None, ran_in: str | None,
                         artifacts: Callable[[str, str | None], set[str]] | None) -> list[Difference]:
     """A trial's folder (``ran_in``: where it ran on this host, if folders are compared) gone, or
     lacking files its MLflow run holds."""
@@ -173,22 +183,22 @@ def _folder_differences(number: int, rec: TrialRecord, ran_in: str | None,
         return []
     if not Path(ran_in).is_dir():
         missing = f"trial {number}: its folder {ran_in} is missing (its configuration, log and result are gone from disk"
-        if _lacking(artifacts, rec, Path(ran_in)):  # what the run holds, all of it lacking
+        if _lacking(artifacts, rec, run_id, Path(ran_in)):  # what the run holds, all of it lacking
             return [Difference("no_folder", f"{missing}; its MLflow run keeps the copies it logged, which --repair "
                                "writes back)", number)]
         return [Difference("lost_folder", f"{missing}, and its MLflow run holds no copy of them)", number)]
-    if lacking := _lacking(artifacts, rec, Path(ran_in)):
+    if lacking := _lacking(artifacts, rec, run_id, Path(ran_in)):
         return [Difference("folder_files", f"trial {number}: its folder {ran_in} lacks {', '.join(lacking)} (deleted "
                            "from disk; its MLflow run keeps the copies it logged, which --repair writes back)", number)]
     return []
 
 
-def _lacking(artifacts: Callable[[str, str | None], set[str]] | None, record: TrialRecord, folder: Path) -> list[str]:
+def _lacking(artifacts: Callable[[str, str | None], set[str]] | None, record: TrialRecord, run_id: str | None,
+             folder: Path) -> list[str]:
     """``lacking_files`` of a trial's folder (every copy its run holds, where the folder is gone), where
     MLflow can be asked (``artifacts`` not given: no MLflow experiment; none where the run is gone).
     Any other failure to list them is raised (``Unlisted``): it was "none lacking", and ``check``
     could say the stores agree about a folder whose files were deleted."""
-    run_id = record.mlflow_run_id
     if artifacts is None or not run_id:
         return []
     try:

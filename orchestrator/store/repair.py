@@ -59,7 +59,7 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
         with StudyLock(spec.storage, spec.name):
             recovery.recover(artifacts=artifacts(tracker.client) if files else None)
         if files:
-            lines = restore_folders(study, tracker.client)
+            lines = restore_folders(study, tracker.client, tracker.trial_runs())
             if restored is not None:
                 restored.extend(lines)
         if created:
@@ -69,13 +69,16 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
     return recovery.repaired
 
 
-def restore_folders(study: Study, client: MlflowClient | RetryingClient) -> list[str]:
+def restore_folders(study: Study, client: MlflowClient | RetryingClient,
+                    runs: dict[int, list[Any]] | None = None) -> list[str]:
     """Each finished trial's folder that is gone from disk (deleted by hand, say), written back from
     the copies its MLflow run logged (its configuration, result and log): downloaded into
     ``.trial-NNNN.restoring`` beside it (one a killed repair left is removed first), then renamed
     into place, so no half folder is ever under its name. Returns the lines to print: how many were
     written back, and one per folder that could not be (the OS's reason). A run without those
-    copies, or gone from MLflow, leaves its folder missing (``check`` says so)."""
+    copies, or gone from MLflow, leaves its folder missing (``check`` says so). A trial whose record
+    names no run (its run made after it ended, on a loaded machine) has its run found among ``runs``
+    (by trial number: ``agreement.run_of``)."""
     import os
     import shutil
     from pathlib import Path
@@ -85,16 +88,16 @@ def restore_folders(study: Study, client: MlflowClient | RetryingClient) -> list
     from orchestrator.store.record import TrialRecord
 
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # a command's output is its own lines
-    from orchestrator.store.agreement import lacking_files
+    from orchestrator.store.agreement import lacking_files, run_of
 
     restored, filled, lines = 0, 0, []
     for t in study.get_trials(deepcopy=False):
         record = TrialRecord.of(t)
         folder = Path(record.trial_dir) if record.trial_dir else None
-        if folder is None or not record.mlflow_run_id or not t.state.is_finished():
+        run_id = run_of(record, (runs or {}).get(t.number, []))
+        if folder is None or not run_id or not t.state.is_finished():
             continue
         part = folder.with_name(f".{folder.name}.restoring")
-        run_id = record.mlflow_run_id
         try:
             whole = not folder.is_dir()
             files = lacking_files(folder, record.process_count,  # a second process's under repeat-2/

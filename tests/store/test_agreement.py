@@ -298,9 +298,15 @@ def test_a_trial_whose_folder_is_missing_is_a_difference_only_where_folders_are_
         raise OSError(5, "Input/output error")
     unlisted = compare(trials, runs, lambda n: tmp_path / f"trial-{n:04d}", folders={0: tmp_path / "trial-0000"},
                        artifacts=failing)  # it was "none lacking": check could say the stores agree
-    assert [(d.kind, d.number, d.repairable) for d in unlisted] == [("unlisted", 1, False)]
-    assert unlisted[0].text == "trial 1: its MLflow run's files could not be listed (OSError: [Errno 5] Input/output error); " \
-        "check again", unlisted[0].text
+    assert [(d.kind, d.number, d.repairable) for d in unlisted] == [("unlisted", 0, False), ("unlisted", 1, False)]
+    assert unlisted[1].text == "trial 1: its MLflow run's files could not be listed (OSError: [Errno 5] Input/output error); " \
+        "check again", unlisted[1].text
+    # its record naming no run (made after the trial ended, on a loaded machine): its run by its number
+    unnamed = [trial(0, trial_dir=str(tmp_path / "trial-0000")), trial(1, trial_dir=str(tmp_path / "trial-0001")),
+               trial(2, "skipped")]
+    found = compare(unnamed, runs, lambda n: tmp_path / f"trial-{n:04d}", folders={0: tmp_path / "trial-0000"},
+                    artifacts=lambda run_id, sub: {"run1": {"config.json", "result.json"}}.get(run_id, set()))
+    assert [(d.kind, d.number) for d in found] == [("no_folder", 1)], found  # was "lost_folder": no copy known
 
 
 def test_a_trial_that_ran_on_another_host_keeps_its_folder_there(tmp_path: Path) -> None:
