@@ -249,9 +249,8 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
 
         again = sorted({Status(s).value for t in results if (s := status_of(t)) in (Status.TIMEOUT, Status.CRASHED, Status.DIVERGED)})
         run = paste_command(spec) + (f" --retry {','.join(again)}" if again else "")  # else it has nothing to run
-        from orchestrator.store.records import constraints_missed
-
         from orchestrator.report.document import study_target
+        from orchestrator.store.records import constraints_missed
 
         missed = constraints_missed(spec, results)
         target = study_target(spec, study)
