@@ -50,7 +50,6 @@ class Run:
     db: Outage | None = None
     work_dir: Path | None = None
     recovery: Recovery | None = None
-    interrupted: int = 0
     queued: dict[str, int] = field(default_factory=dict)
     superseded: dict[str, int] = field(default_factory=dict)
     limit_gib: float | None = None

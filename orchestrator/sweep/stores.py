@@ -167,7 +167,7 @@ def recover(r: Run, retry: tuple[str, ...]) -> None:
     r.recovery = Recovery(r.study, r.sync, r.work_dir, r.shared, r.spec.search.grace_period_s, r.db,
                           lambda params: contains(plan, params))
     with r.lock:
-        r.interrupted = r.recovery.recover()
+        r.recovery.recover()  # the trials cut off become interrupted: queued below, counted in the header
         r.queued, r.superseded = r.recovery.retry_queue(retry)
     r.tracker = AsyncTracker(r.sync)
     assert r.runner is not None
