@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -34,9 +35,13 @@ class Browser:
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
         command = " ".join([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"])
+        # its singleton socket's folder, which a stopped browser leaves behind (/tmp held 155 of
+        # them), removed by close; short, as a socket's path must be (not under pytest's tmp_path)
+        self._temp = tempfile.mkdtemp(prefix="chromium-")
         self.proc = subprocess.Popen(["bash", "-c", f"exec 3<&{to_browser_r} 4>&{from_browser_w}; exec {command}"],
                                      pass_fds=(to_browser_r, from_browser_w), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
+                                     stderr=subprocess.DEVNULL, start_new_session=True,
+                                     env={**os.environ, "TMPDIR": self._temp})
         os.close(to_browser_r)
         os.close(from_browser_w)
         self._buffer, self._id, self.session = b"", 0, None
@@ -78,6 +83,7 @@ class Browser:
         os.close(self._to_browser)
         os.close(self._from_browser)
         stop_group(self.proc)
+        shutil.rmtree(self._temp, ignore_errors=True)
 
 
 # The runs table as the browser laid it out: per row (ag-grid splits a row between its pinned and
