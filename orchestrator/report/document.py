@@ -74,6 +74,19 @@ def link_retries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def held(spec: SweepSpec, device: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each interrupted or 'error' row not run again gets ``dropped``: whether the spec, edited since
+    (a study with no result takes an edit), no longer holds its configuration, which the sweep then
+    does not queue again (``recovery.retry_queue``): its note said "its configuration runs again"."""
+    from orchestrator.search.space import contains, make_plan
+
+    plan = make_plan(spec, device)  # the sweep's, from the device it runs on
+    for r in rows:
+        if r["status"] in (Status.INTERRUPTED, Status.ERROR) and r.get("retried_as") is None:
+            r["dropped"] = not contains(plan, r["params"])
+    return rows
+
+
 def retry_note(r: dict[str, Any]) -> str:
     """The history part of a row's note: ``retry of #3 (it ended error)``, ``run again as #7``."""
     parts = []
@@ -113,7 +126,8 @@ def build_report(spec: SweepSpec, study: Any, snapshot: list[Any], results: list
     return {
         "study": spec.name, "storage": shown(absolute_uri(spec.storage)),
         "objective": [list(m) for m in spec.objective.metrics],
-        "target": study_target(spec, study), "trials": link_retries([trial_row(t) for t in trials]),
+        "target": study_target(spec, study),
+        "trials": held(spec, device_of(spec, study), link_retries([trial_row(t) for t in trials])),
         "results": len(results), "counts": {s.value: counts.get(s, 0) for s in COUNTED},
         "not_results": len(trials) - len(results),
         "total_time_s": round(sum(TrialRecord.of(t).duration_s or 0 for t in trials), 3),
@@ -198,11 +212,15 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
             "stopped by the search's verdict; not a result" if r["detail"] == VERDICT_DETAIL else \
             "cut off: no orchestrator is running it; the next run records it interrupted and runs it again" \
             if r.get("cut_off") else \
-            "not a result" + ("" if r.get("retried_as") is not None else "; its configuration runs again") \
+            "not a result" + ("" if r.get("retried_as") is not None else "; the spec no longer holds its "
+                              "configuration, so it does not run again" if r.get("dropped") else
+                              "; its configuration runs again") \
             if r["status"] == Status.INTERRUPTED else \
             swap_note(r["metrics"]) or _short(r["detail"] or "") if r["status"] == Status.SWAPPED else \
             _short(r["detail"] or "") if r["status"] != Status.OK else _ok_note(r)
         history = retry_note(r)
+        if r.get("dropped") and r["status"] == Status.ERROR:
+            note = f"{note}; not run again: the spec no longer holds its configuration"
         if history:
             note = f"{history}; {note}" if note else history
         if r.get("mps_fallback_ops"):
@@ -222,11 +240,11 @@ def render_text(spec: SweepSpec, rep: dict[str, Any]) -> str:
         lines.append(f"Stopped (the last run): {stopped}.")
     if rep["not_results"]:
         again = sum(r.get("remeasured_as") is not None for r in rows)
-        errors = any(r.get("status") == "error" for r in rows)
+        errors = [r for r in rows if r.get("status") == "error"]
         which = "interrupted, running, repeated or ended 'error'" if errors else "interrupted, running or repeated"
         lines.append(f"  {rep['not_results']} trial(s) {which} are shown above but are not "
                      "results and not counted" + (" (a configuration whose trial ended 'error' runs again on the next "
-                                                  "run)" if errors else "") + (f" ({again} of them measured again later: the later trial holds "
+                                                  "run)" if any(not r.get("dropped") for r in errors) else "") + (f" ({again} of them measured again later: the later trial holds "
                                                   "the configuration's result)" if again else ""))
     if noisy := noise_line(spec, [], (rep.get("load") or [None])[-1], rep["noise"].get("one_measurement_ci95"),
                            rep["noise"].get("trials", 0), rep["noise"].get("window_s")):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_study, orchestrate, write_spec
+from conftest import command, load_study, orchestrate, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -97,6 +97,9 @@ def test_a_study_with_no_result_refuses_values_optuna_would_refuse_and_runs_no_c
     assert "will run again" not in proc.stdout and "runs #" not in proc.stdout, proc.stdout
     assert sorted(t.params["lr"] for t in load_study(project, "edited").get_trials() if t.state.name == "COMPLETE") \
         == [0.001, 0.01]
+    report = command(["report", str(spec)], project).stdout  # said "runs again on the next run"
+    assert "runs again" not in report and report.count("; not run again: the spec no longer holds its configuration"
+                                                       ) == 2, report
 
 
 def test_a_file_that_is_not_a_database_is_refused_untouched(project: Path) -> None:
