@@ -89,8 +89,13 @@ def open_study(spec: SweepSpec, *command: str) -> StoredStudy:
         lost = lost_study(spec)  # the study file lost or emptied, its runs left: the sweep's line
         study = read_study(url, spec.name) if lost is None else None  # or made meanwhile, by a sweep starting
         if study is None:
+            from orchestrator.store.study import starting
             from orchestrator.store.studyread import beside_spec
 
+            if lost is None and (pid := starting(url, spec.name)) is not None:
+                raise StudyError(f"no study {spec.name!r} in {shown(url)} yet: a sweep of it is starting (orchestrate "
+                                 f"pid {pid}, checking the script or experiment before its first trial); run this "
+                                 "again once its first trial has begun")
             there = beside_spec(spec, *command)
             raise lost or StudyError(f"no study {spec.name!r} in {shown(url)}; " + (
                 f"run `{paste_command(spec)}` first" if there is None else there))

@@ -217,6 +217,20 @@ def check_not_locked(url: str, name: str, alone: str | None = None) -> None:
         os.close(fd)  # releases the lock if it was taken
 
 
+def starting(url: str, name: str) -> str | None:
+    """The pid of the orchestrate that holds SQLite study ``name``'s lock, where its lock file names
+    a process that runs (a sweep takes it before its probe, so one may hold it before its study
+    exists), else None. Only read: taking the lock to test it would refuse a sweep starting then."""
+    path = sqlite_path(url)
+    if path is None:
+        return None
+    try:
+        pid = _lock_path(path, name).read_text().strip()
+    except OSError:
+        return None
+    return pid if pid.isdigit() and _alive(pid) else None
+
+
 def _lock_path(db: Path, name: str) -> Path:
     return db.with_name(f"{db.name}.{name}.lock")
 

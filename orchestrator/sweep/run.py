@@ -25,7 +25,7 @@ from orchestrator.machineload import LoadLog, kept
 from orchestrator.spec.load import SweepSpec
 from orchestrator.sweep.state import Run
 from orchestrator.sweep.startup import Startup, warm_imports
-from orchestrator.sweep.stores import open_stores, recover, stores_held
+from orchestrator.sweep.stores import open_stores, recover, stores_held, study_held
 from orchestrator.timeline import event
 from orchestrator.redact import shown
 from orchestrator.urls import Origins, absolute_uri, is_sqlite
@@ -55,21 +55,22 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
         print("\n".join(lines))  # nothing to run: no probe, no device, no MLflow
         export_best(spec, stored, export)
         return exits.OK
-    start = start_probe(r, check)  # the slot's fork server answers the probe
-    try:
-        check_experiment(r, start)
-        r.slots, r.runner = start.ready(r.plan)  # type: ignore[arg-type]  # the plan: set by check_experiment  # the servers started with the probe, unless it found another device
-        with guarded(r.stop), stores_held(r):  # SIGINT, SIGTERM, SIGHUP and a closed pipe stop the sweep alike
-            open_stores(r, new_study)
-            recover(r, retry)
-            sweep = make_sweep(r)
-            result = run_sweep(r, sweep)
-            code = summarize(r, sweep, result)
-            if result.code == exits.OK:
-                export_best(spec, r.study, export)
-            return code
-    finally:
-        start.close_runner()
+    with study_held(r):
+        start = start_probe(r, check)  # the slot's fork server answers the probe
+        try:
+            check_experiment(r, start)
+            r.slots, r.runner = start.ready(r.plan)  # type: ignore[arg-type]  # the plan: set by check_experiment  # the servers started with the probe, unless it found another device
+            with guarded(r.stop), stores_held(r):  # SIGINT, SIGTERM, SIGHUP and a closed pipe stop the sweep alike
+                open_stores(r, new_study)
+                recover(r, retry)
+                sweep = make_sweep(r)
+                result = run_sweep(r, sweep)
+                code = summarize(r, sweep, result)
+                if result.code == exits.OK:
+                    export_best(spec, r.study, export)
+                return code
+        finally:
+            start.close_runner()
 
 
 def check_export(export: Path | None) -> None:

@@ -5,7 +5,7 @@ what a store failing means by how far the run got."""
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -33,17 +33,31 @@ its records anew from the study, as after a full disk.)"""
 
 
 @contextmanager
-def stores_held(r: Run) -> Iterator[None]:
-    """The study's lock (one orchestrator per SQLite study) while the sweep runs; a store that
-    fails says what that means by how far the run got; the heartbeat stops at the end."""
-    from orchestrator.store.outage import StoreDown
+def study_held(r: Run) -> Iterator[None]:
+    """The study's lock (one orchestrator per SQLite study), from before the probe to the end: a
+    ``report`` or ``best`` run while the probe and the smoke step make no study yet is told that
+    a sweep is starting (``study.starting``), not to run the sweep first."""
     from orchestrator.store.study import study_lock
+    from orchestrator.store.writefault import StoreUnwritable
+
+    Path("mlruns").mkdir(exist_ok=True)  # the default study's folder, where its lock file is
+    with ExitStack() as held:
+        try:
+            held.enter_context(study_lock(r.spec.storage, r.spec.name))
+        except StoreUnwritable as exc:  # its folder read-only, say: only taking it is said here
+            raise exc.with_outcome("nothing was started: run the same command once it can be written") from None
+        yield
+
+
+@contextmanager
+def stores_held(r: Run) -> Iterator[None]:
+    """While the sweep runs, a store that fails says what that means by how far the run got; the
+    heartbeat stops at the end."""
+    from orchestrator.store.outage import StoreDown
     from orchestrator.store.writefault import MOVED as FILE_MOVED, StoreUnwritable
 
     try:
-        Path("mlruns").mkdir(exist_ok=True)
-        with study_lock(r.spec.storage, r.spec.name):
-            yield
+        yield
     except StoreDown as exc:  # unreachable past search.outage_s: what it means depends on how far it got
         if r.study is None:
             raise exc.with_outcome("nothing was started: run the same command once it is back") from None

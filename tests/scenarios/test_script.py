@@ -430,3 +430,47 @@ def test_a_lightning_validation_inside_the_window_is_not_counted_as_training(tmp
                     "inside its timed window (an evaluation loop?): their samples are not counted, their time is; "
                     "set the script's evaluation interval beyond the window to measure training alone"], proc.stderr
     assert not processes_under(tmp_path)
+
+
+def test_report_best_and_check_beside_a_sweep_still_checking_its_script_say_it_is_starting(tmp_path: Path) -> None:
+    """A tour: ``report`` run while a new sweep's smoke step ran said "no study ...; run
+    `orchestrate spec.yaml` first" (the study is made after the script is checked, and the lock was
+    taken then): pasted, it was refused as a second sweep of the study. The sweep now holds the
+    study's lock from before its probe, and a reader told there is no study names it."""
+    import time
+
+    from conftest import orchestrate_popen
+
+    copy_example(tmp_path, "train.py")
+    gate = tmp_path / "GO"
+    script = tmp_path / "train.py"
+    script.write_text(f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
+                      + script.read_text())
+    write_spec(tmp_path, """
+        name: starting
+        script: train.py
+        args: ["--batch-size", "{batch_size}", "--width", "4", "--device", "{device}"]
+        device: cpu
+        space: {batch_size: [16]}
+        trial: {warmup_steps: 1, measure_steps: 3, min_measure_s: 0.1}
+    """)
+    sweep = orchestrate_popen(["spec.yaml"], tmp_path)
+    try:
+        deadline, said = time.monotonic() + 90, ""
+        while "is starting" not in said and time.monotonic() < deadline and sweep.poll() is None:
+            said = command(["report", "spec.yaml"], tmp_path).stderr
+            time.sleep(0.2)
+        assert sweep.poll() is None and said.count("\n") == 1, said  # waiting at the gate, in its smoke step
+        assert said.startswith(f"orchestrate: no study 'starting' in sqlite:///{tmp_path}/mlruns/optuna.db yet: a "
+                               f"sweep of it is starting (orchestrate pid {sweep.pid}, checking the script"), said
+        for words in (["best", "spec.yaml"], ["check", "spec.yaml"]):
+            proc = command(words, tmp_path)
+            assert proc.returncode == 2 and "a sweep of it is starting" in proc.stderr, proc.stderr
+        gate.touch()
+        out, err = sweep.communicate(timeout=240)
+    finally:
+        gate.touch()
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sweep.returncode == 0, out + err
+    assert command(["best", "spec.yaml"], tmp_path).stdout.startswith("python train.py --batch-size 16 ")
