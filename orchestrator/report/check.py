@@ -97,8 +97,9 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
     study = open_study(spec, "check")
     live, in_flight = running_now(spec, study)
     moved = _moved(spec, experiment)
+    lost = StudyRecord.of(study).lost_folders or {}
     found = compare(study.trials, runs, lambda n: trialdir.folder(root, n), in_flight, folders,
-                    artifacts(client) if client is not None and moved is None else None)
+                    artifacts(client) if client is not None and moved is None else None, {int(n) for n in lost})
     if moved is not None:  # the runs' files are beside the store, where MLflow is not told to look
         found.insert(0, moved)
     from orchestrator.report.delete import no_study
@@ -115,6 +116,9 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
     head = [f"Study:   {spec.name!r}, {len(study.trials)} trial(s), in {shown(absolute_uri(spec.storage))}",
             f"Runs:    {where}, in {shown(absolute_uri(spec.tracking_uri))}",
             f"Folders: {len(folders)} trial folder(s) in {root}"]
+    if lost:
+        head.append(f"  (trial folder(s) of trial(s) {', '.join(lost)} lost for good, with no copy in MLflow, as "
+                    "check --repair recorded: not compared; their results stay in the study)")
     if live:
         head.append(f"  ({live}: its trials in flight, and those told in the last search.grace_period_s="
                     f"{spec.search.grace_period_s:g} s, are not compared)")

@@ -127,11 +127,12 @@ class Difference:
 
 def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Callable[[int], Path],
             in_flight: AbstractSet[int] = frozenset(), folders: dict[int, Path] | None = None,
-            artifacts: Callable[[str, str | None], set[str]] | None = None) -> list[Difference]:
+            artifacts: Callable[[str, str | None], set[str]] | None = None,
+            lost: AbstractSet[int] = frozenset()) -> list[Difference]:
     """Every difference between the study's ``trials`` and MLflow's child ``runs`` (by trial
     number), skipping ``in_flight`` trial numbers and waiting trials. ``folders`` (trial number ->
     folder, as found on disk): a folder of no trial is a difference too, and so is a trial that ran
-    whose folder is missing. ``artifacts(run_id,
+    whose folder is missing, but for the ``lost`` ones (``StudyRecord.lost_folders``). ``artifacts(run_id,
     folder)``: the file names a run holds in an artifact folder; given, missing files are
     differences (each is a call to MLflow: ``orchestrate check`` asks, the sweep does not). A
     trial that ran on another host (its ``host``) keeps its folder there: not looked for here."""
@@ -149,7 +150,7 @@ def compare(trials: Iterable[Any], runs: dict[int, list[Any]], default_dir: Call
         out += _compare_trial(record_of(t, default_dir(t.number)), runs.get(t.number, []),
                               TrialRecord.of(t).mlflow_run_id, artifacts)
         rec = TrialRecord.of(t)
-        ran_in = rec.trial_dir if rec.ran_here else None  # another host's folder is on its disk
+        ran_in = rec.trial_dir if rec.ran_here and t.number not in lost else None  # another host's: on its disk
         try:
             out += _folder_differences(t.number, rec, run_of(rec, runs.get(t.number, [])),
                                        ran_in if folders is not None else None, artifacts)

@@ -59,7 +59,9 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
         with StudyLock(spec.storage, spec.name):
             recovery.recover(artifacts=artifacts(tracker.client) if files else None)
         if files:
-            lines = restore_folders(study, tracker.client, tracker.trial_runs())
+            lost: dict[str, str] = {}
+            lines = restore_folders(study, tracker.client, tracker.trial_runs(), lost)
+            lines += record_lost(study, lost)
             if restored is not None:
                 restored.extend(lines)
         if created:
@@ -69,8 +71,8 @@ def repair(spec: SweepSpec, close: Callable[[Any], tuple[str, str, dict[str, flo
     return recovery.repaired
 
 
-def restore_folders(study: Study, client: MlflowClient | RetryingClient,
-                    runs: dict[int, list[Any]] | None = None) -> list[str]:
+def restore_folders(study: Study, client: MlflowClient | RetryingClient, runs: dict[int, list[Any]] | None = None,
+                    lost: dict[str, str] | None = None) -> list[str]:
     """Each finished trial's folder that is gone from disk (deleted by hand, say), written back from
     the copies its MLflow run logged (its configuration, result and log): downloaded into
     ``.trial-NNNN.restoring`` beside it (one a killed repair left is removed first), then renamed
@@ -78,7 +80,8 @@ def restore_folders(study: Study, client: MlflowClient | RetryingClient,
     written back, and one per folder that could not be (the OS's reason). A run without those
     copies, or gone from MLflow, leaves its folder missing (``check`` says so). A trial whose record
     names no run (its run made after it ended, on a loaded machine) has its run found among ``runs``
-    (by trial number: ``agreement.run_of``)."""
+    (by trial number: ``agreement.run_of``). ``lost``, given, gets each folder that ran here, is gone,
+    and has no copy to be written back from: {trial number (text): folder}."""
     import os
     import shutil
     from pathlib import Path
@@ -94,15 +97,18 @@ def restore_folders(study: Study, client: MlflowClient | RetryingClient,
     for t in study.get_trials(deepcopy=False):
         record = TrialRecord.of(t)
         folder = Path(record.trial_dir) if record.trial_dir else None
-        run_id = run_of(record, (runs or {}).get(t.number, []))
-        if folder is None or not run_id or not t.state.is_finished():
+        if folder is None or not t.state.is_finished():
             continue
+        run_id = run_of(record, (runs or {}).get(t.number, []))
         part = folder.with_name(f".{folder.name}.restoring")
+        whole = not folder.is_dir()
         try:
-            whole = not folder.is_dir()
             files = lacking_files(folder, record.process_count,  # a second process's under repeat-2/
-                                  lambda sub: {Path(f.path).name for f in client.list_artifacts(run_id, sub)})
-            if not files:
+                                  lambda sub: {Path(f.path).name for f in client.list_artifacts(run_id, sub)}
+                                  ) if run_id else []
+            if not files or not run_id:
+                if whole and record.ran_here and lost is not None:  # no run, or no copy in it: nothing to write back
+                    lost[str(t.number)] = str(folder)
                 continue
             shutil.rmtree(part, ignore_errors=True)  # what a killed repair left
             part.mkdir(parents=True)  # as the sweep makes a trial folder: the umask's mode
@@ -114,7 +120,9 @@ def restore_folders(study: Study, client: MlflowClient | RetryingClient,
             for name in ([] if whole else files):  # each file whole, or not at all
                 (folder / name).parent.mkdir(exist_ok=True)
                 os.rename(part / name, folder / name)
-        except MlflowException:  # the run gone from MLflow: nothing to write back from
+        except MlflowException as exc:  # the run gone from MLflow: nothing to write back from
+            if whole and record.ran_here and lost is not None and exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+                lost[str(t.number)] = str(folder)
             continue
         except OSError as exc:
             named = exc.filename2 or exc.filename  # a rename's: the path in the way, not the download's
@@ -130,6 +138,22 @@ def restore_folders(study: Study, client: MlflowClient | RetryingClient,
         lines.insert(0, f"{restored} trial folder(s) written back from their MLflow runs' copies (configuration, "
                         "result and log)")
     return lines
+
+
+def record_lost(study: Study, lost: dict[str, str]) -> list[str]:
+    """Trial folders gone with no copy to write back (``restore_folders``'s ``lost``) recorded in the
+    study (``StudyRecord.lost_folders``), so that ``check`` no longer counts them: it exited 1 for
+    good. Returns the line to print where one is new."""
+    from orchestrator.store.studyrecord import StudyRecord, write_study
+
+    known = StudyRecord.of(study).lost_folders or {}
+    new = {n: folder for n, folder in lost.items() if n not in known}
+    if not new:
+        return []
+    write_study(study, lost_folders={**known, **new})
+    return [f"{len(new)} trial folder(s) gone from disk with no copy in MLflow to write back (trial(s) "
+            f"{', '.join(new)}): recorded as lost for good, their results kept in the study; check no "
+            "longer counts them"]
 
 
 def _find_parent(tracker: Any, spec: SweepSpec, uid: str) -> bool:

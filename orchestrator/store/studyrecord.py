@@ -31,8 +31,14 @@ MEASURED_WITH_ATTR = "orchestrate.measured_with"
 """``{"trial": {...}, "script_sha256"}``: the trial settings that shape a measurement, and a script
 spec's file's digest, as the study's last run had them (``stores.measured_otherwise``)."""
 
+LOST_FOLDERS_ATTR = "orchestrate.lost_folders"
+"""``{trial number (text): folder}``: trial folders gone from disk whose MLflow runs hold no copy to
+write them back from, recorded by ``check --repair`` (``repair.restore_folders``): ``check`` says
+them once, then no longer counts them as differences (it exited 1 for good)."""
+
 KEYS = {"fingerprint": FINGERPRINT_ATTR, "uid": UID_ATTR, "machine": MACHINE_ATTR, "recorded": RECORDED_ATTR,
-        "parent_run_id": PARENT_RUN_ATTR, "load": LOAD_ATTR, "measured_with": MEASURED_WITH_ATTR}
+        "parent_run_id": PARENT_RUN_ATTR, "load": LOAD_ATTR, "measured_with": MEASURED_WITH_ATTR,
+        "lost_folders": LOST_FOLDERS_ATTR}
 """Each field of ``StudyRecord`` and the attribute that stores it."""
 
 
@@ -54,6 +60,8 @@ class StudyRecord:
     """The machine's load before and during each run of the sweep (``machineload.LoadLog.summary``)."""
     measured_with: dict[str, Any] | None = None
     """What shaped the last run's measurements: its trial settings and script digest."""
+    lost_folders: dict[str, str] | None = None
+    """Trial folders lost for good (no copy in MLflow), as ``check --repair`` recorded them."""
 
     @classmethod
     def of(cls, study: Study | StoredStudy) -> StudyRecord:

@@ -199,10 +199,18 @@ def test_trial_folders_deleted_by_hand_or_by_the_trial_are_differences(project: 
     assert len(copies) == 1, copies
     shutil.rmtree(trials[1])
     shutil.rmtree(copies[0])  # its run's copies gone too
-    code, out, err = command(project, "check", str(finished), "--repair")
+    code, out, err = command(project, "check", str(finished))
     assert code == 1 and "Traceback" not in err, out + err
     assert f"trial 1: its folder {trials[1]} is missing (its configuration, log and result are gone from disk, " \
-           "and its MLflow run holds no copy of them)" in out and "Repair:" not in out, out
+           "and its MLflow run holds no copy of them)" in out and "Repair: orchestrate check" not in out, out
+    # nothing can write it back, and check exited 1 for good: --repair records the loss, once
+    for said in ("orchestrate check: 1 trial folder(s) gone from disk with no copy in MLflow to write back (trial(s) "
+                 "1): recorded as lost for good, their results kept in the study; check no longer counts them", None):
+        code, out, err = command(project, "check", str(finished), "--repair")
+        assert code == 0 and "agree" in out and (said in out if said else "recorded as lost" not in out), out + err
+        assert "(trial folder(s) of trial(s) 1 lost for good, with no copy in MLflow, as check --repair recorded: " \
+               "not compared; their results stay in the study)" in out, out
+    assert command(project, "check", str(finished))[0] == 0
 
     path = spec(project, "cleaner", ", fault: delete_folder", "8")
     proc = orchestrate([str(path)], project)

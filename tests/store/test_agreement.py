@@ -292,6 +292,8 @@ def test_a_trial_whose_folder_is_missing_is_a_difference_only_where_folders_are_
                    artifacts=lambda run_id, sub: held.get(run_id, set()))
     assert [(d.kind, d.number, d.repairable) for d in lost] == [("lost_folder", 1, False)]
     assert lost[0].text.endswith("and its MLflow run holds no copy of them)")
+    assert compare(trials, runs, lambda n: tmp_path / f"trial-{n:04d}", folders={0: tmp_path / "trial-0000"},
+                   artifacts=lambda run_id, sub: held.get(run_id, set()), lost={1}) == []  # check --repair's record
     assert compare(trials, runs, lambda n: tmp_path) == []  # the sweep's converge does not look
 
     def failing(run_id: str, sub: str | None) -> set[str]:
