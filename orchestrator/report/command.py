@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import metrics as M
+from orchestrator.report.asran import read_as_ran
 from orchestrator.report.compare import compare_knob, comparison, device_advice, reference_for
 from orchestrator.errors import NothingFeasible, OrchestratorError, StudyError, UsageParser, print_error, silence_stdout
 from orchestrator.store.record import TrialRecord
@@ -61,7 +62,9 @@ def main(argv: list[str]) -> int:
     try:
         spec, _ = load_guarded(args.spec, args.storage, args.tracking_uri)
         study = open_study(spec, command)
-        refuse_edited(spec, study)
+        spec, edited = read_as_ran(spec, study)  # the spec edited since: the study read with the one it ran
+        if edited is not None:
+            print(f"orchestrate: {edited}", file=sys.stderr)
         if command == "best":
             text, summary = best_yaml(spec, study)
             if args.output is None:
@@ -112,22 +115,6 @@ def finite(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [finite(v) for v in value]
     return value
-
-
-def refuse_edited(spec: SweepSpec, study: StoredStudy) -> None:
-    """The sweep's refusal (``store.fingerprint``) where the spec was edited since its study holds
-    results: its objective, fixed values or space read against trials made from another spec give
-    a wrong ranking and a best the trials never ran. The device is the study's own where the spec
-    leaves it to ``auto``: the plan is made for it without probing anything."""
-    from orchestrator.search.space import fingerprint, make_plan, plan_device
-    from orchestrator.store.fingerprint import as_stored, changed
-    from orchestrator.store.studyrecord import StudyRecord
-
-    stored = StudyRecord.of(study).fingerprint
-    if stored is None:
-        return
-    device = plan_device(spec, stored.get("device"))
-    changed(spec, spec.storage, stored, as_stored(fingerprint(spec, make_plan(spec, device))), study.trials)
 
 
 def lost_study(spec: SweepSpec) -> StudyError | None:

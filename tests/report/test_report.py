@@ -261,19 +261,43 @@ def test_report_and_best_on_a_missing_study_say_one_line_and_create_nothing(tmp_
     (("      model: tiny\n", "      model: small\n"), "fixed: stored"),
     (("    search:\n", "    objective: {metric: step_time_ms_p50, direction: minimize}\n    search:\n"), "objective: stored"),
 ], ids=["space", "fixed", "objective"])
-def test_report_and_best_refuse_a_spec_edited_since_its_study_as_the_sweep_does(project: Path, edit: tuple,
-                                                                                 what: str) -> None:
+def test_report_and_best_read_a_study_with_the_spec_it_ran_where_the_spec_was_edited_since(
+        project: Path, edit: tuple, what: str) -> None:
     """A report tour: the objective changed to a step time ranked the stored samples/s as if they were
     step times (the slowest trial first, and ``best`` wrote it); a changed fixed value was written
-    beside trials that ran with the old one; added values read "6 of 3 trials". The sweep refused
-    each edit; report and best now refuse it the same way, in one line."""
+    beside trials that ran with the old one; added values read "6 of 3 trials". Then report and
+    best refused each edit as the sweep does, with "delete the old study" as a way on, to a user
+    who wanted to see the results before running the edited spec. They now read the study with
+    the spec it ran (its stored fingerprint), said in one line: as the unedited spec reads it."""
     write_spec(project, SPEC.replace(*edit), name="edited.yaml")
     for name in ("report", "best"):
         proc = command([name, "edited.yaml"], project)
-        assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
-        assert proc.stderr.count("\n") == 1 and "study 'tiny_report' in sqlite:///" in proc.stderr, proc.stderr
-        assert f"was created from a different spec ({what}" in proc.stderr, proc.stderr
-    assert command(["report", "spec.yaml"], project).returncode == 0  # the spec it was made from reads
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        said = proc.stderr.splitlines()[0]
+        assert said.startswith(f"orchestrate: the spec was edited since study 'tiny_report' ran ({what}") and \
+            said.endswith("): read with the spec it ran; to run the edited spec, give it a new `name:`"), said
+        assert proc.stdout.replace("edited.yaml", "spec.yaml") == command([name, "spec.yaml"], project).stdout
+    sweep = command(["edited.yaml", "--dry-run"], project)  # running it is still refused, the same way
+    assert sweep.returncode == 2 and f"was created from a different spec ({what}" in sweep.stderr, sweep.stderr
+
+
+def test_a_study_whose_spec_cannot_be_rebuilt_refuses_an_edited_spec_as_before(tmp_path: Path) -> None:
+    """Where the stored fingerprint does not rebuild to itself (one an older version wrote without a
+    part), ``report`` on an edited spec refuses as the sweep does rather than guess."""
+    import optuna
+
+    from orchestrator.report.asran import read_as_ran
+    from orchestrator.spec.load import load_spec
+    from orchestrator.store.studyread import read_study
+
+    spec = load_spec(write_spec(tmp_path, SPEC))
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    study = optuna.create_study(study_name="tiny_report", storage=url)
+    study.set_user_attr("orchestrate.fingerprint", {"experiment": "experiments.bert", "device": "cpu", "space": {}})
+    study.add_trial(optuna.trial.create_trial(value=1.0))
+    with pytest.raises(Exception) as refused:
+        read_as_ran(spec, read_study(url, "tiny_report"))
+    assert "was created from a different spec (fixed: stored null, spec {" in str(refused.value)
 
 
 @pytest.mark.slow
@@ -592,7 +616,7 @@ def test_errors_and_timeouts_alone_say_what_runs_them_again(tmp_path: Path) -> N
     (tmp_path / "mlruns").mkdir()
     study = optuna.create_study(study_name="tiny_report", storage=f"sqlite:///{tmp_path}/mlruns/optuna.db",
                                 directions=["maximize"])
-    for t in (fake(0, 8, "float32", "timeout"), fake(1, 64, "float32", "error")):
+    for t in (fake(0, 8, "float32", "timeout"), fake(1, 8, "bfloat16", "error")):
         study.add_trial(t)
     best = command(["best", str(spec)], tmp_path)  # exit 3, as a sweep that left nothing feasible (2: a bad spec)
     assert best.returncode == 3 and best.stdout == "", best.stdout + best.stderr

@@ -3,6 +3,7 @@ after its study started, a corrupt database, a file that is not a database."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -80,12 +81,15 @@ def test_a_study_with_no_result_refuses_values_optuna_would_refuse_and_runs_no_c
     assert "0 of 2 trials have a result" in orchestrate([str(spec)], project).stdout
     original = spec.read_text()
     spec.write_text(original.replace("hidden_size: [8, 16]", "hidden_size: [16, 32]").replace("exception", "none"))
-    for args in ([str(spec)], [str(spec), "--dry-run"], ["report", str(spec)]):
+    for args in ([str(spec)], [str(spec), "--dry-run"]):
         proc = orchestrate(args, project)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert "; space: stored {\"hidden_size\": [8, 16]}, spec {\"hidden_size\": [16, 32]}; trial 0 was given " \
                "hidden_size from [8, 16], and Optuna keeps a parameter's values for the study's life). To keep both, " \
                "give this spec a new `name:`" in proc.stderr, (args, proc.stderr)
+    report = command(["report", str(spec)], project)  # read with the spec it ran, said
+    assert report.returncode == 0 and "read with the spec it ran" in report.stderr, report.stderr
+    assert re.search(r"\n   0  error +8 ", report.stdout), report.stdout
     assert [t.state.name for t in load_study(project, "edited").get_trials()] == ["FAIL", "FAIL"]  # untouched
     spec.write_text(original.replace("fault: exception", "fault: none, hidden_size: 8").replace(
         "hidden_size: [8, 16]", "lr: [0.001, 0.01]"))
