@@ -38,9 +38,21 @@ URL_ENV = ("ORCHESTRATE_STORAGE", "ORCHESTRATE_TRACKING_URI", "MLFLOW_TRACKING_U
 _USERINFO = re.compile(r"^(?P<head>[A-Za-z][\w+.-]*://)(?P<user>[^:/@?#]*):(?P<password>[^@]*)@")
 
 
+def ambiguous(url: str) -> bool:
+    """Whether ``url`` has a password and an ``@`` after it: one in the password, not
+    percent-encoded (``%40``). SQLAlchemy ends the password at the first ``@``, urllib (MLflow's
+    client) at the last, and a tour's ``sweeper:Kx3@sp/ec:ial#9%@db`` printed 12 of its 16
+    characters; ``urls.guard`` refuses such a URL, and ``shown`` masks to the last ``@`` meanwhile."""
+    m = _USERINFO.match(url)
+    return m is not None and "@" in url[m.end():]
+
+
 def _split(url: str) -> tuple[str, str | None, str, str | None]:
     """(before the password, the password or None, after it up to the query, the query or None)."""
     m = _USERINFO.match(url)
+    if m is not None and ambiguous(url):  # the password may run to the last "@": all of it masked
+        at = url.rindex("@")
+        return m.group("head") + m.group("user"), url[m.end("user") + 1:at], url[at:], None
     head, password, rest = (url, None, "") if m is None else (
         m.group("head") + m.group("user"), m.group("password"), "@" + url[m.end():])
     if m is None:
@@ -90,6 +102,8 @@ def secrets_in(url: str) -> list[str]:
     """The secret parts of ``url``, as written and percent-decoded (for ``OutputFilter``)."""
     head, password, rest, query = _split(url)
     found = [password] if password else []
+    if password and "@" in password:  # each part SQLAlchemy or urllib may send (a short one: every word)
+        found += [part for part in password.split("@") if len(part) >= 3]
     for key, value in _query_items(query or ""):
         if value and _is_secret_key(key):
             found.append(value)

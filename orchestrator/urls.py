@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.redact import environment_secrets, filter_output, has_secret, pasteable, secrets_in
+from orchestrator.redact import ambiguous, environment_secrets, filter_output, has_secret, pasteable, secrets_in
 
 SQLITE = "sqlite:///"
 """An SQLite database file's URL begins so (then a relative path, or a fourth slash and an absolute one)."""
@@ -72,6 +72,16 @@ def guard(spec: Any, origins: Origins) -> None:
     """Before anything else runs: every secret this run knows is kept out of its output, and a
     password given on the command line is warned about, once."""
     filter_output(secrets_in(spec.storage) + secrets_in(spec.tracking_uri) + environment_secrets())
+    for field in ("storage", "tracking_uri"):
+        if ambiguous(getattr(spec, field)):  # read two ways, and most of the password printed
+            from orchestrator.errors import SpecError
+
+            given = getattr(origins, field)
+            raise SpecError(f"its password holds an '@' that is not percent-encoded: SQLAlchemy ends a password at "
+                            f"its first '@' and MLflow's client at its last, so it is not read as written; write "
+                            f"each '@' in it as %40, or {_instead(field, given not in (None, '--storage', '--tracking-uri'))}",
+                            file=given or str(spec.path), line=None if given else spec.line_of(field),
+                            field=None if given else field)
     for field, flag in (("storage", "--storage"), ("tracking_uri", "--tracking-uri")):
         if getattr(origins, field) == flag and has_secret(getattr(spec, field)):
             print(f"orchestrate: warning: {flag} holds a password, which other users of this host can "
@@ -81,12 +91,13 @@ def guard(spec: Any, origins: Origins) -> None:
                   f"anyone who can read the file or its history; {_instead(field)}", file=sys.stderr)
 
 
-def _instead(field: str) -> str:
+def _instead(field: str, in_env: bool = False) -> str:
+    """How to keep a password out of a command line or a spec (``in_env``: it is in a variable already)."""
     if field == "storage":
         return ("leave it out of the URL and give it to libpq instead (PGPASSWORD, ~/.pgpass or "
-                "PGSERVICE), or pass the whole URL in ORCHESTRATE_STORAGE")
+                "PGSERVICE)" + ("" if in_env else ", or pass the whole URL in ORCHESTRATE_STORAGE"))
     return ("leave it out of the URI and set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD "
-            "(or MLFLOW_TRACKING_TOKEN), or pass the whole URI in ORCHESTRATE_TRACKING_URI")
+            "(or MLFLOW_TRACKING_TOKEN)" + ("" if in_env else ", or pass the whole URI in ORCHESTRATE_TRACKING_URI"))
 
 
 def command_flags(spec: Any, origins: Origins | None, defaults: tuple[str, str]) -> list[str]:

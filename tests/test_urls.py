@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, orchestrate, write_spec
 from orchestrator.urls import (absolute_uri, is_sqlite, is_sqlite_file, sqlite_folder, sqlite_path,
                                sqlite_url)
 
@@ -91,3 +91,29 @@ def test_a_database_servers_refusal_gets_its_remedy() -> None:
         assert database_remedy(said).startswith("; give the role's password to libpq: PGPASSWORD, ~/.pgpass"), said
     assert database_remedy('FATAL:  database "nosuchdb" does not exist').startswith("; create it")
     assert database_remedy("could not translate host name") == ""
+
+
+def test_a_password_with_an_unencoded_at_sign_is_refused_naming_where_it_came_from(tmp_path: Path) -> None:
+    """The PostgreSQL tour: ``--tracking-uri http://mlfuser:Mlf9@secretPW77@host`` ran (urllib takes
+    the last '@'), and every line printed ``mlfuser:***@secretPW77@host``; in the study's URL,
+    12 of 16 characters showed. Refused before anything runs, naming the flag, the variable or the
+    spec's line, and no part of the password printed."""
+    spec = write_spec(tmp_path, """
+        name: at_sign
+        experiment: experiments.mlp
+        device: cpu
+        space: {hidden_size: [8]}
+        """)
+    secret = "Kx3@sp/ec:ial#9%"
+    for args, env, where in (
+            (["--storage", f"postgresql+psycopg2://sweeper:{secret}@127.0.0.1:1/optuna"], {}, "--storage: "),
+            ([], {"ORCHESTRATE_TRACKING_URI": f"http://mlfuser:{secret}@127.0.0.1:1"}, "ORCHESTRATE_TRACKING_URI: ")):
+        for command in (["spec.yaml", "--dry-run"], ["report", "spec.yaml"]):
+            proc = orchestrate([*command, *args], tmp_path, env=env)
+            assert proc.returncode == 2 and proc.stderr.startswith(where), proc.stderr
+            assert "its password holds an '@' that is not percent-encoded" in proc.stderr and "%40" in proc.stderr
+            assert "Kx3" not in proc.stdout + proc.stderr and "ial#9" not in proc.stdout + proc.stderr
+    spec.write_text(spec.read_text() + f"storage: postgresql+psycopg2://sweeper:{secret}@127.0.0.1:1/optuna\n")
+    proc = orchestrate(["spec.yaml", "--dry-run"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("spec.yaml:5: storage: its password holds an '@'"), proc.stderr
+    assert "Kx3" not in proc.stderr and "ial#9" not in proc.stderr
