@@ -52,22 +52,19 @@ def check_url_opens(url: str, what: str, timeout_s: float | None = None, rebuild
         return
     if url.split(":", 1)[0] in ("http", "https", "databricks"):
         return
-    import sqlalchemy
+    from orchestrator.store.serverdb import foreign, table_names
 
     args = {"connect_timeout": max(2, round(timeout_s))} if timeout_s is not None and \
         url.split(":", 1)[0].split("+")[0] in ("postgresql", "mysql") else {}
     try:
-        engine = sqlalchemy.create_engine(url, connect_args=args, poolclass=sqlalchemy.pool.NullPool)
-        try:
-            with engine.connect():
-                pass
-        finally:
-            engine.dispose()
+        tables = table_names(url, args)
     except Exception as exc:  # noqa: BLE001 - any driver error means the URL cannot be used
         said = first_line(exc)
         if unreachable(exc):
             raise StoreUnreachable(f"{what} {shown(url)}: cannot connect ({said})", said) from None
         raise StudyError(f"{what} {shown(url)}: cannot connect ({said}){database_remedy(said)}") from None
+    if what == "storage" and (other := foreign(url, tables)) is not None:
+        raise other
 
 
 class StoreUnreachable(StudyError):

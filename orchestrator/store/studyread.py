@@ -274,11 +274,24 @@ def _when(text: str | None) -> datetime | None:
 # -- every other storage: through Optuna ------------------------------------------------------------
 
 def _read_through_optuna(url: str, name: str) -> StoredStudy | None:
+    """A server database's study through Optuna, where it holds Optuna's tables: one without any is
+    no study, and one of another program's is said (Optuna made its tables in either: a tour's
+    ``report`` left 12 in MLflow's database)."""
     import optuna
+
+    from orchestrator.store.serverdb import foreign, table_names
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
+        if sqlite_path(url) is None:
+            tables = table_names(url)
+            if (other := foreign(url, tables)) is not None:
+                raise other
+            if not tables:
+                return None
         return from_optuna(optuna.load_study(study_name=name, storage=url))
+    except StudyError:
+        raise
     except KeyError:
         return None
     except Exception as exc:  # noqa: BLE001 - a driver or schema error: one line, not a traceback

@@ -107,7 +107,7 @@ def test_the_default_folder_is_made_and_a_flag_is_named(tmp_path: Path, monkeypa
     loaded = load_spec(spec, {"--storage": (("storage",), "sqlite:///no/such/x.db")})
     with pytest.raises(SpecError) as caught:
         pf.preflight(loaded, Origins(storage="--storage"))
-    assert str(caught.value) == (f"--storage: storage: folder {tmp_path}/no/such does not exist; create it or fix "
+    assert str(caught.value) == (f"--storage: folder {tmp_path}/no/such does not exist; create it or fix "
                                  "the URL, got 'sqlite:///no/such/x.db'")
 
 

@@ -1,0 +1,34 @@
+"""A server database's tables, read before a study is made in it or read from it: none (a new
+database), Optuna's, or another program's (MLflow's, on the same server), which is refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.errors import StudyError
+from orchestrator.redact import shown
+
+
+def table_names(url: str, connect_args: dict[str, Any] | None = None) -> list[str]:
+    """The tables of the server database at ``url`` (connecting creates nothing)."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url, connect_args=connect_args or {}, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as con:
+            return list(sqlalchemy.inspect(con).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def foreign(url: str, tables: list[str]) -> StudyError | None:
+    """A server database that holds another program's tables and no Optuna study (a tour pointed
+    ``--storage`` at MLflow's database, one server holding both: Optuna made its tables in it, then
+    said to upgrade Optuna): the error to raise, before anything is created; else None."""
+    if not tables or "studies" in tables:
+        return None
+    whose = " (MLflow's)" if {"experiments", "runs"} <= set(tables) else ""
+    listed = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
+    return StudyError(f"storage {shown(url)}: the database holds {len(tables)} tables of another program{whose} "
+                      f"({listed}) and no Optuna study: name a database of the study's own (createdb optuna), "
+                      "not the tracking store's")
