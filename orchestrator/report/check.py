@@ -92,8 +92,10 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
     if uid is None:
         raise StudyError(f"study {spec.name!r} in {shown(absolute_uri(spec.storage))} was not created by orchestrate")
     client, experiment, parent, runs = _mlflow(spec, uid)
-    root = _folder_root(study, spec.name, uid)
-    folders = {n: p for p in (root.iterdir() if root.is_dir() else []) if (n := trialdir.number_of(p)) is not None}
+    roots = _folder_roots(study, spec.name, uid)
+    folders = {n: p for root in roots for p in (root.iterdir() if root.is_dir() else [])
+               if (n := trialdir.number_of(p)) is not None}
+    root = roots[0]
     study = open_study(spec, "check")
     live, in_flight = running_now(spec, study)
     moved = _moved(spec, experiment)
@@ -115,7 +117,8 @@ def inspect(spec: SweepSpec, study: Any) -> tuple[list[str], list[Difference]]:
              else f"no experiment {spec.name!r}")
     head = [f"Study:   {spec.name!r}, {len(study.trials)} trial(s), in {shown(absolute_uri(spec.storage))}",
             f"Runs:    {where}, in {shown(absolute_uri(spec.tracking_uri))}",
-            f"Folders: {len(folders)} trial folder(s) in {root}"]
+            f"Folders: {len(folders)} trial folder(s) in " + (str(root) if len(roots) == 1 else
+                                                               f"{len(roots)} places: {', '.join(map(str, roots))}")]
     if lost:
         head.append(f"  (trial folder(s) of trial(s) {', '.join(lost)} lost for good, with no copy in MLflow, as "
                     "check --repair recorded: not compared; their results stay in the study)")
@@ -182,14 +185,13 @@ def _mlflow(spec: SweepSpec, uid: str) -> tuple[Any, Any, Any, dict[int, list[An
         raise
 
 
-def _folder_root(study: Study, name: str, uid: str) -> Path:
-    """Where this host's trial folders of the study are: as its trials that ran here name them,
-    else under ``./mlruns`` (another host's are on its own disk)."""
-    for t in study.trials:
-        rec = TrialRecord.of(t)
-        if rec.trial_dir and rec.ran_here:
-            return Path(rec.trial_dir).parent
-    return trialdir.root(name, uid)
+def _folder_roots(study: Study, name: str, uid: str) -> list[Path]:
+    """Where this host's trial folders of the study are: as its trials that ran here name them (a
+    shared study run from several folders of one host has several places: the header named the
+    first alone), else under ``./mlruns`` (another host's are on its own disk)."""
+    roots = {Path(rec.trial_dir).parent: None for t in study.trials
+             if (rec := TrialRecord.of(t)).trial_dir and rec.ran_here}
+    return list(roots) or [trialdir.root(name, uid)]
 
 
 def _repair(spec: SweepSpec, restored: list[str]) -> int:

@@ -185,6 +185,9 @@ def test_tpe_from_three_orchestrators_never_measures_twice(tmp_path: Path, postg
     assert found.returncode == 1, found.stdout + found.stderr
     assert f"trial {records['results'][0].number}: no MLflow run (the trial ended ok)" in found.stdout
     assert "1 difference(s). Repair: orchestrate check" in found.stdout and "--repair" in found.stdout
+    places = sorted({str(Path(t.user_attrs["trial_dir"]).parent) for t in records["results"]})  # each host's folder
+    assert f"Folders: 12 trial folder(s) in {places[0] if len(places) == 1 else f'{len(places)} places: '}" \
+        in found.stdout, found.stdout  # the PostgreSQL tour: it named the first place alone, and counted its own
     repaired = orchestrate(["check", str(host / "spec.yaml"), "--repair"], host)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "1 trial(s)' MLflow records written from the study" in repaired.stdout and "agree" in repaired.stdout
