@@ -49,6 +49,8 @@ def preflight(spec: SweepSpec, origins: Origins = Origins(), *, tracking_server:
                                         for f, u in (("storage", spec.storage), ("tracking_uri", spec.tracking_uri))]
     if tracking_server and is_tracking_server(spec.tracking_uri):
         remote.append(lambda: tracking(spec, origins))
+    elif is_tracking_server(spec.tracking_uri):
+        remote.append(lambda: tracking_host(spec, origins))
     remote += [functools.partial(hub_model, spec, p, m) for p, m in hub_models(spec)]
     with ThreadPoolExecutor(max_workers=len(remote)) as pool:
         for future in [pool.submit(attempt, check) for check in remote]:
@@ -176,6 +178,24 @@ def tracking(spec: SweepSpec, origins: Origins) -> None:
                      f"s ({getattr(exc, 'reason', exc)}); a run would wait for it up to search.outage_s="
                      f"{spec.search.outage_s:g} s, then stop (exit 75), got {shown(spec.tracking_uri)!r}") from None
     asked(spec, origins, base, parts)
+
+
+def tracking_host(spec: SweepSpec, origins: Origins) -> None:
+    """A run's tracking server's name resolves: a name that does not is a mistake, refused at once
+    (the PostgreSQL tour's ``http://nosuchhost.invalid:5000`` was waited for as an outage, for
+    search.outage_s, then exit 75). A server that does not answer is still waited for."""
+    import socket
+    import urllib.parse
+
+    host = urllib.parse.urlsplit(spec.tracking_uri).hostname
+    if not host:
+        return
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror as exc:
+        if exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)):
+            raise _error(spec, origins, "tracking_uri", f"the tracking server's host {host} is not a name this "
+                         f"machine knows ({exc.strerror}): fix the URI, got {shown(spec.tracking_uri)!r}") from None
 
 
 def asked(spec: SweepSpec, origins: Origins, base: str, parts: urllib.parse.SplitResult) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import pytest
 
 from conftest import orchestrate, write_spec
+from servers import free_port
 from orchestrator.errors import SpecError, each_error
 from orchestrator.spec.load import load_spec
 from orchestrator.urls import Origins
@@ -352,3 +353,21 @@ def test_a_tracking_server_that_refuses_the_run_is_said_by_the_dry_run(tmp_path:
         assert errors(spec) == []  # a run asks when it opens the store, and says the same remedy then
     finally:
         server.shutdown()
+
+
+def test_a_tracking_host_that_is_no_name_is_refused_and_a_silent_one_left_to_wait_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PostgreSQL tour: ``--tracking-uri http://nosuchhost.invalid:5000`` was waited for as an
+    outage (search.outage_s, then exit 75): a name this machine does not know is refused at once. A
+    host that resolves but does not answer is still the run's to wait for."""
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path, "name: d\nexperiment: experiments.mlp\n")
+    for uri, refused in (("http://nosuchhost.invalid:5000", True), (f"http://127.0.0.1:{free_port()}", False)):
+        loaded = load_spec(spec, {"--tracking-uri": (("tracking_uri",), uri)})
+        if not refused:
+            pf.preflight(loaded, Origins(tracking_uri="--tracking-uri"))  # a run waits for it
+            continue
+        with pytest.raises(SpecError) as caught:
+            pf.preflight(loaded, Origins(tracking_uri="--tracking-uri"))
+        assert str(caught.value).startswith("--tracking-uri: the tracking server's host nosuchhost.invalid is not a "
+                                            "name this machine knows ("), str(caught.value)
