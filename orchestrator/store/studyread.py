@@ -295,8 +295,16 @@ def _read_through_optuna(url: str, name: str) -> StoredStudy | None:
     except KeyError:
         return None
     except Exception as exc:  # noqa: BLE001 - a driver or schema error: one line, not a traceback
+        from orchestrator.store.outage import StoreDown
+        from orchestrator.store.study import unreachable
+        from orchestrator.urls import database_remedy
+
         said: BaseException = exc
         if type(exc).__name__ == "StorageInternalError":  # its text guesses "invalid data in the commit"
             said = exc.__cause__ or exc.__context__ or exc  # "permission denied for table version_info"
-        raise StudyError(f"storage {shown(url)}: {first_line(said, url)}") from None
+        if unreachable(said):  # the tour: exit 2 and the driver's words, where a sweep waits for it
+            raise StoreDown(f"storage {shown(url)} does not answer ({first_line(said, url)})",
+                            "nothing was read: run this command again once it is back") from None
+        line = first_line(said, url)
+        raise StudyError(f"storage {shown(url)}: {line}{database_remedy(line)}") from None
 

@@ -1,7 +1,8 @@
-"""A server database named as the study's storage that holds no study: read-only commands create
-nothing in it, and one that holds another program's tables (MLflow's, on the same server) is said
-in one line by every command, the sweep's plan included (the PostgreSQL tour: ``report`` made
-Optuna's 12 tables in MLflow's database, then said to upgrade Optuna)."""
+"""A server database as the read-only commands meet it: one that holds no study gets nothing made
+in it, one that holds another program's tables (MLflow's, on the same server) is said in one line
+by every command, the sweep's plan included (the PostgreSQL tour: ``report`` made Optuna's 12
+tables in MLflow's database, then said to upgrade Optuna), and one that does not answer is exit
+75, as a sweep's outage is, not 2 with the driver's words."""
 
 from __future__ import annotations
 
@@ -44,3 +45,20 @@ def test_an_empty_database_gets_nothing_and_mlflow_s_is_refused(postgres_url: st
     plan = orchestrate(["spec.yaml", "--dry-run", "--storage", postgres_url], tmp_path)
     assert plan.returncode == 2 and plan.stderr.startswith(f"--storage: {said}"), plan.stderr
     assert tables(postgres_url) == made
+
+
+def test_a_database_that_does_not_answer_is_a_store_down_for_the_readers(tmp_path: Path) -> None:
+    from servers import free_port
+
+    write_spec(tmp_path, """
+        name: down
+        experiment: experiments.mlp
+        device: cpu
+        space: {hidden_size: [8]}
+        """)
+    url = f"postgresql+psycopg2://nobody@127.0.0.1:{free_port()}/optuna"  # nobody listens there
+    for words in (["report"], ["best"], ["check"]):
+        proc = command([*words, "spec.yaml", "--storage", url], tmp_path)
+        assert proc.returncode == 75 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith(f"orchestrate: storage {url} does not answer (") and proc.stderr.rstrip().endswith(
+            "nothing was read: run this command again once it is back"), proc.stderr
