@@ -142,6 +142,9 @@ def server_remedy(uri: str, said: str) -> str:
         host = urllib.parse.urlsplit(uri).netloc.rsplit("@", 1)[-1]
         return (f"; the server refuses the name {host} (MLflow's --allowed-hosts): start it with "
                 f"--allowed-hosts naming it (docs/scale.md)")
+    if "404" in said:  # a path the server does not serve (a tour's http://host:5000/mlflow)
+        return ("; no MLflow API at that path (HTTP 404 Not Found): name the server itself, as "
+                "http://HOST:PORT, with a path only where it serves MLflow under one")
     if "401" in said or "Unauthorized" in said or "credentials" in said.lower():
         return ("; set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) to an "
                 "account of the server")

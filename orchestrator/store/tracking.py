@@ -179,7 +179,7 @@ class Tracker:
                             raise
                         raise refused from None
         except MlflowException as exc:
-            said = first_line(exc, typed=False)
+            said = first_line(exc, typed=False).split(". Response body: '<")[0]  # not a page's HTML, cut off
             raise StudyError(f"tracking_uri {shown(self.uri)}: cannot open the MLflow store: {said}"
                              f"{server_remedy(self.uri, said)}") from None
         self.experiment_id = exp_id

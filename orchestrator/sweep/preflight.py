@@ -219,9 +219,10 @@ def asked(spec: SweepSpec, origins: Origins, base: str, parts: urllib.parse.Spli
         with urllib.request.urlopen(request, timeout=REACH_TIMEOUT_S):
             return
     except urllib.error.HTTPError as exc:
-        if exc.code not in (401, 403):
+        if exc.code not in (401, 403, 404):
             return  # another answer: the run's own calls will say what it means
-        said = f"HTTP {exc.code} {exc.reason}: {exc.read(500).decode(errors='replace').strip()}"
+        said = f"HTTP {exc.code} {exc.reason}" + (
+            "" if exc.code == 404 else f": {exc.read(500).decode(errors='replace').strip()}")
     except (urllib.error.URLError, OSError, ValueError):
         return  # it answered /health: what else goes wrong, the run waits out
     raise _error(spec, origins, "tracking_uri", f"the tracking server refuses this run ({said.splitlines()[0]})"

@@ -323,6 +323,8 @@ def test_a_dry_run_says_it_did_not_check_an_undeclared_module_s_parameters(tmp_p
      "the server refuses the name 127.0.0.1:{port} (MLflow's --allowed-hosts): start it with --allowed-hosts naming it"),
     (401, "You are not authenticated. Please see https://www.mlflow.org/docs/latest/auth/index.html",
      "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) to an account of the server"),
+    (404, "<!doctype html><html>...",  # the PostgreSQL tour's http://host:5000/mlflow: passed, then the run
+     "no MLflow API at that path (HTTP 404 Not Found): name the server itself"),  # said a page's HTML, cut off
 ])
 def test_a_tracking_server_that_refuses_the_run_is_said_by_the_dry_run(tmp_path: Path, code: int, body: str,
                                                                        remedy: str) -> None:
