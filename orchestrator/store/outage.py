@@ -237,10 +237,15 @@ class Outage:
                      f"search.outage_s={self.limit_s:g} s (Ctrl-C stops, and the same command resumes)")
 
     def _recovered(self) -> None:
+        """The outage is over: said where its start was (a tour saw "is unreachable", then "no
+        answer for 5 s" of the next slow call, and no line saying it had come back)."""
         with self._lock:
-            if self.down_since is not None:
+            told, since = self._told, self.down_since
+            if since is not None:
                 self.down_since, self.last_ended = None, time.monotonic()
                 self._told = False
+        if told and since is not None:
+            self.say(f"orchestrate: {self.store} answers again, after {time.monotonic() - since:.0f} s; going on")
 
     def recently(self, within_s: float) -> bool:
         """An outage is in progress or ended less than ``within_s`` ago."""

@@ -28,11 +28,12 @@ def test_the_first_failure_is_said_at_once_once_per_outage_and_the_end_names_no_
     guard = O.Outage("the tracking store http://127.0.0.1:9", 300, sleep=waits.append, say=lines.append)
     calls = iter([refused, refused, lambda: "back", refused, lambda: "back again"])
     assert guard.call(lambda: next(calls)()) == "back"
-    assert len(lines) == 1 and lines[0].startswith("orchestrate: the tracking store http://127.0.0.1:9 is unreachable (")
+    assert len(lines) == 2 and lines[0].startswith("orchestrate: the tracking store http://127.0.0.1:9 is unreachable (")
     assert "Connection refused" in lines[0] and "retrying for up to search.outage_s=300 s" in lines[0]
     assert waits == [0.5, 1.0]  # said once, though it failed twice
+    assert lines[1] == "orchestrate: the tracking store http://127.0.0.1:9 answers again, after 0 s; going on"  # said too
     assert guard.call(lambda: next(calls)()) == "back again"
-    assert len(lines) == 2  # a new outage is said again
+    assert len(lines) == 4  # a new outage is said again, and its end
 
     short = O.Outage("the tracking store X", 0.0, sleep=lambda s: time.sleep(0.01), say=lines.append)
     with pytest.raises(O.StoreDown) as down:
