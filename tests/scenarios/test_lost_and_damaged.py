@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_records, left_behind, orchestrate, write_spec
+from conftest import check_records, child_runs, left_behind, orchestrate, write_spec
 from conftest import command as in_process
 
 pytestmark = pytest.mark.slow
@@ -49,8 +49,6 @@ def one_line(err: str) -> str:
 
 
 def run_ids(project: Path, name: str) -> list[str]:
-    from conftest import child_runs
-
     return sorted(r.info.run_id for r in child_runs(project, name))
 
 
@@ -87,8 +85,6 @@ def test_a_damaged_mlflow_file_is_one_line_and_moved_aside_it_is_rebuilt_from_th
     shutil.move(db, db.with_name("mlflow.db.corrupt"))  # the line's remedy
     code, out, err = command(project, "check", str(finished), "--repair")
     assert code == 0 and "The study, MLflow and the trial folders agree." in out, out + err
-    from conftest import child_runs
-
     runs = child_runs(project, "damaged")  # one finished run per trial, rebuilt (the study's
     assert sorted(int(r.data.tags["trial_number"]) for r in runs) == [0, 1, 2]  # mlflow_run_id names the old file's)
     assert all(r.info.status == "FINISHED" and r.data.metrics["samples_per_s"] > 0 for r in runs)
@@ -256,3 +252,17 @@ def test_an_unreachable_tracking_server_is_said_at_once_and_no_study_is_claimed(
                                                                             "command once it is back")
     assert "study is saved" not in proc.stderr and not (project / "mlruns" / "optuna.db").exists()
     assert left_behind(project) == []
+
+
+def test_a_resume_says_what_it_wrote_to_mlflow_from_the_study(project: Path) -> None:
+    """The PostgreSQL tour: a resume after the tracking server had been away wrote 5 trials' runs
+    and said nothing of it. The header says it now (here MLflow's file is lost instead)."""
+    path = spec(project, "rewritten")
+    first = orchestrate([str(path), "--n-trials", "2"], project)
+    assert first.returncode == 0, first.stdout + first.stderr
+    (project / "mlruns" / "mlflow.db").unlink()
+    again = orchestrate([str(path)], project)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "\n  MLflow lacked the records of 2 trial(s) the study holds (its store was away, or the last run was " \
+           "stopped before it wrote them): written from the study\n" in again.stdout, again.stdout
+    assert sorted(int(r.data.tags["trial_number"]) for r in child_runs(project, "rewritten")) == [0, 1, 2]
