@@ -45,7 +45,10 @@ def print_plan(spec: SweepSpec, slots: list[str] | None = None) -> None:
         check_cuda_fraction(spec)  # the run's rule, said before torch is asked
     plan = make_plan(spec, device)
     n = count_configurations(plan)
-    target = spec.search.n_trials or n
+    known = [x for x in (spec.search.n_trials, n) if x is not None]
+    target = min(known) if known else None  # as the sweep counts it (document.study_target)
+    beyond = (f" (one per configuration; search.n_trials: {spec.search.n_trials} is more than the space holds)"
+              if n is not None and spec.search.n_trials is not None and spec.search.n_trials > n else "")
     dims = ", ".join(f"{k} x{_count(v)}" for k, v in plan.searched.items())
     objective = ", ".join(f"{d} {m}" for m, d in spec.objective.metrics)
     if spec.objective.constraints:
@@ -75,7 +78,7 @@ def print_plan(spec: SweepSpec, slots: list[str] | None = None) -> None:
         out.append(f"                 {k:<26s} {describe_dim(v)}")
     if plan.fixed:
         out.append("  fixed        " + " ".join(f"{k}={v}" for k, v in plan.fixed.items()))
-    out.append(f"  trials       at most {target} in total for the study, across resumes{_progress(spec, plan)}")
+    out.append(f"  trials       at most {target} in total for the study{beyond}, across resumes{_progress(spec, plan)}")
     held = (f"at least {EARLY_STEPS} measured steps ({t.measure_steps} unless the throughput is known within "
             f"+-{t.precision:.1%} at 95% sooner)" if t.precision is not None and t.measure_steps > EARLY_STEPS
             else f"at least {t.measure_steps} measured steps")

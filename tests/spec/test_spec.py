@@ -174,6 +174,9 @@ def test_cli_flags_reach_the_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "trials       at most 1 in total" in out
     assert f"storage      sqlite:///{tmp_path / 'other.db'}" in out
     assert [p.name for p in tmp_path.iterdir()] == ["spec.yaml"]
+    assert main(["spec.yaml", "--dry-run", "--device", "cpu", "--n-trials", "9", "--storage", "sqlite:///other.db"]) == 0
+    assert "trials       at most 2 in total for the study (one per configuration; search.n_trials: 9 is more than " \
+        "the space holds), across resumes" in capsys.readouterr().out  # it said "at most 9": a grid of 2 runs 2
 
 
 @pytest.mark.parametrize("value, spelled, text", [
