@@ -22,7 +22,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from orchestrator.errors import first_line
-from orchestrator.harness import subreaper
+from orchestrator.harness import orders, subreaper
 from orchestrator.harness.ahead import preload_params
 from orchestrator.trialdir import LOG, write_atomically
 from orchestrator.protocol import (CPU_CORES_ENV, PARENT_PID_ENV, SERVE_FLAG, STATUS_FD_ENV, Kind, StatusLine,
@@ -246,7 +246,7 @@ def serve(experiment: str) -> int:
     preload(experiment, preload_params())
     timeline["imports_done"] = time.time()
     status.write(encode_status(StatusLine(Word.READY)))
-    order = decode_order(sys.stdin.readline())
+    order = decode_order(orders.readline())
     if order.kind is not Kind.RUN:  # leave
         return 0
     return run_given(str(order.config), status, timeline)
@@ -263,7 +263,7 @@ def run_given(config_path: str, status: Any, timeline: dict[str, Any], pid: int 
 
     def gate() -> None:
         status.write(encode_status(StatusLine(Word.WINDOW, pid)))
-        sys.stdin.readline()  # go (or EOF: the launcher is gone, and the watchdog acts)
+        orders.readline()  # go (or EOF: the launcher is gone, and the watchdog acts)
         timeline["go"] = time.time()
 
     def said() -> None:

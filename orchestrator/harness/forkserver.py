@@ -32,7 +32,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from orchestrator.harness import subreaper
+from orchestrator.harness import orders, subreaper
 from orchestrator.harness.ahead import preload_params
 from orchestrator.harness.child import pin_cores, preload, run_given, watch_parent
 from orchestrator.harness.prepared import prepared
@@ -142,7 +142,7 @@ def _reap(children: dict[int, int], status: TextIO) -> None:
 def _child(body: Callable[[str, TextIO], int], path: str, log_path: str | None, go_fd: int, server_pid: int,
            status: TextIO) -> None:
     """A forked child (a trial, the probe, or a prepared process): a session of its own (the
-    launcher kills its group), stdin its "go" pipe, output to its log (None: the server's), then
+    launcher kills its group), its orders on its "go" pipe and stdin /dev/null (``orders``), output to its log (None: the server's), then
     ``body(path, status)``, whose return is its exit code."""
     code = 1
     try:
@@ -150,14 +150,12 @@ def _child(body: Callable[[str, TextIO], int], path: str, log_path: str | None, 
         _oom_first()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.dup2(go_fd, 0)
-        os.close(go_fd)
+        orders.take(go_fd)  # its orders on the "go" pipe, stdin /dev/null (not the server's orders)
         if log_path is not None:
             log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(log, 1)
             os.dup2(log, 2)
             os.close(log)
-        sys.stdin = open(0, closefd=False)  # not the server's stdin buffer
         os.environ[PARENT_PID_ENV] = str(server_pid)
         code = body(path, status)
     except BaseException:  # noqa: BLE001 - whatever happens, this process must not return into the server

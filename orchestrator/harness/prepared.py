@@ -22,6 +22,7 @@ import time
 import traceback
 from typing import Any
 
+from orchestrator.harness import orders
 from orchestrator.harness.child import run_given, watch_parent
 from orchestrator.protocol import Kind, StatusLine, Word, decode_order, encode_status
 
@@ -54,7 +55,7 @@ def prepared(device: str, status: Any, timeline: dict[str, Any], context: bool =
         return PREPARE_FAILED
     timeline["prepared"] = time.time()
     status.write(encode_status(StatusLine(Word.READY, pid)))
-    order = decode_order(sys.stdin.readline())
+    order = decode_order(orders.readline())
     if order.kind is Kind.PREPARE and not context:  # the context now, no window running on the host
         try:
             backend.init_device(backend.resolve(device))
@@ -63,7 +64,7 @@ def prepared(device: str, status: Any, timeline: dict[str, Any], context: bool =
             return PREPARE_FAILED
         timeline["context"] = time.time()
         status.write(encode_status(StatusLine(Word.READY, pid)))
-        order = decode_order(sys.stdin.readline())
+        order = decode_order(orders.readline())
     if order.kind is not Kind.RUN:
         return 0
     sys.stdout.flush()

@@ -214,7 +214,7 @@ class ProcessProbe(Probe):
         if smoke is not None:
             args += [json.dumps(smoke, default=str), json.dumps(self.smoke_script, default=str), str(self.temp_dir)]
         self._err = tempfile.TemporaryFile()  # a pipe could fill up with a traceback and block the child
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._err,
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._err,
                                      env={**child_env(), **(env or {}), PARENT_PID_ENV: str(os.getpid())},
                                      start_new_session=True)
         event("probe_start")

@@ -474,3 +474,27 @@ def test_report_best_and_check_beside_a_sweep_still_checking_its_script_say_it_i
             sweep.kill()
     assert sweep.returncode == 0, out + err
     assert command(["best", "spec.yaml"], tmp_path).stdout.startswith("python train.py --batch-size 16 ")
+
+
+def test_a_script_that_reads_stdin_reads_an_empty_one_and_says_so(tmp_path: Path) -> None:
+    """The fault tour: a script that asked a question (``input()``) read the launcher's order pipe,
+    its stdin, and waited: the smoke step said it took more than 10 s without a step, and with
+    ``--no-check`` every trial timed out, a final result. Its stdin is /dev/null now: it fails at
+    once with its own error, an 'error' that runs again once the script is mended."""
+    copy_example(tmp_path, "train.py")
+    script = tmp_path / "train.py"
+    script.write_text("answer = input('overwrite the checkpoint? ')\n" + script.read_text())
+    write_spec(tmp_path, """
+        name: asks
+        script: train.py
+        args: ["--batch-size", "{batch_size}", "--width", "4", "--device", "{device}"]
+        device: cpu
+        space: {batch_size: [16]}
+        trial: {warmup_steps: 1, measure_steps: 3, min_measure_s: 0.1, timeout_s: 60}
+    """)
+    checked = orchestrate(["spec.yaml"], tmp_path)
+    assert checked.returncode == 2 and "EOFError: EOF when reading a line" in checked.stderr, checked.stderr
+    run = orchestrate(["spec.yaml", "--no-check"], tmp_path)
+    [trial] = load_study(tmp_path, "asks").trials
+    assert trial.user_attrs["status"] == "error" and "EOFError" in trial.user_attrs["detail"], run.stdout + run.stderr
+    assert processes_under(tmp_path) == []
