@@ -35,31 +35,33 @@ SECRET_ENV = ("PGPASSWORD", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN",
 URL_ENV = ("ORCHESTRATE_STORAGE", "ORCHESTRATE_TRACKING_URI", "MLFLOW_TRACKING_URI", "MLFLOW_BACKEND_STORE_URI")
 """Variables that may hold a URL with a password in it."""
 
-_USERINFO = re.compile(r"^(?P<head>[A-Za-z][\w+.-]*://)(?P<user>[^:/@?#]*):(?P<password>[^@]*)@")
+_USERINFO = re.compile(r"^(?P<head>[A-Za-z][\w+.-]*://)(?P<user>[^:/?#]*):(?P<password>[^@]*)@")
+"""The user part as SQLAlchemy's ``make_url`` reads it: a user may hold an '@' (Azure's
+``user@server``), and the password runs to the next '@'."""
 
 
 def ambiguous(url: str) -> bool:
-    """Whether ``url`` has a password and an ``@`` after it: one in the password, not
+    """Whether ``url`` has a password and another ``@`` before its query: one in the password, not
     percent-encoded (``%40``). SQLAlchemy ends the password at the first ``@``, urllib (MLflow's
     client) at the last, and a tour's ``sweeper:Kx3@sp/ec:ial#9%@db`` printed 12 of its 16
-    characters; ``urls.guard`` refuses such a URL, and ``shown`` masks to the last ``@`` meanwhile."""
+    characters; ``urls.guard`` refuses such a URL, and ``shown`` masks to the last ``@`` meanwhile.
+    An ``@`` in the query (``?sslcert=/home/a@corp/c.pem``) is the query's."""
     m = _USERINFO.match(url)
-    return m is not None and "@" in url[m.end():]
+    return m is not None and "@" in url[m.end():].partition("?")[0]
 
 
 def _split(url: str) -> tuple[str, str | None, str, str | None]:
     """(before the password, the password or None, after it up to the query, the query or None)."""
     m = _USERINFO.match(url)
-    if m is not None and ambiguous(url):  # the password may run to the last "@": all of it masked
-        at = url.rindex("@")
-        return m.group("head") + m.group("user"), url[m.end("user") + 1:at], url[at:], None
-    head, password, rest = (url, None, "") if m is None else (
-        m.group("head") + m.group("user"), m.group("password"), "@" + url[m.end():])
     if m is None:
         head, sep, query = url.partition("?")
         return head, None, "", query if sep else None
-    rest, sep, query = rest.partition("?")
-    return head, password, rest, query if sep else None
+    password = m.group("password")
+    rest, sep, query = url[m.end():].partition("?")
+    if "@" in rest:  # ambiguous: the password may run to the last "@" before the query, all of it masked
+        more, rest = rest.rsplit("@", 1)
+        password += "@" + more
+    return m.group("head") + m.group("user"), password, "@" + rest, query if sep else None
 
 
 def _query_items(query: str) -> list[tuple[str, str | None]]:

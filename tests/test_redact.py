@@ -31,6 +31,15 @@ CASES = [
      "postgresql+psycopg2://sweeper2:***@127.0.0.1:55439/optuna", "postgresql+psycopg2://sweeper2@127.0.0.1:55439/optuna"),
     ("http://mlfuser:Mlf9@secretPW77@127.0.0.1:55500", "http://mlfuser:***@127.0.0.1:55500",
      "http://mlfuser@127.0.0.1:55500"),
+    # a review: Azure's user@server names (SQLAlchemy's user part holds an '@'): printed whole before
+    ("postgresql://myadmin@myserver:s3cret@srv.postgres.database.azure.com/db",
+     "postgresql://myadmin@myserver:***@srv.postgres.database.azure.com/db",
+     "postgresql://myadmin@myserver@srv.postgres.database.azure.com/db"),
+    # an '@' in the query is the query's: not the password's, and the query's secrets still masked
+    ("postgresql://u:pw@h/db?sslcert=/home/a@corp/c.pem&password=zzz",
+     "postgresql://u:***@h/db?sslcert=/home/a@corp/c.pem&password=***", "postgresql://u@h/db?sslcert=/home/a@corp/c.pem"),
+    ("https://u:tok@mlflow.example/x?email=a@b.com", "https://u:***@mlflow.example/x?email=a@b.com",
+     "https://u@mlflow.example/x?email=a@b.com"),
 ]
 
 
@@ -75,3 +84,11 @@ def test_the_output_filter_masks_every_secret_it_was_given() -> None:
     out.add(["tok9"])
     out.write("token tok9\n")
     assert sink.getvalue() == "connect postgresql://u:***@h/db failed: password *** rejected\ntoken ***\n"
+
+
+def test_only_an_at_sign_before_the_query_makes_a_url_ambiguous() -> None:
+    from orchestrator.redact import ambiguous
+
+    assert ambiguous("postgresql://u:Kx3@sp/ec@h/db") and ambiguous("http://u:a@b@h:5000")
+    assert not ambiguous("postgresql://u:pw@h/db?sslcert=/home/a@corp/c.pem")
+    assert not ambiguous("postgresql://myadmin@myserver:pw@h/db") and not ambiguous("sqlite:////p/with:colon@x.db")
