@@ -38,6 +38,9 @@ class Converged:
     """What a converge did: trials whose record was written or repaired, and those still missing."""
 
     repaired: set[int] = field(default_factory=set)
+    lacked: set[int] = field(default_factory=set)
+    """The repaired trials MLflow lacked a record of, or held a wrong one: not a run left RUNNING by
+    a killed orchestrator (closed as its trial was ended), nor a run of no trial (deleted)."""
     missing: set[int] = field(default_factory=set)
     refused: StoreUnwritable | None = None
     """Why some are still missing: MLflow refused a write (a full disk, say)."""
@@ -66,6 +69,8 @@ def converge(tracker: Tracker, trials: list[Any], default_dir: Callable[[int], P
                 trial = by_number[number]
                 _repair(tracker, record_of(trial, default_dir(number)), runs.get(number, []),
                         TrialRecord.of(trial).mlflow_run_id, {d.kind for d in diffs})
+                if {d.kind for d in diffs} - {"run_unfinished"}:
+                    out.lacked.add(number)
             else:  # a run of no trial
                 for run in runs.get(number, []):
                     tracker.client.delete_run(run.info.run_id)

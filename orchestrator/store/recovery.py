@@ -60,6 +60,11 @@ class Recovery:
         """RUNNING trials seen without any heartbeat, and when (``_orphans``)."""
         self.repaired = 0
         """Trials whose MLflow record this run wrote or repaired from the study (``converge``)."""
+        self.lacked = 0
+        """Of those, the trials whose record MLflow lacked or held wrong (``Converged.lacked``), but
+        for the ones this run ended as interrupted (their runs are written with them: a review saw a
+        resume after a kill say that MLflow lacked records)."""
+        self._ended: set[int] = set()
 
     def trial_dir(self, number: int) -> Path:
         return trialdir.folder(self.work_dir, number)
@@ -76,6 +81,7 @@ class Recovery:
         if not self.shared:  # one orchestrator per SQLite study: every RUNNING trial was cut off
             for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
                 self._end_interrupted(t)
+                self._ended.add(t.number)
                 interrupted += 1
         done = self.converge(artifacts=artifacts)
         if done.refused is not None:
@@ -99,6 +105,7 @@ class Recovery:
                 t.datetime_complete is not None and (now - t.datetime_complete).total_seconds() < self.grace_s)}
         done = converge(self.tracker, trials, self.trial_dir, in_flight, artifacts=artifacts)
         self.repaired += len(done.repaired)
+        self.lacked += len(done.lacked - self._ended)
         return done
 
     def fail_stale(self) -> int:
@@ -123,6 +130,7 @@ class Recovery:
                 write_stored(storage, trial_id, status=Status.INTERRUPTED, detail=STALE_DETAIL)
                 if storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
                     failed.append(storage.get_trial(trial_id))
+                    self._ended.add(failed[-1].number)
             except UpdateFinishedTrialError:  # its orchestrator told it after all
                 continue
         if failed:

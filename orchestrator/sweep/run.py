@@ -236,8 +236,8 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
           f"{n if n is not None else 'continuous'} configuration{'' if n == 1 else 's'}, {sweep.proposer.strategy.label}; "
           f"{of_target(done, sweep.target)} trials done"
           + "".join(f"; {a}" for a in again), flush=True)
-    if r.recovery is not None and r.recovery.repaired:  # a tour's resume wrote 5 runs, silently
-        print(f"  MLflow lacked the records of {r.recovery.repaired} trial(s) the study holds (its store was away, or "
+    if r.recovery is not None and r.recovery.lacked:  # a tour's resume wrote 5 runs, silently
+        print(f"  MLflow lacked the records of {r.recovery.lacked} trial(s) the study holds (its store was away, or "
               "the last run was stopped before it wrote them): written from the study", flush=True)
     if r.recovery is not None and r.recovery.left:  # an edited spec of a study with no result
         from orchestrator.report.summary import fmt_params
