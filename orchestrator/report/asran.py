@@ -61,6 +61,8 @@ def _ran(spec: SweepSpec, stored: dict[str, Any]) -> SweepSpec:
     workload: dict[str, Any] = {"experiment": stored["experiment"], "script": None, "args": ()} \
         if "experiment" in stored else {"experiment": None, "script": stored["script"], "args": tuple(stored["args"]),
                                         "samples_per_step": stored.get("samples_per_step")}
+    if workload["script"] != spec.script:  # the file found for the edited spec's script is not the one it ran
+        workload["script_file"] = None
     fixed = stored["fixed"]  # stored sorted: in the spec's order where it names them (best's YAML)
     return dataclasses.replace(
         spec, **workload, fixed={**{k: fixed[k] for k in spec.fixed if k in fixed}, **fixed},

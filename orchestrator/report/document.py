@@ -78,12 +78,14 @@ def held(spec: SweepSpec, device: str, rows: list[dict[str, Any]]) -> list[dict[
     """Each interrupted or 'error' row not run again gets ``dropped``: whether the spec, edited since
     (a study with no result takes an edit), no longer holds its configuration, which the sweep then
     does not queue again (``recovery.retry_queue``): its note said "its configuration runs again"."""
-    from orchestrator.search.space import contains, make_plan
+    from orchestrator.search.space import applicable, contains, make_plan
 
     plan = make_plan(spec, device)  # the sweep's, from the device it runs on
     for r in rows:
-        if r["status"] in (Status.INTERRUPTED, Status.ERROR) and r.get("retried_as") is None:
-            r["dropped"] = not contains(plan, r["params"])
+        params = r["params"]
+        partial = set(params) < set(applicable(plan, params.get("device", plan.device)))  # cut off in its asking:
+        if r["status"] in (Status.INTERRUPTED, Status.ERROR) and r.get("retried_as") is None and not partial:
+            r["dropped"] = not contains(plan, params)  # the sweep runs it from what it was enqueued with, if that
     return rows
 
 

@@ -207,7 +207,7 @@ class Recovery:
                  if t.state == TrialState.WAITING}
         last_attempt: dict[str, Any] = {}
         for t in sorted(trials, key=lambda t: t.number):
-            params = t.params or t.system_attrs.get("fixed_params") or {}  # killed before suggest
+            params = t.system_attrs.get("fixed_params") or t.params or {}  # killed before or during suggest
             if params and is_attempt(t) and t.state in (TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED):
                 last_attempt[config_key(params)] = t
         queued: dict[str, int] = {}
@@ -223,7 +223,7 @@ class Recovery:
                 t, status = results[key], status_of(results[key])  # type: ignore[assignment]  # in retry (above): a status
             elif status not in RUN_AGAIN or TrialRecord.of(t).detail == VERDICT_DETAIL:
                 continue  # a final result, or stopped by a verdict (the planner asks for it if it must)
-            params = t.params or t.system_attrs.get("fixed_params")
+            params = t.system_attrs.get("fixed_params") or t.params  # whole where it was enqueued
             if self.fits is not None and not self.fits(params):  # an edited spec of a study with no result
                 self.left.append(params)
                 busy.add(key)

@@ -76,6 +76,12 @@ def test_a_plain_script_is_measured_its_oom_recorded_and_its_best_is_a_command(t
     assert load_study(tmp_path, "plain").user_attrs["orchestrate.measured_with"]["script_sha256"] == \
         hashlib.sha256((tmp_path / "train.py").read_bytes()).hexdigest()
     assert not processes_under(tmp_path)
+    # the spec pointed at another script since: best reads the study with the one it ran, and names it
+    shutil.copy(tmp_path / "train.py", tmp_path / "train2.py")
+    (tmp_path / "spec.yaml").write_text((tmp_path / "spec.yaml").read_text().replace("script: train.py", "script: train2.py"))
+    edited = command(["best", "spec.yaml"], tmp_path)
+    assert edited.returncode == 0 and edited.stdout.startswith("python train.py --batch-size 16 "), edited.stdout
+    assert "the spec was edited since study 'plain' ran (script: stored \"train.py\", spec \"train2.py\")" in edited.stderr
 
 
 FAULTY = """
