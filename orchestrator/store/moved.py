@@ -7,8 +7,8 @@ project project2`` (or a copy, or a clone of the folder on another machine) both
 old folder: a resumed sweep wrote its runs' files there (making it again where it was gone, or
 into the original a copy came from), and ``check`` found every trial folder missing.
 
-- ``trial_dir``: a recorded trial folder that is gone from its path, found under this working
-  directory's ``mlruns/.trials/`` by the same two names (the study's folder and the trial's).
+- ``trial_dir``: a recorded trial folder found under this working directory's ``mlruns/.trials/``
+  by the same two names (the study's folder and the trial's): this project's copy of it.
 - ``artifacts_elsewhere`` / ``relocate``: an experiment of a local SQLite store whose artifact
   location is a folder of the store's own name elsewhere (``/old/mlruns/<experiment>`` where the
   store is now ``/new/mlruns/mlflow.db``), and the rewrite of that prefix in the experiment and its
@@ -27,6 +27,8 @@ from urllib.parse import unquote, urlparse
 
 from orchestrator.urls import absolute_uri, sqlite_folder, sqlite_path
 
+STUDY_FILE = "optuna.db"
+"""The default study's file in ``mlruns/`` (``urls.DEFAULT_STORAGE``): a project's own."""
 TRIALS = ".trials"
 """The folder of the studies' trial folders in ``mlruns/`` (``trialdir.root``)."""
 
@@ -36,16 +38,27 @@ LOCATIONS = (("experiments", "artifact_location"), ("runs", "artifact_uri"), ("l
 
 def trial_dir(recorded: str | None) -> str | None:
     """``recorded``, or where its trial folder is now: under this working directory's
-    ``mlruns/.trials/``, when it is gone from its recorded path and found there (``os.path``, not
-    ``pathlib``: every trial's record is read often)."""
+    ``mlruns/.trials/``, where it is found by the same two names, the study's folder (its name and
+    uid) and the trial's: the project moved, or copied (the original's folder is still at its
+    recorded path, and a fault tour's ``delete`` in the copy deleted the original's trial folders
+    too, and ``check`` there compared the original's). ``os.path``, not ``pathlib``: every trial's
+    record is read often."""
     if not recorded:
         return recorded
     parent, name = os.path.split(recorded)
     above, study = os.path.split(parent)
-    if os.path.basename(above) != TRIALS or os.path.exists(recorded):
+    if os.path.basename(above) != TRIALS:
         return recorded
     here = os.path.join(_trials_here(os.getcwd()), study, name)
-    return here if here != recorded and os.path.isdir(here) else recorded
+    if here == recorded or os.path.isdir(here):
+        return here
+    if not os.path.exists(recorded) and os.path.isdir(os.path.dirname(here)):  # gone from both: this project's
+        return here  # place for it (moved, then deleted here), where check says it is missing
+    project = os.path.dirname(above)  # the recorded folder's mlruns/: another project's, with a study file of its
+    if os.path.exists(os.path.join(project, STUDY_FILE)) and os.path.exists(os.path.join(os.path.dirname(
+            _trials_here(os.getcwd())), STUDY_FILE)):  # own beside this one's: a copy's original, and the trial's
+        return here  # folder here is gone (deleted in the copy: check read the original's, and said "agree")
+    return recorded
 
 
 @functools.lru_cache(maxsize=8)

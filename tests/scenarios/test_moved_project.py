@@ -103,3 +103,17 @@ def test_a_moved_project_is_checked_in_one_line_and_resumes_there_and_a_copy_lea
     assert rc == 0 and "agree" in out, out + err
     assert "orchestrate check: " + moved.format(NAME, old / "mlruns", copy2 / "mlruns") in out, out
     assert not old.exists() and sorted(p.relative_to(new) for p in new.rglob("*")) == before and locations(new) == kept
+
+    # a copy of the project as it is now, its original still there (the fault tour): check compares the
+    # copy's own trial folders, and delete in the copy deletes the copy's, not the original's too
+    third = new.parent / "third"
+    shutil.copytree(new, third, symlinks=True)
+    folders = sorted((third / "mlruns" / ".trials").glob("*/trial-*"))
+    shutil.rmtree(folders[0])
+    rc, out, err = command(["check", "spec.yaml"], third)
+    assert rc == 1 and f"its folder {folders[0]} is missing" in out, out + err  # it said "agree", reading the original's
+    rc, out, err = command(["check", "spec.yaml", "--repair"], third)
+    assert rc == 0 and "1 trial folder(s) written back" in out and folders[0].is_dir(), out + err
+    rc, out, err = command(["delete", "spec.yaml", "--yes"], third)
+    assert rc == 0 and str(new) not in out, out + err
+    assert sorted(p.relative_to(new) for p in new.rglob("*")) == before, "delete in a copy took the original's files"

@@ -44,6 +44,13 @@ def test_a_trial_folder_gone_from_its_path_is_found_under_this_folders_mlruns(
     here.mkdir(parents=True)
     assert trial_dir(recorded) == str(here)
     Path(recorded).mkdir(parents=True)
-    assert trial_dir(recorded) == recorded  # still where it was recorded: that one
+    assert trial_dir(recorded) == str(here)  # a copy: this project's own (the fault tour's delete took the original's)
+    import shutil
+
+    shutil.rmtree(here)
+    assert trial_dir(recorded) == recorded  # this folder holds none: where it was recorded (another folder
+    (tmp_path / "old" / "mlruns" / "optuna.db").touch()  # of this host that ran it, its study elsewhere)
+    (tmp_path / "mlruns" / "optuna.db").touch()  # but each holding a study file of its own: a copy, whose
+    assert trial_dir(recorded) == str(here)  # folder is here, deleted (check compared the original's: "agree")
     other = str(tmp_path / "old" / "results" / "trial-0003")
     assert trial_dir(other) == other and trial_dir(None) is None
