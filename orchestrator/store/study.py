@@ -33,6 +33,10 @@ def check_url_opens(url: str, what: str, timeout_s: float | None = None, rebuild
     MySQL server has to answer (else the driver's own, which may be none)."""
     path = sqlite_path(url)
     if path is not None:
+        link = Path("mlruns")
+        if link.is_symlink() and not link.exists() and path.absolute().is_relative_to(link.absolute()):
+            raise StudyError(f"{what} {shown(url)}: mlruns is a link to {os.readlink(link)}, which does not exist "
+                             "(a volume not mounted?); mount it, or remove the link")  # a fault tour's traceback
         if path.exists() and not path.is_file():
             raise StudyError(f"{what} {shown(url)}: {path} is not a file")
         parent = path.resolve().parent

@@ -256,8 +256,8 @@ def unwritable(store: str, exc: BaseException, folder: Path | None = None) -> St
 def folder_unwritable(root: Path, exc: BaseException) -> StoreUnwritable | None:
     """``exc`` (an ``OSError`` writing a trial's files under ``root``, the study's trial folders)
     as one line naming the folders, or None when it is no write failure."""
-    what = cause(exc)
-    if what is None:
+    what = IN_THE_WAY if isinstance(exc, FileExistsError) else cause(exc)  # mkdir where a file is: the fault
+    if what is None:  # tour's trial-0002, a traceback and the trial left RUNNING
         return None
     name = getattr(exc, "filename", None)
     if what == IN_THE_WAY and name is not None and (blocker := _in_the_way(Path(name))) is not None:
@@ -267,8 +267,8 @@ def folder_unwritable(root: Path, exc: BaseException) -> StoreUnwritable | None:
 
 
 def _in_the_way(path: Path) -> Path | None:
-    """The file that stands where one of ``path``'s folders belongs, if one does."""
-    for above in reversed(path.absolute().parents):
+    """The file that stands where ``path`` or one of its folders belongs, if one does."""
+    for above in [*reversed(path.absolute().parents), path.absolute()]:
         if above.exists() and not above.is_dir():
             return above
     return None

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_records, child_runs, left_behind, orchestrate, write_spec
+from conftest import check_records, child_runs, left_behind, load_study, orchestrate, write_spec
 from conftest import command as in_process
 
 pytestmark = pytest.mark.slow
@@ -266,3 +266,21 @@ def test_a_resume_says_what_it_wrote_to_mlflow_from_the_study(project: Path) -> 
     assert "\n  MLflow lacked the records of 2 trial(s) the study holds (its store was away, or the last run was " \
            "stopped before it wrote them): written from the study\n" in again.stdout, again.stdout
     assert sorted(int(r.data.tags["trial_number"]) for r in child_runs(project, "rewritten")) == [0, 1, 2]
+
+
+def test_a_file_where_a_trial_folder_belongs_is_one_line_and_its_trial_runs_again(project: Path) -> None:
+    """The fault tour: a file named as the next trial's folder ended the sweep in a FileExistsError
+    traceback, the trial left RUNNING and the parent run with it."""
+    path = spec(project, "blocked")
+    assert orchestrate([str(path), "--n-trials", "2"], project).returncode == 0
+    [folder] = (project / "mlruns" / ".trials").glob("blocked-*")
+    (folder / "trial-0002").write_text("not a folder")
+    proc = orchestrate([str(path)], project)
+    assert proc.returncode == 75 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "a file is where a folder belongs" in lines[0] and "trial-0002 is a file" in lines[0], lines
+    assert not [t for t in load_study(project, "blocked").trials if t.state.name == "RUNNING"]
+    (folder / "trial-0002").unlink()
+    again = orchestrate([str(path)], project)
+    assert again.returncode == 0, again.stdout + again.stderr
+    check_records(project, "blocked", n_results=3)

@@ -373,3 +373,17 @@ def test_a_tracking_host_that_is_no_name_is_refused_and_a_silent_one_left_to_wai
             pf.preflight(loaded, Origins(tracking_uri="--tracking-uri"))
         assert str(caught.value).startswith("--tracking-uri: the tracking server's host nosuchhost.invalid is not a "
                                             "name this machine knows ("), str(caught.value)
+
+
+def test_mlruns_linked_to_a_volume_not_mounted_is_one_line_per_store(tmp_path: Path) -> None:
+    """The fault tour: ``mlruns`` a link to a scratch volume not mounted: the dry run passed, and the
+    run ended in a FileExistsError traceback at ``Path("mlruns").mkdir``."""
+    write_spec(tmp_path, "name: d\nexperiment: experiments.mlp\nspace: {hidden_size: [8]}\n")
+    (tmp_path / "mlruns").symlink_to(tmp_path / "unmounted" / "mlruns")
+    for flags in (["--dry-run"], []):
+        proc = orchestrate(["spec.yaml", *flags], tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 2 and all(f"mlruns is a link to {tmp_path}/unmounted/mlruns, which does not exist (a volume "
+                                       "not mounted?); mount it, or remove the link" in ln for ln in lines), lines
+    assert not (tmp_path / "unmounted").exists()
