@@ -142,7 +142,7 @@ def server_remedy(uri: str, said: str) -> str:
         host = urllib.parse.urlsplit(uri).netloc.rsplit("@", 1)[-1]
         return (f"; the server refuses the name {host} (MLflow's --allowed-hosts): start it with "
                 f"--allowed-hosts naming it (docs/scale.md)")
-    if "404" in said:  # a path the server does not serve (a tour's http://host:5000/mlflow)
+    if "404 != 200" in said or "HTTP 404" in said:  # a path the server does not serve (a tour's http://host:5000/mlflow)
         return ("; no MLflow API at that path (HTTP 404 Not Found): name the server itself, as "
                 "http://HOST:PORT, with a path only where it serves MLflow under one")
     if "401" in said or "Unauthorized" in said or "credentials" in said.lower():

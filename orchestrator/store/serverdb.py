@@ -1,5 +1,6 @@
 """A server database's tables, read before a study is made in it or read from it: none (a new
-database), Optuna's, or another program's (MLflow's, on the same server), which is refused."""
+database), Optuna's, or MLflow's (its tracking database on the same server, named by mistake),
+which is refused."""
 
 from __future__ import annotations
 
@@ -25,10 +26,9 @@ def foreign(url: str, tables: list[str]) -> StudyError | None:
     """A server database that holds another program's tables and no Optuna study (a tour pointed
     ``--storage`` at MLflow's database, one server holding both: Optuna made its tables in it, then
     said to upgrade Optuna): the error to raise, before anything is created; else None."""
-    if not tables or "studies" in tables:
-        return None
-    whose = " (MLflow's)" if {"experiments", "runs"} <= set(tables) else ""
+    if "studies" in tables or not {"experiments", "runs"} <= set(tables):  # a team's own tables beside the study's
+        return None  # are theirs to keep (a review): only MLflow's database, named by mistake, is refused
     listed = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
-    return StudyError(f"storage {shown(url)}: the database holds {len(tables)} tables of another program{whose} "
+    return StudyError(f"storage {shown(url)}: the database holds {len(tables)} tables of another program (MLflow's) "
                       f"({listed}) and no Optuna study: name a database of the study's own (createdb optuna), "
                       "not the tracking store's")

@@ -229,7 +229,16 @@ def starting(url: str, name: str) -> str | None:
         pid = _lock_path(path, name).read_text().strip()
     except OSError:
         return None
-    return pid if pid.isdigit() and _alive(pid) else None
+    return pid if pid.isdigit() and _alive(pid) and _orchestrate(pid) else None
+
+
+def _orchestrate(pid: str) -> bool:
+    """Whether process ``pid`` runs orchestrate, where ``/proc`` says (a killed sweep's lock file
+    names a pid another process may have since: a review), else taken as so."""
+    try:
+        return b"orchestrat" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return not Path("/proc/self").exists()
 
 
 def _lock_path(db: Path, name: str) -> Path:

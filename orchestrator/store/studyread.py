@@ -287,7 +287,7 @@ def _read_through_optuna(url: str, name: str) -> StoredStudy | None:
             tables = table_names(url)
             if (other := foreign(url, tables)) is not None:
                 raise other
-            if not tables:
+            if "studies" not in tables:  # no Optuna tables: no study, and none made by reading
                 return None
         return from_optuna(optuna.load_study(study_name=name, storage=url))
     except StudyError:

@@ -187,8 +187,11 @@ def tracking_host(spec: SweepSpec, origins: Origins) -> None:
     import socket
     import urllib.parse
 
+    import urllib.request
+
     host = urllib.parse.urlsplit(spec.tracking_uri).hostname
-    if not host:
+    proxied = urllib.request.getproxies().get(urllib.parse.urlsplit(spec.tracking_uri).scheme)
+    if not host or (proxied and not urllib.request.proxy_bypass(host)):  # the proxy resolves it (a review)
         return
     try:
         socket.getaddrinfo(host, None)

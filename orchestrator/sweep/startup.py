@@ -15,8 +15,10 @@ What the first trial needs, and what can run beside what:
 - **MLflow's and Optuna's imports** (seconds of CPU: MLflow imports pandas, FastAPI, its GenAI
   modules), and those of what opening their stores needs, run in this process while the server
   imports torch (``warm_imports``).
-- **nothing written before the experiment is checked**: the stores are opened (and a new
-  project's created) once the probe and the smoke step have answered (``run.py``).
+- **no store written before the experiment is checked**: the stores are opened (and a new
+  project's created) once the probe and the smoke step have answered (``run.py``); only the
+  ``mlruns`` folder and the SQLite study's lock file come before, so that the lock is held while
+  the probe runs (``stores.study_held``).
 """
 
 from __future__ import annotations

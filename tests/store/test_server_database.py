@@ -32,6 +32,14 @@ def test_an_empty_database_gets_nothing_and_mlflow_s_is_refused(postgres_url: st
         proc = command([*words, "spec.yaml", "--storage", postgres_url], tmp_path)
         assert proc.returncode == 2 and "no study 'foreign' in postgresql+psycopg2://" in proc.stderr, proc.stderr
     assert tables(postgres_url) == []  # Optuna made its tables here before
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(postgres_url)
+    with engine.begin() as con:  # a team's own table beside where the study will be: theirs to keep (a review)
+        con.execute(sqlalchemy.text("CREATE TABLE team_results (id integer)"))
+    engine.dispose()
+    proc = command(["report", "spec.yaml", "--storage", postgres_url], tmp_path)
+    assert proc.returncode == 2 and "no study 'foreign'" in proc.stderr and tables(postgres_url) == ["team_results"]
     from mlflow.tracking import MlflowClient
 
     MlflowClient(tracking_uri=postgres_url).search_experiments()  # MLflow makes its own tables in it
