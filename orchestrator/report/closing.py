@@ -153,6 +153,6 @@ def check_store_files(spec: SweepSpec, origins: Origins, absolute: bool = False)
 
     repair = command("check", spec.path, *store_flags(spec, origins), "--repair")
     shown_as = absolute_uri if absolute else str
-    check_file(shown_as(spec.storage), "storage")
-    check_file(shown_as(spec.tracking_uri), "tracking_uri", f"`{repair}`")
+    check_file(shown_as(spec.storage), "storage", thorough=True)  # every page: a few seconds at most
+    check_file(shown_as(spec.tracking_uri), "tracking_uri", f"`{repair}`", thorough=True)
     return repair

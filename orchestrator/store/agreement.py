@@ -190,7 +190,8 @@ def _folder_differences(number: int, rec: TrialRecord, run_id: str | None, ran_i
         return [Difference("lost_folder", f"{missing}, and its MLflow run holds no copy of them)", number)]
     if lacking := _lacking(artifacts, rec, run_id, Path(ran_in)):
         return [Difference("folder_files", f"trial {number}: its folder {ran_in} lacks {', '.join(lacking)} (deleted "
-                           "from disk; its MLflow run keeps the copies it logged, which --repair writes back)", number)]
+                           "from disk, or damaged; its MLflow run keeps the copies it logged, which --repair writes "
+                           "back)", number)]
     return []
 
 
@@ -258,10 +259,21 @@ def _compare_trial(record: Record, runs: list[Any], run_id: str | None,
 
 
 def lacking_files(trial_dir: Path, processes: int, held: Callable[[str | None], set[str]]) -> list[str]:
-    """The files of an existing trial folder that are gone from it but that its MLflow run holds
-    (``held(artifact folder)``: the names there), as artifact paths (``repeat-2/result.json``)."""
+    """The files of an existing trial folder that are gone from it, or damaged (a JSON file that
+    does not read as one: a fault tour's garbage in result.json was "agree"), but that its MLflow
+    run holds (``held(artifact folder)``: the names there), as artifact paths (``repeat-2/result.json``)."""
     return [path.name if folder is None else f"{folder}/{path.name}" for path, folder in trialdir.files(trial_dir, processes)
-            if not path.is_file() and path.name in held(folder)]
+            if (not path.is_file() or _damaged(path)) and path.name in held(folder)]
+
+
+def _damaged(path: Path) -> bool:
+    """A trial's JSON file that does not read as a JSON object."""
+    if path.suffix != ".json":
+        return False
+    try:
+        return not isinstance(json.loads(path.read_bytes()), dict)
+    except (OSError, ValueError):
+        return True
 
 
 def _shown(value: float | None) -> str:

@@ -91,7 +91,7 @@ def unreachable(exc: BaseException) -> bool:
         "name or service not known" not in text
 
 
-def check_file(url: str, what: str, rebuild: str = "the same command") -> None:
+def check_file(url: str, what: str, rebuild: str = "the same command", thorough: bool = False) -> None:
     """An SQLite store's file that is damaged or not a database (``sqlitefile.damage``): one
     line naming it, with what to do (``check_url_opens``'s arguments); read-only, for the
     commands that only read too (``check``, ``report``)."""
@@ -99,7 +99,7 @@ def check_file(url: str, what: str, rebuild: str = "the same command") -> None:
     from orchestrator.store.writefault import damaged_remedy
 
     path = sqlite_path(url)
-    if path is not None and (why := damage(path)) is not None:
+    if path is not None and (why := damage(path, thorough)) is not None:
         raise StudyError(f"{what} {shown(url)}: {path} {why}; {damaged_remedy(path, what, rebuild)}")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 from pathlib import Path
 
@@ -82,6 +83,14 @@ def test_a_damaged_mlflow_file_is_one_line_and_moved_aside_it_is_rebuilt_from_th
             assert code == 2 and out == "", (name, args, out, err)
             line = one_line(err)
             assert "mlruns/mlflow.db" in line and "move it aside" in line and "--repair" in line, line
+    db.write_bytes(good)
+    with open(db, "r+b") as f:  # the fault tour: 20 KB of garbage mid-file, which check, --repair and the
+        f.seek(len(good) // 2 // 4096 * 4096)  # sweep read as a store that agreed (report then wrote into it)
+        f.write(random.Random(0).randbytes(20 * 1024))
+    for args in (["check", str(finished)], ["check", str(finished), "--repair"]):
+        code, out, err = command(project, *args)
+        line = one_line(err)
+        assert code == 2 and "mlruns/mlflow.db is damaged (" in line and "mv mlruns/mlflow.db" in line, (args, out, err)
     shutil.move(db, db.with_name("mlflow.db.corrupt"))  # the line's remedy
     code, out, err = command(project, "check", str(finished), "--repair")
     assert code == 0 and "The study, MLflow and the trial folders agree." in out, out + err
@@ -183,12 +192,17 @@ def test_trial_folders_deleted_by_hand_or_by_the_trial_are_differences(project: 
                     "AND trial_id = (SELECT trial_id FROM trials WHERE number = 1)")
     (trials[1] / "result.json").unlink()  # one file of a folder that is there: "agree" before
     code, out, err = command(project, "check", str(finished))
-    assert code == 1 and f"trial 1: its folder {trials[1]} lacks result.json (deleted from disk; its MLflow run " \
-           "keeps the copies it logged, which --repair writes back)" in out, out + err
+    assert code == 1 and f"trial 1: its folder {trials[1]} lacks result.json (deleted from disk, or damaged; its MLflow " \
+           "run keeps the copies it logged, which --repair writes back)" in out, out + err
     code, out, err = command(project, "check", str(finished), "--repair")
     assert code == 0 and "1 trial folder(s) given back the files deleted from them" in out, out + err
     assert "none written" in out and "agree" in out  # MLflow's records were not written again for it
     assert {name: (trials[1] / name).read_bytes() for name in kept} == kept
+    (trials[1] / "config.json").write_text('{"params": [1, 2')  # damaged (the fault tour: "agree")
+    code, out, err = command(project, "check", str(finished))
+    assert code == 1 and f"its folder {trials[1]} lacks config.json (deleted from disk, or damaged;" in out, out + err
+    code, out, err = command(project, "check", str(finished), "--repair")
+    assert code == 0 and {name: (trials[1] / name).read_bytes() for name in kept} == kept, out + err
     assert not [p for p in trials[0].parent.iterdir() if p.name.startswith(".")]  # no download left beside them
     copies = [p.parent for p in (project / "mlruns").glob("*/*/artifacts/config.json")
               if p.read_bytes() == kept["config.json"]]  # trial 1's run's copies
