@@ -312,13 +312,18 @@ def check_trial(c: Checker, raw: object) -> TrialSettings:
     if isinstance(repeats, int) and repeats > MAX_TRIAL_REPEATS:
         raise c.fail(path + ("repeats",), f"repeats must be at most {MAX_TRIAL_REPEATS} (each repeat is a "
                      "whole training process)", repeats)
-    return TrialSettings(
+    return TrialSettings(  # each field's error kept, the others still checked (a fault tour saw one of two)
         repeats=repeats,
-        warmup_steps=c.integer(path + ("warmup_steps",), t.get("warmup_steps", d.warmup_steps), 1, "warmup_steps"),
-        measure_steps=c.integer(path + ("measure_steps",), t.get("measure_steps", d.measure_steps), 1, "measure_steps"),
-        min_measure_s=c.number(path + ("min_measure_s",), t.get("min_measure_s", d.min_measure_s), "min_measure_s", nonneg=True),
-        timeout_s=c.number(path + ("timeout_s",), t.get("timeout_s", d.timeout_s), "timeout_s", positive=True),
-        precision=check_precision(c, path + ("precision",), t.get("precision", d.precision)),
+        warmup_steps=c.attempt(lambda: c.integer(path + ("warmup_steps",), t.get("warmup_steps", d.warmup_steps), 1,
+                                                 "warmup_steps"), d.warmup_steps),
+        measure_steps=c.attempt(lambda: c.integer(path + ("measure_steps",), t.get("measure_steps", d.measure_steps), 1,
+                                                  "measure_steps"), d.measure_steps),
+        min_measure_s=c.attempt(lambda: c.number(path + ("min_measure_s",), t.get("min_measure_s", d.min_measure_s),
+                                                 "min_measure_s", nonneg=True), d.min_measure_s),
+        timeout_s=c.attempt(lambda: c.number(path + ("timeout_s",), t.get("timeout_s", d.timeout_s), "timeout_s",
+                                             positive=True), d.timeout_s),
+        precision=c.attempt(lambda: check_precision(c, path + ("precision",), t.get("precision", d.precision)),
+                            d.precision),
     )
 
 

@@ -53,6 +53,13 @@ def test_every_error_at_once_in_the_files_order(tmp_path: Path) -> None:
     assert found[6].startswith("16: trial.measure_step: unknown key; did you mean 'measure_steps'?")
 
 
+def test_each_trial_setting_s_error_is_said_beside_the_others(tmp_path: Path) -> None:
+    """The fault tour: ``timeout_s: fast`` and ``warmup_steps: -1`` said only the second."""
+    found = errors_of(tmp_path, "name: t\nexperiment: experiments.mlp\ntrial:\n  timeout_s: fast\n"
+                                "  warmup_steps: -1\n  precision: 2\n")
+    assert [line.split(": ", 2)[1] for line in found] == ["trial.timeout_s", "trial.warmup_steps", "trial.precision"]
+
+
 def test_one_error_is_a_plain_spec_error(tmp_path: Path) -> None:
     path = tmp_path / "spec.yaml"
     path.write_text("name: t\nexperiment: experiments.mlp\nspace:\n  batch_size: [0]\n")
