@@ -36,17 +36,27 @@ its records anew from the study, as after a full disk.)"""
 def study_held(r: Run) -> Iterator[None]:
     """The study's lock (one orchestrator per SQLite study), from before the probe to the end: a
     ``report`` or ``best`` run while the probe and the smoke step make no study yet is told that
-    a sweep is starting (``study.starting``), not to run the sweep first."""
+    a sweep is starting (``study.starting``), not to run the sweep first. The ``mlruns`` folder it
+    makes for the lock is removed again, empty, where the run ends before its stores were opened
+    (a broken experiment leaves nothing behind)."""
     from orchestrator.store.study import study_lock
     from orchestrator.store.writefault import StoreUnwritable
 
+    made = not os.path.lexists("mlruns")
     Path("mlruns").mkdir(exist_ok=True)  # the default study's folder, where its lock file is
-    with ExitStack() as held:
-        try:
-            held.enter_context(study_lock(r.spec.storage, r.spec.name))
-        except StoreUnwritable as exc:  # its folder read-only, say: only taking it is said here
-            raise exc.with_outcome("nothing was started: run the same command once it can be written") from None
-        yield
+    try:
+        with ExitStack() as held:
+            try:
+                held.enter_context(study_lock(r.spec.storage, r.spec.name))
+            except StoreUnwritable as exc:  # its folder read-only, say: only taking it is said here
+                raise exc.with_outcome("nothing was started: run the same command once it can be written") from None
+            yield
+    finally:
+        if made:
+            try:
+                os.rmdir("mlruns")  # only where nothing was made in it
+            except OSError:
+                pass
 
 
 @contextmanager
