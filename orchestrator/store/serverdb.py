@@ -1,6 +1,6 @@
-"""A server database's tables, read before a study is made in it or read from it: none (a new
-database), Optuna's, or MLflow's (its tracking database on the same server, named by mistake),
-which is refused."""
+"""A server database as it is met: its tables, read before a study is made in it or read from it
+(none: a new database; Optuna's; or MLflow's, its tracking database on the same server named by
+mistake, which is refused), and whether a failure to reach it is its absence or a mistake."""
 
 from __future__ import annotations
 
@@ -32,3 +32,13 @@ def foreign(url: str, tables: list[str]) -> StudyError | None:
     return StudyError(f"storage {shown(url)}: the database holds {len(tables)} tables of another program (MLflow's) "
                       f"({listed}) and no Optuna study: name a database of the study's own (createdb optuna), "
                       "not the tracking store's")
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a connection's failure is the server's absence, not the URL's mistake: the words of
+    a lost connection (``outage.LOST``), a host name that does not resolve left out (a typo, at start)."""
+    from orchestrator.store.outage import LOST
+
+    text = str(exc).lower()
+    return any(w in text for w in LOST) and "could not translate host name" not in text and \
+        "name or service not known" not in text

@@ -56,7 +56,7 @@ def check_url_opens(url: str, what: str, timeout_s: float | None = None, rebuild
         return
     if url.split(":", 1)[0] in ("http", "https", "databricks"):
         return
-    from orchestrator.store.serverdb import foreign, table_names
+    from orchestrator.store.serverdb import foreign, table_names, unreachable
 
     args = {"connect_timeout": max(2, round(timeout_s))} if timeout_s is not None and \
         url.split(":", 1)[0].split("+")[0] in ("postgresql", "mysql") else {}
@@ -79,16 +79,6 @@ class StoreUnreachable(StudyError):
     def __init__(self, message: str, why: str) -> None:
         super().__init__(message)
         self.why = why
-
-
-def unreachable(exc: BaseException) -> bool:
-    """Whether a connection's failure is the server's absence, not the URL's mistake: the words of
-    a lost connection (``outage.LOST``), a host name that does not resolve left out (a typo, at start)."""
-    from orchestrator.store.outage import LOST
-
-    text = str(exc).lower()
-    return any(w in text for w in LOST) and "could not translate host name" not in text and \
-        "name or service not known" not in text
 
 
 def check_file(url: str, what: str, rebuild: str = "the same command", thorough: bool = False) -> None:

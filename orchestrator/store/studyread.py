@@ -296,7 +296,7 @@ def _read_through_optuna(url: str, name: str) -> StoredStudy | None:
         return None
     except Exception as exc:  # noqa: BLE001 - a driver or schema error: one line, not a traceback
         from orchestrator.store.outage import StoreDown
-        from orchestrator.store.study import unreachable
+        from orchestrator.store.serverdb import unreachable
         from orchestrator.urls import database_remedy
 
         said: BaseException = exc

@@ -133,8 +133,8 @@ def with_declared_names(exc: SpecError, path: str) -> None:
 
 def _error(spec: SweepSpec, origins: Origins, field: str, rule: str) -> SpecError:
     """A store's failure, on the flag or variable that gave its URL, else on the spec's line."""
-    origin = getattr(origins, field)  # a flag or a variable names the store itself: no field beside it
-    return SpecError(rule, file=origin) if origin else spec.error((field,), rule)
+    origin = getattr(origins, field)  # the field named beside the flag, as the spec's own rules name it
+    return SpecError(rule, file=origin, field=field) if origin else spec.error((field,), rule)
 
 
 def store(spec: SweepSpec, origins: Origins, field: str, url: str, dry: bool = False) -> None:

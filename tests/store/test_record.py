@@ -195,7 +195,8 @@ def test_every_field_of_a_study_round_trips(tmp_path: Path) -> None:
     values = {"fingerprint": {"device": "cpu", "space": {"dtype": ["float32"]}}, "uid": "0123abcd",
               "machine": {"devices": ["cpu"], "memory_limit_gib": None}, "recorded": {"trials": 3},
               "parent_run_id": "p1", "load": [{"at": 1.0, "cores": 2, "before": 1.3, "readings": 4}],
-              "measured_with": {"trial": {"warmup_steps": 3}, "script_sha256": "ab" * 32}}
+              "measured_with": {"trial": {"warmup_steps": 3}, "script_sha256": "ab" * 32},
+              "lost_folders": {"3": "/p/mlruns/.trials/s-0123abcd/trial-0003"}}
     assert set(values) == set(KEYS) == {f.name for f in fields(StudyRecord)}
     write_study(s, **values)
     assert StudyRecord.of(s) == StudyRecord(**values)
@@ -204,7 +205,8 @@ def test_every_field_of_a_study_round_trips(tmp_path: Path) -> None:
     assert s.user_attrs == {"orchestrate.fingerprint": values["fingerprint"], "orchestrate.uid": "0123abcd",
                             "orchestrate.machine": values["machine"], "orchestrate.recorded": {"trials": 3},
                             "mlflow_parent_run_id": "p1", "orchestrate.load": values["load"],
-                            "orchestrate.measured_with": values["measured_with"]}
+                            "orchestrate.measured_with": values["measured_with"],
+                            "orchestrate.lost_folders": values["lost_folders"]}
     write_study(s, recorded=None)
     assert StudyRecord.of(s).recorded is None
 

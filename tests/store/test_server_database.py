@@ -51,7 +51,7 @@ def test_an_empty_database_gets_nothing_and_mlflow_s_is_refused(postgres_url: st
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and said in proc.stderr, proc.stderr
         assert "and no Optuna study: name a database of the study's own" in proc.stderr
     plan = orchestrate(["spec.yaml", "--dry-run", "--storage", postgres_url], tmp_path)
-    assert plan.returncode == 2 and plan.stderr.startswith(f"--storage: {said}"), plan.stderr
+    assert plan.returncode == 2 and plan.stderr.startswith(f"--storage: storage: {said}"), plan.stderr
     assert tables(postgres_url) == made
 
 

@@ -108,7 +108,7 @@ def test_the_default_folder_is_made_and_a_flag_is_named(tmp_path: Path, monkeypa
     loaded = load_spec(spec, {"--storage": (("storage",), "sqlite:///no/such/x.db")})
     with pytest.raises(SpecError) as caught:
         pf.preflight(loaded, Origins(storage="--storage"))
-    assert str(caught.value) == (f"--storage: folder {tmp_path}/no/such does not exist; create it or fix "
+    assert str(caught.value) == (f"--storage: storage: folder {tmp_path}/no/such does not exist; create it or fix "
                                  "the URL, got 'sqlite:///no/such/x.db'")
 
 
@@ -371,7 +371,7 @@ def test_a_tracking_host_that_is_no_name_is_refused_and_a_silent_one_left_to_wai
             continue
         with pytest.raises(SpecError) as caught:
             pf.preflight(loaded, Origins(tracking_uri="--tracking-uri"))
-        assert str(caught.value).startswith("--tracking-uri: the tracking server's host nosuchhost.invalid is not a "
+        assert str(caught.value).startswith("--tracking-uri: tracking_uri: the tracking server's host nosuchhost.invalid is not a "
                                             "name this machine knows ("), str(caught.value)
 
 
