@@ -96,6 +96,8 @@
 #                                 (bench/devices.py), with what ran beside each configuration's window on the
 #                                 other slots, each slot's first trial and the command's end
 #                                 (D41_MANY="--many auto" D41_ROUNDS=3: one GPU against four only, 3 rounds)
+#   bash docs/gpu/session.sh ab54 this session's code against a838bd7's (in .before_s54/), one GPU against all,
+#                                 alternating, AB_ROUNDS pairs (default 2; docs/gpu/devices41/x2_h200_s54/)
 #   bash docs/gpu/session.sh gate41 the slot's next process prepared beside other slots' windows (pinned slots) against
 #                                 the gate as it was (47207df's orchestrator/, experiments/ and bench/ copied into
 #                                 .before_gate/: git archive 47207df orchestrator experiments bench | tar -x -C
@@ -324,6 +326,17 @@ f40)  # issue #40 item 2 again, with torch's bytecode: the prepared process agai
       --only activation_checkpointing=False > "$OUT/fidelity_overlap_bert.log" 2>&1
   step fidelity-overlap-mlp; timeout 150 python3 bench/fidelity.py --device cuda --overlap --rounds 6 --configs 2 \
       --min-measure-s 2 --spec sweeps/mlp_launch_bound.yaml > "$OUT/fidelity_overlap_mlp.log" 2>&1
+  ;;
+ab54)  # this session's code against its start (a838bd7's orchestrator/, experiments/ and bench/ in .before_s54/:
+  # git archive a838bd7 orchestrator experiments bench | tar -x -C .before_s54), one GPU against all, alternating
+  python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
+  for r in $(seq 1 "${AB_ROUNDS:-2}"); do
+    order=".before_s54:before .:after"; [ $((r % 2)) -eq 0 ] && order=".:after .before_s54:before"
+    for w in $order; do
+      step "${w#*:} $r"; timeout 200 python3 "${w%%:*}/bench/devices.py" sweeps/bert_memory.yaml --one cuda:0 --many auto \
+          --rounds 1 --json "$OUT/${w#*:}_$r.json" > "$OUT/${w#*:}_$r.log" 2>&1
+    done
+  done
   ;;
 d41)
   python3 -c "import torch, optuna, mlflow; [torch.zeros(1, device=f'cuda:{i}') for i in range(torch.cuda.device_count())]" >/dev/null 2>&1
