@@ -438,6 +438,21 @@ def test_a_lightning_validation_inside_the_window_is_not_counted_as_training(tmp
     assert not processes_under(tmp_path)
 
 
+def example_before(tmp_path: Path, name: str, first: str) -> None:
+    """The example ``train.py`` with ``first`` run before it, and a spec of one configuration, ``name``."""
+    copy_example(tmp_path, "train.py")
+    script = tmp_path / "train.py"
+    script.write_text(first + script.read_text())
+    write_spec(tmp_path, f"""
+        name: {name}
+        script: train.py
+        args: ["--batch-size", "{{batch_size}}", "--width", "4", "--device", "{{device}}"]
+        device: cpu
+        space: {{batch_size: [16]}}
+        trial: {{warmup_steps: 1, measure_steps: 3, min_measure_s: 0.1, timeout_s: 120}}
+    """)
+
+
 def test_report_best_and_check_beside_a_sweep_still_checking_its_script_say_it_is_starting(tmp_path: Path) -> None:
     """A tour: ``report`` run while a new sweep's smoke step ran said "no study ...; run
     `orchestrate spec.yaml` first" (the study is made after the script is checked, and the lock was
@@ -447,19 +462,8 @@ def test_report_best_and_check_beside_a_sweep_still_checking_its_script_say_it_i
 
     from conftest import orchestrate_popen
 
-    copy_example(tmp_path, "train.py")
     gate = tmp_path / "GO"
-    script = tmp_path / "train.py"
-    script.write_text(f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
-                      + script.read_text())
-    write_spec(tmp_path, """
-        name: starting
-        script: train.py
-        args: ["--batch-size", "{batch_size}", "--width", "4", "--device", "{device}"]
-        device: cpu
-        space: {batch_size: [16]}
-        trial: {warmup_steps: 1, measure_steps: 3, min_measure_s: 0.1}
-    """)
+    example_before(tmp_path, "starting", f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n")
     sweep = orchestrate_popen(["spec.yaml"], tmp_path)
     try:
         deadline, said = time.monotonic() + 90, ""
@@ -487,17 +491,7 @@ def test_a_script_that_reads_stdin_reads_an_empty_one_and_says_so(tmp_path: Path
     its stdin, and waited: the smoke step said it took more than 10 s without a step, and with
     ``--no-check`` every trial timed out, a final result. Its stdin is /dev/null now: it fails at
     once with its own error, an 'error' that runs again once the script is mended."""
-    copy_example(tmp_path, "train.py")
-    script = tmp_path / "train.py"
-    script.write_text("answer = input('overwrite the checkpoint? ')\n" + script.read_text())
-    write_spec(tmp_path, """
-        name: asks
-        script: train.py
-        args: ["--batch-size", "{batch_size}", "--width", "4", "--device", "{device}"]
-        device: cpu
-        space: {batch_size: [16]}
-        trial: {warmup_steps: 1, measure_steps: 3, min_measure_s: 0.1, timeout_s: 60}
-    """)
+    example_before(tmp_path, "asks", "answer = input('overwrite the checkpoint? ')\n")
     checked = orchestrate(["spec.yaml"], tmp_path)
     assert checked.returncode == 2 and "EOFError: EOF when reading a line" in checked.stderr, checked.stderr
     run = orchestrate(["spec.yaml", "--no-check"], tmp_path)
