@@ -86,11 +86,16 @@ def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
     from orchestrator.harness.script import ScriptEnded, on_every_step, run_script
     from orchestrator.harness.scriptfile import describe_failure
 
+    from orchestrator.harness.batches import counting_batches
+
     started = time.perf_counter()
     backend.init_device(backend.resolve(device))
+    drawn = _Drawn()
+    counting_batches(drawn)  # this process ends at the first step: nothing to undo
 
     def stepped(*_: object) -> None:
-        ok({"ok": True, "device": backend.resolve(device), "seconds": round(time.perf_counter() - started, 3)})
+        ok({"ok": True, "device": backend.resolve(device), "seconds": round(time.perf_counter() - started, 3),
+            "batches": drawn.batches})
         sys.stdout.flush()
         sys.stderr.flush()
         from orchestrator.harness.subreaper import end_descendants
@@ -116,6 +121,20 @@ def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
         traceback.print_exception(exc)
     return {"ok": False, "oom": is_oom_exception(exc), "error": error,
             "seconds": round(time.perf_counter() - started, 3)}
+
+
+class _Drawn:
+    """How many batches the script's DataLoaders yielded before its first step (``batches.Meter``):
+    none, and a spec without ``samples_per_step`` cannot count its samples (``run._check_smoke``)."""
+
+    batches = 0
+
+    def on_pass(self, iterator: int, source: int, ended: bool) -> None:
+        pass
+
+    def on_batch(self, batch: object, expected: int | None = None, source: int = 0,
+                 fetched: int | None = None) -> None:
+        self.batches += 1
 
 
 def _one_thread() -> None:

@@ -189,6 +189,11 @@ def _has_ok_result(spec: SweepSpec) -> bool:
 def _check_smoke(spec: SweepSpec, answer: dict[str, Any] | None, call: dict[str, Any] | None = None) -> None:
     """A broken experiment stops here, before any trial: one line with its own file:line (a
     script's: the command it ran, which a configuration's own flags may be what failed)."""
+    if answer is not None and answer.get("ok") and answer.get("batches") == 0 and spec.script is not None \
+            and spec.samples_per_step is None:  # every trial said so, one by one (a fault tour: 6 of 6, 30 s)
+        raise spec.error(("script",), f"{spec.script} drew no batch from a torch DataLoader before its first optimizer "
+                         "step (found by the smoke step), so the samples it trains on cannot be counted: set "
+                         "samples_per_step in the spec (a number, or an expression such as batch_size * accum)")
     if answer is None or answer.get("ok", True) or answer.get("oom"):
         return
     where = answer.get("where")

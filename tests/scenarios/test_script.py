@@ -498,3 +498,39 @@ def test_a_script_that_reads_stdin_reads_an_empty_one_and_says_so(tmp_path: Path
     [trial] = load_study(tmp_path, "asks").trials
     assert trial.user_attrs["status"] == "error" and "EOFError" in trial.user_attrs["detail"], run.stdout + run.stderr
     assert processes_under(tmp_path) == []
+
+
+OWN_BATCHES = """
+    import argparse, torch
+    p = argparse.ArgumentParser(); p.add_argument("--batch-size", type=int); a = p.parse_args()
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(1_000_000):  # ended by the harness once its window closes
+        x = torch.randn(a.batch_size, 8)  # batches made in the loop: no DataLoader yields them
+        opt.zero_grad(); model(x).sum().backward(); opt.step()
+"""
+
+
+def test_a_script_without_a_dataloader_is_told_to_set_samples_per_step_before_any_trial(tmp_path: Path) -> None:
+    """The fault tour: a script that builds its own batches passed the dry run and the smoke step,
+    then every trial failed alike ("set samples_per_step in the spec"), 6 of 6 in 30 s. The smoke
+    step counts the DataLoader batches drawn before the first step; none, and no samples_per_step:
+    one line on the script before any trial. Given one, it is measured."""
+    (tmp_path / "own.py").write_text(textwrap.dedent(OWN_BATCHES))
+    spec = write_spec(tmp_path, """
+        name: own
+        script: own.py
+        args: ["--batch-size", "{batch_size}"]
+        device: cpu
+        space: {batch_size: [16, 32]}
+        trial: {warmup_steps: 1, measure_steps: 3, min_measure_s: 0.05}
+    """)
+    proc = orchestrate(["spec.yaml"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("spec.yaml:2: script: own.py drew no batch from a torch DataLoader before its first "
+                                  "optimizer step (found by the smoke step), so the samples it trains on cannot be "
+                                  "counted: set samples_per_step in the spec"), proc.stderr
+    assert not (tmp_path / "mlruns").exists()  # nothing made
+    spec.write_text(spec.read_text() + "samples_per_step: batch_size\n")
+    given = orchestrate(["spec.yaml"], tmp_path)
+    assert given.returncode == 0 and "2 of 2 trials have a result (2 ok)" in given.stdout, given.stdout + given.stderr
