@@ -142,8 +142,8 @@ def _reap(children: dict[int, int], status: TextIO) -> None:
 def _child(body: Callable[[str, TextIO], int], path: str, log_path: str | None, go_fd: int, server_pid: int,
            status: TextIO) -> None:
     """A forked child (a trial, the probe, or a prepared process): a session of its own (the
-    launcher kills its group), its orders on its "go" pipe and stdin /dev/null (``orders``), output to its log (None: the server's), then
-    ``body(path, status)``, whose return is its exit code."""
+    launcher kills its group), its orders on its "go" pipe and stdin /dev/null (``orders``), output
+    to its log (None: the server's), then ``body(path, status)``, whose return is its exit code."""
     code = 1
     try:
         os.setsid()

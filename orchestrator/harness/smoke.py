@@ -83,10 +83,9 @@ def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
     At that step ``ok(answer)`` is called and the process exits; so this returns only the answer
     of a script that never got there: it exited (an argparse error, say), or raised."""
     from orchestrator.harness import backend
+    from orchestrator.harness.batches import counting_batches
     from orchestrator.harness.script import ScriptEnded, on_every_step, run_script
     from orchestrator.harness.scriptfile import describe_failure
-
-    from orchestrator.harness.batches import counting_batches
 
     started = time.perf_counter()
     backend.init_device(backend.resolve(device))

@@ -83,9 +83,11 @@ def held(spec: SweepSpec, device: str, rows: list[dict[str, Any]]) -> list[dict[
     plan = make_plan(spec, device)  # the sweep's, from the device it runs on
     for r in rows:
         params = r["params"]
-        partial = set(params) < set(applicable(plan, params.get("device", plan.device)))  # cut off in its asking:
+        # a trial cut off while Optuna was given its configuration holds part of it: the sweep runs it
+        # again whole, from what it was enqueued with (``retry_queue``), and says nothing of an edit
+        partial = set(params) < set(applicable(plan, params.get("device", plan.device)))
         if r["status"] in (Status.INTERRUPTED, Status.ERROR) and r.get("retried_as") is None and not partial:
-            r["dropped"] = not contains(plan, params)  # the sweep runs it from what it was enqueued with, if that
+            r["dropped"] = not contains(plan, params)
     return rows
 
 

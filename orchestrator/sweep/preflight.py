@@ -186,7 +186,6 @@ def tracking_host(spec: SweepSpec, origins: Origins) -> None:
     search.outage_s, then exit 75). A server that does not answer is still waited for."""
     import socket
     import urllib.parse
-
     import urllib.request
 
     host = urllib.parse.urlsplit(spec.tracking_uri).hostname
