@@ -209,26 +209,25 @@ def check_not_locked(url: str, name: str, alone: str | None = None) -> None:
 
 
 def starting(url: str, name: str) -> str | None:
-    """The pid of the orchestrate that holds SQLite study ``name``'s lock, where its lock file names
-    a process that runs (a sweep takes it before its probe, so one may hold it before its study
-    exists), else None. Only read: taking the lock to test it would refuse a sweep starting then."""
+    """The pid of the orchestrate that holds SQLite study ``name``'s lock now (a sweep takes it
+    before its probe, so one may hold it before its study exists), else None: the lock tested as
+    ``check_not_locked`` tests it, shared and let go at once, the lock file left as it is."""
+    import fcntl
+
     path = sqlite_path(url)
     if path is None:
         return None
     try:
-        pid = _lock_path(path, name).read_text().strip()
+        fd = os.open(_lock_path(path, name), os.O_RDONLY)
     except OSError:
         return None
-    return pid if pid.isdigit() and _alive(pid) and _orchestrate(pid) else None
-
-
-def _orchestrate(pid: str) -> bool:
-    """Whether process ``pid`` runs orchestrate, where ``/proc`` says (a killed sweep's lock file
-    names a pid another process may have since: a review), else taken as so."""
     try:
-        return b"orchestrat" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return not Path("/proc/self").exists()
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released as the file is closed
+    except BlockingIOError:
+        return os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+    finally:
+        os.close(fd)
+    return None
 
 
 def _lock_path(db: Path, name: str) -> Path:
