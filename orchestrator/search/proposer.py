@@ -76,6 +76,9 @@ class Proposer:
                                                memory_limit_gib, native_half)
         self.strays: list[int] = []
         """The strays (``View.strays``) the last proposal saw: none once they are failed."""
+        self.elsewhere: list[int] = []
+        """The trials in flight (``View.in_flight``) the last proposal saw: where this sweep has
+        none of its own running, other orchestrators' (the loop says so when it waits for them)."""
         self.answered = 0
         self.failed_here: set[str] = set()
         """Configurations that failed (status error) in this invocation: not tried again in it."""
@@ -136,7 +139,7 @@ class Proposer:
             for _ in range(4 * MAX_REPEATED_PROPOSALS):
                 retaken = self.lock.retaken
                 v = self.view()
-                self.strays = v.strays
+                self.strays, self.elsewhere = v.strays, sorted(v.in_flight.values())
                 answer = self._before(v) or self.strategy.next(v)
                 if isinstance(answer, Done) and answer.reason is not None:
                     self.exhausted = answer.reason

@@ -28,7 +28,7 @@ from orchestrator import metrics as M
 from orchestrator.faultpoints import reached
 from orchestrator.sweep.job import Job, State
 from orchestrator.harness.compiled import cache_folder
-from orchestrator.sweep.notices import QUIET_AGAIN_S, QUIET_S, quiet_notice, stray_notice
+from orchestrator.sweep.notices import QUIET_AGAIN_S, QUIET_S, Waiting, quiet_notice
 from orchestrator.sweep.repeats import remeasured
 from orchestrator.protocol import TrialConfig, TrialSteps
 from orchestrator.launch import PRESTART, StopFlag
@@ -143,7 +143,7 @@ class Sweep:
             return self._interrupted(clock() - started)
 
     def _loop(self, on_notice: Callable[[str], None], started: float) -> SweepResult:
-        told: list[int] = []
+        waiting = Waiting(self.spec.search.grace_period_s, self.study)
         clock, policy = self.runner.now, self._policy
         assert policy is not None
         proposing, next_stale_check = True, started
@@ -166,9 +166,7 @@ class Sweep:
                     break
                 # nothing to run here: the rest is in flight in other orchestrators; if one dies,
                 # its trials come back to the queue (fail_stale) and this one runs them
-                if self.proposer.strays and self.proposer.strays != told:
-                    told = self.proposer.strays
-                    on_notice(stray_notice(told, self.spec.search.grace_period_s))
+                waiting.say(clock(), self.proposer.strays, self.proposer.elsewhere, on_notice)
                 self.runner.wait(min(1.0, self.spec.search.grace_period_s / 4))
                 next_stale_check = self._check_stale(next_stale_check)
                 continue

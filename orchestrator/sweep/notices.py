@@ -1,10 +1,13 @@
-"""What the sweep loop says on stderr besides the trials' lines: a trial quiet for long, trials
-left RUNNING by another orchestrator, and why a sweep ended without a feasible result."""
+"""What the sweep loop says on stderr besides the trials' lines: a trial quiet for long, a wait for
+trials another orchestrator runs or left RUNNING, and why a sweep ended without a feasible result."""
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from orchestrator.search.stoppolicy import Failures
 
@@ -38,6 +41,45 @@ def stray_notice(numbers: list[int], grace_s: float) -> str:
     return (f"orchestrate: waiting for {which}, left RUNNING without a configuration by an "
             f"orchestrator that died or lost the study's database; it is failed once its heartbeat is "
             f"search.grace_period_s={grace_s:g} s old (longer just after the database restarted)")
+
+
+ELSEWHERE_S = min(10.0, QUIET_S)
+"""How long a sweep with nothing of its own to run waits for other orchestrators' trials before it
+says so (``Waiting``): their last trials are a normal end; one that died was silence until its
+trial's heartbeat was a grace period old (60 s by default; the PostgreSQL tour: 25 s unexplained)."""
+
+
+class Waiting:
+    """What a sweep with nothing of its own to run says while it waits for trials in flight in
+    other orchestrators (``Proposer.elsewhere``) or left RUNNING without parameters (``strays``):
+    the strays at once, the others once they have been waited for ``ELSEWHERE_S``, each set once."""
+
+    def __init__(self, grace_s: float, study: Any) -> None:
+        self.grace_s, self.study = grace_s, study
+        self.since = self.last = -math.inf
+        self.told: tuple[list[int], list[int]] = ([], [])
+
+    def say(self, now: float, strays: list[int], elsewhere: list[int], on_notice: Callable[[str], None]) -> None:
+        """Called about once a second while the sweep waits (``now``: the runner's clock)."""
+        if now - self.last > 5.0:  # a new wait (the loop calls this at least once a second)
+            self.since = now
+        self.last = now
+        if strays and strays != self.told[0]:
+            self.told = (strays, self.told[1])
+            on_notice(stray_notice(strays, self.grace_s))
+        if elsewhere and elsewhere != self.told[1] and now - self.since >= ELSEWHERE_S:
+            self.told = (self.told[0], elsewhere)
+            trials = self.study.get_trials(deepcopy=False)  # who runs them (host:pid), as the study says
+            owners = {n: str(trials[n].user_attrs.get("orchestrator", "")) for n in elsewhere if n < len(trials)}
+            on_notice(elsewhere_notice(owners, now - self.since, self.grace_s))
+
+
+def elsewhere_notice(owners: dict[int, str], waited_s: float, grace_s: float) -> str:
+    """The line for a sweep that has waited ``waited_s`` for other orchestrators' trials."""
+    which = ", ".join(f"#{n}" + (f" ({owner})" if owner else "") for n, owner in sorted(owners.items()))
+    return (f"orchestrate: nothing left to run here; waiting {waited_s:.0f} s so far for trial(s) {which} "
+            f"of other orchestrators; one whose orchestrator died is run here once its heartbeat is "
+            f"search.grace_period_s={grace_s:g} s old")
 
 
 def failure_line(failures: Failures, work_dir: Path) -> str:

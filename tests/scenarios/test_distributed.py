@@ -10,6 +10,7 @@ nothing left RUNNING, no trial process outliving its orchestrator.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -217,6 +218,46 @@ def test_a_trial_left_without_parameters_does_not_outlive_the_sweep(tmp_path: Pa
     # the wait is said once, not silent: which trial, and what ends it
     assert again.stderr.count(f"orchestrate: waiting for trial {stray.number}, left RUNNING") == 1, again.stderr
     assert "search.grace_period_s=4 s old" in again.stderr
+
+
+def test_a_sweep_waiting_for_another_orchestrators_trial_says_so(tmp_path: Path, postgres) -> None:  # noqa: ANN001
+    """The PostgreSQL tour: a sweep with nothing of its own left to run waited for another
+    orchestrator's trial in silence (25 s there; a grace period and more where that orchestrator
+    died). After ``ELSEWHERE_S`` (here ``ORCHESTRATE_QUIET_S``, 2 s) it says which trials, whose,
+    and what ends the wait; once, and the sweep ends as before when the trial is told."""
+    storage, tracking = postgres.new_database("study"), postgres.new_database("mlflow")
+    text = shared_spec(tmp_path, storage, tracking).read_text()
+    text = text.replace(f"hidden_size: {HIDDEN}", "hidden_size: [8, 12]").replace("grace_period_s: 4", "grace_period_s: 60")
+    procs = []
+    for name, env in (("a", {"ORCHESTRATE_STOP_AT": "trial_running:1"}), ("b", {"ORCHESTRATE_QUIET_S": "2"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "spec.yaml").write_text(text)
+        procs.append(orchestrate_popen(["spec.yaml", "--no-check"], tmp_path / name,
+                                       {"PYTHONUNBUFFERED": "1", **env}, merge_stderr=True))
+        deadline = time.monotonic() + 120  # a: stopped with its first trial running (its heartbeat stops too)
+        while name == "a" and time.monotonic() < deadline and procs[0].poll() is None:
+            if Path(f"/proc/{procs[0].pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+                break
+            time.sleep(0.1)
+    a, b = procs
+    said: list[str] = []
+    try:
+        assert a.poll() is None, a.communicate()[0]
+        while not any("nothing left to run here" in line for line in said):
+            line = b.stdout.readline()
+            assert line, "".join(said)  # b ended (or closed its output) without the line
+            said.append(line)
+    finally:
+        a.send_signal(signal.SIGCONT)  # its trial's result is told: b's wait ends, both end as usual
+    outs = finish([a, b])
+    assert (a.returncode, b.returncode) == (0, 0), outs
+    lines = [line for line in said + outs[1].splitlines(keepends=True) if "nothing left to run here" in line]
+    assert len(lines) == 1 and re.fullmatch(
+        rf"orchestrate: nothing left to run here; waiting \d+ s so far for trial\(s\) #\d+ \({re.escape(os.uname().nodename)}:"
+        rf"{a.pid}\) of other orchestrators; one whose orchestrator died is run here once its heartbeat is "
+        r"search.grace_period_s=60 s old\n", lines[0]), lines
+    records = check_records(tmp_path, "shared", n_results=2, storage=storage, tracking=tracking)
+    assert sorted(t.params["hidden_size"] for t in records["results"]) == [8, 12]
 
 
 def test_orchestrators_closing_their_shared_parent_run_at_once_all_succeed(
