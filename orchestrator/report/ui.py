@@ -134,7 +134,8 @@ def check_port(port: int) -> None:
     if not 0 < port < 65536:
         raise OrchestratorError(f"--port must be between 1 and 65535, got {port}")
     with socket.socket() as s:
-        try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as MLflow's server (uvicorn) binds: a
+        try:  # port left in TIME_WAIT by the last `ui`'s browser connections is free (the docs tour: refused 60 s)
             s.bind((HOST, port))
         except OSError as exc:
             why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be opened ({exc.strerror})"

@@ -85,3 +85,26 @@ def signal_mask(pid: int, mask: str, signum: int) -> bool:
         if line.startswith(f"{mask}:"):
             return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
     return False
+
+
+def test_a_port_the_last_ui_left_in_time_wait_is_free_and_one_listened_on_is_not() -> None:
+    """The docs tour: `orchestrate ui` stopped with a browser's page open, then run again, was
+    refused for a minute ("port 5000 ... is in use"): the server's side of each connection waits in
+    TIME_WAIT, which a bind without SO_REUSEADDR counts as in use; MLflow's server binds with it."""
+    import socket
+
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.report.ui import HOST, check_port
+
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind((HOST, 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection((HOST, port))
+        accepted, _ = server.accept()
+        with pytest.raises(OrchestratorError, match=f"port {port} on {HOST} is in use; choose another with --port"):
+            check_port(port)  # listened on
+        accepted.close()  # the server's side closes first: its end of the connection is in TIME_WAIT
+        client.close()
+    check_port(port)  # free to listen on again
