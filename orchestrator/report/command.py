@@ -196,8 +196,9 @@ def report(spec: SweepSpec, study: StoredStudy, fmt: str, out: Path | None, comp
         drawn = ", ".join(Path(p).name for p in rep["plots"]) or "none: no trial has a result yet"
         tail = [f"Plots:   {rep['plots_dir']}/ ({drawn})", f"MLflow:  {rep['mlflow']}"]
     else:
+        again = f" --compare {knob}" if knob else ""  # pasted, it draws this comparison's plot too (a tour)
         tail = [f"Plots:   drawn in mlruns/reports/{spec.name}/ and logged on the study's MLflow parent run by: "
-                f"{paste_command(spec, 'report')} --plots"]
+                f"{paste_command(spec, 'report')}{again} --plots"]
     print("\n".join([render_text(spec, rep), ""] + best_lines(spec, best, results=results) + [""] + tail))
     return 0
 

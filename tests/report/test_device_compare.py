@@ -122,6 +122,15 @@ def test_compare_dtype_text_and_plot_from_the_installed_command(cpu_sweep: Path,
     assert "plots not logged" in out  # the shared sweep's MLflow runs are left alone
 
 
+def test_the_plots_command_a_comparison_prints_draws_its_plot_too(cpu_sweep: Path) -> None:
+    """The docs tour: ``report --compare dtype`` printed ``report spec.yaml --plots``, which, pasted,
+    drew no ``compare_dtype.png`` (and removed the one drawn before)."""
+    code, out, _ = report_main(cpu_sweep, "report", "spec.yaml", "--compare", "dtype")
+    assert code == 0 and out.splitlines()[-1].endswith(" report spec.yaml --compare dtype --plots"), out
+    code, out, _ = report_main(cpu_sweep, "report", "spec.yaml")
+    assert code == 0 and out.splitlines()[-1].endswith(" report spec.yaml --plots"), out
+
+
 def test_compare_needs_a_swept_parameter(cpu_sweep: Path, away: list[str]) -> None:
     code, out, err = report_main(cpu_sweep, "report", "spec.yaml", "--compare", "seq_len", *away)
     assert code == 2 and out == "" and err.count("\n") == 1
