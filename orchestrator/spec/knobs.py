@@ -23,6 +23,21 @@ bfloat16 instructions; avx512_core_bf16 (Cooper Lake, Zen 4) and avx512_core_amx
 with them. A cap above what the CPU has changes nothing."""
 
 
+MEANT = {"gpu": "cuda", "nvidia": "cuda", "apple": "mps", "metal": "mps", "fp32": "float32", "fp16": "float16",
+         "half": "float16", "bf16": "bfloat16"}
+"""What a user who writes these means (a tour: ``device: gpu`` was asked "did you mean 'cpu'?")."""
+
+
+def meant(value: object, options: tuple[str, ...]) -> str:
+    """`` (did you mean 'cuda'?)`` for a value not among ``options``: its common other name, else
+    the closest spelling; empty where neither is."""
+    import difflib
+
+    other = MEANT.get(str(value).lower())
+    hint = [other] if other in options else difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
+
+
 def is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -40,9 +55,11 @@ class Rule:
     holds: Callable[[Any], bool]
     broken: str
     schema: dict[str, Any]
+    options: tuple[str, ...] = ()
+    """A choice's values: a broken rule says which one a value not among them may mean (``meant``)."""
 
     def __call__(self, value: object) -> str | None:
-        return None if self.holds(value) else self.broken
+        return None if self.holds(value) else self.broken + (meant(value, self.options) if self.options else "")
 
 
 @dataclass(frozen=True)
@@ -67,7 +84,7 @@ def _nonneg_int(what: str) -> Rule:
 
 def _one_of(options: tuple[str, ...], what: str) -> Rule:
     return Rule(lambda v: isinstance(v, str) and v in options, f"{what} must be one of {', '.join(options)}",
-                {"enum": list(options)})
+                {"enum": list(options)}, options)
 
 
 def _bool(what: str) -> Rule:

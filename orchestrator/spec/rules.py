@@ -138,9 +138,7 @@ class Checker:
 
     def one_of(self, path: tuple, value: object, options: tuple[str, ...], what: str) -> str:
         if value not in options:
-            hint = difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
-            did = f" (did you mean {hint[0]!r}?)" if hint else ""
-            raise self.fail(path, f"{what} must be one of {', '.join(options)}{did}", value)
+            raise self.fail(path, f"{what} must be one of {', '.join(options)}{knobs.meant(value, options)}", value)
         return value
 
 
