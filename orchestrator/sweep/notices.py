@@ -7,9 +7,13 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from orchestrator.search.stoppolicy import Failures
+from orchestrator.store.record import TrialRecord
+
+if TYPE_CHECKING:
+    from optuna.study import Study
 
 QUIET_S = float(os.environ.get("ORCHESTRATE_QUIET_S") or 60.0)
 """A trial without a result for this long, or three times the longest trial of this run if that is
@@ -54,7 +58,7 @@ class Waiting:
     other orchestrators (``Proposer.elsewhere``) or left RUNNING without parameters (``strays``):
     the strays at once, the others once they have been waited for ``ELSEWHERE_S``, each set once."""
 
-    def __init__(self, grace_s: float, study: Any) -> None:
+    def __init__(self, grace_s: float, study: Study) -> None:
         self.grace_s, self.study = grace_s, study
         self.since = self.last = -math.inf
         self.told: tuple[list[int], list[int]] = ([], [])
@@ -70,7 +74,7 @@ class Waiting:
         if elsewhere and elsewhere != self.told[1] and now - self.since >= ELSEWHERE_S:
             self.told = (self.told[0], elsewhere)
             trials = self.study.get_trials(deepcopy=False)  # who runs them (host:pid), as the study says
-            owners = {n: str(trials[n].user_attrs.get("orchestrator", "")) for n in elsewhere if n < len(trials)}
+            owners = {n: TrialRecord.of(trials[n]).orchestrator or "" for n in elsewhere if n < len(trials)}
             on_notice(elsewhere_notice(owners, now - self.since, self.grace_s))
 
 
