@@ -81,6 +81,9 @@ RUN_AGAIN = (S.INTERRUPTED,) + RETRIED
 COUNTED_FAILURES = (S.ERROR, S.TIMEOUT, S.DIVERGED)
 """Failures that count toward ``search.max_failures`` (with crashes other than SIGKILL, see
 ``counts_as_failure``); running out of memory never does."""
+WORTH_RETRYING = (S.TIMEOUT, S.CRASHED, S.DIVERGED)
+"""Final results a sweep with no feasible result points at ``--retry`` for (``closing.retry_line``):
+a timeout may need ``trial.timeout_s`` raised, a crash or a divergence may have been the machine's."""
 INFEASIBLE = (S.OOM, S.SWAPPED, S.SKIPPED, S.CRASHED)
 """Told as PRUNED with a violated ``fits_in_memory`` constraint: no invented objective value."""
 MEMORY_BOUNDARY = (S.OOM, S.SWAPPED)

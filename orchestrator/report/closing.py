@@ -124,6 +124,8 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
                         "try smaller batches, a lower precision or activation checkpointing." if caps else
                         "That is the answer for this machine; try smaller batches, a lower precision or "
                         "activation checkpointing."))
+    if not best and (again := retry_line(spec, results, origins)):
+        lines.append(again)
     fixed_isa = spec.fixed.get("cpu_isa")
     note = half_precision_note(results, cpu_flags(), None if fixed_isa is None else str(fixed_isa))
     if note:
@@ -142,6 +144,34 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
     if env := from_environment(origins):
         lines.append(f"         (these commands find the stores through {' and '.join(env)}, as this run did)")
     return lines
+
+
+def retry_statuses(results: list[Any]) -> list[str]:
+    """The statuses of ``results`` that ``--retry`` runs again where none is feasible (``WORTH_RETRYING``)."""
+    from orchestrator.outcome import WORTH_RETRYING
+
+    return sorted({str(s.value) for t in results if (s := status_of(t)) in WORTH_RETRYING})
+
+
+def retry_command(spec: SweepSpec, trials: list[Any], origins: Origins) -> tuple[str, list[str]] | None:
+    """For a study with no feasible result: the command that runs its timed-out, crashed or
+    diverged configurations again, and those statuses (a tour: the printed ``Resume:`` ran nothing,
+    and said nothing); None where one is feasible or none ended so."""
+    from orchestrator.store.records import rank, results_of
+
+    results = results_of(trials)
+    if rank(results, spec) or not (again := retry_statuses(results)):
+        return None
+    return command(spec.path, *resume_flags(spec, origins), "--retry", ",".join(again)), again
+
+
+def retry_line(spec: SweepSpec, results: list[Any], origins: Origins) -> str | None:
+    """``retry_command`` as the summary's ``Retry:`` line."""
+    if (again := retry_command(spec, results, origins)) is None:
+        return None
+    n = sum(status_of(t) in again[1] for t in results)
+    return (f"Retry:   {again[0]}   (runs the {n} {'/'.join(again[1])} configuration(s) again" +
+            ("; raise trial.timeout_s first if they need longer)" if "timeout" in again[1] else ")"))
 
 
 def check_store_files(spec: SweepSpec, origins: Origins, absolute: bool = False) -> str:

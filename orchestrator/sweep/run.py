@@ -46,6 +46,8 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     from orchestrator.sweep.output import guarded
     from orchestrator.sweep.preflight import preflight
 
+    from orchestrator.report.closing import retry_command
+
     r = Run(spec, origins, LoadLog(machineload.read()), shared=is_shared(spec.storage))
     check_export(export)
     preflight(spec, origins)  # the workload, its names, the stores, a hub model: every failure at once
@@ -53,6 +55,10 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     if not r.shared and (done := finished_already(spec, origins, retry)) is not None:
         lines, stored = done
         print("\n".join(lines))  # nothing to run: no probe, no device, no MLflow
+        if (again := retry_command(spec, stored.trials, origins)) is not None:  # as the run that measured
+            print(f"orchestrate: no configuration has a feasible result, and nothing was run; to run the ones "
+                  f"that ended {'/'.join(again[1])} again: {again[0]}", file=sys.stderr)  # them: 3, not 0 (a tour)
+            return exits.FAILED
         export_best(spec, stored, export)
         return exits.OK
     with study_held(r):
