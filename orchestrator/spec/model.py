@@ -149,7 +149,7 @@ class SearchSettings:
     has not sent a heartbeat for this long is failed and its configuration run again."""
     memory_order: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_ORDER))
     """Parameter -> how memory grows with it: ``increasing``, ``decreasing``, ``neutral``, or a
-    mapping of value to rank (higher = more memory); merged over ``dominance.DEFAULT_ORDER``."""
+    mapping of value to rank (higher = more memory); merged over ``DEFAULT_ORDER`` (``orchestrator.spec.model``)."""
     stop: Stop = "auto"
     """``auto``: with the ``auto`` sampler, end the sweep once no configuration left is likely to
     beat the best measured by more than ``band``; ``budget``: run until ``n_trials`` (or the space)
