@@ -23,6 +23,12 @@ class Failures:
     """Status -> (the first such failure's detail, its log), for the closing line."""
 
 
+EXAMPLE_WIDTH = 600
+"""How much of the first failure's note the closing line keeps: a library's remedy comes after
+its complaint (a script tour: LightningCLI's "set save_config_kwargs={'overwrite': True}" came
+after 200 characters, cut, on a run where every trial failed that way)."""
+
+
 class StopPolicy:
     def __init__(self, search: SearchSettings, started: float, best: float | None, work_dir: Path) -> None:
         """``started``: the loop's clock at its start; ``best``: the best objective value already in
@@ -53,7 +59,7 @@ class StopPolicy:
         f = self.failures
         f.count += 1
         f.by_status[outcome.status] = f.by_status.get(outcome.status, 0) + 1
-        f.examples.setdefault(outcome.status, (clip(outcome.detail or "", 200), str(log)))
+        f.examples.setdefault(outcome.status, (clip(outcome.detail or "", EXAMPLE_WIDTH), str(log)))
         if f.count > self.search.max_failures and self.budget_error is None:
             self.budget_error = FailureBudgetExceeded(
                 f"{f.count} trials failed (error, timeout, crash or divergence; OOM not counted), more "

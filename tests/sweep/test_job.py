@@ -126,3 +126,18 @@ def test_the_policy_counts_failures_patience_and_time() -> None:
     timed = StopPolicy(SearchSettings(timeout_min=1.0), 0.0, None, Path("/w"))
     assert timed.proposing(59.0) and not timed.proposing(61.0)
     assert timed.stopped_because == "search.timeout_min=1 reached"
+
+
+def test_the_closing_line_keeps_a_library_s_remedy_after_its_complaint() -> None:
+    """A script tour: LightningCLI's error (every trial failed on the ``config.yaml`` the smoke step
+    left) says what to do after 200 characters; the closing line cut it there."""
+    lightning = ("RuntimeError: SaveConfigCallback expected /tmp/s3/config.yaml to NOT exist. Aborting to avoid "
+                 "overwriting results of a previous run. You can delete the previous config file, set "
+                 "`LightningCLI(save_config_callback=None)` to disable config saving, or set "
+                 "`LightningCLI(save_config_kwargs={\"overwrite\": True})` to overwrite the config file.")
+    policy = StopPolicy(SearchSettings(), 0.0, None, Path("/w"))
+    policy.record(Outcome("error", lightning + " at cli.py:43"), None, Path("/w/t0/trial.log"))
+    policy.record(Outcome("error", "later"), None, Path("/w/t1/trial.log"))
+    assert policy.failures.examples == {"error": (lightning + " at cli.py:43", "/w/t0/trial.log")}
+    policy.record(Outcome("timeout", "x " * 400), None, Path("/w/t2/trial.log"))
+    assert policy.failures.examples["timeout"][0] == "x " * 299 + "x…"  # cut at a word, 600 in all
