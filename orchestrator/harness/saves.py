@@ -3,7 +3,7 @@ so a save between two steps is part of the step after it, and its time counts as
 ``Trainer`` with ``save_steps`` inside the window measures slower than it trains between saves.
 Not left out (a user's run pays for its saves too), but said: the sweep's line names how many of
 the window's steps held a save and the time they took beyond the median step without one
-(``sweep/batchflag.py``): the whole save (the ``Trainer``'s weights through safetensors too),
+(``report/batchflag.py``): the whole save (the ``Trainer``'s weights through safetensors too),
 though not what it slows after it (a disk busy writing back: a tour's 60-MB checkpoint every 5
 steps slowed every step up to 6x on a loaded 2-core machine).
 

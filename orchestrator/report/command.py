@@ -22,7 +22,7 @@ from orchestrator.errors import NothingFeasible, OrchestratorError, StudyError, 
 from orchestrator.store.record import TrialRecord
 from orchestrator.store.records import measurements, rank, results_of
 from orchestrator.redact import shown
-from orchestrator.report.document import (best_lines, build_report, device_of, paste_command, pick_best, provenance,
+from orchestrator.report.document import (batch_doubt, best_lines, build_report, device_of, paste_command, pick_best, provenance,
                                     render_text, result_file, script_command, top_markdown)
 from orchestrator.spec.load import SweepSpec, load_guarded
 from orchestrator.store.studyread import StoredStudy, read_study
@@ -272,6 +272,9 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
     if len(best) > 1 and len(spec.objective.metrics) > 1:
         header.append(f"# the best on {spec.objective.metrics[0][0]} of {len(best)} Pareto-optimal trials: "
                       f"{', '.join(str(b.number) for b in best)}")
+    if (doubt := batch_doubt(spec, best)) is not None:  # on stderr after the summary, and in the file
+        header.append(f"# {doubt}")
+        summary += f"\n{doubt}"
     return "\n".join(header) + "\n" + yaml.safe_dump(params, sort_keys=False, default_flow_style=False), summary
 
 

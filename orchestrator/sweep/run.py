@@ -280,7 +280,7 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
     bar = tqdm(total=sweep.target, initial=max(0, done), unit="trial", dynamic_ncols=True, file=sys.stderr,
                disable=None)
     from orchestrator.report.document import pick_best
-    from orchestrator.sweep.batchflag import BatchFlag
+    from orchestrator.report.batchflag import BatchFlag
 
     batches = BatchFlag(spec.script is not None, sweep.plan.searched)
     width = params_width(sweep.plan.searched)

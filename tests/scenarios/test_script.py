@@ -321,10 +321,16 @@ def test_a_script_that_ignores_its_batch_flag_is_said_so(tmp_path: Path) -> None
     proc = orchestrate(["spec.yaml", "--no-check"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     said = [ln for ln in proc.stderr.splitlines() if "does not reach the script" in ln]
-    assert said == ["orchestrate: trials #0 (batch_size=32) and #1 (batch_size=128) both drew 16 samples per "
-                    "optimizer step from the script's DataLoader: the swept batch size does not reach the script "
-                    "(is its flag in args, and does the script use it?), so their throughputs measure the same "
-                    "batch"], proc.stderr
+    line = ("trials #0 (batch_size=32) and #1 (batch_size=128) both drew 16 samples per optimizer step from the "
+            "script's DataLoader: the swept batch size does not reach the script (is its flag in args, and does "
+            "the script use it?), so their throughputs measure the same batch")
+    assert said == [f"orchestrate: {line}"], proc.stderr
+    # a script tour: said once, live; the winner it puts in doubt was then shown without it. The
+    # summary, report and best show it beside the best (from the trials' results, so for any study)
+    assert proc.stdout.count(f"Caveat: {line}") == 1, proc.stdout
+    for words in (["report", "spec.yaml"], ["best", "spec.yaml"]):
+        again = command(words, tmp_path)
+        assert again.returncode == 0 and f"Caveat: {line}" in again.stdout + again.stderr, again.stdout + again.stderr
 
 
 DETECTION = """

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from orchestrator.outcome import Outcome, Status
 from orchestrator.protocol import TrialResult
-from orchestrator.sweep.batchflag import BatchFlag
+from orchestrator.report.batchflag import BatchFlag
 
 
 def ok(per_step: float, counted: str = "dataloader") -> Outcome:

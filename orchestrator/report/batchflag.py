@@ -79,6 +79,15 @@ class BatchFlag:
                         "figure; remove samples_per_step to count the DataLoader's batches")
         return "\n".join(line for line in said if line) or None
 
+    def after(self, trials: list[tuple[int, dict[str, Any], dict[str, Any]]]) -> str | None:
+        """The batch line of trials already run (number, parameters, ``result.info``; ok ones), for
+        the summary, ``report`` and ``best``: the live line was said once, and the winner it puts in
+        doubt was then shown without it (a script tour)."""
+        for number, params, info in sorted(trials, key=lambda t: t[0]):
+            if (said := self._batch_line(number, params, Outcome(Status.OK), info)) is not None:
+                return said
+        return None
+
     def _batch_line(self, number: int, params: dict[str, Any], outcome: Outcome, info: dict[str, Any]) -> str | None:
         per_step, batch = info.get("samples_per_step"), params.get("batch_size")
         if not self.active or outcome.status != Status.OK or info.get("samples_counted") != "dataloader" \
