@@ -344,12 +344,14 @@ def run(config: TrialConfig, progress: Progress, finish: Callable[[dict[str, Any
     meter = Meter(config, device, progress, started, done, swap_start, abort)
     handle = on_every_step(meter.on_step)
     undo, undo_saves = counting_batches(meter), saves.counting_saves(meter.on_save)
+    undo_spawn = scriptenv.refusing_spawn(lambda: meter.steps)
     try:
         code = run_script(script)
     finally:
         handle.remove()
         undo()
         undo_saves()
+        undo_spawn()
     t = config.trial
     raise ScriptEnded(code, meter.steps, meter.counted()[0],
                       f"{t.warmup_steps} warm-up + {t.measure_steps} measured steps and {t.min_measure_s:g} s")

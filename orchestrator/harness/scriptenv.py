@@ -7,6 +7,7 @@ ranks as its children; the harness sees rank 0's steps and batches only)."""
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 import torch
 
@@ -52,3 +53,34 @@ def world_size() -> int:
     import torch.distributed as dist
 
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+SPAWNED = ("the script trains in processes it starts (torch.multiprocessing's start_processes: mp.spawn, Lightning's "
+           "strategy='ddp_spawn', Accelerate's notebook_launcher), whose steps the harness cannot see: train in the "
+           "script's own process (Lightning's strategy='ddp' keeps rank 0 there)")
+
+
+def refusing_spawn(steps: Callable[[], int]) -> Callable[[], None]:
+    """``torch.multiprocessing.start_processes`` called before the script's first optimizer step
+    (``steps``: how many it made) raises ``Unmeasurable`` into it, at once: the smoke step waited
+    its whole ``trial.timeout_s`` (15 minutes by default) for a step that came only in the children
+    (a script tour: Lightning's ``ddp_spawn``). After a step (an evaluation in workers) it starts
+    them as asked. Returns what puts the function back."""
+    import sys
+
+    import torch.multiprocessing as mp
+
+    spawn = sys.modules["torch.multiprocessing.spawn"]  # `spawn` calls it from there; launchers from mp
+    original = spawn.start_processes
+
+    def start_processes(*args: object, **kwargs: object) -> object:
+        if steps() == 0:
+            raise Unmeasurable(SPAWNED)
+        return original(*args, **kwargs)
+
+    def put(function: object) -> None:
+        for module in (spawn, mp):
+            setattr(module, "start_processes", function)
+
+    put(start_processes)
+    return lambda: put(original)

@@ -85,6 +85,7 @@ def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
     from orchestrator.harness import backend
     from orchestrator.harness.batches import counting_batches
     from orchestrator.harness.script import ScriptEnded, on_every_step, run_script
+    from orchestrator.harness.scriptenv import refusing_spawn
     from orchestrator.harness.scriptfile import describe_failure
 
     started = time.perf_counter()
@@ -103,6 +104,7 @@ def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
         os._exit(0)
 
     handle = on_every_step(stepped)
+    refusing_spawn(lambda: 0)  # a step ends this process: any start_processes before it is refused
     try:
         code = run_script(call)
         exc: BaseException = ScriptEnded(code, 0, 0, "")
@@ -114,7 +116,7 @@ def script_smoke(call: Any, device: str, ok: Callable[[dict[str, Any]], None],
         handle.remove()
     from orchestrator.harness.oom import is_oom_exception
 
-    what = str(exc) if isinstance(exc, ScriptEnded) else first_line(exc)  # an exit 0 never stepped: a launcher?
+    what = str(exc) if getattr(exc, "ended", False) else first_line(exc)  # the harness's own words (ScriptEnded...)
     error = describe_failure(exc, call.path, log_path, what)  # its output's tail, before the traceback below
     if not isinstance(exc, ScriptEnded):
         traceback.print_exception(exc)

@@ -197,6 +197,22 @@ def test_a_script_broken_before_its_first_step_stops_the_sweep_in_one_line(tmp_p
             "torch.optim.Optimizer.step calls in the script's own process: one that never calls one, or trains in "
             "processes it starts (torch.multiprocessing.spawn, a launcher), cannot be measured); it printed: "
             "epoch 0 loss 0.25 (fix the script") in elsewhere.stderr, elsewhere.stderr
+    # one that trains in processes it starts through torch.multiprocessing (mp.spawn, Lightning's ddp_spawn)
+    # waited the smoke step's whole timeout_s (15 min by default; a script tour): refused at the call now
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import time, torch.multiprocessing as mp
+        def train(rank):
+            time.sleep(600)  # never reached: the harness refuses the start
+        if __name__ == "__main__":
+            mp.spawn(train, nprocs=1)
+    """))
+    spawned = orchestrate(["spec.yaml"], tmp_path)
+    assert spawned.returncode == 2 and spawned.stderr.count("\n") == 1, spawned.stderr
+    assert ("before any trial): the script trains in processes it starts (torch.multiprocessing's start_processes: "
+            "mp.spawn, Lightning's strategy='ddp_spawn', Accelerate's notebook_launcher), whose steps the harness "
+            "cannot see: train in the script's own process (Lightning's strategy='ddp' keeps rank 0 there) (fix the "
+            "script") in spawned.stderr, spawned.stderr
+    assert left_behind(tmp_path) == []
 
 
 def test_a_script_that_never_steps_is_said_so_on_its_own_field(tmp_path: Path) -> None:
