@@ -81,9 +81,6 @@ RUN_AGAIN = (S.INTERRUPTED,) + RETRIED
 COUNTED_FAILURES = (S.ERROR, S.TIMEOUT, S.DIVERGED)
 """Failures that count toward ``search.max_failures`` (with crashes other than SIGKILL, see
 ``counts_as_failure``); running out of memory never does."""
-WORTH_RETRYING = (S.TIMEOUT, S.CRASHED, S.DIVERGED)
-"""Final results a sweep with no feasible result points at ``--retry`` for (``closing.retry_line``):
-a timeout may need ``trial.timeout_s`` raised, a crash or a divergence may have been the machine's."""
 INFEASIBLE = (S.OOM, S.SWAPPED, S.SKIPPED, S.CRASHED)
 """Told as PRUNED with a violated ``fits_in_memory`` constraint: no invented objective value."""
 MEMORY_BOUNDARY = (S.OOM, S.SWAPPED)
@@ -134,6 +131,12 @@ class Outcome:
         """Whether it counts toward ``search.max_failures``: a SIGKILL is usually the memory killer
         (a boundary, like an OOM), any other crash is a failure."""
         return self.status in COUNTED_FAILURES or (self.status == S.CRASHED and self.signal != "SIGKILL")
+
+
+def failed_result(status: Status | None, detail: str | None) -> bool:
+    """``Outcome.counts_as_failure`` of a stored result (a crash's signal is in its detail): a
+    timeout, a divergence, a crash but by SIGKILL (usually the memory killer's: a boundary)."""
+    return status in COUNTED_FAILURES or (status == S.CRASHED and not (detail or "").startswith("killed by SIGKILL"))
 
 
 def signal_name(signum: int) -> str:

@@ -146,30 +146,32 @@ def summary(spec: SweepSpec, results: list[Any], best: list[Any], target: int, s
     return lines
 
 
-def retry_statuses(results: list[Any]) -> list[str]:
-    """The statuses of ``results`` that ``--retry`` runs again where none is feasible (``WORTH_RETRYING``)."""
-    from orchestrator.outcome import WORTH_RETRYING
-
-    return sorted({str(s.value) for t in results if (s := status_of(t)) in WORTH_RETRYING})
-
-
 def retry_command(spec: SweepSpec, trials: list[Any], origins: Origins) -> tuple[str, list[str]] | None:
     """For a study with no feasible result: the command that runs its timed-out, crashed or
     diverged configurations again, and those statuses (a tour: the printed ``Resume:`` ran nothing,
     and said nothing); None where one is feasible or none ended so."""
-    from orchestrator.store.records import rank, results_of
+    from orchestrator.store.records import failed_statuses, rank, results_of
 
     results = results_of(trials)
-    if rank(results, spec) or not (again := retry_statuses(results)):
+    if rank(results, spec) or not (again := failed_statuses(results)):
         return None
     return command(spec.path, *resume_flags(spec, origins), "--retry", ",".join(again)), again
+
+
+def retry_said(again: tuple[str, list[str]]) -> str:
+    """The closing line on stderr of a sweep that exits 3 with no failure of its own (``retry_command``'s
+    answer): a run again of a finished study, or one that measured only what could not fit."""
+    return (f"orchestrate: no configuration has a feasible result, and none failed in this run; to run the ones "
+            f"that ended {'/'.join(again[1])} again: {again[0]}")
 
 
 def retry_line(spec: SweepSpec, results: list[Any], origins: Origins) -> str | None:
     """``retry_command`` as the summary's ``Retry:`` line."""
     if (again := retry_command(spec, results, origins)) is None:
         return None
-    n = sum(status_of(t) in again[1] for t in results)
+    from orchestrator.outcome import failed_result
+
+    n = sum(failed_result((r := TrialRecord.of(t)).status, r.detail) for t in results)
     return (f"Retry:   {again[0]}   (runs the {n} {'/'.join(again[1])} configuration(s) again" +
             ("; raise trial.timeout_s first if they need longer)" if "timeout" in again[1] else ")"))
 

@@ -237,9 +237,9 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
     results = results_of(study.get_trials(deepcopy=False))  # one read
     best = rank(results, spec)
     if not best:
-        from orchestrator.report.closing import retry_statuses
+        from orchestrator.store.records import failed_statuses
 
-        again = retry_statuses(results)
+        again = failed_statuses(results)
         run = paste_command(spec) + (f" --retry {','.join(again)}" if again else "")  # else it has nothing to run
         from orchestrator.report.document import study_target
         from orchestrator.store.records import constraints_missed

@@ -26,6 +26,16 @@ if TYPE_CHECKING:
 FIT_CONSTRAINT = "fits_in_memory"
 
 
+def failed_statuses(results: list[Any]) -> list[str]:
+    """The statuses of ``results`` that count as failures (``outcome.failed_result``): where no
+    result is feasible, the sweep exits 3 (and so does its run again: one rule for both) and the
+    summary's ``Retry:`` line names them for ``--retry``."""
+    from orchestrator.outcome import failed_result
+
+    return sorted({str(r.status.value) for t in results if failed_result((r := TrialRecord.of(t)).status, r.detail)
+                   and r.status is not None})
+
+
 def results_of(trials: list[Any]) -> list[Any]:
     """One trial per configuration that has a result: the newest final one, in trial order. A trial
     counts once Optuna has it finished: ``tell`` writes the status attribute first, and another

@@ -37,7 +37,7 @@ from orchestrator.search.verdict import Verdict
 from orchestrator.search.proposer import Asked, Proposer
 from orchestrator.search.strategy import Done, Wait
 from orchestrator.store.record import TrialRecord, status_of, write
-from orchestrator.store.records import link_run, rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags
+from orchestrator.store.records import failed_statuses, link_run, rank, result_trials, run_metrics, run_tags, tell, trial_trace_tags
 from orchestrator.store.coordination import NoLock
 from orchestrator.store.writefault import StoreUnwritable, diagnose, folder_unwritable
 from orchestrator.search.space import Plan, trial_params
@@ -198,7 +198,7 @@ class Sweep:
         if policy.budget_error is not None:
             return SweepResult(exits.FAILED, "FAILED", elapsed, self.best, failures, policy.stopped_because,
                                verdict, f"orchestrate: {policy.budget_error}")
-        if not self.best and failures.count:
+        if not self.best and (failures.count or failed_statuses(result_trials(self.study))):  # as a run again
             return SweepResult(exits.FAILED, "FAILED", elapsed, self.best, failures, policy.stopped_because, verdict)
         unfinished = len(result_trials(self.study)) < self.target and not policy.stopped_because
         return SweepResult(exits.OK, "KILLED" if unfinished else "FINISHED", elapsed, self.best, failures,

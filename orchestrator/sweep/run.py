@@ -46,7 +46,7 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
     from orchestrator.sweep.output import guarded
     from orchestrator.sweep.preflight import preflight
 
-    from orchestrator.report.closing import retry_command
+    from orchestrator.report.closing import retry_command, retry_said
 
     r = Run(spec, origins, LoadLog(machineload.read()), shared=is_shared(spec.storage))
     check_export(export)
@@ -56,8 +56,7 @@ def run(spec: SweepSpec, export: Path | None = None, retry: tuple[str, ...] = ()
         lines, stored = done
         print("\n".join(lines))  # nothing to run: no probe, no device, no MLflow
         if (again := retry_command(spec, stored.trials, origins)) is not None:  # as the run that measured
-            print(f"orchestrate: no configuration has a feasible result, and nothing was run; to run the ones "
-                  f"that ended {'/'.join(again[1])} again: {again[0]}", file=sys.stderr)  # them: 3, not 0 (a tour)
+            print(retry_said(again), file=sys.stderr)  # them: 3, not 0 (a tour)
             return exits.FAILED
         export_best(spec, stored, export)
         return exits.OK
@@ -378,9 +377,12 @@ def summarize(r: Run, sweep: Sweep, result: SweepResult) -> int:
                             by_search, origins, loaded, len({config_key(t.params) for t in open_errors}), first)
                      + records.lines()))
     if result.code == exits.FAILED:
+        from orchestrator.report.closing import retry_command, retry_said
         from orchestrator.sweep.notices import failure_line
 
-        print(failure_line(result.failures, sweep.work_dir), file=sys.stderr)
+        again = retry_command(spec, trials, origins)  # failed before: this run measured what cannot fit
+        print(failure_line(result.failures, sweep.work_dir) if result.failures.count or again is None
+              else retry_said(again), file=sys.stderr)
     sys.stdout.flush()
     event("summary_printed")
     return code

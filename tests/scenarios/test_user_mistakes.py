@@ -308,22 +308,32 @@ def test_a_sweep_run_from_above_its_spec_s_folder_says_where_its_study_is(tmp_pa
     assert again.returncode == 0 and "a new study" not in again.stdout, again.stdout
 
 
-def test_a_study_of_timeouts_alone_names_its_retry_and_exits_3_again(tmp_path: Path) -> None:
+def test_a_study_with_no_feasible_result_names_its_retry_and_exits_3_each_time(tmp_path: Path) -> None:
     """A script tour: every trial timed out; the sweep exited 3, its printed ``Resume:`` then exited
-    0 having run nothing, and neither named ``--retry timeout`` (``best`` did). Both name it now,
-    on a ``Retry:`` line, and the same state is exit 3 both times."""
-    text = SPACES_SPEC.replace("batch_size: [2, 4]", "batch_size: [2]").replace("timeout_s: 12", "timeout_s: 3")
-    spec = write_spec(tmp_path, text.replace("my store/", "mlruns/"))
-    (tmp_path / "hang-2").touch()
-    first = run([spec.name, "--no-check"], tmp_path)
-    assert first.returncode == 3, first.stdout + first.stderr
+    0 having run nothing, and neither named ``--retry timeout`` (``best`` did). A review: the run
+    that measured only what cannot fit, after a timeout, exited 0 too. One rule now (no feasible
+    result, and the study holds a failure), a ``Retry:`` line and exit 3 each time."""
+    spec = write_spec(tmp_path, """
+        name: none_fit
+        experiment: experiments.faults
+        device: cpu
+        fixed: {batch_size: 4, fault_step: 1}
+        space: {fault: [hang, oom_cpu]}
+        search: {sampler: grid}
+        trial: {timeout_s: 3}
+    """)
+    first = run([spec.name, "--no-check", "--n-trials", "1"], tmp_path)  # the hang: timeout
+    assert first.returncode == 3 and "status timeout" in first.stderr, first.stdout + first.stderr
     retry = printed(first.stdout, "Retry:")
-    assert shlex.split(retry) == ["orchestrate", spec.name, "--retry", "timeout"], first.stdout
+    assert shlex.split(retry) == ["orchestrate", spec.name, "--n-trials", "1", "--retry", "timeout"], first.stdout
     assert ("(runs the 1 timeout configuration(s) again; raise trial.timeout_s first if they need longer)"
             in first.stdout), first.stdout
-    again = paste(printed(first.stdout, "Resume:"), tmp_path)
+    said = ("orchestrate: no configuration has a feasible result, and none failed in this run; to run the ones "
+            "that ended timeout again: {}\n")
+    rest = run([spec.name, "--no-check"], tmp_path)  # the OOM: nothing failed in this run, nothing fits
+    retry = printed(rest.stdout, "Retry:")
+    assert (rest.returncode, rest.stderr) == (3, said.format(retry)), rest.stdout + rest.stderr
+    again = paste(printed(rest.stdout, "Resume:"), tmp_path)  # a finished study: answered from its record
     assert again.returncode == 3 and "nothing to run, so nothing was started" in again.stdout, again.stdout + again.stderr
-    assert printed(again.stdout, "Retry:") == retry
-    assert again.stderr == ("orchestrate: no configuration has a feasible result, and nothing was run; to run the ones "
-                            f"that ended timeout again: {retry}\n")
-    assert len(load_study(tmp_path, "spaces").trials) == 1
+    assert (printed(again.stdout, "Retry:"), again.stderr) == (retry, said.format(retry))
+    assert [t.user_attrs["status"] for t in load_study(tmp_path, "none_fit").trials] == ["timeout", "oom"]
