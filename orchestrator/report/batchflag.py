@@ -41,9 +41,9 @@ class BatchFlag:
         """The line on a script that trained in several processes (``info["world_size"]``) is still to say."""
         self.given = script
         """The line on a ``samples_per_step`` the DataLoader's count contradicts is still to say."""
-        self.seen: dict[tuple, dict[Any, tuple[float, int]]] = {}
-        """The other parameters' values -> batch_size -> (samples per optimizer step, trial number),
-        the first ok trial of each."""
+        self.seen: dict[tuple, dict[Any, tuple[float, int, float | None]]] = {}
+        """The other parameters' values -> batch_size -> (samples per optimizer step, trial number,
+        batches per step where counted), the first ok trial of each."""
 
     def line(self, number: int, params: dict[str, Any], outcome: Outcome) -> str | None:
         """The lines to say after trial ``number``'s result (each once), else None."""
@@ -94,12 +94,15 @@ class BatchFlag:
                 or not isinstance(per_step, (int, float)) or per_step <= 0 or batch is None:
             return None
         seen = self.seen.setdefault(tuple(sorted((k, str(v)) for k, v in params.items() if k != "batch_size")), {})
-        for other, (counted, first) in seen.items():
-            if other != batch and abs(counted - per_step) <= SAME * per_step:
+        batches = info.get("batches_per_step")
+        for other, (counted, first, drawn) in seen.items():
+            if drawn is not None and isinstance(batches, (int, float)) and abs(drawn - batches) > SAME * batches:
+                continue  # the same samples in batches of another size: the script holds its step's samples
+            if other != batch and abs(counted - per_step) <= SAME * per_step:  # (a review: accumulation it works out)
                 self.active = False
                 return (f"orchestrate: trials #{first} (batch_size={other}) and #{number} (batch_size={batch}) "
                         f"both drew {per_step:,.4g} samples per optimizer step from the script's DataLoader: the "
                         "swept batch size does not reach the script (is its flag in args, and does the script "
                         "use it?), so their throughputs measure the same batch")
-        seen.setdefault(batch, (float(per_step), number))
+        seen.setdefault(batch, (float(per_step), number, batches if isinstance(batches, (int, float)) else None))
         return None

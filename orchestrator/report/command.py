@@ -72,6 +72,8 @@ def main(argv: list[str]) -> int:
                 print(summary, file=sys.stderr)
             else:
                 print(export_best(spec, study, args.output))
+            if (doubt := batch_doubt(spec, results_of(study.trials))) is not None:  # after the best, as the summary
+                print(doubt, file=sys.stderr)
             return 0
         return report(spec, study, args.format, args.out, args.compare, plots=args.plots or args.out is not None)
     except OrchestratorError as exc:
@@ -272,9 +274,8 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
     if len(best) > 1 and len(spec.objective.metrics) > 1:
         header.append(f"# the best on {spec.objective.metrics[0][0]} of {len(best)} Pareto-optimal trials: "
                       f"{', '.join(str(b.number) for b in best)}")
-    if (doubt := batch_doubt(spec, best)) is not None:  # on stderr after the summary, and in the file
+    if (doubt := batch_doubt(spec, results)) is not None:  # in the file; `best` says it on stderr
         header.append(f"# {doubt}")
-        summary += f"\n{doubt}"
     return "\n".join(header) + "\n" + yaml.safe_dump(params, sort_keys=False, default_flow_style=False), summary
 
 

@@ -349,20 +349,21 @@ def best_lines(spec: SweepSpec, best: list[Any], header: str = "Best feasible co
                    f"peak {fmt_num(m.get(M.PEAK_MEMORY_GIB), ' GiB', 2)}")
         if (line := script_command(spec, None, b)) is not None:
             out.append(f"Command: {line}")
-        if (doubt := batch_doubt(spec, best)) is not None:
+        if (doubt := batch_doubt(spec, results if results is not None else best)) is not None:
             out.append(doubt)
     return out
 
 
-def batch_doubt(spec: SweepSpec, best: list[Any]) -> str | None:
-    """``Caveat:`` where two of the script's ranked trials of different ``batch_size`` drew the same
+def batch_doubt(spec: SweepSpec, results: list[Any]) -> str | None:
+    """``Caveat:`` where two of the script's ok trials of different ``batch_size`` drew the same
     samples per step from its DataLoader (``BatchFlag``): the swept batch does not reach it."""
     if spec.script is None or "batch_size" not in spec.space:
         return None
+    from orchestrator.outcome import Status
     from orchestrator.report.batchflag import BatchFlag
 
     said = BatchFlag(True, {"batch_size": None}).after(
-        [(t.number, t.params, result_file(t).get("info") or {}) for t in best])
+        [(t.number, t.params, result_file(t).get("info") or {}) for t in results if status_of(t) == Status.OK])
     return None if said is None else "Caveat: " + said.removeprefix("orchestrate: ")
 
 

@@ -55,6 +55,26 @@ def test_the_same_effective_batch_through_accumulation_is_not_said_and_a_flag_ig
                                                 "drew 16 samples per optimizer step"), line
 
 
+def test_a_script_that_holds_its_step_s_samples_itself_is_not_said_and_a_study_is_read_again() -> None:
+    """A review: a script that works out its accumulation from a fixed total (64 a step: 16 x 4,
+    64 x 1) draws the same samples per step at every batch, in batches of another size: not a flag
+    ignored (``batches_per_step`` tells them apart). ``after`` reads a study's trials again, in
+    number order, for the summary, ``report`` and ``best``."""
+    def drawn(per_step: float, batches: float) -> Outcome:
+        return Outcome(Status.OK, result=TrialResult("ok", info={"samples_counted": "dataloader",
+                                                                 "samples_per_step": per_step, "batches_per_step": batches}))
+    held = BatchFlag(True, {"batch_size": None})
+    assert held.line(0, {"batch_size": 16}, drawn(64.0, 4.0)) is None
+    assert held.line(1, {"batch_size": 64}, drawn(64.0, 1.0)) is None
+    ignored = BatchFlag(True, {"batch_size": None})
+    assert ignored.line(0, {"batch_size": 16}, drawn(32.0, 1.0)) is None
+    assert ignored.line(1, {"batch_size": 64}, drawn(32.0, 1.0)) is not None
+    info = {"samples_counted": "dataloader", "samples_per_step": 32.0, "batches_per_step": 1.0}
+    said = BatchFlag(True, {"batch_size": None}).after([(5, {"batch_size": 64}, info), (2, {"batch_size": 16}, info)])
+    assert said is not None and said.startswith("orchestrate: trials #2 (batch_size=16) and #5 (batch_size=64)"), said
+    assert BatchFlag(True, {"batch_size": None}).after([(2, {"batch_size": 16}, info)]) is None
+
+
 def test_a_samples_per_step_the_dataloader_contradicts_is_said_once() -> None:
     """A script tour: ``samples_per_step: 1000`` over a DataLoader of batch 8 reported 1000 a step's
     throughput, and nothing said."""

@@ -334,7 +334,7 @@ def test_a_script_that_ignores_its_batch_flag_is_said_so(tmp_path: Path) -> None
         search: {sampler: grid}
         trial: {warmup_steps: 2, measure_steps: 5, min_measure_s: 0.05}
     """)
-    proc = orchestrate(["spec.yaml", "--no-check"], tmp_path)
+    proc = orchestrate(["spec.yaml", "--no-check", "--export", "best.yaml"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     said = [ln for ln in proc.stderr.splitlines() if "does not reach the script" in ln]
     line = ("trials #0 (batch_size=32) and #1 (batch_size=128) both drew 16 samples per optimizer step from the "
@@ -343,7 +343,8 @@ def test_a_script_that_ignores_its_batch_flag_is_said_so(tmp_path: Path) -> None
     assert said == [f"orchestrate: {line}"], proc.stderr
     # a script tour: said once, live; the winner it puts in doubt was then shown without it. The
     # summary, report and best show it beside the best (from the trials' results, so for any study)
-    assert proc.stdout.count(f"Caveat: {line}") == 1, proc.stdout
+    assert (proc.stdout + proc.stderr).count(f"Caveat: {line}") == 1, proc.stdout  # --export's line: not again
+    assert f"# Caveat: {line}" in (tmp_path / "best.yaml").read_text()
     for words in (["report", "spec.yaml"], ["best", "spec.yaml"]):
         again = command(words, tmp_path)
         assert again.returncode == 0 and f"Caveat: {line}" in again.stdout + again.stderr, again.stdout + again.stderr
