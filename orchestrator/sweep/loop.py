@@ -143,7 +143,7 @@ class Sweep:
             return self._interrupted(clock() - started)
 
     def _loop(self, on_notice: Callable[[str], None], started: float) -> SweepResult:
-        waiting = Waiting(self.spec.search.grace_period_s, self.study)
+        waiting = Waiting(self.spec.search.grace_period_s, self.study, self.proposer.owner)
         clock, policy = self.runner.now, self._policy
         assert policy is not None
         proposing, next_stale_check = True, started
@@ -171,6 +171,7 @@ class Sweep:
                 next_stale_check = self._check_stale(next_stale_check)
                 continue
             self.runner.wait(0.05)
+            waiting.since = None  # trials of its own: a wait after them is a new one
             next_stale_check = self._check_stale(next_stale_check)
             self._advance_all()  # take the results the wait brought
             self._say_quiet(on_notice)

@@ -3,7 +3,6 @@ trials another orchestrator runs or left RUNNING, and why a sweep ended without 
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -56,26 +55,30 @@ trial's heartbeat was a grace period old (60 s by default; the PostgreSQL tour: 
 class Waiting:
     """What a sweep with nothing of its own to run says while it waits for trials in flight in
     other orchestrators (``Proposer.elsewhere``) or left RUNNING without parameters (``strays``):
-    the strays at once, the others once they have been waited for ``ELSEWHERE_S``, each set once."""
+    the strays at once, the others once this wait has lasted ``ELSEWHERE_S``; each trial once (a
+    review: a set that shrank as the others' trials ended was said again, line after line)."""
 
-    def __init__(self, grace_s: float, study: Study) -> None:
-        self.grace_s, self.study = grace_s, study
-        self.since = self.last = -math.inf
-        self.told: tuple[list[int], list[int]] = ([], [])
+    def __init__(self, grace_s: float, study: Study, owner: str | None) -> None:
+        self.grace_s, self.study, self.owner = grace_s, study, owner
+        self.since: float | None = None
+        """When this wait began (the runner's clock); None while the sweep runs trials of its own."""
+        self.told_strays: list[int] = []
+        self.told: set[int] = set()
 
     def say(self, now: float, strays: list[int], elsewhere: list[int], on_notice: Callable[[str], None]) -> None:
         """Called about once a second while the sweep waits (``now``: the runner's clock)."""
-        if now - self.last > 5.0:  # a new wait (the loop calls this at least once a second)
-            self.since = now
-        self.last = now
-        if strays and strays != self.told[0]:
-            self.told = (strays, self.told[1])
+        self.since = now if self.since is None else self.since
+        if strays and strays != self.told_strays:
+            self.told_strays = strays
             on_notice(stray_notice(strays, self.grace_s))
-        if elsewhere and elsewhere != self.told[1] and now - self.since >= ELSEWHERE_S:
-            self.told = (self.told[0], elsewhere)
+        new = [n for n in elsewhere if n not in self.told]
+        if new and now - self.since >= ELSEWHERE_S:
             trials = self.study.get_trials(deepcopy=False)  # who runs them (host:pid), as the study says
-            owners = {n: TrialRecord.of(trials[n]).orchestrator or "" for n in elsewhere if n < len(trials)}
-            on_notice(elsewhere_notice(owners, now - self.since, self.grace_s))
+            owners = {n: TrialRecord.of(trials[n]).orchestrator or "" for n in new if n < len(trials)}
+            owners = {n: o for n, o in owners.items() if o != self.owner}  # a trial of its own told meanwhile
+            self.told.update(new)
+            if owners:
+                on_notice(elsewhere_notice(owners, now - self.since, self.grace_s))
 
 
 def elsewhere_notice(owners: dict[int, str], waited_s: float, grace_s: float) -> str:
