@@ -8,6 +8,7 @@ knobs a device reads. Parameters that are not knobs belong to the experiment.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -23,9 +24,10 @@ bfloat16 instructions; avx512_core_bf16 (Cooper Lake, Zen 4) and avx512_core_amx
 with them. A cap above what the CPU has changes nothing."""
 
 
-MEANT = {"gpu": "cuda", "nvidia": "cuda", "apple": "mps", "metal": "mps", "fp32": "float32", "fp16": "float16",
-         "half": "float16", "bf16": "bfloat16"}
-"""What a user who writes these means (a tour: ``device: gpu`` was asked "did you mean 'cpu'?")."""
+MEANT = {"gpu": "mps" if sys.platform == "darwin" else "cuda", "nvidia": "cuda", "apple": "mps", "metal": "mps",
+         "fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+"""What a user who writes these means (a tour: ``device: gpu`` was asked "did you mean 'cpu'?"; on
+a Mac its GPU is MPS)."""
 
 
 def meant(value: object, options: tuple[str, ...]) -> str:
@@ -33,8 +35,9 @@ def meant(value: object, options: tuple[str, ...]) -> str:
     the closest spelling; empty where neither is."""
     import difflib
 
-    other = MEANT.get(str(value).lower())
-    hint = [other] if other in options else difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
+    said = str(value).lower()  # CUDA, Float16: the value in another case
+    other = said if said in options else MEANT.get(said)
+    hint = [other] if other in options else difflib.get_close_matches(said, options, n=1, cutoff=0.6)
     return f" (did you mean {hint[0]!r}?)" if hint else ""
 
 

@@ -176,12 +176,16 @@ def test_a_memory_order_ranks_boolean_and_number_choices_by_their_yaml_spelling(
 
 def test_a_choice_names_what_its_common_other_name_means(tmp_path: Path) -> None:
     """A tour: ``device: gpu`` was asked "did you mean 'cpu'?" (the closest spelling); a name users
-    write for a value (gpu, bf16) now points at that value, top-level, fixed or swept."""
+    write for a value (gpu, bf16), or the value in another case, now points at that value,
+    top-level, fixed or swept (gpu: cuda here; mps on a Mac)."""
     found = errors_of(tmp_path, "name: t\nexperiment: experiments.mlp\ndevice: gpu\nfixed:\n  dtype: bf16\n"
                                 "space:\n  batch_size: [8]\n  zero_grad: [set_to_nne]\n")
     assert found == ["3: device: device must be one of auto, mps, cuda, cpu (did you mean 'cuda'?), got 'gpu'",
                      "5: fixed.dtype: dtype must be one of float32, float16, bfloat16 (did you mean 'bfloat16'?), got 'bf16'",
                      "8: space.zero_grad[0]: zero_grad must be one of set_to_none, zero_fill (did you mean "
                      "'set_to_none'?), got 'set_to_nne'"]
-    swept = errors_of(tmp_path, "name: t\nexperiment: experiments.mlp\nspace:\n  device: [cpu, nvidia]\n")
-    assert swept == ["4: space.device[1]: device must be one of mps, cuda, cpu (did you mean 'cuda'?), got 'nvidia'"]
+    swept = errors_of(tmp_path, "name: t\nexperiment: experiments.mlp\nspace:\n  device: [cpu, nvidia]\n"
+                                "  dtype: [Float16]\n")
+    assert swept == ["4: space.device[1]: device must be one of mps, cuda, cpu (did you mean 'cuda'?), got 'nvidia'",
+                     "5: space.dtype[0]: dtype must be one of float32, float16, bfloat16 (did you mean 'float16'?), "
+                     "got 'Float16'"]
