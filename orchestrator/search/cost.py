@@ -42,11 +42,13 @@ it, and the first trials (``boundary``) bisect a column without it."""
 
 
 def costly_pairs(value_keys: list[list[tuple[str, str]]], configs: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    """The (parameter, value key) pairs of the space whose value is in ``COSTLY``."""
+    """The (parameter, value key) pairs of the space whose value is in ``COSTLY``, but for one that
+    every configuration holds: no choice, so no look to save it for (a tour: ``compile: [true]``
+    swept alone left no configuration without it, and the auto search ran nothing, exit 0)."""
     out: set[tuple[str, str]] = set()
     for config, pairs in zip(configs, value_keys):
         out.update(pair for pair in pairs if config.get(pair[0], object()) in COSTLY.get(pair[0], ()))
-    return out
+    return out - set.intersection(*(set(pairs) for pairs in value_keys)) if value_keys else out
 
 
 COSTLY_S = 25.0

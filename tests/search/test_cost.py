@@ -100,6 +100,7 @@ def test_compile_true_is_the_costly_value_and_what_it_adds_is_measured_once_it_c
     keys = [[("batch_size", "8"), ("compile", "False")], [("batch_size", "8"), ("compile", "True")]]
     assert cost.costly_pairs(keys, configs) == {("compile", "True")}
     assert cost.costly_pairs(keys[:1], configs[:1]) == set()
+    assert cost.costly_pairs(keys[1:], configs[1:]) == set()  # every configuration has it: no choice to look at
     line = (1.0, 2.0)  # 1 s fixed plus 2 s a unit of work
     work = lambda at: np.array([1.0 for _ in at])  # noqa: E731
     assert cost.extra_s(line, {}, work) == cost.COSTLY_S  # none measured yet: the prior

@@ -86,6 +86,18 @@ def test_a_small_prior_gain_does_not_lead_into_more_memory() -> None:
     assert decision.config == {"batch_size": 64, "dtype": "bfloat16", "grad_accum_steps": 1}
 
 
+def test_a_costly_value_every_configuration_holds_is_measured_as_any_other() -> None:
+    """An experiment tour: ``compile: [true]`` swept beside two precisions left no configuration
+    without the costly value to pair its look with; the auto search proposed nothing, and the sweep
+    ended with 0 of 2 results, exit 0. Every configuration has it: no look to save it for."""
+    space = configs(batch_size=(8,), compile=(True,), dtype=("float32", "bfloat16"))
+    first = planner(space, "cpu").decide({}, set())
+    assert first.config is not None and first.config["compile"] is True, first
+    seen = {config_key(first.config): result("ok", 700.0, 0.4, 30.0)}
+    second = planner(space, "cpu").decide(seen, set())
+    assert second.config is not None and second.config != first.config, second
+
+
 def test_the_column_is_bisected_up_to_its_memory_boundary() -> None:
     space = configs(batch_size=BATCHES, dtype=("float32", "bfloat16"))
     p = planner(space, "cuda")
