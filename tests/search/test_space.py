@@ -211,3 +211,14 @@ def test_nearest_prefers_the_adjacent_batch_and_breaks_ties_with_the_rng() -> No
     assert picks == {config_key({"batch_size": 32, "dtype": "bfloat16"}),
                      config_key({"batch_size": 8, "dtype": "bfloat16"})}
     assert nearest(here, [], NEAR_PLAN, random.Random(0)) is None
+
+
+def test_empty_cache_every_is_not_searched_on_the_cpu(tmp_path: Path) -> None:
+    """An experiment tour: the CPU has no cache to empty (``backend.empty_cache``), yet the plan said
+    ``empty_cache_every`` applied there and a grid spent half its trials on it, its best crediting
+    the knob with noise. Read on CUDA and MPS only now."""
+    spec = spec_from(tmp_path, "space:\n  batch_size: [8]\n  empty_cache_every: [0, 1]\n")
+    cpu, cuda = make_plan(spec, "cpu"), make_plan(spec, "cuda")
+    assert "empty_cache_every" not in cpu.searched and "cuda/mps only" in cpu.not_applied["empty_cache_every"]
+    assert len(configurations(cpu)) == 1
+    assert "empty_cache_every" in cuda.searched and len(configurations(cuda)) == 2
