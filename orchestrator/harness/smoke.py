@@ -179,7 +179,7 @@ def locate(tb: TracebackType | None, experiment: str, workload: object = None) -
         name = getattr(loss, "__qualname__", code.co_name)
         out.update(where=f"{_show(code.co_filename)}:{code.co_firstlineno}", function=name,
                    note=f"raised outside the experiment's code, after its loss function {name} returned "
-                        "(in backward() or the optimizer step)")
+                        "(in backward(), the optimizer step, or the harness's check that the loss is a scalar)")
     return out
 
 

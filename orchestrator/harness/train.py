@@ -119,6 +119,9 @@ def accumulate(model: torch.nn.Module, loss_fn: Callable, batches: Iterable[obje
     for batch in batches:
         with autocast:
             loss = loss_fn(model, batch)
+        if loss.dim() != 0:  # shape metadata, no sync: [1] at batch 1 passed backward() and the smoke step
+            raise ValueError(f"the loss function returned a tensor of shape {list(loss.shape)}, not a scalar: "
+                             "reduce it over the batch (.mean() or .sum())")
         total = loss.detach().float() if total is None else total + loss.detach().float()
         scaled = loss / k
         (scaler.scale(scaled) if scaler is not None else scaled).backward()

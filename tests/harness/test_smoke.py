@@ -40,8 +40,8 @@ def line_of(path: Path, text: str) -> int:
 
 BROKEN = [
     # (module, expected error line, the fixture line it must point at, function, phase)
-    ("nonscalar_loss", "RuntimeError: grad can be implicitly created only for scalar outputs",
-     "def per_sample_loss", "per_sample_loss", "warmup"),
+    ("nonscalar_loss", "ValueError: the loss function returned a tensor of shape [2], not a scalar: reduce it over "
+     "the batch (.mean() or .sum())", "def per_sample_loss", "per_sample_loss", "warmup"),
     ("build_fails", "KeyError: 'depth'", 'params["depth"]', "build", "build"),
     ("shape_mismatch", "RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x32 and 64x4)",
      "return self.fc2(hidden)", "forward", "warmup"),
@@ -66,10 +66,11 @@ def test_a_broken_experiment_is_one_line_with_its_own_error_and_file_line(
     assert result["oom"] is False
     assert "Traceback" in proc.stderr  # the full story stays available for a log
     if module == "nonscalar_loss":
-        # No frame of the experiment is on the stack when backward() refuses the loss: the
-        # innermost is torch's, so `where` is the loss function's def line, and the note says so.
-        assert "site-packages/torch/" in result["frame"]
-        assert "backward()" in result["note"]
+        # No frame of the experiment is on the stack when the harness refuses the loss (torch's backward()
+        # did, before: it takes a shape [1], a per-sample loss at batch 1): `where` is the loss function's
+        # def line, and the note says so.
+        assert "orchestrator/harness/train.py" in result["frame"]
+        assert "the loss is a scalar" in result["note"]
     else:
         assert "note" not in result
 
@@ -134,3 +135,12 @@ def test_the_smoke_step_runs_the_first_configuration_small_and_without_caps(
     spec = load_spec(path)
 
     assert smoke_params(spec, make_plan(spec, "cpu")) == expected
+
+
+def test_a_per_sample_loss_at_batch_1_is_refused_too() -> None:
+    """An experiment tour: at batch 1 a per-sample loss has shape [1], which backward() takes; the
+    smoke step (the smallest batch) passed, the batch-1 trial ranked best, and batch 8 failed."""
+    _, result = smoke("fixtures.experiments.nonscalar_loss", {"batch_size": 1})
+    assert result["ok"] is False and result["error"] == (
+        "ValueError: the loss function returned a tensor of shape [1], not a scalar: reduce it over the batch "
+        "(.mean() or .sum())")

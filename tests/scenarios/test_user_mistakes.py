@@ -78,7 +78,8 @@ def test_a_vector_loss_is_caught_before_the_sweep_then_its_errors_are_retried_on
     experiment.write_text((FIXTURES / "nonscalar_loss.py").read_text())
     spec = write_spec(tmp_path, VECTOR_SPEC)
     loss_line = line_of(experiment, "def per_sample_loss")
-    error = "RuntimeError: grad can be implicitly created only for scalar outputs"
+    error = ("ValueError: the loss function returned a tensor of shape [2], not a scalar: reduce it over the batch "
+             "(.mean() or .sum())")
 
     # 1. The smoke step: one line with the experiment's own error and file:line, before any trial.
     started = time.monotonic()
