@@ -48,7 +48,7 @@ def costly_pairs(value_keys: list[list[tuple[str, str]]], configs: list[dict[str
     out: set[tuple[str, str]] = set()
     for config, pairs in zip(configs, value_keys):
         out.update(pair for pair in pairs if config.get(pair[0], object()) in COSTLY.get(pair[0], ()))
-    return out - set.intersection(*(set(pairs) for pairs in value_keys)) if value_keys else out
+    return out - set(value_keys[0]).intersection(*value_keys[1:]) if value_keys else out
 
 
 COSTLY_S = 25.0
