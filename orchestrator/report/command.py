@@ -26,7 +26,7 @@ from orchestrator.report.document import (batch_doubt, best_lines, build_report,
                                     render_text, result_file, script_command, top_markdown)
 from orchestrator.spec.load import SweepSpec, load_guarded
 from orchestrator.store.studyread import StoredStudy, read_study
-from orchestrator.report.summary import fmt_num
+from orchestrator.report.summary import fmt_num, throughput_text
 from orchestrator.urls import STORAGE_HELP, TRACKING_HELP, absolute_uri
 
 if TYPE_CHECKING:
@@ -261,7 +261,7 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
     params = trial_params(make_plan(spec, device), t.params)
     m = TrialRecord.of(t).metrics
     name = (result_file(t).get("provenance") or {}).get("device_name")
-    summary = (f"{spec.name} trial {t.number}: {fmt_num(m.get(M.SAMPLES_PER_S))} samples/s, peak "
+    summary = (f"{spec.name} trial {t.number}: {throughput_text(spec, m)}, peak "
                f"{fmt_num(m.get(M.PEAK_MEMORY_GIB), ' GiB', 2)} ({device}{', ' + name if name else ''})")
     if "device" in spec.space:
         comp = comparison(results, "device", reference_for(spec, "device"))

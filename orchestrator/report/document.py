@@ -21,7 +21,7 @@ from orchestrator.harness import spread, swap
 from orchestrator.outcome import RESULT_STATUSES, VERDICT_DETAIL, Status
 from orchestrator.redact import pasteable, shown
 from orchestrator.spec.load import DEFAULT_STORAGE, DEFAULT_TRACKING_URI, SweepSpec
-from orchestrator.report.summary import best_table, fmt_num, fmt_params, fmt_seconds, of_target
+from orchestrator.report.summary import best_table, fmt_num, fmt_params, fmt_seconds, of_target, throughput_text
 from orchestrator.store.record import HasAttrs, TrialRecord, status_of
 from orchestrator.store.studyrecord import StudyRecord
 from orchestrator.urls import absolute_uri
@@ -345,7 +345,7 @@ def best_lines(spec: SweepSpec, best: list[Any], header: str = "Best feasible co
     if b is not None:
         m = TrialRecord.of(b).metrics
         out.append(("Best on " + spec.objective.metrics[0][0] + " among the front: " if multi else "Best: ") +
-                   f"trial {b.number}: {fmt_params(b.params)} -> {fmt_num(m.get(M.SAMPLES_PER_S))} samples/s, "
+                   f"trial {b.number}: {fmt_params(b.params)} -> {throughput_text(spec, m)}, "
                    f"peak {fmt_num(m.get(M.PEAK_MEMORY_GIB), ' GiB', 2)}")
         if (line := script_command(spec, None, b)) is not None:
             out.append(f"Command: {line}")

@@ -27,6 +27,16 @@ def fmt_num(value: object, unit: str = "", digits: int = 1) -> str:
     return f"{value:,.{digits}f}{unit}"
 
 
+def throughput_text(spec: SweepSpec, metrics: dict[str, Any]) -> str:
+    """``822.0 samples/s``; where the objective is another throughput (``tokens_per_s``), that one
+    first: the best is the best by it (an experiment tour: a best by tokens/s said only samples/s)."""
+    first = spec.objective.metrics[0][0]
+    said = f"{fmt_num(metrics.get(M.SAMPLES_PER_S))} samples/s"
+    if first == M.SAMPLES_PER_S or not isinstance(metrics.get(first), (int, float)):
+        return said
+    return f"{fmt_num(metrics[first])} {first.removesuffix('_per_s') + '/s' if first.endswith('_per_s') else first} ({said})"
+
+
 def fmt_seconds(seconds: float) -> str:
     """A duration as a person reads it: ``8.4 s``, ``44 s``, ``312 s (5.2 min)`` (minutes from two on)."""
     if seconds < 10:

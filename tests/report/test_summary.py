@@ -73,3 +73,17 @@ def test_a_sweep_s_lines_are_as_wide_as_its_longest_configuration() -> None:
     assert len({line.index(" ok ") for line in lines}) == 1  # the figures line up
     assert params_width({"lr": Range(1e-5, 1e-2, log=True)}) == len("lr=") + 12
     assert params_width({"layers": Range(1, 48, integer=True)}) == 10  # at least 10
+
+
+def test_the_best_s_throughput_is_the_objective_s_first(tmp_path) -> None:  # noqa: ANN001
+    """An experiment tour: a sweep ranked by tokens_per_s said its best in samples/s alone (822
+    against 52,609 tokens/s), in the Best line and in `best`."""
+    from orchestrator.report.summary import throughput_text
+    from orchestrator.spec.load import load_spec
+
+    (tmp_path / "s.yaml").write_text("name: t\nexperiment: experiments.bert\nspace:\n  batch_size: [8]\n"
+                                     "objective:\n  metric: tokens_per_s\n  direction: maximize\n")
+    (tmp_path / "p.yaml").write_text("name: p\nexperiment: experiments.bert\nspace:\n  batch_size: [8]\n")
+    m = {"samples_per_s": 822.0, "tokens_per_s": 52609.25}
+    assert throughput_text(load_spec(tmp_path / "s.yaml"), m) == "52,609.2 tokens/s (822.0 samples/s)"
+    assert throughput_text(load_spec(tmp_path / "p.yaml"), m) == "822.0 samples/s"
