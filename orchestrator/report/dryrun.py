@@ -19,7 +19,7 @@ def print_plan(spec: SweepSpec, slots: list[str] | None = None) -> None:
     from orchestrator.spec.locate import locate, trial_path
     from orchestrator.search.space import count_configurations, guess_device, make_plan
     from orchestrator.redact import shown
-    from orchestrator.report.summary import describe_dim
+    from orchestrator.report.summary import describe_dim, objective_note
     from orchestrator.store.tracking import artifact_root
     from orchestrator.urls import absolute_uri
 
@@ -88,6 +88,8 @@ def print_plan(spec: SweepSpec, slots: list[str] | None = None) -> None:
                + ("; leaders closer than their spread are measured again (repeats: auto)"
                   if t.repeats == "auto" and spec.search.sampler == "auto" else ""))
     out.append(f"  objective    {objective}")
+    if note := objective_note(spec):
+        out.append(f"               {note}")
     out.append(f"  storage      {storage} (Optuna study {spec.name!r})")
     art = artifact_root(tracking, spec.name)
     out.append(f"  tracking     {tracking} (MLflow experiment {spec.name!r})" + (f", artifacts in {art}" if art else ""))

@@ -27,6 +27,16 @@ def fmt_num(value: object, unit: str = "", digits: int = 1) -> str:
     return f"{value:,.{digits}f}{unit}"
 
 
+def objective_note(spec: SweepSpec) -> str | None:
+    """A swept ``seq_len`` under ``samples_per_s``: a shorter sequence is more samples a second
+    whatever else it does, so the shortest wins (an experiment tour); tokens compare the lengths."""
+    dim = spec.space.get("seq_len")
+    if dim is None or spec.objective.metrics[0][0] != M.SAMPLES_PER_S or (isinstance(dim, Choice) and len(dim.values) < 2):
+        return None
+    return ("seq_len is swept and the objective is samples_per_s, by which the shortest sequence wins whatever "
+            "else it does; to rank the lengths by the tokens they train, set objective: {metric: tokens_per_s}")
+
+
 def throughput_text(spec: SweepSpec, metrics: dict[str, Any]) -> str:
     """``822.0 samples/s``; where the objective is another throughput (``tokens_per_s``), that one
     first: the best is the best by it (an experiment tour: a best by tokens/s said only samples/s)."""

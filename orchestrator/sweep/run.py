@@ -226,7 +226,7 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
     from orchestrator.outcome import RUN_AGAIN, Status
     from orchestrator.store.record import TrialRecord
     from orchestrator.store.records import result_trials
-    from orchestrator.report.summary import of_target, params_width, trial_line
+    from orchestrator.report.summary import objective_note, of_target, params_width, trial_line
 
     spec, probe, slots, load, queued = r.spec, r.found, r.slots, r.load, r.queued
     done = len(result_trials(r.study)) - sum(n for s, n in queued.items() if s not in RUN_AGAIN)  # type: ignore[arg-type]  # the study: opened before
@@ -268,6 +268,8 @@ def run_sweep(r: Run, sweep: Sweep) -> SweepResult:
               "only (give every host the team's tracking server: tracking_uri: http://...)")
     for k, why in sweep.plan.not_applied.items():
         print(f"  not applied on {probe['device']}: {k} ({why})")
+    if note := objective_note(spec):
+        print(f"  {note}")
     from orchestrator.launch.slots import pinning_line
 
     if pinned := pinning_line(slots):

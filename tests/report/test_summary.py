@@ -87,3 +87,19 @@ def test_the_best_s_throughput_is_the_objective_s_first(tmp_path) -> None:  # no
     m = {"samples_per_s": 822.0, "tokens_per_s": 52609.25}
     assert throughput_text(load_spec(tmp_path / "s.yaml"), m) == "52,609.2 tokens/s (822.0 samples/s)"
     assert throughput_text(load_spec(tmp_path / "p.yaml"), m) == "822.0 samples/s"
+
+
+def test_a_swept_seq_len_under_samples_per_s_is_said(tmp_path) -> None:  # noqa: ANN001
+    """An experiment tour: sweeping seq_len ranked by samples_per_s always picks the shortest, and
+    nothing said so; the plan and the sweep's header now point at tokens_per_s."""
+    from orchestrator.report.summary import objective_note
+    from orchestrator.spec.load import load_spec
+
+    base = "name: t\nexperiment: experiments.bert\nspace:\n  batch_size: [8]\n"
+    (tmp_path / "a.yaml").write_text(base + "  seq_len: [16, 64]\n")
+    (tmp_path / "b.yaml").write_text(base + "  seq_len: [16, 64]\nobjective: {metric: tokens_per_s, direction: maximize}\n")
+    (tmp_path / "c.yaml").write_text(base + "  seq_len: [16]\n")
+    assert objective_note(load_spec(tmp_path / "a.yaml")) == (
+        "seq_len is swept and the objective is samples_per_s, by which the shortest sequence wins whatever else it "
+        "does; to rank the lengths by the tokens they train, set objective: {metric: tokens_per_s}")
+    assert objective_note(load_spec(tmp_path / "b.yaml")) is None and objective_note(load_spec(tmp_path / "c.yaml")) is None
