@@ -60,7 +60,10 @@ def half_precision_note(trials: list[Any], flags: set[str] | None, cpu_isa: str 
         return None
     (cap, half), (x, n) = max(slow.items(), key=lambda item: item[1][0])
     vector, matrix = NATIVE[half]
-    if cap is not None and cap not in ISA_KEEPS[half]:
+    # the cap is the reason where it took away what the CPU has (a tour: float16 as slow under a cap
+    # on a CPU without native float16 was blamed on the cap)
+    has = flags is None or bool({vector, matrix, ARM[half]} & flags)
+    if cap is not None and cap not in ISA_KEEPS[half] and has:
         why = (f"the trials capped PyTorch's CPU kernels at {cap} (cpu_isa), which has no native {half} "
                "instructions, so autocast emulates it")
     elif flags is None:

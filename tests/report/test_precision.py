@@ -96,6 +96,16 @@ def test_a_fixed_cpu_isa_cap_is_the_reason() -> None:
     assert "capped" not in (half_precision_note(SLOW_BF16, {"avx512_bf16"}, "avx512_core_bf16") or "")
 
 
+def test_a_cap_is_not_the_reason_where_the_cpu_lacks_the_instructions_anyway() -> None:
+    """An experiment tour: float16 as slow under cpu_isa avx2 as under avx512_core, on a CPU without
+    native float16, was blamed on the avx2 cap."""
+    swept = [trial(0, "float32", 600.0, isa="avx2"), trial(1, "float16", 180.0, isa="avx2"),
+             trial(2, "float32", 620.0, isa="avx512_core"), trial(3, "float16", 160.0, isa="avx512_core")]
+    note = half_precision_note(swept, {"avx512f", "avx512_bf16"})
+    assert note is not None and "capped" not in note, note
+    assert "this CPU has no native float16 instructions (neither avx512_fp16 nor amx_fp16 in its flags)" in note
+
+
 def test_the_pairs_are_configurations_equal_but_for_dtype() -> None:
     assert slowdowns(SLOW_BF16) == {"bfloat16": [6.0, 6.0]}
 
