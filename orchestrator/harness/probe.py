@@ -49,21 +49,35 @@ def probe(module_name: str, device: str, fixed: dict) -> dict:
         module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001
         traceback.print_exc()
-        return {"ok": False, "error": f"importing {module_name} failed: {type(exc).__name__}: {exc}"}
+        return {"ok": False, "error": f"importing {module_name} failed: {type(exc).__name__}: {exc}{_at(exc, module_name)}"}
     build = getattr(module, "build", None)
     if not callable(build):
         return {"ok": False, "error": f"{module_name} does not follow the experiment contract: it has no "
                                       "build(params, device) function (see docs/experiment.md)"}
     params = getattr(module, "PARAMS", None)
     if params is not None and not isinstance(params, dict):
-        return {"ok": False, "error": f"{module_name}.PARAMS must be a dict of parameter names to defaults"}
+        return {"ok": False, "error": f"{module_name}.PARAMS must be a dict of parameter names to defaults, got a "
+                                      f"{type(params).__name__}"}
     validate = getattr(module, "validate_params", None)
     if callable(validate):
         try:
             validate(fixed)
         except ValueError as exc:
             return {"ok": False, "error": str(exc), "field": getattr(exc, "field", None)}
+        except Exception as exc:  # noqa: BLE001 - a bug in it, not a value it refuses: where it is (a tour)
+            traceback.print_exc()
+            return {"ok": False, "error": f"{module_name}.validate_params raised {type(exc).__name__}: {exc}"
+                                          f"{_at(exc, module_name)}"}
     return device_answer(device, sorted(params) if params is not None else None)
+
+
+def _at(exc: BaseException, module_name: str) -> str:
+    """`` at FILE:LINE``: the innermost frame of ``exc`` in the experiment's own source (an
+    experiment tour: a NameError at its import and a KeyError in validate_params said neither)."""
+    from orchestrator.harness.smoke import locate
+
+    where = locate(exc.__traceback__, module_name)["where"]
+    return f" at {where}" if where else ""
 
 
 def device_answer(device: str, params: list[str] | None) -> dict:

@@ -112,7 +112,7 @@ def _unchecked_names(spec: SweepSpec, origin: str) -> list[str]:
 
     if spec.script is not None or module_params(origin) is not None:
         return []
-    return ["               its parameters (names and values) were not checked: it declares no PARAMS; a run "
+    return ["               its parameters (names and values) were not checked: it declares no PARAMS dict literal the dry run can read; a run "
             "checks them as it starts, in the probe and the smoke step, before anything is created"]
 
 

@@ -87,3 +87,27 @@ def module_params(origin: str) -> list[str] | None:
         return declared_params(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def lacks_build(origin: str) -> bool:
+    """Whether the module file at ``origin`` surely binds no top-level ``build`` (no ``def``,
+    assignment or import of that name, no ``import *``, no module ``__getattr__``): the probe would
+    refuse it in seconds, the dry run did not see it (an experiment tour). False where unsure."""
+    path = Path(origin) / "__init__.py" if Path(origin).is_dir() else Path(origin)
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8")) if path.suffix == ".py" else None
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return False
+    if tree is None:
+        return False
+    for node in ast.walk(tree):  # anywhere: a build bound under `if`/`try` counts
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in ("build", "__getattr__"):
+            return False
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                a.name == "*" or (a.asname or a.name.split(".")[0]) == "build" for a in node.names):
+            return False
+        if isinstance(node, ast.Name) and node.id == "build" and isinstance(node.ctx, ast.Store):
+            return False
+        if isinstance(node, ast.Name) and node.id == "globals":
+            return False
+    return True

@@ -92,7 +92,7 @@ def workload(spec: SweepSpec) -> None:
     if spec.script is not None:
         check_script_file(spec)
         return
-    from orchestrator.spec.declared import module_params
+    from orchestrator.spec.declared import lacks_build, module_params
     from orchestrator.spec.locate import locate, trial_path
 
     try:  # as the trial finds it: the working directory first on the path (python -m)
@@ -102,6 +102,9 @@ def workload(spec: SweepSpec) -> None:
     accepted = module_params(origin)
     if accepted is not None:
         raise_all(unknown_params(spec, accepted))
+    if lacks_build(origin):  # the probe's words, before it
+        raise spec.error(("experiment",), f"{spec.experiment} does not follow the experiment contract: it has no "
+                                          "build(params, device) function (see docs/experiment.md)")
 
 
 def with_declared_names(exc: SpecError, path: str) -> None:

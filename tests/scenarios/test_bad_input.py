@@ -247,7 +247,21 @@ CASES = [
          files={"badexp.py": "PARAMS = {'width': 8}\n"}),
     Case("experiment-import-fails", "name: t\nexperiment: brokenexp\ndevice: cpu\n",
          ("experiment: ", "importing brokenexp failed", "No module named 'not_installed_anywhere'"), 2,
-         files={"brokenexp.py": "import not_installed_anywhere\n"}),
+         files={"brokenexp.py": "import not_installed_anywhere\ndef build(params, device): ...\n"}),
+    # an experiment tour: where in the module, and what PARAMS was, were not said
+    Case("experiment-without-build-dry-run", "name: t\nexperiment: nobuild\ndevice: cpu\n",  # read from its source
+         ("experiment: ", "nobuild does not follow the experiment contract", "no build(params, device)"), 2,
+         files={"nobuild.py": "PARAMS = {'width': 8}\ndef build_workload(params, device): ...\n"}, args=("--dry-run",)),
+    Case("experiment-import-name-error", "name: t\nexperiment: nameerr\ndevice: cpu\n",
+         ("experiment: ", "importing nameerr failed: NameError: name 'Dict' is not defined", "at nameerr.py:2"), 2,
+         files={"nameerr.py": "PARAMS = {'k': 1}\nX: Dict = {}\ndef build(params, device): ...\n"}),
+    Case("experiment-validate-bug", "name: t\nexperiment: valbug\ndevice: cpu\n",
+         ("experiment: ", "valbug.validate_params raised KeyError: 'missing_key'", "at valbug.py:3"), 2,
+         files={"valbug.py": "PARAMS = {'k': 1}\ndef validate_params(params):\n    return params['missing_key']\n"
+                             "def build(params, device): ...\n"}),
+    Case("experiment-params-a-list", "name: t\nexperiment: lstexp\ndevice: cpu\n",
+         ("experiment: ", "lstexp.PARAMS must be a dict of parameter names to defaults, got a list"), 2,
+         files={"lstexp.py": "PARAMS = ['k']\ndef build(params, device): ...\n"}),
     Case("experiment-unknown-parameter", HEAD + "fixed:\n  hidden_sise: 8\n",
          ("fixed.hidden_sise: ", "unknown parameter for experiments.faults", "did you mean 'hidden_size'?"), 5),
     # -- flags --------------------------------------------------------------------------------------

@@ -311,8 +311,9 @@ def test_a_dry_run_says_it_did_not_check_an_undeclared_module_s_parameters(tmp_p
                                 "space:\n  batch_size: [1, 2]\n")
     proc = orchestrate([str(spec), "--dry-run"], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert ("its parameters (names and values) were not checked: it declares no PARAMS; a run checks them as it "
-            "starts, in the probe and the smoke step, before anything is created") in proc.stdout
+    assert ("its parameters (names and values) were not checked: it declares no PARAMS dict literal the dry run "
+            "can read; a run checks them as it starts, in the probe and the smoke step, before anything is created"
+            ) in proc.stdout
     proc = orchestrate([str(write_spec(tmp_path, "name: b\nexperiment: experiments.bert\nspace:\n  batch_size: [1]\n")),
                         "--dry-run"], tmp_path)
     assert proc.returncode == 0 and "were not checked" not in proc.stdout, proc.stdout + proc.stderr
