@@ -172,7 +172,9 @@ def _check_workload(c: Checker, top: dict[str, Any]) -> None:
                      "(a training script such as train.py)", show_value=False)
     experiment = top["experiment"]
     if not isinstance(experiment, str) or not re.fullmatch(EXPERIMENT_PATTERN, experiment):
-        raise c.fail(("experiment",), "experiment must be a dotted Python module name such as experiments.bert",
+        dotted = experiment.removesuffix(".py").replace("/", ".") if isinstance(experiment, str) else ""
+        did = f" (did you mean {dotted}?)" if re.fullmatch(EXPERIMENT_PATTERN, dotted) else ""  # a file's path (a tour)
+        raise c.fail(("experiment",), f"experiment must be a dotted Python module name such as experiments.bert{did}",
                      experiment)
 
 

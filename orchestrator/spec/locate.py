@@ -48,7 +48,8 @@ def locate(name: str, path: list[str]) -> Found:
     for i in range(1, len(parts)):
         parent = ".".join(parts[:i])
         if spec.submodule_search_locations is None:
-            raise LookupError(f"no module named {name!r}: {parent} ({spec.origin}) is a module, not a package")
+            did = f" (did you mean {parent}?)" if name == f"{parent}.py" else ""  # the file's name (a tour)
+            raise LookupError(f"no module named {name!r}: {parent} ({spec.origin}) is a module, not a package{did}")
         locations = _locations(spec, parts[i - 1], search)
         # the last part alone: files are looked up by it, and a namespace package found under a
         # dotted name would look for its parent in sys.modules (nothing is imported here)

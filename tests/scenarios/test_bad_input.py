@@ -252,6 +252,11 @@ CASES = [
     Case("experiment-without-build-dry-run", "name: t\nexperiment: nobuild\ndevice: cpu\n",  # read from its source
          ("experiment: ", "nobuild does not follow the experiment contract", "no build(params, device)"), 2,
          files={"nobuild.py": "PARAMS = {'width': 8}\ndef build_workload(params, device): ...\n"}, args=("--dry-run",)),
+    Case("experiment-as-a-path", "name: t\nexperiment: mine/exp.py\ndevice: cpu\n",
+         ("experiment: ", "dotted Python module name", "(did you mean mine.exp?)", "got 'mine/exp.py'"), 2),
+    Case("experiment-dotted-file-name", "name: t\nexperiment: dotexp.py\ndevice: cpu\n",
+         ("experiment: ", "no module named 'dotexp.py': dotexp (", "is a module, not a package (did you mean dotexp?)"), 2,
+         files={"dotexp.py": "def build(params, device): ...\n"}),
     Case("experiment-import-name-error", "name: t\nexperiment: nameerr\ndevice: cpu\n",
          ("experiment: ", "importing nameerr failed: NameError: name 'Dict' is not defined", "at nameerr.py:2"), 2,
          files={"nameerr.py": "PARAMS = {'k': 1}\nX: Dict = {}\ndef build(params, device): ...\n"}),
