@@ -2,7 +2,9 @@
 size that does not reach the script, an evaluation loop inside the timed windows, and a
 ``samples_per_step`` the DataLoader's own count contradicts; also checkpoints saved inside the
 windows (``result.info["saves"]``, ``harness/saves.py``), whose time counts as training, and a
-script that trained in several processes (``result.info["world_size"]``: rank 0's count scaled).
+script that trained in several processes (``result.info["world_size"]``: rank 0's count scaled); and a
+searched knob a trial could not apply (``result.not_applied``: checkpointing where the experiment
+lists no blocks), for a module's sweep too.
 
 A script takes its parameters through its flags (``args``); one that ignores the batch-size flag
 (a hard-coded ``batch_size=16`` in its DataLoader) trains the same batch in every trial, and the
@@ -41,6 +43,9 @@ class BatchFlag:
         """The line on a script that trained in several processes (``info["world_size"]``) is still to say."""
         self.given = script
         """The line on a ``samples_per_step`` the DataLoader's count contradicts is still to say."""
+        self.searched = set(searched)
+        self.unapplied: set[str] = set()
+        """Searched knobs a trial said it could not apply (its result's ``not_applied``), said once each."""
         self.seen: dict[tuple, dict[Any, tuple[float, int, float | None]]] = {}
         """The other parameters' values -> batch_size -> (samples per optimizer step, trial number,
         batches per step where counted), the first ok trial of each."""
@@ -70,6 +75,11 @@ class BatchFlag:
             said.append(f"orchestrate: trial #{number} trained in {world} processes (torch.distributed, world size "
                         f"{world}): the harness saw this process's batches, and counted them {world} times, as data "
                         "parallelism (DDP, FSDP) gives each rank its own; its peak memory is this process's alone")
+        for name, why in ((outcome.result.not_applied if outcome.result is not None else None) or {}).items():
+            if name in self.searched and name not in self.unapplied:  # an experiment tour: checkpointing without
+                self.unapplied.add(name)  # blocks was a no-op that only result.json said
+                said.append(f"orchestrate: trial #{number} could not apply {name} ({why}): the configurations "
+                            f"that differ only in {name} measure the same training")
         loader, given = info.get("dataloader_samples_per_step"), info.get("samples_per_step")
         if self.given and outcome.status == Status.OK and isinstance(loader, (int, float)) \
                 and isinstance(given, (int, float)) and abs(loader - given) > SAME * given:

@@ -115,3 +115,16 @@ def test_checkpoints_saved_inside_a_window_are_said_once_with_their_time() -> No
     assert every.line(0, {"batch_size": 8}, outcome) == (
         "orchestrate: trial #0 saved checkpoints in 20 of its window's 20 steps: their time counts as training; set "
         "the script's save interval beyond the window to measure training alone")
+
+
+def test_a_searched_knob_a_trial_could_not_apply_is_said_once() -> None:
+    """An experiment tour: activation_checkpointing swept over a workload that lists no blocks did
+    nothing, and only result.json said so; the sweep ranked its values as if they differed."""
+    def unapplied() -> Outcome:
+        return Outcome(Status.OK, result=TrialResult("ok", not_applied={
+            "activation_checkpointing": "the experiment lists no blocks to checkpoint", "cpu_isa": "fixed elsewhere"}))
+    flag = BatchFlag(False, {"batch_size": None, "activation_checkpointing": None})
+    assert flag.line(0, {"activation_checkpointing": True}, unapplied()) == (
+        "orchestrate: trial #0 could not apply activation_checkpointing (the experiment lists no blocks to "
+        "checkpoint): the configurations that differ only in activation_checkpointing measure the same training")
+    assert flag.line(1, {"activation_checkpointing": True}, unapplied()) is None  # once; cpu_isa is not searched
