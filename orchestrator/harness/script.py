@@ -292,8 +292,9 @@ class Meter:
         swapping = swap.swap_figures(self.swap_start, self.swap_warmup, self.swap_window, swap_end)
         result_metrics.update(swapping)
         info: dict[str, object] = {"samples_counted": "samples_per_step" if self.per_step is not None else "dataloader",
-                                   "samples_per_step": samples / steps,  # and the batches they came in (batchflag)
-                                   "batches_per_step": sum(d[0] for k, d in self.drawn.items() if k in train) / steps}
+                                   "samples_per_step": samples / steps}
+        if self.per_step is None:  # and the batches they came in (batchflag: a script that holds its step's samples)
+            info["batches_per_step"] = sum(d[0] for k, d in self.drawn.items() if k in train) / steps
         if others and self.per_step is None:
             info["other_batches"] = others
         info.update(saves.figures(self.saved, step_ms))
