@@ -66,13 +66,13 @@ def main(argv: list[str]) -> int:
         if edited is not None:
             print(f"orchestrate: {edited}", file=sys.stderr)
         if command == "best":
-            text, summary = best_yaml(spec, study)
+            text, summary, doubt = best_yaml(spec, study)
             if args.output is None:
                 print(best_command(spec, study) if spec.script is not None else text, end="")
                 print(summary, file=sys.stderr)
             else:
-                print(export_best(spec, study, args.output))
-            if (doubt := batch_doubt(spec, results_of(study.trials))) is not None:  # after the best, as the summary
+                print(write_best(args.output, text, summary))
+            if doubt is not None:  # after the best, as the summary says it
                 print(doubt, file=sys.stderr)
             return 0
         return report(spec, study, args.format, args.out, args.compare, plots=args.plots or args.out is not None)
@@ -229,8 +229,9 @@ def plot_context(spec: SweepSpec, rep: dict[str, Any], prov: dict[str, Any], bes
 
 # -- the best configuration -----------------------------------------------------------------------
 
-def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
-    """The best feasible trial's parameters (fixed + sampled + derived) as YAML, and a summary.
+def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str, str | None]:
+    """The best feasible trial's parameters (fixed + sampled + derived) as YAML, a summary, and the
+    batch caveat (``batch_doubt``: in the YAML's header too), read once.
     ``study``: a ``StoredStudy``, or the sweep's own ``optuna.Study`` (``orchestrate SPEC --export``)."""
     import yaml
 
@@ -276,7 +277,7 @@ def best_yaml(spec: SweepSpec, study: Any) -> tuple[str, str]:
                       f"{', '.join(str(b.number) for b in best)}")
     if (doubt := batch_doubt(spec, results)) is not None:  # in the file; `best` says it on stderr
         header.append(f"# {doubt}")
-    return "\n".join(header) + "\n" + yaml.safe_dump(params, sort_keys=False, default_flow_style=False), summary
+    return "\n".join(header) + "\n" + yaml.safe_dump(params, sort_keys=False, default_flow_style=False), summary, doubt
 
 
 def best_command(spec: SweepSpec, study: Any) -> str:
@@ -307,9 +308,14 @@ def unwritable_plots(folder: Path, exc: OSError) -> OrchestratorError:
 
 def export_best(spec: SweepSpec, study: object, path: Path) -> str:
     """Write the best configuration to ``path``; returns the one-line summary to print."""
+    text, summary, _ = best_yaml(spec, study)
+    return write_best(path, text, summary)
+
+
+def write_best(path: Path, text: str, summary: str) -> str:
+    """``best_yaml``'s text written to ``path``; the one-line summary to print."""
     from orchestrator.trialdir import write_atomically
 
-    text, summary = best_yaml(spec, study)
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
